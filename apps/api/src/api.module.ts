@@ -1,0 +1,44 @@
+import { DynamicModule, Module } from '@nestjs/common';
+import { APP_FILTER, APP_PIPE } from '@nestjs/core';
+import { HealthModule } from '@app/health';
+import { IdempotencyModule, RedisIdempotencyStore } from '@app/idempotency';
+import { LoggingModule, MetricsModule } from '@app/observability';
+import { PersistenceModule } from '@app/persistence';
+import { ProblemDetailsFilter, RequestValidationPipe } from '@app/problem';
+import { REDIS_CLIENT, RedisModule } from '@app/redis';
+import type { Redis } from 'ioredis';
+import type { ApiConfig } from './api.config';
+import { AuthModule } from './auth/auth.module';
+import { requireTenant } from './auth/principal';
+import { SummariesModule } from './summaries/summaries.module';
+
+@Module({})
+export class ApiModule {
+  static forRoot(config: ApiConfig): DynamicModule {
+    return {
+      module: ApiModule,
+      imports: [
+        LoggingModule.forRoot({ level: config.logLevel, app: 'api' }),
+        MetricsModule,
+        RedisModule.forRoot({ url: config.redisUrl, connectionName: 'api', isGlobal: true }),
+        PersistenceModule.forRoot({ url: config.databaseUrl, applicationName: 'api' }),
+        HealthModule,
+        AuthModule.forRoot(config.apiKeys),
+        IdempotencyModule.forRootAsync({
+          inject: [REDIS_CLIENT],
+          useFactory: (redis: Redis) => ({
+            store: new RedisIdempotencyStore(redis),
+            scope: requireTenant,
+            lockTtlMs: config.idempotencyLockTtlMs,
+            resultTtlMs: config.idempotencyResultTtlMs,
+          }),
+        }),
+        SummariesModule,
+      ],
+      providers: [
+        { provide: APP_FILTER, useClass: ProblemDetailsFilter },
+        { provide: APP_PIPE, useClass: RequestValidationPipe },
+      ],
+    };
+  }
+}

@@ -1,0 +1,55 @@
+import { CanActivate, ExecutionContext, HttpStatus, Inject, Injectable } from '@nestjs/common';
+import { ProblemException, ProblemTypes } from '@app/problem';
+import type { Request } from 'express';
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { ApiKeyEntry } from './api-keys';
+import { setPrincipal } from './principal';
+
+export const API_KEYS = 'auth:api-keys';
+
+const digest = (value: string): Buffer => createHash('sha256').update(value).digest();
+
+/**
+ * `Authorization: Bearer <key>` → the tenant that owns the key. Keys are
+ * compared as SHA-256 digests with timingSafeEqual, against every configured
+ * key without stopping at a match, so timing tells nothing about which keys
+ * exist.
+ */
+@Injectable()
+export class ApiKeyGuard implements CanActivate {
+  private readonly keys: readonly { digest: Buffer; tenant: string }[];
+
+  constructor(@Inject(API_KEYS) entries: readonly ApiKeyEntry[]) {
+    this.keys = entries.map((e) => ({ digest: digest(e.key), tenant: e.tenant }));
+  }
+
+  canActivate(context: ExecutionContext): boolean {
+    const req = context.switchToHttp().getRequest<Request>();
+    const presented = bearerToken(req.headers.authorization);
+    if (presented === undefined) throw unauthorized('Send Authorization: Bearer <api key>.');
+    const given = digest(presented);
+    let tenant: string | undefined;
+    for (const key of this.keys) {
+      if (timingSafeEqual(key.digest, given) && tenant === undefined) tenant = key.tenant;
+    }
+    if (tenant === undefined) throw unauthorized('The API key is not valid.');
+    setPrincipal(req, { tenant });
+    return true;
+  }
+}
+
+function bearerToken(header: string | undefined): string | undefined {
+  if (!header) return undefined;
+  const match = /^Bearer[ ]+(\S+)\s*$/i.exec(header);
+  return match?.[1];
+}
+
+function unauthorized(detail: string): ProblemException {
+  return new ProblemException({
+    type: ProblemTypes.unauthorized,
+    title: 'Authentication required',
+    status: HttpStatus.UNAUTHORIZED,
+    detail,
+    headers: { 'WWW-Authenticate': 'Bearer' },
+  });
+}

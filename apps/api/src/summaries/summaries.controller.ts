@@ -1,0 +1,49 @@
+import { Body, Controller, HttpCode, HttpStatus, Post, Res, UseGuards } from '@nestjs/common';
+import { IdempotencyContext, Idempotent, type IdempotencyRequestContext } from '@app/idempotency';
+import { jobIdFor, SummaryJobQueue } from '@app/jobs';
+import { ProblemException, ProblemTypes } from '@app/problem';
+import type { Response } from 'express';
+import { ApiKeyGuard } from '../auth/api-key.guard';
+import { Tenant } from '../auth/principal';
+import { CreateSummaryDto } from './create-summary.dto';
+
+export interface JobAccepted {
+  readonly job_id: string;
+  readonly status: 'queued';
+}
+
+@Controller('v1/summaries')
+@UseGuards(ApiKeyGuard)
+export class SummariesController {
+  constructor(private readonly queue: SummaryJobQueue) {}
+
+  /**
+   * Accepts a summarisation job. The job id derives from the idempotency
+   * scope, so a retry that runs again (after a crash before the answer was
+   * stored) enqueues the same job id, which the worker deduplicates.
+   */
+  @Post()
+  @Idempotent()
+  @HttpCode(HttpStatus.ACCEPTED)
+  async create(
+    @Body() body: CreateSummaryDto,
+    @Tenant() tenant: string,
+    @IdempotencyContext() idempotency: IdempotencyRequestContext,
+    @Res({ passthrough: true }) res: Response,
+  ): Promise<JobAccepted> {
+    const jobId = jobIdFor(idempotency.operation);
+    try {
+      await this.queue.enqueue({ jobId, tenant, payload: { text: body.text, notify: body.notify } });
+    } catch {
+      throw new ProblemException({
+        type: ProblemTypes.serviceUnavailable,
+        title: 'The job could not be queued',
+        status: HttpStatus.SERVICE_UNAVAILABLE,
+        detail: 'The job queue is unreachable; nothing was queued. Retry with the same Idempotency-Key.',
+        headers: { 'Retry-After': '1' },
+      });
+    }
+    res.location(`/v1/summaries/${jobId}`);
+    return { job_id: jobId, status: 'queued' };
+  }
+}

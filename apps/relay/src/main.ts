@@ -1,0 +1,23 @@
+import 'reflect-metadata';
+import { ConfigValidationError } from '@app/config';
+import { NestFactory } from '@nestjs/core';
+import { Logger } from 'nestjs-pino';
+import { loadRelayConfig } from './relay.config';
+import { RelayModule } from './relay.module';
+
+async function main(): Promise<void> {
+  const config = loadRelayConfig(process.env);
+  const app = await NestFactory.create(RelayModule.forRoot(config), { bufferLogs: true });
+  app.useLogger(app.get(Logger));
+  app.enableShutdownHooks();
+  await app.listen(config.healthPort);
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(
+    err instanceof ConfigValidationError
+      ? `relay: ${err.message}\n`
+      : `relay: failed to start: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`,
+  );
+  process.exit(1);
+});

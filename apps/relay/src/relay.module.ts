@@ -1,0 +1,25 @@
+import { DynamicModule, Module } from '@nestjs/common';
+import { APP_FILTER } from '@nestjs/core';
+import { HealthModule } from '@app/health';
+import { LoggingModule, MetricsModule } from '@app/observability';
+import { PersistenceModule } from '@app/persistence';
+import { ProblemDetailsFilter } from '@app/problem';
+import { RedisModule } from '@app/redis';
+import type { RelayConfig } from './relay.config';
+
+@Module({})
+export class RelayModule {
+  static forRoot(config: RelayConfig): DynamicModule {
+    return {
+      module: RelayModule,
+      imports: [
+        LoggingModule.forRoot({ level: config.logLevel, app: 'relay' }),
+        MetricsModule,
+        RedisModule.forRoot({ url: config.redisUrl, connectionName: 'relay', isGlobal: true }),
+        PersistenceModule.forRoot({ url: config.databaseUrl, applicationName: 'relay' }),
+        HealthModule,
+      ],
+      providers: [{ provide: APP_FILTER, useClass: ProblemDetailsFilter }],
+    };
+  }
+}

@@ -1,0 +1,2 @@
+export * from './config.errors';
+export * from './env-schema';

@@ -1,0 +1,61 @@
+import { Controller, Get, HttpStatus, ServiceUnavailableException } from '@nestjs/common';
+import { HealthCheckService, HealthIndicatorService, type HealthIndicatorFunction } from '@nestjs/terminus';
+import { ProblemException, PROBLEM_TYPE_PREFIX } from '@app/problem';
+import { HealthChecksRegistry } from './health-checks.registry';
+import { PostgresHealthIndicator } from './postgres.health';
+import { RedisHealthIndicator } from './redis.health';
+
+export const HealthProblemTypes = {
+  notLive: `${PROBLEM_TYPE_PREFIX}health-not-live`,
+  notReady: `${PROBLEM_TYPE_PREFIX}health-not-ready`,
+} as const;
+
+@Controller('health')
+export class HealthController {
+  constructor(
+    private readonly health: HealthCheckService,
+    private readonly indicators: HealthIndicatorService,
+    private readonly redis: RedisHealthIndicator,
+    private readonly postgres: PostgresHealthIndicator,
+    private readonly registry: HealthChecksRegistry,
+  ) {}
+
+  /** The process can serve. Nothing outside the process is checked. */
+  @Get('live')
+  live(): { status: 'ok' } {
+    const stale = this.registry.staleLoops();
+    if (stale.length > 0) {
+      throw new ProblemException({
+        type: HealthProblemTypes.notLive,
+        title: 'A loop of this process is stuck',
+        status: HttpStatus.SERVICE_UNAVAILABLE,
+        detail: stale.map((l) => `${l.name} has not turned for ${l.silentMs} ms`).join('; '),
+        extensions: { stale },
+      });
+    }
+    return { status: 'ok' };
+  }
+
+  /** Redis, PostgreSQL and whatever the app registered answer. */
+  @Get('ready')
+  async ready(): Promise<unknown> {
+    const checks: HealthIndicatorFunction[] = [() => this.redis.check(), () => this.postgres.check()];
+    for (const [name, check] of this.registry.readinessChecks()) {
+      checks.push(() => this.indicators.check(name).attempt(check).withTimeout(1000));
+    }
+    try {
+      return await this.health.check(checks);
+    } catch (err) {
+      if (!(err instanceof ServiceUnavailableException)) throw err;
+      const result = err.getResponse() as { error?: Record<string, unknown>; details?: Record<string, unknown> };
+      const failing = Object.keys(result.error ?? {});
+      throw new ProblemException({
+        type: HealthProblemTypes.notReady,
+        title: 'Not ready',
+        status: HttpStatus.SERVICE_UNAVAILABLE,
+        detail: `failing: ${failing.join(', ')}`,
+        extensions: { failing, checks: result.details ?? {} },
+      });
+    }
+  }
+}

@@ -1,0 +1,5 @@
+export * from './health.module';
+export * from './health-checks.registry';
+export * from './health.controller';
+export * from './redis.health';
+export * from './postgres.health';

@@ -1,0 +1,33 @@
+import { createParamDecorator, ExecutionContext } from '@nestjs/common';
+
+/** What the interceptor established about a request before its handler ran. */
+export interface IdempotencyRequestContext {
+  readonly key: string;
+  readonly scope: string;
+  readonly method: string;
+  readonly path: string;
+  /** SHA-256 of the canonical JSON body. */
+  readonly fingerprint: string;
+  /**
+   * `<scope>:<METHOD>:<path>:<key>`: names the operation. Stable across
+   * retries, so a handler can derive ids from it (the same request always
+   * names the same job).
+   */
+  readonly operation: string;
+}
+
+const CONTEXT = Symbol('idempotency:context');
+
+export function setIdempotencyContext(request: object, context: IdempotencyRequestContext): void {
+  Object.defineProperty(request, CONTEXT, { value: context, configurable: true });
+}
+
+export function getIdempotencyContext(request: object): IdempotencyRequestContext | undefined {
+  return (request as { [CONTEXT]?: IdempotencyRequestContext })[CONTEXT];
+}
+
+/** The request's idempotency context, or undefined on a request without a key. */
+export const IdempotencyContext = createParamDecorator(
+  (_: unknown, ctx: ExecutionContext): IdempotencyRequestContext | undefined =>
+    getIdempotencyContext(ctx.switchToHttp().getRequest<object>()),
+);

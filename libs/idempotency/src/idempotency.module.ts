@@ -1,0 +1,32 @@
+import { Module, Provider } from '@nestjs/common';
+import { APP_INTERCEPTOR } from '@nestjs/core';
+import { IdempotencyInterceptor } from './idempotency.interceptor';
+import { IdempotencyMetrics } from './idempotency.metrics';
+import { IDEMPOTENCY_MODULE_OPTIONS, IdempotencyModuleOptions, ConfigurableModuleClass } from './idempotency.module-definition';
+import { IdempotencyStore } from './idempotency-store.interface';
+
+const storeProvider: Provider = {
+  provide: IdempotencyStore,
+  inject: [IDEMPOTENCY_MODULE_OPTIONS],
+  useFactory: (options: IdempotencyModuleOptions) => options.store,
+};
+
+/**
+ * Registers IdempotencyInterceptor for the whole application; it acts only on
+ * routes marked @Idempotent(), so protecting a new method is one decorator.
+ *
+ *   IdempotencyModule.forRootAsync({
+ *     inject: [REDIS_CLIENT],
+ *     useFactory: (redis) => ({ store: new RedisIdempotencyStore(redis), scope: (req) => tenantOf(req) }),
+ *   })
+ */
+@Module({
+  providers: [
+    storeProvider,
+    IdempotencyMetrics,
+    IdempotencyInterceptor,
+    { provide: APP_INTERCEPTOR, useExisting: IdempotencyInterceptor },
+  ],
+  exports: [IdempotencyStore, IdempotencyInterceptor],
+})
+export class IdempotencyModule extends ConfigurableModuleClass {}

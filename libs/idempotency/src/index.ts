@@ -1,0 +1,12 @@
+export * from './idempotent.decorator';
+export * from './idempotency-store.interface';
+export * from './redis-idempotency.store';
+export * from './idempotency.interceptor';
+export * from './idempotency.module';
+export { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition';
+export type { IdempotencyModuleOptions } from './idempotency.module-definition';
+export * from './idempotency-context';
+export * from './idempotency-key';
+export * from './idempotency.errors';
+export * from './canonical-json';
+export * from './idempotency.metrics';

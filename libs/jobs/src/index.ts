@@ -1,0 +1,4 @@
+export * from './summary-job';
+export * from './summary-job.queue';
+export * from './uuid-v5';
+export * from './jobs.module';

@@ -1,0 +1,32 @@
+import { uuidV5 } from './uuid-v5';
+
+/** The stream, its dead letters and the job records share one hash slot. */
+export const JOBS_STREAM = '{summaries}:jobs';
+export const DEAD_LETTER_STREAM = '{summaries}:dead';
+export const CONSUMER_GROUP = 'summarizers';
+export const jobRecordKey = (jobId: string): string => `{summaries}:job:${jobId}`;
+
+/** Job records outlive the idempotency records, so GET still answers after replays stop. */
+export const JOB_RECORD_TTL_MS = 7 * 24 * 3600 * 1000;
+
+/** Fixed for ever: changing it renames every job. */
+const JOB_ID_NAMESPACE = '0d8e9a54-3c1b-5f3e-9a57-6b0f4e2a71c9';
+
+export interface SummaryJobPayload {
+  readonly text: string;
+  readonly notify: string;
+}
+
+export interface SummaryJob {
+  readonly jobId: string;
+  readonly tenant: string;
+  readonly payload: SummaryJobPayload;
+}
+
+/**
+ * The job id of an idempotent operation (`<tenant>:<METHOD>:<path>:<key>`):
+ * the same request always names the same job, even when it runs twice.
+ */
+export function jobIdFor(operation: string): string {
+  return uuidV5(operation, JOB_ID_NAMESPACE);
+}

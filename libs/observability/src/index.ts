@@ -1,0 +1,2 @@
+export * from './metrics.module';
+export * from './logging.module';

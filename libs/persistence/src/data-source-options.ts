@@ -1,0 +1,34 @@
+import type { DataSourceOptions } from 'typeorm';
+import { Outbox } from './entities/outbox.entity';
+import { Summary } from './entities/summary.entity';
+import { InitialSchema1764460800000 } from './migrations/1764460800000-initial-schema';
+
+export const ENTITIES = [Summary, Outbox];
+/** Listed, not globbed: the apps are bundled, so there is no directory to scan. */
+export const MIGRATIONS = [InitialSchema1764460800000];
+
+export interface PersistenceOptions {
+  readonly url: string;
+  /** Shown in pg_stat_activity. */
+  readonly applicationName: string;
+  readonly poolSize?: number;
+}
+
+export function dataSourceOptions(options: PersistenceOptions): DataSourceOptions {
+  return {
+    type: 'postgres',
+    url: options.url,
+    applicationName: options.applicationName,
+    entities: ENTITIES,
+    migrations: MIGRATIONS,
+    migrationsTableName: 'migrations',
+    synchronize: false,
+    migrationsRun: false,
+    extra: {
+      max: options.poolSize ?? 10,
+      connectionTimeoutMillis: 5000,
+      // A statement that hangs must not hold a pooled connection for ever.
+      statement_timeout: 15000,
+    },
+  };
+}

@@ -1,0 +1,6 @@
+export * from './problem';
+export * from './problem-types';
+export * from './to-problem';
+export * from './problem-details.filter';
+export * from './request-validation.pipe';
+export * from './body-parser-errors';

@@ -1,0 +1,37 @@
+import { Redis } from 'ioredis';
+import type { RedisModuleOptions } from './redis.module-definition';
+
+/**
+ * A client that fails fast rather than queueing: while Redis is unreachable a
+ * command errors at once (enableOfflineQueue false), so callers can fail closed
+ * with a 503 instead of hanging. It keeps reconnecting in the background.
+ */
+export function createRedisClient(options: RedisModuleOptions): Redis {
+  return new Redis(options.url, {
+    connectionName: options.connectionName,
+    lazyConnect: true,
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    commandTimeout: options.commandTimeoutMs ?? 2000,
+    connectTimeout: options.connectTimeoutMs ?? 5000,
+    retryStrategy: (times) => Math.min(50 * 2 ** times, 2000),
+  });
+}
+
+/** Connects, or gives up after the timeout and lets the client retry on its own. */
+export async function connectOrContinue(client: Redis, timeoutMs: number): Promise<boolean> {
+  if (client.status === 'ready') return true;
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<false>((resolve) => {
+    timer = setTimeout(() => resolve(false), timeoutMs);
+  });
+  const connect =
+    client.status === 'wait'
+      ? client.connect().then(() => true, () => false)
+      : new Promise<boolean>((resolve) => client.once('ready', () => resolve(true)));
+  try {
+    return await Promise.race([connect, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}

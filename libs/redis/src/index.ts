@@ -1,0 +1,5 @@
+export * from './redis.constants';
+export * from './redis.module';
+export * from './redis.module-definition';
+export * from './create-redis-client';
+export * from './redis-script';

@@ -1,0 +1,21 @@
+import { ConfigurableModuleBuilder } from '@nestjs/common';
+
+export interface RedisModuleOptions {
+  /** redis:// or rediss:// URL, database number included (`/2`). */
+  readonly url: string;
+  /** Shown in CLIENT LIST, so an operator can tell the apps apart. */
+  readonly connectionName: string;
+  /**
+   * A command that gets no answer in this time fails instead of hanging the
+   * request. Blocking reads use their own connection (see `duplicate()`).
+   */
+  readonly commandTimeoutMs?: number;
+  /** How long start-up waits for the first connection before going on unready. */
+  readonly connectTimeoutMs?: number;
+}
+
+export const { ConfigurableModuleClass, MODULE_OPTIONS_TOKEN: REDIS_MODULE_OPTIONS } =
+  new ConfigurableModuleBuilder<RedisModuleOptions>()
+    .setClassMethodName('forRoot')
+    .setExtras({ isGlobal: true }, (definition, extras) => ({ ...definition, global: extras.isGlobal }))
+    .build();

@@ -1,0 +1,41 @@
+import { Inject, Logger, Module, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
+import type { Redis } from 'ioredis';
+import { connectOrContinue, createRedisClient } from './create-redis-client';
+import { REDIS_CLIENT } from './redis.constants';
+import { ConfigurableModuleClass, REDIS_MODULE_OPTIONS, type RedisModuleOptions } from './redis.module-definition';
+
+@Module({
+  providers: [
+    {
+      provide: REDIS_CLIENT,
+      inject: [REDIS_MODULE_OPTIONS],
+      useFactory: (options: RedisModuleOptions) => createRedisClient(options),
+    },
+  ],
+  exports: [REDIS_CLIENT],
+})
+export class RedisModule extends ConfigurableModuleClass implements OnModuleInit, OnApplicationShutdown {
+  private readonly logger = new Logger(RedisModule.name);
+
+  constructor(
+    @Inject(REDIS_CLIENT) private readonly client: Redis,
+    @Inject(REDIS_MODULE_OPTIONS) private readonly options: RedisModuleOptions,
+  ) {
+    super();
+    // Without a listener ioredis prints every reconnect failure to stderr.
+    client.on('error', (err: Error) => this.logger.warn(`Redis: ${err.message}`));
+  }
+
+  async onModuleInit(): Promise<void> {
+    const ready = await connectOrContinue(this.client, this.options.connectTimeoutMs ?? 5000);
+    if (!ready) this.logger.warn('Redis is not reachable yet; starting unready and retrying');
+  }
+
+  async onApplicationShutdown(): Promise<void> {
+    if (this.client.status === 'ready') {
+      await this.client.quit().catch(() => this.client.disconnect());
+    } else {
+      this.client.disconnect();
+    }
+  }
+}

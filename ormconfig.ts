@@ -1,0 +1,8 @@
+// The DataSource the TypeORM CLI uses (`npm run migration:run`).
+import { commonEnv, parseConfig } from '@app/config';
+import { dataSourceOptions } from '@app/persistence';
+import { DataSource } from 'typeorm';
+
+const { databaseUrl } = parseConfig({ databaseUrl: commonEnv.databaseUrl }, process.env);
+
+export default new DataSource(dataSourceOptions({ url: databaseUrl, applicationName: 'migrations' }));

@@ -1,0 +1,55 @@
+import type { DynamicModule, ModuleMetadata, Type } from '@nestjs/common';
+import type { NestExpressApplication } from '@nestjs/platform-express';
+import { Test, type TestingModuleBuilder } from '@nestjs/testing';
+import { REDIS_CLIENT } from '@app/redis';
+import type { Redis } from 'ioredis';
+import type { Server } from 'node:http';
+import { loadApiConfig } from '../../apps/api/src/api.config';
+import { ApiModule } from '../../apps/api/src/api.module';
+import { configureApiApp } from '../../apps/api/src/create-api-app';
+import { testDatabaseUrl, testRedisUrl } from './infra';
+
+export const TENANT_A = { tenant: 'tenant-a', key: 'key-a-0123456789abcdef' } as const;
+export const TENANT_B = { tenant: 'tenant-b', key: 'key-b-0123456789abcdef' } as const;
+export const bearer = (t: { key: string }): string => `Bearer ${t.key}`;
+
+export interface ApiHarness {
+  readonly app: NestExpressApplication;
+  readonly server: Server;
+  /** The app's own Redis client. */
+  readonly redis: Redis;
+  close(): Promise<void>;
+}
+
+export interface ApiHarnessOptions {
+  /** Variables on top of the test defaults, as an operator would set them. */
+  readonly env?: Record<string, string>;
+  /** Extra modules, e.g. a feature module with test controllers. */
+  readonly imports?: ModuleMetadata['imports'];
+  /** Provider overrides (fault injection around real implementations). */
+  readonly override?: (builder: TestingModuleBuilder) => TestingModuleBuilder;
+}
+
+/** The api as main.ts builds it, on this worker's Redis and PostgreSQL databases. */
+export async function startApi(options: ApiHarnessOptions = {}): Promise<ApiHarness> {
+  const config = loadApiConfig({
+    REDIS_URL: testRedisUrl(),
+    DATABASE_URL: testDatabaseUrl(),
+    LOG_LEVEL: 'silent',
+    API_KEYS: `${TENANT_A.tenant}:${TENANT_A.key},${TENANT_B.tenant}:${TENANT_B.key}`,
+    ...options.env,
+  });
+  const imports: (DynamicModule | Type)[] = [ApiModule.forRoot(config), ...((options.imports ?? []) as Type[])];
+  let builder = Test.createTestingModule({ imports });
+  if (options.override) builder = options.override(builder);
+  const moduleRef = await builder.compile();
+  const app = moduleRef.createNestApplication<NestExpressApplication>({ bodyParser: false, bufferLogs: true });
+  configureApiApp(app);
+  await app.init();
+  return {
+    app,
+    server: app.getHttpServer() as Server,
+    redis: app.get<Redis>(REDIS_CLIENT),
+    close: () => app.close(),
+  };
+}

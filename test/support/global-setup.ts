@@ -1,0 +1,48 @@
+// Jest's moduleNameMapper does not apply to globalSetup: resolve the @app/* aliases here.
+import 'tsconfig-paths/register';
+import { dataSourceOptions } from '@app/persistence';
+import type { Config } from '@jest/types';
+import { Redis } from 'ioredis';
+import { Client } from 'pg';
+import { DataSource } from 'typeorm';
+import { BASE_DATABASE_URL, BASE_REDIS_URL, testDatabaseName } from './infra';
+
+/**
+ * Checks that Redis and PostgreSQL answer, and gives every jest worker a
+ * fresh PostgreSQL database with the migrations applied: the same
+ * migrations production runs, never `synchronize`.
+ */
+export default async function globalSetup(globalConfig: Config.GlobalConfig): Promise<void> {
+  const redis = new Redis(BASE_REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+  try {
+    await redis.connect();
+    await redis.ping();
+  } catch (err) {
+    throw new Error(`Tests need Redis at ${BASE_REDIS_URL}: ${(err as Error).message}`);
+  } finally {
+    redis.disconnect();
+  }
+
+  const admin = new Client({ connectionString: BASE_DATABASE_URL });
+  try {
+    await admin.connect();
+  } catch (err) {
+    throw new Error(`Tests need PostgreSQL at ${BASE_DATABASE_URL}: ${(err as Error).message}`);
+  }
+  const workers = Math.max(1, globalConfig.maxWorkers);
+  try {
+    for (let id = 1; id <= workers; id++) {
+      const name = testDatabaseName(id);
+      await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+      await admin.query(`CREATE DATABASE ${name}`);
+      const url = new URL(BASE_DATABASE_URL);
+      url.pathname = `/${name}`;
+      const ds = new DataSource(dataSourceOptions({ url: url.toString(), applicationName: 'test-setup' }));
+      await ds.initialize();
+      await ds.runMigrations();
+      await ds.destroy();
+    }
+  } finally {
+    await admin.end();
+  }
+}

@@ -1,0 +1,106 @@
+import { Redis } from 'ioredis';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+
+/*
+ * Each jest worker gets its own Redis database and PostgreSQL database, so
+ * suites in different workers run in parallel without meeting; suites in one
+ * worker run one after the other and start by clearing what they use.
+ */
+export const BASE_REDIS_URL = (process.env.REDIS_URL ?? 'redis://127.0.0.1:6379').replace(/\/\d*$/, '');
+export const BASE_DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+
+export function workerId(): number {
+  return Number(process.env.JEST_WORKER_ID ?? '1');
+}
+
+export function testRedisUrl(): string {
+  return `${BASE_REDIS_URL}/${workerId()}`;
+}
+
+export function testDatabaseName(id = workerId()): string {
+  return `llmwf_test_w${id}`;
+}
+
+export function testDatabaseUrl(): string {
+  const url = new URL(BASE_DATABASE_URL);
+  url.pathname = `/${testDatabaseName()}`;
+  return url.toString();
+}
+
+/** A client on this worker's database, emptied. */
+export async function freshRedis(): Promise<Redis> {
+  const redis = new Redis(testRedisUrl(), { lazyConnect: true });
+  await redis.connect();
+  await redis.flushdb();
+  return redis;
+}
+
+/** A port nobody else in this run uses: one block per jest worker. */
+export function freePort(offset: number): number {
+  return 17000 + workerId() * 100 + offset;
+}
+
+export interface RedisServer {
+  readonly url: string;
+  readonly port: number;
+  stop(): Promise<void>;
+}
+
+/** An extra redis-server on a loopback port, for tests that take Redis away. */
+export async function startRedisServer(port: number): Promise<RedisServer> {
+  const child: ChildProcess = spawn(
+    'redis-server',
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no'],
+    { stdio: 'ignore' },
+  );
+  const url = `redis://127.0.0.1:${port}`;
+  let exited = false;
+  child.once('exit', () => (exited = true));
+  const probe = new Redis(url, { lazyConnect: true, retryStrategy: () => null, maxRetriesPerRequest: 0 });
+  probe.on('error', () => undefined);
+  try {
+    for (let i = 0; ; i++) {
+      // A server that exits at once could not bind: the port is taken.
+      if (exited) throw new Error(`redis-server on port ${port} exited at start (port in use?)`);
+      try {
+        if (probe.status !== 'ready') await probe.connect();
+        await probe.ping();
+        break;
+      } catch (err) {
+        if (i > 100) throw err;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    }
+    // Our child must be the one answering.
+    const info = await probe.info('server');
+    if (!info.includes(`process_id:${child.pid}`)) throw new Error(`port ${port} is served by another redis-server`);
+  } catch (err) {
+    child.kill('SIGKILL');
+    throw err;
+  } finally {
+    probe.disconnect();
+  }
+  return {
+    url,
+    port,
+    async stop() {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.kill('SIGKILL');
+      await once(child, 'exit');
+    },
+  };
+}
+
+export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** Polls until `check` returns a value that is not undefined, or fails after `timeoutMs`. */
+export async function eventually<T>(check: () => Promise<T | undefined> | T | undefined, timeoutMs = 5000, what = 'condition'): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value !== undefined) return value;
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
+    await sleep(20);
+  }
+}
