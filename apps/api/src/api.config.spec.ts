@@ -1,0 +1,75 @@
+import { ConfigValidationError } from '@app/config';
+import { loadApiConfig } from './api.config';
+import { DEMO_API_KEYS } from './auth/api-keys';
+
+const problemsOf = (env: Record<string, string>) => {
+  try {
+    loadApiConfig(env);
+  } catch (err) {
+    if (err instanceof ConfigValidationError) return err.problems.map((p) => p.variable);
+    throw err;
+  }
+  return [];
+};
+
+describe('api configuration', () => {
+  it('has the documented defaults', () => {
+    expect(loadApiConfig({})).toEqual({
+      nodeEnv: 'development',
+      redisUrl: 'redis://127.0.0.1:6379',
+      databaseUrl: 'postgres://postgres@127.0.0.1:5432/postgres',
+      logLevel: 'info',
+      port: 3000,
+      apiKeys: DEMO_API_KEYS,
+      idempotencyLockTtlMs: 30_000,
+      idempotencyResultTtlMs: 86_400_000,
+    });
+  });
+
+  it('parses API_KEYS into tenants, several keys per tenant allowed', () => {
+    expect(loadApiConfig({ API_KEYS: 'acme:k1, acme:k2,globex:k3' }).apiKeys).toEqual([
+      { tenant: 'acme', key: 'k1' },
+      { tenant: 'acme', key: 'k2' },
+      { tenant: 'globex', key: 'k3' },
+    ]);
+  });
+
+  it.each([
+    ['PORT', 'eighty'],
+    ['PORT', '70000'],
+    ['REDIS_URL', 'localhost:6379'],
+    ['REDIS_URL', 'http://127.0.0.1:6379'],
+    ['DATABASE_URL', 'mysql://db'],
+    ['LOG_LEVEL', 'loud'],
+    ['IDEMPOTENCY_LOCK_TTL_S', '-1'],
+    ['IDEMPOTENCY_LOCK_TTL_S', '0'],
+    ['IDEMPOTENCY_RESULT_TTL_S', 'a day'],
+    ['API_KEYS', 'no-colon'],
+    ['API_KEYS', 'bad tenant:key'],
+    ['API_KEYS', 'a:same,b:same'],
+    ['API_KEYS', 'a:'],
+  ])('rejects a malformed %s (%s), naming it', (variable, value) => {
+    expect(problemsOf({ [variable]: value })).toEqual([variable]);
+  });
+
+  it('names every bad variable at once', () => {
+    expect(problemsOf({ PORT: 'x', LOG_LEVEL: 'y' })).toEqual(['LOG_LEVEL', 'PORT']);
+  });
+
+  it('requires API_KEYS in production, with keys long enough', () => {
+    expect(problemsOf({ NODE_ENV: 'production' })).toEqual(['API_KEYS']);
+    expect(problemsOf({ NODE_ENV: 'production', API_KEYS: 'acme:short' })).toEqual(['API_KEYS']);
+    expect(loadApiConfig({ NODE_ENV: 'production', API_KEYS: 'acme:0123456789abcdef' }).apiKeys).toEqual([
+      { tenant: 'acme', key: '0123456789abcdef' },
+    ]);
+  });
+
+  it('never echoes a password from a URL in its message', () => {
+    try {
+      loadApiConfig({ DATABASE_URL: 'mysql://user:hunter2@db/x' });
+      throw new Error('expected a ConfigValidationError');
+    } catch (err) {
+      expect((err as Error).message).not.toContain('hunter2');
+    }
+  });
+});

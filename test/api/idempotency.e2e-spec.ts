@@ -1,0 +1,429 @@
+import {
+  Body,
+  Controller,
+  HttpCode,
+  Injectable,
+  Module,
+  NotFoundException,
+  Post,
+  Res,
+  ServiceUnavailableException,
+  UseGuards,
+} from '@nestjs/common';
+import { IdempotencyProblemTypes, IdempotencyStore, Idempotent, RedisIdempotencyStore } from '@app/idempotency';
+import { JOBS_STREAM } from '@app/jobs';
+import { REDIS_CLIENT } from '@app/redis';
+import { IsInt, Max, Min } from 'class-validator';
+import type { Response } from 'express';
+import type { Redis } from 'ioredis';
+import { randomUUID } from 'node:crypto';
+import request from 'supertest';
+import { ApiKeyGuard } from '../../apps/api/src/auth/api-key.guard';
+import { ApiHarness, bearer, startApi, TENANT_A } from '../support/api-harness';
+import { eventually, freePort, freshRedis, sleep, startRedisServer } from '../support/infra';
+import { metricValue } from '../support/metrics';
+
+/** Counts handler runs per route and lets a test hold a run until it says go. */
+@Injectable()
+class Probe {
+  readonly runs = new Map<string, number>();
+  private readonly gates: (() => void)[] = [];
+
+  run(route: string): number {
+    const n = (this.runs.get(route) ?? 0) + 1;
+    this.runs.set(route, n);
+    return n;
+  }
+  count(route: string): number {
+    return this.runs.get(route) ?? 0;
+  }
+  hold(): Promise<void> {
+    return new Promise((resolve) => this.gates.push(resolve));
+  }
+  releaseAll(): void {
+    this.gates.splice(0).forEach((open) => open());
+  }
+  reset(): void {
+    this.runs.clear();
+    this.releaseAll();
+  }
+}
+
+class SleepDto {
+  @IsInt()
+  @Min(0)
+  @Max(5000)
+  ms!: number;
+}
+
+@Controller('test/ops')
+@UseGuards(ApiKeyGuard)
+class OpsController {
+  constructor(private readonly probe: Probe) {}
+
+  @Post('throws')
+  @Idempotent()
+  throws(): never {
+    this.probe.run('throws');
+    throw new Error('the handler failed');
+  }
+
+  @Post('unavailable')
+  @Idempotent()
+  unavailable(): never {
+    this.probe.run('unavailable');
+    throw new ServiceUnavailableException('downstream is down');
+  }
+
+  @Post('answers-503')
+  @Idempotent()
+  answers503(@Res({ passthrough: true }) res: Response): { ok: false } {
+    this.probe.run('answers-503');
+    res.status(503);
+    return { ok: false };
+  }
+
+  @Post('business-404')
+  @Idempotent()
+  business404(): never {
+    this.probe.run('business-404');
+    throw new NotFoundException('No such order.');
+  }
+
+  @Post('created')
+  @Idempotent()
+  @HttpCode(201)
+  created(@Res({ passthrough: true }) res: Response): { id: number } {
+    const run = this.probe.run('created');
+    res.location(`/things/${run}`);
+    res.setHeader('Set-Cookie', 'session=secret');
+    res.setHeader('X-Debug', 'not replayed');
+    return { id: run };
+  }
+
+  @Post('slow')
+  @Idempotent({ lockTtlMs: 300 })
+  async slow(@Body() body: SleepDto): Promise<{ run: number }> {
+    const run = this.probe.run('slow');
+    await sleep(body.ms);
+    return { run };
+  }
+
+  @Post('held')
+  @Idempotent({ lockTtlMs: 400 })
+  async held(): Promise<{ run: number }> {
+    const run = this.probe.run('held');
+    if (run === 1) await this.probe.hold();
+    return { run };
+  }
+
+  @Post('big')
+  @Idempotent({ maxStoredBodyBytes: 1000 })
+  big(): { run: number; data: string } {
+    return { run: this.probe.run('big'), data: 'x'.repeat(5000) };
+  }
+
+  @Post('undecorated')
+  undecorated(): { run: number } {
+    return { run: this.probe.run('undecorated') };
+  }
+}
+
+/** A second controller: the decorator on the class, with other options, overridden per method. */
+@Controller('test/optional')
+@UseGuards(ApiKeyGuard)
+@Idempotent({ required: false, resultTtlMs: 1000 })
+class OptionalKeyController {
+  constructor(private readonly probe: Probe) {}
+
+  @Post()
+  create(): { run: number } {
+    return { run: this.probe.run('optional') };
+  }
+
+  @Post('strict')
+  @Idempotent({ required: true })
+  strict(): { run: number } {
+    return { run: this.probe.run('strict') };
+  }
+}
+
+@Module({ controllers: [OpsController, OptionalKeyController], providers: [Probe] })
+class TestFeatureModule {}
+
+const newKey = () => `key-${randomUUID()}`;
+
+describe('IdempotencyInterceptor on any controller', () => {
+  let api: ApiHarness;
+  let redis: Redis;
+  let probe: Probe;
+
+  beforeAll(async () => {
+    redis = await freshRedis();
+    api = await startApi({ imports: [TestFeatureModule] });
+    probe = api.app.get(Probe);
+  });
+  afterAll(async () => {
+    probe.releaseAll();
+    await api.close();
+    redis.disconnect();
+  });
+  beforeEach(async () => {
+    probe.reset();
+    await redis.flushdb();
+  });
+
+  const post = (path: string, key?: string, body: object = {}) => {
+    const req = request(api.server).post(path).set('Authorization', bearer(TENANT_A));
+    if (key) req.set('Idempotency-Key', key);
+    return req.send(body);
+  };
+  const record = (path: string, key: string) => redis.hgetall(`idem:${TENANT_A.tenant}:POST:${path}:${key}`);
+
+  it('a handler that throws: 500, the key is released, and the retry runs', async () => {
+    const key = newKey();
+    const first = await post('/test/ops/throws', key).expect(500);
+    expect(first.headers['content-type']).toMatch(/^application\/problem\+json/);
+    expect(first.body).not.toHaveProperty('stack');
+    expect(await record('/test/ops/throws', key)).toEqual({});
+    await post('/test/ops/throws', key).expect(500);
+    expect(probe.count('throws')).toBe(2);
+  });
+
+  it('a handler that throws a 5xx HttpException: the key is released and the retry runs', async () => {
+    const key = newKey();
+    await post('/test/ops/unavailable', key).expect(503);
+    await post('/test/ops/unavailable', key).expect(503);
+    expect(probe.count('unavailable')).toBe(2);
+    expect(await record('/test/ops/unavailable', key)).toEqual({});
+  });
+
+  it('a handler that answers 5xx itself: the key is released and the retry runs', async () => {
+    const key = newKey();
+    await post('/test/ops/answers-503', key).expect(503);
+    await post('/test/ops/answers-503', key).expect(503);
+    expect(probe.count('answers-503')).toBe(2);
+  });
+
+  it("a business 4xx from the handler is stored and replayed, without running it again", async () => {
+    const key = newKey();
+    const first = await post('/test/ops/business-404', key).expect(404);
+    const second = await post('/test/ops/business-404', key).expect(404);
+    expect(probe.count('business-404')).toBe(1);
+    expect(second.headers['idempotent-replayed']).toBe('true');
+    expect(second.headers['content-type']).toMatch(/^application\/problem\+json/);
+    expect(second.body).toEqual(first.body);
+    expect(second.body.detail).toBe('No such order.');
+  });
+
+  it('replays status and allowlisted headers, never Set-Cookie', async () => {
+    const key = newKey();
+    const first = await post('/test/ops/created', key).expect(201);
+    expect(first.headers['set-cookie']).toBeDefined();
+    const replay = await post('/test/ops/created', key).expect(201);
+    expect(probe.count('created')).toBe(1);
+    expect(replay.body).toEqual({ id: 1 });
+    expect(replay.headers.location).toBe('/things/1');
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.headers['set-cookie']).toBeUndefined();
+    expect(replay.headers['x-debug']).toBeUndefined();
+    expect(JSON.parse((await record('/test/ops/created', key)).headers)).toEqual({
+      location: '/things/1',
+      'content-type': 'application/json; charset=utf-8',
+    });
+  });
+
+  it('renews the lock of a handler that runs three times its lock TTL: duplicates meanwhile get 409', async () => {
+    const key = newKey();
+    const slow = post('/test/ops/slow', key, { ms: 900 }).then((r) => r);
+    await eventually(() => (probe.count('slow') === 1 ? true : undefined));
+    const during: number[] = [];
+    for (const at of [400, 700]) {
+      await sleep(at - (during.length ? 400 : 0));
+      const dup = await post('/test/ops/slow', key, { ms: 900 });
+      during.push(dup.status);
+      expect(dup.body.type).toBe(IdempotencyProblemTypes.inProgress);
+    }
+    expect(during).toEqual([409, 409]);
+    const first = await slow;
+    expect(first.status).toBe(201);
+    expect(first.body).toEqual({ run: 1 });
+    expect(probe.count('slow')).toBe(1);
+    const replay = await post('/test/ops/slow', key, { ms: 900 }).expect(201);
+    expect(replay.body).toEqual({ run: 1 });
+  });
+
+  it('lock lost: a second request takes over, the first one cannot overwrite its record, and it is counted', async () => {
+    const key = newKey();
+    const lostBefore = await metricValue(api.server, 'idempotency_requests_total', { outcome: 'lock_lost' });
+    const first = post('/test/ops/held', key).then((r) => r);
+    await eventually(() => (probe.count('held') === 1 ? true : undefined));
+    // The marker expires as it would had renewal stopped.
+    await redis.del(`idem:${TENANT_A.tenant}:POST:/test/ops/held:${key}`);
+    const second = await post('/test/ops/held', key).expect(201);
+    expect(second.body).toEqual({ run: 2 });
+    probe.releaseAll();
+    expect((await first).body).toEqual({ run: 1 });
+    const replay = await post('/test/ops/held', key).expect(201);
+    expect(replay.body).toEqual({ run: 2 });
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(probe.count('held')).toBe(2);
+    expect(await metricValue(api.server, 'idempotency_requests_total', { outcome: 'lock_lost' })).toBeGreaterThan(lostBefore);
+  });
+
+  it('a pipe that rejects the body leaves nothing stored: the corrected retry runs', async () => {
+    const key = newKey();
+    const bad = await post('/test/ops/slow', key, { ms: 'soon' }).expect(400);
+    expect(bad.body.errors[0].field).toBe('ms');
+    expect(await record('/test/ops/slow', key)).toEqual({});
+    expect(probe.count('slow')).toBe(0);
+    await post('/test/ops/slow', key, { ms: 0 }).expect(201);
+    expect(probe.count('slow')).toBe(1);
+  });
+
+  it('an answer over the size cap is sent but not stored; the key is released', async () => {
+    const key = newKey();
+    const before = await metricValue(api.server, 'idempotency_requests_total', { outcome: 'not_stored' });
+    const res = await post('/test/ops/big', key).expect(201);
+    expect(res.body.data).toHaveLength(5000);
+    expect(await record('/test/ops/big', key)).toEqual({});
+    await post('/test/ops/big', key).expect(201);
+    expect(probe.count('big')).toBe(2);
+    expect(await metricValue(api.server, 'idempotency_requests_total', { outcome: 'not_stored' })).toBe(before + 2);
+  });
+
+  it('routes without @Idempotent() are untouched, key or not', async () => {
+    const key = newKey();
+    await post('/test/ops/undecorated', key).expect(201);
+    await post('/test/ops/undecorated', key).expect(201);
+    expect(probe.count('undecorated')).toBe(2);
+    expect(await redis.keys('idem:*')).toEqual([]);
+  });
+
+  it('class-level options: the key is optional there, and a result TTL of 1 s', async () => {
+    await post('/test/optional').expect(201);
+    await post('/test/optional').expect(201);
+    expect(probe.count('optional')).toBe(2);
+    const key = newKey();
+    await post('/test/optional', key).expect(201);
+    const replay = await post('/test/optional', key).expect(201);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(probe.count('optional')).toBe(3);
+    await sleep(1100);
+    await post('/test/optional', key).expect(201);
+    expect(probe.count('optional')).toBe(4);
+  });
+
+  it('method options override class options: the key is required there', async () => {
+    const res = await post('/test/optional/strict').expect(400);
+    expect(res.body.type).toBe(IdempotencyProblemTypes.keyMissing);
+    expect(probe.count('strict')).toBe(0);
+  });
+
+  it('counts replays in idempotency_requests_total', async () => {
+    const key = newKey();
+    const before = await metricValue(api.server, 'idempotency_requests_total', { outcome: 'replayed' });
+    const newBefore = await metricValue(api.server, 'idempotency_requests_total', { outcome: 'new' });
+    await post('/test/ops/created', key).expect(201);
+    await post('/test/ops/created', key).expect(201);
+    expect(await metricValue(api.server, 'idempotency_requests_total', { outcome: 'replayed' })).toBe(before + 1);
+    expect(await metricValue(api.server, 'idempotency_requests_total', { outcome: 'new' })).toBe(newBefore + 1);
+  });
+});
+
+describe('crash between XADD and finalise', () => {
+  it('the retry after the marker expires enqueues a second message carrying the same job id', async () => {
+    const redis = await freshRedis();
+    // Pod A enqueues, then dies before it stores the answer: no finalise, no
+    // renewal. Its claim and XADD are real.
+    const crashed = await startApi({
+      env: { IDEMPOTENCY_LOCK_TTL_S: '1' },
+      override: (b) =>
+        b.overrideProvider(IdempotencyStore).useFactory({
+          inject: [REDIS_CLIENT],
+          factory: (client: Redis) => {
+            const real = new RedisIdempotencyStore(client);
+            return {
+              claim: real.claim.bind(real),
+              release: real.release.bind(real),
+              renew: async () => true,
+              complete: () => new Promise<boolean>(() => undefined),
+            } satisfies IdempotencyStore;
+          },
+        }),
+    });
+    const survivor = await startApi({ env: { IDEMPOTENCY_LOCK_TTL_S: '1' } });
+    try {
+      const key = newKey();
+      const body = { text: 'Summarise me.', notify: 'a@example.com' };
+      const lost = request(crashed.server)
+        .post('/v1/summaries')
+        .set('Authorization', bearer(TENANT_A))
+        .set('Idempotency-Key', key)
+        .timeout(500)
+        .send(body);
+      await expect(lost).rejects.toThrow(/Timeout/);
+      expect(await redis.xlen(JOBS_STREAM)).toBe(1);
+
+      const early = await request(survivor.server)
+        .post('/v1/summaries')
+        .set('Authorization', bearer(TENANT_A))
+        .set('Idempotency-Key', key)
+        .send(body);
+      expect(early.status).toBe(409);
+
+      await sleep(1100);
+      const retry = await request(survivor.server)
+        .post('/v1/summaries')
+        .set('Authorization', bearer(TENANT_A))
+        .set('Idempotency-Key', key)
+        .send(body)
+        .expect(202);
+      const entries = await redis.xrange(JOBS_STREAM, '-', '+');
+      expect(entries).toHaveLength(2);
+      const jobIds = entries.map(([, fields]) => fields[fields.indexOf('job_id') + 1]);
+      expect(jobIds).toEqual([retry.body.job_id, retry.body.job_id]);
+    } finally {
+      await crashed.close();
+      await survivor.close();
+      redis.disconnect();
+    }
+  });
+});
+
+describe('when the idempotency store cannot reach Redis', () => {
+  it('answers 503 store-unavailable and runs nothing', async () => {
+    const server = await startRedisServer(freePort(2));
+    const api = await startApi({ env: { REDIS_URL: server.url }, imports: [TestFeatureModule] });
+    const probe = api.app.get(Probe);
+    try {
+      await request(api.server)
+        .post('/test/ops/created')
+        .set('Authorization', bearer(TENANT_A))
+        .set('Idempotency-Key', newKey())
+        .expect(201);
+      await server.stop();
+      const res = await request(api.server)
+        .post('/test/ops/created')
+        .set('Authorization', bearer(TENANT_A))
+        .set('Idempotency-Key', newKey())
+        .expect(503);
+      expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
+      expect(res.body.type).toBe(IdempotencyProblemTypes.storeUnavailable);
+      expect(res.headers['retry-after']).toBe('1');
+      const summaries = await request(api.server)
+        .post('/v1/summaries')
+        .set('Authorization', bearer(TENANT_A))
+        .set('Idempotency-Key', newKey())
+        .send({ text: 'x', notify: 'a@example.com' })
+        .expect(503);
+      expect(summaries.body.type).toBe(IdempotencyProblemTypes.storeUnavailable);
+      expect(probe.count('created')).toBe(1);
+      const ready = await request(api.server).get('/health/ready').expect(503);
+      expect(ready.body.failing).toEqual(['redis']);
+    } finally {
+      await api.close();
+      await server.stop();
+    }
+  });
+});

@@ -1,0 +1,16 @@
+import request from 'supertest';
+import type { Server } from 'node:http';
+
+/** The value of one sample from the app's /metrics, 0 when it is absent. */
+export async function metricValue(server: Server, name: string, labels: Record<string, string> = {}): Promise<number> {
+  const res = await request(server).get('/metrics').expect(200);
+  const wanted = Object.entries(labels).map(([k, v]) => `${k}="${v}"`);
+  for (const line of (res.text as string).split('\n')) {
+    if (!line.startsWith(name)) continue;
+    const match = /^([a-zA-Z_:][\w:]*)(\{([^}]*)\})?\s+(\S+)$/.exec(line);
+    if (!match || match[1] !== name) continue;
+    const have = (match[3] ?? '').split(',').filter(Boolean);
+    if (wanted.every((w) => have.includes(w)) && have.length === wanted.length) return Number(match[4]);
+  }
+  return 0;
+}
