@@ -1,6 +1,8 @@
+import { dataSourceOptions } from '@app/persistence';
 import { Redis } from 'ioredis';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
+import { DataSource } from 'typeorm';
 
 /*
  * Each jest worker gets its own Redis database and PostgreSQL database, so
@@ -103,4 +105,15 @@ export async function eventually<T>(check: () => Promise<T | undefined> | T | un
     if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`);
     await sleep(20);
   }
+}
+
+/** A DataSource on this worker's migrated database. */
+export async function testDataSource(): Promise<DataSource> {
+  const ds = new DataSource(dataSourceOptions({ url: testDatabaseUrl(), applicationName: 'test' }));
+  await ds.initialize();
+  return ds;
+}
+
+export async function truncateAll(ds: DataSource): Promise<void> {
+  await ds.query('TRUNCATE summaries, outbox RESTART IDENTITY');
 }

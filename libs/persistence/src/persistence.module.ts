@@ -1,9 +1,12 @@
 import { DynamicModule, Module } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { dataSourceOptions, PersistenceOptions } from './data-source-options';
+import { OutboxRepository } from './repositories/outbox.repository';
+import { SummaryRepository } from './repositories/summary.repository';
+import { SummaryWriter } from './summary-writer.service';
 
 /**
- * The PostgreSQL DataSource (TypeORM), global to the app. Schema changes go
+ * The PostgreSQL DataSource (TypeORM) and the repositories, global to the app. Schema changes go
  * through migrations only (`npm run migration:run`), never `synchronize`.
  * A plain static forRoot: it only passes its options through to TypeOrmModule.
  */
@@ -12,6 +15,7 @@ export class PersistenceModule {
   static forRoot(options: PersistenceOptions): DynamicModule {
     return {
       module: PersistenceModule,
+      global: true,
       imports: [
         TypeOrmModule.forRoot({
           ...dataSourceOptions(options),
@@ -19,7 +23,8 @@ export class PersistenceModule {
           retryDelay: 1000,
         }),
       ],
-      exports: [TypeOrmModule],
+      providers: [SummaryRepository, OutboxRepository, SummaryWriter],
+      exports: [TypeOrmModule, SummaryRepository, OutboxRepository, SummaryWriter],
     };
   }
 }

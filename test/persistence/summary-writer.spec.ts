@@ -1,0 +1,77 @@
+import { OUTBOX_CHANNEL, OutboxRepository, SummaryRepository, SummaryWriter, TransactionRequiredError } from '@app/persistence';
+import { Client } from 'pg';
+import type { DataSource } from 'typeorm';
+import { eventually, testDatabaseUrl, testDataSource, truncateAll } from '../support/infra';
+
+describe('SummaryWriter (one transaction: summary and outbox row)', () => {
+  let ds: DataSource;
+  let writer: SummaryWriter;
+  const job = { jobId: '6f1c7a52-3f7e-5b8e-9b0e-1d2c3b4a5f60', tenant: 'acme', summary: 'Short.', notify: 'a@example.com' };
+  const count = async (table: string) => Number((await ds.query(`SELECT count(*) AS n FROM ${table}`))[0].n);
+
+  beforeAll(async () => {
+    ds = await testDataSource();
+    writer = new SummaryWriter(ds, new SummaryRepository(), new OutboxRepository());
+  });
+  afterAll(() => ds.destroy());
+  beforeEach(() => truncateAll(ds));
+
+  it('writes the summary and one outbox row the first time, and nothing the second', async () => {
+    await expect(writer.writeWithNotification(job)).resolves.toBe('done');
+    await expect(writer.writeWithNotification({ ...job, summary: 'Another run.' })).resolves.toBe('duplicate');
+    expect(await ds.query('SELECT job_id, tenant, summary FROM summaries')).toEqual([
+      { job_id: job.jobId, tenant: 'acme', summary: 'Short.' },
+    ]);
+    expect(await ds.query('SELECT topic, dedupe_key, payload, attempts, sent_at FROM outbox')).toEqual([
+      {
+        topic: 'email.summary_ready',
+        dedupe_key: `summary_ready:${job.jobId}`,
+        payload: { job_id: job.jobId, to: 'a@example.com' },
+        attempts: 0,
+        sent_at: null,
+      },
+    ]);
+  });
+
+  it('lets exactly one of many concurrent writers win', async () => {
+    const outcomes = await Promise.all(Array.from({ length: 10 }, () => writer.writeWithNotification(job)));
+    expect(outcomes.filter((o) => o === 'done')).toHaveLength(1);
+    expect(await count('summaries')).toBe(1);
+    expect(await count('outbox')).toBe(1);
+  });
+
+  it('refuses to write an outbox row outside a transaction', async () => {
+    await expect(
+      new OutboxRepository().insert(ds.manager, { topic: 't', dedupeKey: 'k', payload: {} }),
+    ).rejects.toThrow(TransactionRequiredError);
+    expect(await count('outbox')).toBe(0);
+  });
+
+  it('leaves neither row when the transaction rolls back', async () => {
+    await expect(
+      ds.transaction(async (em) => {
+        await new SummaryRepository().insertIfAbsent(em, job);
+        await new OutboxRepository().insert(em, { topic: 't', dedupeKey: 'k', payload: {} });
+        throw new Error('crash before commit');
+      }),
+    ).rejects.toThrow('crash before commit');
+    expect(await count('summaries')).toBe(0);
+    expect(await count('outbox')).toBe(0);
+  });
+
+  it('notifies the outbox channel when the transaction commits', async () => {
+    const listener = new Client({ connectionString: testDatabaseUrl() });
+    await listener.connect();
+    const seen: string[] = [];
+    listener.on('notification', (n) => n.channel === OUTBOX_CHANNEL && seen.push(n.payload ?? ''));
+    await listener.query(`LISTEN ${OUTBOX_CHANNEL}`);
+    try {
+      await writer.writeWithNotification(job);
+      const [{ id }] = await ds.query('SELECT id FROM outbox');
+      await eventually(() => (seen.length > 0 ? true : undefined), 2000, 'a notification');
+      expect(seen).toEqual([String(id)]);
+    } finally {
+      await listener.end();
+    }
+  });
+});
