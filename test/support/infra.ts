@@ -16,12 +16,22 @@ export function workerId(): number {
   return Number(process.env.JEST_WORKER_ID ?? '1');
 }
 
+/**
+ * TEST_SLOT (0 to 2, default 0) lets two test runs share one machine: each
+ * slot has its own Redis databases, PostgreSQL databases and ports.
+ */
+export function testSlot(): number {
+  const slot = Number(process.env.TEST_SLOT ?? '0');
+  if (!Number.isInteger(slot) || slot < 0 || slot > 2) throw new Error('TEST_SLOT must be 0, 1 or 2');
+  return slot;
+}
+
 export function testRedisUrl(): string {
-  return `${BASE_REDIS_URL}/${workerId()}`;
+  return `${BASE_REDIS_URL}/${testSlot() * 5 + workerId()}`;
 }
 
 export function testDatabaseName(id = workerId()): string {
-  return `llmwf_test_w${id}`;
+  return `llmwf_test_s${testSlot()}_w${id}`;
 }
 
 export function testDatabaseUrl(): string {
@@ -40,7 +50,7 @@ export async function freshRedis(): Promise<Redis> {
 
 /** A port nobody else in this run uses: one block per jest worker. */
 export function freePort(offset: number): number {
-  return 17000 + workerId() * 100 + offset;
+  return 17000 + testSlot() * 1000 + workerId() * 100 + offset;
 }
 
 export interface RedisServer {
