@@ -16,7 +16,8 @@ export function configureApiApp(app: NestExpressApplication): NestExpressApplica
   app.disable('x-powered-by');
   app.useBodyParser('json', { limit: MAX_BODY_BYTES });
   app.use(bodyParserErrorHandler);
-  app.enableShutdownHooks();
+  // SIGTERM drains (the modules' shutdown hooks), then exits 0, not by re-raising the signal.
+  app.enableShutdownHooks(['SIGTERM', 'SIGINT'], { useProcessExit: true });
   return app;
 }
 

@@ -9,7 +9,8 @@ async function main(): Promise<void> {
   const config = loadWorkerConfig(process.env);
   const app = await NestFactory.create(WorkerModule.forRoot(config), { bufferLogs: true });
   app.useLogger(app.get(Logger));
-  app.enableShutdownHooks();
+  // SIGTERM drains (the modules' shutdown hooks), then exits 0, not by re-raising the signal.
+  app.enableShutdownHooks(['SIGTERM', 'SIGINT'], { useProcessExit: true });
   await app.listen(config.healthPort);
 }
 

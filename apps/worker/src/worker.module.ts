@@ -1,25 +1,94 @@
 import { DynamicModule, Module } from '@nestjs/common';
 import { APP_FILTER } from '@nestjs/core';
 import { HealthModule } from '@app/health';
+import { CONSUMER_GROUP, DEAD_LETTER_STREAM, JOBS_STREAM } from '@app/jobs';
 import { LoggingModule, MetricsModule } from '@app/observability';
 import { PersistenceModule } from '@app/persistence';
 import { ProblemDetailsFilter } from '@app/problem';
 import { RedisModule } from '@app/redis';
+import { hostname } from 'node:os';
+import { randomBytes } from 'node:crypto';
+import { QueueGauges } from './consumer/queue.gauges';
+import { StreamsConsumer } from './consumer/streams.consumer';
+import { STREAMS_CONSUMER_OPTIONS, type StreamsConsumerOptions } from './consumer/streams-consumer.options';
+import { SummaryJobHandler } from './jobs/summary-job.handler';
+import { LlmModule } from './llm/llm.module';
+import { RetryPolicy } from './retry/retry-policy.service';
+import {
+  monotonicClock,
+  realSleep,
+  RETRY_CLOCK,
+  RETRY_POLICY_OPTIONS,
+  RETRY_RANDOM,
+  RETRY_SLEEP,
+  type RetryPolicyOptions,
+} from './retry/retry-policy.tokens';
 import type { WorkerConfig } from './worker.config';
+import { WorkerMetrics } from './worker.metrics';
+
+export function consumerOptionsFrom(config: WorkerConfig): StreamsConsumerOptions {
+  return {
+    stream: JOBS_STREAM,
+    deadLetterStream: DEAD_LETTER_STREAM,
+    group: CONSUMER_GROUP,
+    consumer: `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`,
+    concurrency: config.concurrency,
+    claimIdleMs: config.claimIdleMs,
+    maxDeliveries: config.maxDeliveries,
+    jobBudgetMs: config.jobBudgetMs,
+    blockMs: 2000,
+    refreshIntervalMs: Math.max(50, Math.floor(config.claimIdleMs / 3)),
+    reclaimIntervalMs: Math.max(100, Math.min(Math.floor(config.claimIdleMs / 2), 5000)),
+    drainTimeoutMs: config.jobBudgetMs + 1000,
+    autoStart: true,
+  };
+}
+
+export function retryOptionsFrom(config: WorkerConfig): RetryPolicyOptions {
+  return {
+    maxAttempts: config.llmMaxAttempts,
+    callTimeoutMs: config.llmCallTimeoutMs,
+    baseDelayMs: 500,
+    maxDelayMs: 8000,
+    maxRetryAfterMs: 30_000,
+    minUsefulAttemptMs: 1000,
+  };
+}
 
 @Module({})
 export class WorkerModule {
-  static forRoot(config: WorkerConfig): DynamicModule {
+  /** `consumer` overrides exist for tests that drive the consumer by hand. */
+  static forRoot(config: WorkerConfig, consumer: Partial<StreamsConsumerOptions> = {}): DynamicModule {
     return {
       module: WorkerModule,
       imports: [
         LoggingModule.forRoot({ level: config.logLevel, app: 'worker' }),
         MetricsModule,
         RedisModule.forRoot({ url: config.redisUrl, connectionName: 'worker', isGlobal: true }),
-        PersistenceModule.forRoot({ url: config.databaseUrl, applicationName: 'worker' }),
+        PersistenceModule.forRoot({ url: config.databaseUrl, applicationName: 'worker', poolSize: Math.min(config.concurrency + 2, 50) }),
         HealthModule,
+        LlmModule.forRoot({
+          provider: config.llmProvider,
+          apiKey: config.openaiApiKey,
+          baseUrl: config.openaiBaseUrl,
+          model: config.openaiModel,
+          callTimeoutMs: config.llmCallTimeoutMs,
+        }),
       ],
-      providers: [{ provide: APP_FILTER, useClass: ProblemDetailsFilter }],
+      providers: [
+        { provide: APP_FILTER, useClass: ProblemDetailsFilter },
+        { provide: STREAMS_CONSUMER_OPTIONS, useValue: { ...consumerOptionsFrom(config), ...consumer } },
+        { provide: RETRY_POLICY_OPTIONS, useValue: retryOptionsFrom(config) },
+        { provide: RETRY_CLOCK, useValue: monotonicClock },
+        { provide: RETRY_SLEEP, useValue: realSleep },
+        { provide: RETRY_RANDOM, useValue: Math.random },
+        RetryPolicy,
+        WorkerMetrics,
+        SummaryJobHandler,
+        StreamsConsumer,
+        QueueGauges,
+      ],
+      exports: [StreamsConsumer],
     };
   }
 }

@@ -1,4 +1,4 @@
-import { Body, Controller, HttpCode, HttpStatus, Post, Res, UseGuards } from '@nestjs/common';
+import { Body, Controller, Get, HttpCode, HttpStatus, Param, Post, Res, UseGuards } from '@nestjs/common';
 import { IdempotencyContext, Idempotent, type IdempotencyRequestContext } from '@app/idempotency';
 import { jobIdFor, SummaryJobQueue } from '@app/jobs';
 import { ProblemException, ProblemTypes } from '@app/problem';
@@ -6,6 +6,7 @@ import type { Response } from 'express';
 import { ApiKeyGuard } from '../auth/api-key.guard';
 import { Tenant } from '../auth/principal';
 import { CreateSummaryDto } from './create-summary.dto';
+import { SummaryStatus, SummaryStatusService } from './summary-status.service';
 
 export interface JobAccepted {
   readonly job_id: string;
@@ -15,7 +16,10 @@ export interface JobAccepted {
 @Controller('v1/summaries')
 @UseGuards(ApiKeyGuard)
 export class SummariesController {
-  constructor(private readonly queue: SummaryJobQueue) {}
+  constructor(
+    private readonly queue: SummaryJobQueue,
+    private readonly status: SummaryStatusService,
+  ) {}
 
   /**
    * Accepts a summarisation job. The job id derives from the idempotency
@@ -45,5 +49,11 @@ export class SummariesController {
     }
     res.location(`/v1/summaries/${jobId}`);
     return { job_id: jobId, status: 'queued' };
+  }
+
+  /** queued, done with the summary, or failed with the reason; 404 for any job that is not the tenant's. */
+  @Get(':jobId')
+  read(@Param('jobId') jobId: string, @Tenant() tenant: string): Promise<SummaryStatus> {
+    return this.status.find(jobId, tenant);
   }
 }

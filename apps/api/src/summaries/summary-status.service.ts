@@ -1,0 +1,56 @@
+import { HttpStatus, Injectable, NotFoundException } from '@nestjs/common';
+import { isUuid, SummaryJobQueue } from '@app/jobs';
+import { SummaryRepository } from '@app/persistence';
+import { ProblemException, ProblemTypes } from '@app/problem';
+import { DataSource } from 'typeorm';
+
+export type SummaryStatus =
+  | { readonly job_id: string; readonly status: 'queued' }
+  | { readonly job_id: string; readonly status: 'done'; readonly summary: string }
+  | { readonly job_id: string; readonly status: 'failed'; readonly error: string };
+
+/**
+ * Where a job stands, for its own tenant only: done when its summary is in
+ * PostgreSQL, failed when the worker dead-lettered it, queued while its job
+ * record says it was accepted. Anything else, another tenant's job included,
+ * is not found: ids do not leak across tenants.
+ */
+@Injectable()
+export class SummaryStatusService {
+  constructor(
+    private readonly dataSource: DataSource,
+    private readonly summaries: SummaryRepository,
+    private readonly queue: SummaryJobQueue,
+  ) {}
+
+  async find(jobId: string, tenant: string): Promise<SummaryStatus> {
+    if (!isUuid(jobId)) throw notFound();
+    const lowered = jobId.toLowerCase();
+    let stored, record;
+    try {
+      // Both at once: a queued job (the common poll) costs one round trip of latency, not two.
+      [stored, record] = await Promise.all([
+        this.summaries.findForTenant(this.dataSource.manager, lowered, tenant),
+        this.queue.findRecord(lowered),
+      ]);
+    } catch {
+      throw new ProblemException({
+        type: ProblemTypes.serviceUnavailable,
+        title: 'The job status cannot be read right now',
+        status: HttpStatus.SERVICE_UNAVAILABLE,
+        headers: { 'Retry-After': '1' },
+      });
+    }
+    if (stored) return { job_id: lowered, status: 'done', summary: stored.summary };
+    if (record?.tenant === tenant) {
+      return record.status === 'failed'
+        ? { job_id: lowered, status: 'failed', error: record.error ?? 'failed' }
+        : { job_id: lowered, status: 'queued' };
+    }
+    throw notFound();
+  }
+}
+
+function notFound(): NotFoundException {
+  return new NotFoundException('No such job.');
+}

@@ -1,0 +1,56 @@
+import { RedisScript } from '@app/redis';
+
+/**
+ * XAUTOCLAIM plus each claimed entry's delivery count from XPENDING, in one
+ * round trip. Counts come from Redis, never from the worker's memory.
+ * KEYS[1] stream; ARGV group, consumer, min-idle-ms, cursor, count.
+ * Returns {next cursor, entries, deleted ids, delivery counts}.
+ */
+export const RECLAIM = new RedisScript(
+  'streams-reclaim',
+  `local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'COUNT', ARGV[5])
+local counts = {}
+for i, entry in ipairs(r[2]) do
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], entry[1], entry[1], 1)
+  if p[1] then counts[i] = p[1][4] else counts[i] = 0 end
+end
+return {r[1], r[2], r[3] or {}, counts}`,
+);
+
+/**
+ * Resets the idle time of the entries this consumer is still working on, so
+ * no other worker reclaims them: XCLAIM ... 0 JUSTID to ourselves, which does
+ * not count as a delivery. Only entries that are still ours are touched: one
+ * that another worker took over meanwhile is left with it.
+ * KEYS[1] stream; ARGV group, consumer, ids...
+ */
+export const REFRESH = new RedisScript(
+  'streams-refresh',
+  `local args = {'XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0}
+local mine = 0
+for i = 3, #ARGV do
+  local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[i], ARGV[i], 1)
+  if p[1] and p[1][2] == ARGV[2] then
+    args[#args + 1] = ARGV[i]
+    mine = mine + 1
+  end
+end
+if mine > 0 then
+  args[#args + 1] = 'JUSTID'
+  redis.call(unpack(args))
+end
+return mine`,
+);
+
+/**
+ * Acknowledges and deletes the entry: the stream holds only work that is not
+ * done, so it never grows with history and XLEN is the backlog. Deleting only
+ * after the ack means no pending entry is ever removed (a plain MAXLEN trim
+ * would do that). KEYS[1] stream; ARGV group, id.
+ */
+export const ACK = new RedisScript(
+  'streams-ack',
+  `local acked = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+redis.call('XDEL', KEYS[1], ARGV[2])
+return acked`,
+);

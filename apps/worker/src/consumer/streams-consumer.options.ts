@@ -1,0 +1,29 @@
+import { Inject } from '@nestjs/common';
+
+export interface StreamsConsumerOptions {
+  readonly stream: string;
+  readonly deadLetterStream: string;
+  readonly group: string;
+  /** Unique per process: a restarted pod is a new consumer, its old entries are reclaimed. */
+  readonly consumer: string;
+  readonly concurrency: number;
+  /** An entry idle this long belongs to a consumer that stopped refreshing it (dead). */
+  readonly claimIdleMs: number;
+  /** Deliveries allowed; the next claim dead-letters the entry. */
+  readonly maxDeliveries: number;
+  /** Time budget of one delivery. */
+  readonly jobBudgetMs: number;
+  /** XREADGROUP BLOCK. */
+  readonly blockMs: number;
+  /** How often in-flight entries get their idle time reset: well within claimIdleMs. */
+  readonly refreshIntervalMs: number;
+  /** How often a full XAUTOCLAIM scan starts over once one has finished. */
+  readonly reclaimIntervalMs: number;
+  /** On shutdown, how long in-flight jobs may take before their calls are cut off. */
+  readonly drainTimeoutMs: number;
+  /** Start the loop at application bootstrap (off in tests that drive runOnce). */
+  readonly autoStart: boolean;
+}
+
+export const STREAMS_CONSUMER_OPTIONS = 'worker:streams-consumer-options';
+export const InjectStreamsConsumerOptions = (): ParameterDecorator => Inject(STREAMS_CONSUMER_OPTIONS);

@@ -1,0 +1,344 @@
+import { BeforeApplicationShutdown, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy } from '@nestjs/common';
+import { HealthChecksRegistry } from '@app/health';
+import { jobRecordKey, JOB_RECORD_TTL_MS } from '@app/jobs';
+import { InjectRedis } from '@app/redis';
+import type { Redis } from 'ioredis';
+import { fieldsOf, parseSummaryJob, type StreamMessage } from '../jobs/job-message';
+import { PermanentJobError, TransientJobError } from '../jobs/job.errors';
+import { SummaryJobHandler } from '../jobs/summary-job.handler';
+import { WorkerMetrics } from '../worker.metrics';
+import { ACK, RECLAIM, REFRESH } from './stream-scripts';
+import { InjectStreamsConsumerOptions, type StreamsConsumerOptions } from './streams-consumer.options';
+
+export type DeliveryOutcome = 'done' | 'duplicate' | 'transient' | 'dead_lettered';
+
+export interface Delivery {
+  readonly id: string;
+  /** This delivery's number, as Redis counts it. */
+  readonly deliveries: number;
+  readonly outcome: Promise<DeliveryOutcome>;
+}
+
+const LOOP = 'streams-consumer';
+/** Dead letters are kept, but not without bound. */
+const DEAD_LETTER_MAXLEN = 100_000;
+
+type RawEntry = [string, string[]];
+
+/**
+ * Owns the loop on the job stream: reclaims entries that dead consumers left
+ * (XAUTOCLAIM, with the cursor kept between turns), reads new ones
+ * (XREADGROUP >) for as many free slots as it has, runs up to `concurrency`
+ * jobs at once, and keeps its in-flight entries fresh so no live job is
+ * taken from under it. The handler's outcome decides: success acks,
+ * a permanent error dead-letters at once, a transient one leaves the entry
+ * pending for redelivery; past maxDeliveries an entry is dead-lettered
+ * without running.
+ */
+@Injectable()
+export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicationShutdown, OnModuleDestroy {
+  private readonly logger = new Logger(StreamsConsumer.name);
+  private readonly inFlight = new Map<string, Promise<DeliveryOutcome>>();
+  private readonly slotWaiters = new Set<() => void>();
+  /** Aborted when shutdown begins: no new retries, backoff sleeps end. */
+  private readonly stopRetrying = new AbortController();
+  /** Aborted when the drain time is over: calls in progress are cut off. */
+  private readonly hardStop = new AbortController();
+  private blocking: Redis | undefined;
+  private cursor = '0-0';
+  private nextReclaimAt = 0;
+  private groupReady = false;
+  private stopping = false;
+  private loop: Promise<void> | undefined;
+  private refresher: NodeJS.Timeout | undefined;
+
+  constructor(
+    @InjectRedis() private readonly redis: Redis,
+    @InjectStreamsConsumerOptions() private readonly options: StreamsConsumerOptions,
+    private readonly handler: SummaryJobHandler,
+    private readonly health: HealthChecksRegistry,
+    private readonly metrics: WorkerMetrics,
+  ) {}
+
+  get consumerName(): string {
+    return this.options.consumer;
+  }
+
+  get inFlightCount(): number {
+    return this.inFlight.size;
+  }
+
+  onApplicationBootstrap(): void {
+    this.startRefresher();
+    if (this.options.autoStart) this.start();
+  }
+
+  /** Starts the background loop (idempotent). */
+  start(): void {
+    if (this.loop || this.stopping) return;
+    this.health.registerLoop(LOOP, Math.max(30_000, this.options.blockMs * 10));
+    this.loop = this.run();
+  }
+
+  /**
+   * One turn, for tests and tools: reclaim, read without blocking, and wait
+   * for the jobs it started. Returns what each delivery came to.
+   */
+  async runOnce(): Promise<{ id: string; deliveries: number; outcome: DeliveryOutcome }[]> {
+    this.startRefresher();
+    const started = await this.turn(false);
+    return Promise.all(started.map(async (d) => ({ id: d.id, deliveries: d.deliveries, outcome: await d.outcome })));
+  }
+
+  async beforeApplicationShutdown(): Promise<void> {
+    await this.stop();
+  }
+
+  onModuleDestroy(): void {
+    // Tests that close the module without a shutdown still release the connection.
+    if (!this.loop) this.blocking?.disconnect();
+  }
+
+  /**
+   * Stops reading, lets in-flight jobs finish (their acks included) for up to
+   * drainTimeoutMs, then cuts their calls off; those stay pending and are
+   * redelivered elsewhere. Resolves when nothing is in flight.
+   */
+  async stop(): Promise<void> {
+    if (this.stopping) return;
+    this.stopping = true;
+    this.stopRetrying.abort(new Error('shutting down'));
+    this.blocking?.disconnect(); // ends a blocking XREADGROUP at once
+    this.wakeSlotWaiters();
+    await this.loop;
+    this.health.unregisterLoop(LOOP);
+    if (this.inFlight.size > 0) {
+      this.logger.log(`draining ${this.inFlight.size} in-flight job(s)`);
+      const drained = await Promise.race([
+        Promise.allSettled([...this.inFlight.values()]).then(() => true),
+        new Promise<false>((r) => setTimeout(() => r(false), this.options.drainTimeoutMs).unref()),
+      ]);
+      if (!drained) {
+        this.logger.warn(`drain timed out after ${this.options.drainTimeoutMs} ms; cutting ${this.inFlight.size} job(s) off`);
+        this.hardStop.abort(new Error('drain timed out'));
+        await Promise.allSettled([...this.inFlight.values()]);
+      }
+    }
+    clearInterval(this.refresher);
+    this.refresher = undefined;
+  }
+
+  private async run(): Promise<void> {
+    let backoffMs = 100;
+    while (!this.stopping) {
+      this.health.beat(LOOP);
+      try {
+        await this.turn(true);
+        backoffMs = 100;
+      } catch (err) {
+        if (this.stopping) break;
+        if ((err as Error).message.includes('NOGROUP')) this.groupReady = false;
+        this.logger.warn(`consumer turn failed, retrying in ${backoffMs} ms: ${(err as Error).message}`);
+        await new Promise((r) => setTimeout(r, backoffMs));
+        backoffMs = Math.min(backoffMs * 2, 5000);
+      }
+    }
+  }
+
+  private async turn(block: boolean): Promise<Delivery[]> {
+    await this.ensureGroup();
+    let free = this.options.concurrency - this.inFlight.size;
+    if (free <= 0) {
+      await this.slotFreed(1000);
+      return [];
+    }
+    const started: Delivery[] = [];
+    if (this.cursor !== '0-0' || performance.now() >= this.nextReclaimAt) {
+      started.push(...(await this.reclaim(free)));
+      free -= started.length;
+      if (this.cursor === '0-0') this.nextReclaimAt = performance.now() + this.options.reclaimIntervalMs;
+    }
+    if (free > 0 && !this.stopping) {
+      // Block only when there is nothing else to do: no reclaim scan under way.
+      const wait = block && started.length === 0 && this.cursor === '0-0';
+      for (const [id, flat] of await this.readNew(free, wait)) {
+        started.push(this.dispatch({ id, fields: fieldsOf(flat) }, 1));
+      }
+    }
+    return started;
+  }
+
+  private async reclaim(count: number): Promise<Delivery[]> {
+    const [cursor, entries, deleted, counts] = await RECLAIM.run<[string, RawEntry[], string[], number[]]>(
+      this.redis,
+      [this.options.stream],
+      [this.options.group, this.options.consumer, this.options.claimIdleMs, this.cursor, count],
+    );
+    this.cursor = cursor;
+    for (const id of deleted) {
+      // Gone from the stream while pending: XAUTOCLAIM dropped it from the
+      // group. Record it rather than lose it silently.
+      await this.deadLetterById(id);
+    }
+    const started: Delivery[] = [];
+    for (const [i, [id, flat]] of entries.entries()) {
+      const deliveries = Number(counts[i]);
+      this.metrics.reclaimed.inc();
+      const message = { id, fields: fieldsOf(flat) };
+      if (deliveries > this.options.maxDeliveries) {
+        await this.deadLetter(message, 'max_deliveries', `delivered ${deliveries - 1} times without success`);
+        continue;
+      }
+      this.logger.log({ job_id: message.fields.job_id, entry: id, deliveries }, 'reclaimed');
+      started.push(this.dispatch(message, deliveries));
+    }
+    return started;
+  }
+
+  private async readNew(count: number, block: boolean): Promise<RawEntry[]> {
+    const client = block ? this.blockingClient() : this.redis;
+    const args: (string | number)[] = ['GROUP', this.options.group, this.options.consumer, 'COUNT', count];
+    if (block) args.push('BLOCK', this.options.blockMs);
+    args.push('STREAMS', this.options.stream, '>');
+    const xreadgroup = client.xreadgroup.bind(client) as (...a: (string | number)[]) => Promise<unknown>;
+    const reply = (await xreadgroup(...args)) as [string, RawEntry[]][] | null;
+    return reply?.[0]?.[1] ?? [];
+  }
+
+  private dispatch(message: StreamMessage, deliveries: number): Delivery {
+    const outcome = this.process(message, deliveries).finally(() => {
+      this.inFlight.delete(message.id);
+      this.wakeSlotWaiters();
+    });
+    this.inFlight.set(message.id, outcome);
+    return { id: message.id, deliveries, outcome };
+  }
+
+  private async process(message: StreamMessage, deliveries: number): Promise<DeliveryOutcome> {
+    const startedAt = performance.now();
+    const finish = (outcome: DeliveryOutcome): DeliveryOutcome => {
+      this.metrics.jobs.inc({ outcome });
+      this.metrics.jobDuration.observe({ outcome }, (performance.now() - startedAt) / 1000);
+      return outcome;
+    };
+    const jobId = message.fields.job_id;
+    try {
+      const job = parseSummaryJob(message);
+      const result = await this.handler.handle(job, {
+        deadline: performance.now() + this.options.jobBudgetMs,
+        stopRetrying: this.stopRetrying.signal,
+        signal: this.hardStop.signal,
+      });
+      await this.ack(message.id);
+      this.logger.log({ job_id: jobId, entry: message.id, deliveries, result }, 'job finished');
+      return finish(result);
+    } catch (err) {
+      if (err instanceof TransientJobError) {
+        // Left pending and no longer refreshed: redelivered after claimIdleMs.
+        this.logger.warn({ job_id: jobId, entry: message.id, deliveries, reason: err.reason }, `job failed, will be redelivered: ${err.message}`);
+        return finish('transient');
+      }
+      const reason = err instanceof PermanentJobError ? err.reason : 'unexpected';
+      this.logger.error({ job_id: jobId, entry: message.id, deliveries, reason }, `job failed for good: ${(err as Error).message}`);
+      try {
+        await this.deadLetter(message, reason, (err as Error).message);
+      } catch (dlqErr) {
+        // Still pending: it comes back and ends here again, or past maxDeliveries.
+        this.logger.error({ job_id: jobId, entry: message.id }, `dead-lettering failed: ${(dlqErr as Error).message}`);
+        return finish('transient');
+      }
+      return finish('dead_lettered');
+    }
+  }
+
+  private async ack(id: string): Promise<void> {
+    await ACK.run(this.redis, [this.options.stream], [this.options.group, id]);
+  }
+
+  /**
+   * Copies the entry to the dead-letter stream with its fields, a reason and
+   * its source id, acknowledges and deletes it, and marks the job failed where
+   * the API reads it: all in one MULTI/EXEC (the keys share a hash slot).
+   */
+  private async deadLetter(message: StreamMessage, reason: string, detail: string): Promise<void> {
+    const fields = Object.entries(message.fields)
+      .filter(([k]) => k !== 'reason' && k !== 'source_id')
+      .flat();
+    const tx = this.redis
+      .multi()
+      .xadd(this.options.deadLetterStream, 'MAXLEN', '~', DEAD_LETTER_MAXLEN, '*', ...fields, 'reason', reason, 'detail', detail.slice(0, 1000), 'source_id', message.id)
+      .xack(this.options.stream, this.options.group, message.id)
+      .xdel(this.options.stream, message.id);
+    const { job_id: jobId, tenant } = message.fields;
+    if (jobId && tenant && /^[0-9a-f-]{36}$/i.test(jobId)) {
+      tx.hset(jobRecordKey(jobId), 'tenant', tenant, 'status', 'failed', 'error', reason).pexpire(jobRecordKey(jobId), JOB_RECORD_TTL_MS);
+    }
+    const results = await tx.exec();
+    const failed = results?.find(([e]) => e);
+    if (!results || failed) throw failed?.[0] ?? new Error('MULTI aborted');
+    this.metrics.deadLetters.inc({ reason });
+  }
+
+  private async deadLetterById(id: string): Promise<void> {
+    await this.redis.xadd(this.options.deadLetterStream, 'MAXLEN', '~', DEAD_LETTER_MAXLEN, '*', 'reason', 'deleted_from_stream', 'source_id', id);
+    this.metrics.deadLetters.inc({ reason: 'deleted_from_stream' });
+    this.logger.error({ entry: id }, 'a pending entry was deleted from the stream; recorded in the dead-letter stream');
+  }
+
+  private async ensureGroup(): Promise<void> {
+    if (this.groupReady) return;
+    try {
+      // From 0, not $: jobs accepted before any worker existed are delivered too.
+      await this.redis.xgroup('CREATE', this.options.stream, this.options.group, '0', 'MKSTREAM');
+    } catch (err) {
+      if (!(err as Error).message.startsWith('BUSYGROUP')) throw err;
+    }
+    this.groupReady = true;
+  }
+
+  private startRefresher(): void {
+    if (this.refresher) return;
+    this.refresher = setInterval(() => void this.refresh(), this.options.refreshIntervalMs);
+    this.refresher.unref();
+  }
+
+  private async refresh(): Promise<void> {
+    if (this.inFlight.size === 0) return;
+    try {
+      await REFRESH.run(this.redis, [this.options.stream], [this.options.group, this.options.consumer, ...this.inFlight.keys()]);
+    } catch (err) {
+      this.logger.warn(`could not refresh in-flight entries: ${(err as Error).message}`);
+    }
+  }
+
+  private blockingClient(): Redis {
+    // Its own connection: a blocking read must not hold up acks and refreshes.
+    if (!this.blocking) {
+      this.blocking = this.redis.duplicate({
+        connectionName: `${this.options.consumer}:blocking`,
+        commandTimeout: this.options.blockMs + 5000,
+        lazyConnect: false,
+        // Queued while it connects; the command timeout still bounds the wait.
+        enableOfflineQueue: true,
+      });
+      this.blocking.on('error', (err: Error) => this.logger.debug(`blocking connection: ${err.message}`));
+    }
+    return this.blocking;
+  }
+
+  private slotFreed(timeoutMs: number): Promise<void> {
+    return new Promise((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        this.slotWaiters.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, timeoutMs);
+      this.slotWaiters.add(done);
+    });
+  }
+
+  private wakeSlotWaiters(): void {
+    for (const wake of [...this.slotWaiters]) wake();
+  }
+}

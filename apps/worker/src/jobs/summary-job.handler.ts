@@ -1,0 +1,96 @@
+import { Injectable, Logger } from '@nestjs/common';
+import { SummaryWriter, type WriteOutcome } from '@app/persistence';
+import type { SummaryJob } from '@app/jobs';
+import { classifyLlmError } from '../llm/llm-error.classifier';
+import { InjectLlmClient, type LlmClient } from '../llm/llm-client.interface';
+import { RetryError } from '../retry/retry.errors';
+import { RetryPolicy } from '../retry/retry-policy.service';
+import { PermanentJobError, TransientJobError } from './job.errors';
+import { WorkerMetrics } from '../worker.metrics';
+
+export interface JobRunContext {
+  /** Monotonic deadline of this delivery (JOB_BUDGET_S from its start). */
+  readonly deadline: number;
+  /** Aborted when shutdown begins: no new attempt, backoff sleeps end at once. */
+  readonly stopRetrying: AbortSignal;
+  /** Aborted when shutdown's drain time is over: the call in progress is cut off too. */
+  readonly signal: AbortSignal;
+}
+
+/**
+ * One delivery of a summary job. Safe to run any number of times for one job:
+ * a stored summary short-circuits before the model is called, and the write
+ * at the end lets only one delivery store the summary and its notification.
+ */
+@Injectable()
+export class SummaryJobHandler {
+  private readonly logger = new Logger(SummaryJobHandler.name);
+
+  constructor(
+    private readonly writer: SummaryWriter,
+    private readonly retry: RetryPolicy,
+    @InjectLlmClient() private readonly llm: LlmClient,
+    private readonly metrics: WorkerMetrics,
+  ) {}
+
+  async handle(job: SummaryJob, ctx: JobRunContext): Promise<WriteOutcome> {
+    if (await this.database(() => this.writer.isStored(job.jobId))) return 'duplicate';
+
+    let summary: string;
+    try {
+      const outcome = await this.retry.run(
+        (signal) => this.llm.summarize(job.payload.text, { signal }),
+        classifyLlmError,
+        {
+          deadline: ctx.deadline,
+          signal: ctx.signal,
+          stopRetrying: ctx.stopRetrying,
+          onAttemptFailed: (attempt, error) => {
+            this.metrics.llmCalls.inc({ outcome: 'failed', error_class: error.kind });
+            this.logger.warn({ job_id: job.jobId, attempt, error_class: error.kind, status: error.status }, 'model call failed');
+          },
+        },
+      );
+      this.metrics.llmCalls.inc({ outcome: 'ok', error_class: 'none' });
+      this.metrics.llmAttempts.observe(outcome.attempts);
+      summary = outcome.value;
+    } catch (err) {
+      if (err instanceof RetryError) {
+        this.metrics.llmAttempts.observe(err.attempts);
+        const reason = `llm_${err.last?.kind ?? 'cancelled'}`;
+        if (err.transient) throw new TransientJobError(err.message, reason, { cause: err });
+        throw new PermanentJobError(err.message, reason, { cause: err });
+      }
+      throw new PermanentJobError(`unexpected: ${String(err)}`, 'unexpected', { cause: err });
+    }
+
+    return this.database(() =>
+      this.writer.writeWithNotification({
+        jobId: job.jobId,
+        tenant: job.tenant,
+        summary,
+        notify: job.payload.notify,
+      }),
+    );
+  }
+
+  /** PostgreSQL being unreachable or busy is worth a redelivery; anything else is not. */
+  private async database<T>(op: () => Promise<T>): Promise<T> {
+    try {
+      return await op();
+    } catch (err) {
+      if (isTransientDatabaseError(err)) throw new TransientJobError(`database: ${(err as Error).message}`, 'database', { cause: err });
+      throw new PermanentJobError(`database: ${(err as Error).message}`, 'database', { cause: err });
+    }
+  }
+}
+
+/** SQLSTATE classes 08 (connection), 53 (resources), 57 (operator intervention), 40001/40P01, and socket errors. */
+export function isTransientDatabaseError(err: unknown): boolean {
+  const e = err as { code?: unknown; driverError?: { code?: unknown } } | null;
+  const code = String(e?.driverError?.code ?? e?.code ?? '');
+  if (/^(08|53|57)/.test(code) || code === '40001' || code === '40P01') return true;
+  if (/^E[A-Z]+$/.test(code)) return true; // ECONNREFUSED, ECONNRESET, ...
+  const message = err instanceof Error ? err.message : '';
+  return /timeout|terminat|Connection|connect/i.test(message);
+}

@@ -1,0 +1,76 @@
+import {
+  APIConnectionError,
+  APIConnectionTimeoutError,
+  APIError,
+  APIUserAbortError,
+  BadRequestError,
+  InternalServerError,
+  RateLimitError,
+} from 'openai';
+import { classifyLlmError, retryAfterFrom } from './llm-error.classifier';
+import { CallTimeoutError, EmptyCompletionError } from './llm.errors';
+
+const apiError = (status: number, headers: Record<string, string> = {}) =>
+  APIError.generate(status, { error: { message: 'x' } }, 'x', new Headers(headers));
+
+describe('classifyLlmError', () => {
+  it.each([408, 409, 429, 500, 502, 503, 504, 529])('retries HTTP %i', (status) => {
+    expect(classifyLlmError(apiError(status))).toMatchObject({ retryable: true, status });
+  });
+
+  it.each([400, 401, 403, 404, 413, 422])('does not retry HTTP %i', (status) => {
+    expect(classifyLlmError(apiError(status))).toMatchObject({ retryable: false, status, kind: 'client' });
+  });
+
+  it('classifies by status: a 408 arrives as a plain APIError', () => {
+    const err = apiError(408);
+    expect(err.constructor).toBe(APIError);
+    expect(classifyLlmError(err)).toMatchObject({ kind: 'timeout', retryable: true });
+  });
+
+  it('maps the SDK error classes', () => {
+    expect(classifyLlmError(apiError(429))).toBeInstanceOf(Object);
+    expect(apiError(429)).toBeInstanceOf(RateLimitError);
+    expect(apiError(400)).toBeInstanceOf(BadRequestError);
+    expect(apiError(503)).toBeInstanceOf(InternalServerError);
+    expect(classifyLlmError(new APIConnectionError({ message: 'refused' }))).toEqual({ kind: 'connection', retryable: true });
+    expect(classifyLlmError(new APIConnectionTimeoutError())).toEqual({ kind: 'connection', retryable: true });
+  });
+
+  it('treats the abort our own wall-clock timer causes as a timeout', () => {
+    expect(classifyLlmError(new APIUserAbortError())).toEqual({ kind: 'timeout', retryable: true });
+    expect(classifyLlmError(new CallTimeoutError(200))).toEqual({ kind: 'timeout', retryable: true });
+  });
+
+  it('lets x-should-retry override the status', () => {
+    expect(classifyLlmError(apiError(400, { 'x-should-retry': 'true' }))).toMatchObject({ retryable: true });
+    expect(classifyLlmError(apiError(503, { 'x-should-retry': 'false' }))).toMatchObject({ retryable: false });
+  });
+
+  it('does not retry unknown errors or an empty answer', () => {
+    expect(classifyLlmError(new Error('what'))).toEqual({ kind: 'unknown', retryable: false });
+    expect(classifyLlmError('a string')).toEqual({ kind: 'unknown', retryable: false });
+    expect(classifyLlmError(new EmptyCompletionError())).toEqual({ kind: 'empty_answer', retryable: false });
+  });
+
+  it('retries a socket error from below the SDK', () => {
+    expect(classifyLlmError(Object.assign(new Error('reset'), { code: 'ECONNRESET' }))).toMatchObject({ retryable: true });
+  });
+
+  it('carries the provider’s Retry-After', () => {
+    expect(classifyLlmError(apiError(429, { 'retry-after': '3' }))).toMatchObject({ retryAfterMs: 3000 });
+    expect(classifyLlmError(apiError(429, { 'retry-after-ms': '1500', 'retry-after': '9' }))).toMatchObject({ retryAfterMs: 1500 });
+  });
+});
+
+describe('retryAfterFrom', () => {
+  it('reads seconds, milliseconds and HTTP dates', () => {
+    const now = Date.parse('2026-11-30T12:00:00Z');
+    expect(retryAfterFrom(new Headers({ 'retry-after': '2' }), now)).toBe(2000);
+    expect(retryAfterFrom(new Headers({ 'retry-after': '0.5' }), now)).toBe(500);
+    expect(retryAfterFrom(new Headers({ 'retry-after-ms': '250' }), now)).toBe(250);
+    expect(retryAfterFrom(new Headers({ 'retry-after': 'Mon, 30 Nov 2026 12:00:04 GMT' }), now)).toBe(4000);
+    expect(retryAfterFrom(new Headers({ 'retry-after': 'soon' }), now)).toBeUndefined();
+    expect(retryAfterFrom(new Headers({}), now)).toBeUndefined();
+  });
+});

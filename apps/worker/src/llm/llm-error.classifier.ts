@@ -1,0 +1,51 @@
+import { APIConnectionError, APIError, APIUserAbortError } from 'openai';
+import { CallTimeoutError, EmptyCompletionError, LlmErrorClass } from './llm.errors';
+
+const RETRYABLE_STATUS = new Set([408, 409, 429]);
+
+/**
+ * Explicit classification of what a model call threw. Retried: our own
+ * wall-clock timeouts, connection failures (the SDK's APIConnectionError and
+ * APIConnectionTimeoutError), 408, 409, 429 and every 5xx. Everything else,
+ * unknown errors included, is not: retrying a 400 only spends money.
+ * A provider's `x-should-retry` header overrides the status.
+ */
+export function classifyLlmError(err: unknown): LlmErrorClass {
+  if (err instanceof CallTimeoutError) return { kind: 'timeout', retryable: true };
+  // Our own timer aborts the request: the SDK reports that as a user abort.
+  if (err instanceof APIUserAbortError) return { kind: 'timeout', retryable: true };
+  if (err instanceof APIConnectionError) return { kind: 'connection', retryable: true };
+  if (err instanceof EmptyCompletionError) return { kind: 'empty_answer', retryable: false };
+  if (err instanceof APIError && typeof err.status === 'number') {
+    const status = err.status;
+    const headers = err.headers;
+    const retryAfterMs = headers ? retryAfterFrom(headers) : undefined;
+    const kind =
+      status === 429 ? 'rate_limited' : status >= 500 ? 'server' : status === 409 ? 'conflict' : status === 408 ? 'timeout' : 'client';
+    let retryable = RETRYABLE_STATUS.has(status) || status >= 500;
+    const shouldRetry = headers?.get('x-should-retry');
+    if (shouldRetry === 'true') retryable = true;
+    if (shouldRetry === 'false') retryable = false;
+    return { kind, retryable, status, ...(retryAfterMs === undefined ? {} : { retryAfterMs }) };
+  }
+  if (isNodeConnectionError(err)) return { kind: 'connection', retryable: true };
+  return { kind: 'unknown', retryable: false };
+}
+
+/** `retry-after-ms` (OpenAI) wins over `Retry-After` (seconds or an HTTP date). */
+export function retryAfterFrom(headers: Headers, now = Date.now()): number | undefined {
+  const ms = headers.get('retry-after-ms');
+  if (ms !== null && /^\d+(\.\d+)?$/.test(ms.trim())) return Math.round(Number(ms));
+  const value = headers.get('retry-after');
+  if (value === null) return undefined;
+  if (/^\d+(\.\d+)?$/.test(value.trim())) return Math.round(Number(value) * 1000);
+  const date = Date.parse(value);
+  return Number.isNaN(date) ? undefined : Math.max(0, date - now);
+}
+
+const CONNECTION_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN', 'UND_ERR_SOCKET']);
+
+function isNodeConnectionError(err: unknown): boolean {
+  const code = (err as { code?: unknown; cause?: { code?: unknown } } | null)?.code ?? (err as { cause?: { code?: unknown } } | null)?.cause?.code;
+  return typeof code === 'string' && CONNECTION_CODES.has(code);
+}

@@ -1,0 +1,152 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { CallTimeoutError, type LlmErrorClass } from '../llm/llm.errors';
+import {
+  DeadlineExceededError,
+  NonRetryableError,
+  RetriesExhaustedError,
+  RetryCancelledError,
+} from './retry.errors';
+import {
+  type Clock,
+  InjectRetryPolicyOptions,
+  type Random,
+  RETRY_CLOCK,
+  RETRY_RANDOM,
+  RETRY_SLEEP,
+  type RetryPolicyOptions,
+  type Sleep,
+} from './retry-policy.tokens';
+
+export interface RetryContext {
+  /** Monotonic time (the injected clock) by which the whole job must be done. */
+  readonly deadline: number;
+  /** Aborts everything: the running call and any backoff sleep (a hard stop). */
+  readonly signal?: AbortSignal;
+  /**
+   * Stops retrying but lets a call in progress finish: no new attempt starts
+   * and a backoff sleep ends at once (shutdown must not wait out a backoff).
+   */
+  readonly stopRetrying?: AbortSignal;
+  /** Told about each failed attempt, for metrics and logs. */
+  readonly onAttemptFailed?: (attempt: number, error: LlmErrorClass) => void;
+}
+
+export interface RetryOutcome<T> {
+  readonly value: T;
+  readonly attempts: number;
+}
+
+/**
+ * Runs one operation with retries inside one delivery of a job.
+ * Each attempt gets min(call timeout, time left) as a hard wall-clock limit:
+ * the attempt's AbortSignal fires, and the policy stops waiting even if the
+ * operation ignores it. Retryable failures sleep with full-jitter exponential
+ * backoff, or what Retry-After asks (capped); it stops at maxAttempts, or as
+ * soon as the next sleep would leave less than one useful attempt before the
+ * deadline. The clock, sleep and random source are injected.
+ */
+@Injectable()
+export class RetryPolicy {
+  constructor(
+    @InjectRetryPolicyOptions() private readonly options: RetryPolicyOptions,
+    @Inject(RETRY_CLOCK) private readonly clock: Clock,
+    @Inject(RETRY_SLEEP) private readonly sleep: Sleep,
+    @Inject(RETRY_RANDOM) private readonly random: Random,
+  ) {}
+
+  async run<T>(
+    operation: (signal: AbortSignal) => Promise<T>,
+    classify: (err: unknown) => LlmErrorClass,
+    ctx: RetryContext,
+  ): Promise<RetryOutcome<T>> {
+    const { maxAttempts, callTimeoutMs } = this.options;
+    const usefulMs = Math.min(this.options.minUsefulAttemptMs, callTimeoutMs);
+    let last: LlmErrorClass | undefined;
+
+    for (let attempt = 1; attempt <= maxAttempts; attempt++) {
+      const remaining = ctx.deadline - this.clock.now();
+      if (remaining < usefulMs) {
+        throw new DeadlineExceededError(`job deadline reached after ${attempt - 1} attempts`, attempt - 1, last);
+      }
+      if (attempt > 1 && (ctx.signal?.aborted || ctx.stopRetrying?.aborted)) {
+        throw new RetryCancelledError('stopped before a retry', attempt - 1, last);
+      }
+      if (ctx.signal?.aborted) throw new RetryCancelledError('cancelled', 0, last, { cause: ctx.signal.reason });
+
+      try {
+        const value = await this.attempt(operation, Math.min(callTimeoutMs, remaining), ctx.signal);
+        return { value, attempts: attempt };
+      } catch (err) {
+        if (ctx.signal?.aborted) throw new RetryCancelledError('cancelled during a call', attempt, last, { cause: err });
+        last = classify(err);
+        ctx.onAttemptFailed?.(attempt, last);
+        if (!last.retryable) {
+          throw new NonRetryableError(`model call failed: ${describe(err)}`, attempt, last, { cause: err });
+        }
+        if (attempt === maxAttempts) {
+          throw new RetriesExhaustedError(`model call failed ${attempt} times: ${describe(err)}`, attempt, last, { cause: err });
+        }
+        const delay = this.delayBefore(attempt + 1, last);
+        if (this.clock.now() + delay + usefulMs > ctx.deadline) {
+          throw new DeadlineExceededError(
+            `job deadline leaves no room for attempt ${attempt + 1} after a ${delay} ms wait`,
+            attempt,
+            last,
+            { cause: err },
+          );
+        }
+        const sleepSignal = anySignal(ctx.signal, ctx.stopRetrying);
+        try {
+          await this.sleep(delay, sleepSignal);
+        } catch (sleepErr) {
+          throw new RetryCancelledError('cancelled during backoff', attempt, last, { cause: sleepErr });
+        }
+      }
+    }
+    // maxAttempts >= 1, so the loop returned or threw.
+    throw new RetriesExhaustedError('no attempt made', 0, last);
+  }
+
+  /** The wait before attempt `next` (2, 3, ...). */
+  delayBefore(next: number, failure: LlmErrorClass): number {
+    if (failure.retryAfterMs !== undefined) return Math.min(failure.retryAfterMs, this.options.maxRetryAfterMs);
+    const ceiling = Math.min(this.options.maxDelayMs, this.options.baseDelayMs * 2 ** (next - 2));
+    return Math.floor(this.random() * ceiling);
+  }
+
+  private async attempt<T>(operation: (signal: AbortSignal) => Promise<T>, limitMs: number, outer?: AbortSignal): Promise<T> {
+    const controller = new AbortController();
+    const timer = setTimeout(() => controller.abort(new CallTimeoutError(limitMs)), limitMs);
+    const onOuterAbort = () => controller.abort(outer?.reason);
+    outer?.addEventListener('abort', onOuterAbort, { once: true });
+    let stop: (() => void) | undefined;
+    const aborted = new Promise<never>((_, reject) => {
+      stop = () => reject(controller.signal.reason);
+      controller.signal.addEventListener('abort', stop, { once: true });
+    });
+    try {
+      const running = operation(controller.signal);
+      running.catch(() => undefined); // its result no longer matters once the limit fires
+      return await Promise.race([running, aborted]);
+    } catch (err) {
+      // Whatever the operation threw on abort (the SDK's APIUserAbortError, a
+      // socket error), the cause that counts is our own timer.
+      if (controller.signal.reason instanceof CallTimeoutError) throw controller.signal.reason;
+      throw err;
+    } finally {
+      clearTimeout(timer);
+      outer?.removeEventListener('abort', onOuterAbort);
+      if (stop) controller.signal.removeEventListener('abort', stop);
+      aborted.catch(() => undefined);
+    }
+  }
+}
+
+function anySignal(...signals: (AbortSignal | undefined)[]): AbortSignal | undefined {
+  const present = signals.filter((s): s is AbortSignal => s !== undefined);
+  return present.length <= 1 ? present[0] : AbortSignal.any(present);
+}
+
+function describe(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}

@@ -1,0 +1,52 @@
+import { ConfigValidationError } from '@app/config';
+import { loadWorkerConfig } from './worker.config';
+
+const problemsOf = (env: Record<string, string>) => {
+  try {
+    loadWorkerConfig(env);
+    return [];
+  } catch (err) {
+    if (err instanceof ConfigValidationError) return err.problems.map((p) => p.variable);
+    throw err;
+  }
+};
+
+describe('worker configuration', () => {
+  it('has the documented defaults, the fake model without an API key', () => {
+    expect(loadWorkerConfig({})).toMatchObject({
+      healthPort: 3001,
+      concurrency: 16,
+      claimIdleMs: 30_000,
+      maxDeliveries: 5,
+      jobBudgetMs: 60_000,
+      llmProvider: 'fake',
+      openaiModel: 'gpt-4.1-mini',
+      llmCallTimeoutMs: 20_000,
+      llmMaxAttempts: 4,
+    });
+  });
+
+  it('uses openai when OPENAI_API_KEY is set', () => {
+    expect(loadWorkerConfig({ OPENAI_API_KEY: 'sk-x' }).llmProvider).toBe('openai');
+  });
+
+  it('accepts fractional seconds', () => {
+    expect(loadWorkerConfig({ LLM_CALL_TIMEOUT_S: '0.2', JOB_BUDGET_S: '0.5' })).toMatchObject({ llmCallTimeoutMs: 200, jobBudgetMs: 500 });
+  });
+
+  it.each([
+    ['WORKER_CONCURRENCY', '0'],
+    ['WORKER_CONCURRENCY', 'many'],
+    ['CLAIM_IDLE_MS', '5s'],
+    ['MAX_DELIVERIES', '-2'],
+    ['JOB_BUDGET_S', 'forever'],
+    ['LLM_PROVIDER', 'anthropic'],
+    ['LLM_PROVIDER', 'openai'],
+    ['OPENAI_BASE_URL', 'not a url'],
+    ['LLM_CALL_TIMEOUT_S', '0'],
+    ['LLM_MAX_ATTEMPTS', '0'],
+    ['HEALTH_PORT', '99999'],
+  ])('rejects %s=%s, naming it', (variable, value) => {
+    expect(problemsOf({ [variable]: value })).toEqual([variable]);
+  });
+});

@@ -1,0 +1,53 @@
+import { Injectable } from '@nestjs/common';
+import { Counter, Histogram, Registry } from 'prom-client';
+
+/** The worker's own figures. Labels are bounded: no job ids or tenants. */
+@Injectable()
+export class WorkerMetrics {
+  readonly jobs: Counter<'outcome'>;
+  readonly jobDuration: Histogram<'outcome'>;
+  readonly llmCalls: Counter<'outcome' | 'error_class'>;
+  readonly llmAttempts: Histogram;
+  readonly deadLetters: Counter<'reason'>;
+  readonly reclaimed: Counter;
+
+  constructor(registry: Registry) {
+    const registers = [registry];
+    this.jobs = new Counter({
+      name: 'worker_jobs_total',
+      help: 'Job deliveries by outcome: done, duplicate, transient (left pending), dead_lettered',
+      labelNames: ['outcome'],
+      registers,
+    });
+    this.jobDuration = new Histogram({
+      name: 'worker_job_duration_seconds',
+      help: 'Time from the start of a delivery to its outcome',
+      labelNames: ['outcome'],
+      buckets: [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120],
+      registers,
+    });
+    this.llmCalls = new Counter({
+      name: 'worker_llm_calls_total',
+      help: 'Model calls by outcome and error class',
+      labelNames: ['outcome', 'error_class'],
+      registers,
+    });
+    this.llmAttempts = new Histogram({
+      name: 'worker_llm_attempts_per_job',
+      help: 'Model call attempts within one delivery',
+      buckets: [1, 2, 3, 4, 5, 6, 8, 10],
+      registers,
+    });
+    this.deadLetters = new Counter({
+      name: 'worker_dead_letters_total',
+      help: 'Messages moved to the dead-letter stream, by reason',
+      labelNames: ['reason'],
+      registers,
+    });
+    this.reclaimed = new Counter({
+      name: 'worker_reclaimed_total',
+      help: 'Messages this worker took over from consumers that stopped refreshing them',
+      registers,
+    });
+  }
+}

@@ -1,0 +1,258 @@
+import { CONSUMER_GROUP, DEAD_LETTER_STREAM, jobIdFor, jobRecordKey, JOBS_STREAM, SummaryJobQueue } from '@app/jobs';
+import type { Redis } from 'ioredis';
+import { randomUUID } from 'node:crypto';
+import type { DataSource } from 'typeorm';
+import { fieldsOf } from '../../apps/worker/src/jobs/job-message';
+import { FakeOpenAiServer } from '../support/fake-openai-server';
+import { eventually, freshRedis, sleep, testDataSource, truncateAll } from '../support/infra';
+import { startWorker, type WorkerHarness } from '../support/worker-harness';
+
+const newJob = (text = 'Redis Streams deliver at least once. The worker makes each effect happen once.') => ({
+  jobId: jobIdFor(`tenant-a:POST:/v1/summaries:${randomUUID()}`),
+  tenant: 'tenant-a',
+  payload: { text, notify: 'someone@example.com' },
+});
+
+describe('StreamsConsumer against real Redis and PostgreSQL', () => {
+  let redis: Redis;
+  let db: DataSource;
+  let queue: SummaryJobQueue;
+  let model: FakeOpenAiServer;
+  const workers: WorkerHarness[] = [];
+
+  const worker = async (env: Record<string, string> = {}, consumer = {}) => {
+    const w = await startWorker({ modelUrl: model.baseUrl, env, consumer });
+    workers.push(w);
+    return w;
+  };
+  const count = async (table: string) => Number((await db.query(`SELECT count(*) AS n FROM ${table}`))[0].n);
+  const pending = async () => Number(((await redis.xpending(JOBS_STREAM, CONSUMER_GROUP)) as [number])[0]);
+  /** What a consumer that then dies leaves behind: the entry delivered to it and never acknowledged. */
+  const readAs = async (consumer: string) => {
+    const reply = (await redis.xreadgroup('GROUP', CONSUMER_GROUP, consumer, 'COUNT', 10, 'STREAMS', JOBS_STREAM, '>')) as
+      | [string, [string, string[]][]][]
+      | null;
+    return (reply?.[0]?.[1] ?? []).map(([id, flat]) => ({ id, fields: fieldsOf(flat) }));
+  };
+  const createGroup = () => redis.xgroup('CREATE', JOBS_STREAM, CONSUMER_GROUP, '0', 'MKSTREAM');
+
+  beforeAll(async () => {
+    db = await testDataSource();
+    model = await new FakeOpenAiServer().start();
+  });
+  afterAll(async () => {
+    await model.stop();
+    await db.destroy();
+  });
+  beforeEach(async () => {
+    redis = await freshRedis();
+    queue = new SummaryJobQueue(redis);
+    await truncateAll(db);
+    model.requests.length = 0;
+    model.peakConcurrency = 0;
+    model.reply = () => ({ kind: 'complete', content: 'A short summary.' });
+  });
+  afterEach(async () => {
+    await Promise.all(workers.splice(0).map((w) => w.close()));
+    redis.disconnect();
+  });
+
+  it('runs a job end to end: one model call, the summary and its outbox row, the entry acknowledged and gone', async () => {
+    const w = await worker();
+    const job = newJob();
+    await queue.enqueue(job);
+    expect(await w.consumer.runOnce()).toEqual([expect.objectContaining({ deliveries: 1, outcome: 'done' })]);
+    expect(model.calls).toBe(1);
+    expect(model.requests[0].userText).toBe(job.payload.text);
+    expect(model.requests[0].model).toBe('gpt-4.1-mini');
+    expect(await db.query('SELECT job_id, tenant, summary FROM summaries')).toEqual([
+      { job_id: job.jobId, tenant: 'tenant-a', summary: 'A short summary.' },
+    ]);
+    expect(await db.query('SELECT dedupe_key, payload FROM outbox')).toEqual([
+      { dedupe_key: `summary_ready:${job.jobId}`, payload: { job_id: job.jobId, to: 'someone@example.com' } },
+    ]);
+    expect(await pending()).toBe(0);
+    expect(await redis.xlen(JOBS_STREAM)).toBe(0);
+  });
+
+  it('the same job id enqueued twice: one summary, one outbox row, both entries acknowledged', async () => {
+    const w = await worker();
+    const job = newJob();
+    await queue.enqueue(job);
+    await queue.enqueue(job);
+    const outcomes = (await w.consumer.runOnce()).map((r) => r.outcome).sort();
+    expect(outcomes).toEqual(['done', 'duplicate']);
+    expect(await count('summaries')).toBe(1);
+    expect(await count('outbox')).toBe(1);
+    expect(await pending()).toBe(0);
+    // and a later delivery of it is stopped by the pre-check, without a model call
+    const calls = model.calls;
+    await queue.enqueue(job);
+    expect((await w.consumer.runOnce()).map((r) => r.outcome)).toEqual(['duplicate']);
+    expect(model.calls).toBe(calls);
+  });
+
+  it('crash between commit and XACK: another worker reclaims it; one model call, one summary, one outbox row', async () => {
+    const a = await worker({ CLAIM_IDLE_MS: '300' });
+    const b = await worker({ CLAIM_IDLE_MS: '300' });
+    const job = newJob();
+    await queue.enqueue(job);
+    await createGroup();
+    // Worker A reads and runs the job to its commit, then dies before XACK.
+    const [entry] = await readAs('worker-a-dead');
+    await expect(a.handler.handle(job, { deadline: performance.now() + 10_000, stopRetrying: new AbortController().signal, signal: new AbortController().signal })).resolves.toBe('done');
+    expect(await pending()).toBe(1);
+
+    expect(await b.consumer.runOnce()).toEqual([]); // not idle long enough yet
+    await sleep(350);
+    const results = await b.consumer.runOnce();
+    expect(results).toEqual([{ id: entry.id, deliveries: 2, outcome: 'duplicate' }]);
+    expect(model.calls).toBe(1);
+    expect(await count('summaries')).toBe(1);
+    expect(await count('outbox')).toBe(1);
+    expect(await pending()).toBe(0);
+  });
+
+  it('a slow worker and a reclaimer on the same job at once: done and duplicate, two model calls, one outbox row', async () => {
+    const a = await worker({ CLAIM_IDLE_MS: '200' });
+    const b = await worker({ CLAIM_IDLE_MS: '200' });
+    model.reply = () => ({ kind: 'complete', content: 'Slowly summarised.', delayMs: 700 });
+    const job = newJob();
+    await queue.enqueue(job);
+    await createGroup();
+    await readAs('slow-worker'); // A holds it but does not refresh it (stalled)
+    const slow = a.handler.handle(job, { deadline: performance.now() + 10_000, stopRetrying: new AbortController().signal, signal: new AbortController().signal });
+    await sleep(250);
+    const reclaimed = b.consumer.runOnce();
+    const [first, [second]] = await Promise.all([slow, reclaimed]);
+    expect([first, second.outcome].sort()).toEqual(['done', 'duplicate']);
+    expect(second.deliveries).toBe(2);
+    expect(model.calls).toBe(2);
+    expect(await count('summaries')).toBe(1);
+    expect(await count('outbox')).toBe(1);
+  });
+
+  it('a consumer killed after XREADGROUP: not claimable before CLAIM_IDLE_MS, then claimed with delivery count 2', async () => {
+    const b = await worker({ CLAIM_IDLE_MS: '400' });
+    await queue.enqueue(newJob());
+    await createGroup();
+    const [entry] = await readAs('killed-consumer');
+    await sleep(200);
+    expect(await b.consumer.runOnce()).toEqual([]);
+    const [[, owner, , deliveriesBefore]] = (await redis.xpending(JOBS_STREAM, CONSUMER_GROUP, '-', '+', 10)) as [string, string, number, number][];
+    expect([owner, deliveriesBefore]).toEqual(['killed-consumer', 1]);
+    await sleep(250);
+    expect(await b.consumer.runOnce()).toEqual([{ id: entry.id, deliveries: 2, outcome: 'done' }]);
+    expect(model.calls).toBe(1);
+  });
+
+  it('a live worker whose job runs three times CLAIM_IDLE_MS keeps it: nobody else claims it, one model call', async () => {
+    const a = await worker({ CLAIM_IDLE_MS: '300' });
+    const b = await worker({ CLAIM_IDLE_MS: '300' });
+    model.reply = () => ({ kind: 'complete', content: 'Took a while.', delayMs: 900 });
+    await queue.enqueue(newJob());
+    const running = a.consumer.runOnce();
+    const stolen: unknown[] = [];
+    for (let t = 0; t < 10; t++) {
+      await sleep(100);
+      stolen.push(...(await b.consumer.runOnce()));
+    }
+    expect(stolen).toEqual([]);
+    expect(await running).toEqual([expect.objectContaining({ deliveries: 1, outcome: 'done' })]);
+    expect(model.calls).toBe(1);
+    expect(await count('outbox')).toBe(1);
+  });
+
+  it('an always-failing transient job with MAX_DELIVERIES=3 runs 3 times; the 4th claim dead-letters it', async () => {
+    const w = await worker({ CLAIM_IDLE_MS: '200', MAX_DELIVERIES: '3', LLM_MAX_ATTEMPTS: '1' });
+    model.reply = () => ({ kind: 'error', status: 503 });
+    const job = newJob();
+    const sourceId = await queue.enqueue(job);
+    const outcomes: [number, string][] = [];
+    for (let i = 0; i < 4; i++) {
+      if (i > 0) await sleep(250);
+      outcomes.push(...(await w.consumer.runOnce()).map((r): [number, string] => [r.deliveries, r.outcome]));
+    }
+    expect(outcomes).toEqual([
+      [1, 'transient'],
+      [2, 'transient'],
+      [3, 'transient'],
+    ]);
+    expect(model.calls).toBe(3);
+    const dead = await redis.xrange(DEAD_LETTER_STREAM, '-', '+');
+    expect(dead).toHaveLength(1);
+    expect(fieldsOf(dead[0][1])).toEqual({
+      job_id: job.jobId,
+      tenant: 'tenant-a',
+      payload: JSON.stringify(job.payload),
+      reason: 'max_deliveries',
+      detail: 'delivered 3 times without success',
+      source_id: sourceId,
+    });
+    expect(await pending()).toBe(0);
+    expect(await redis.xlen(JOBS_STREAM)).toBe(0);
+    expect(await redis.hgetall(jobRecordKey(job.jobId))).toMatchObject({ status: 'failed', error: 'max_deliveries' });
+  });
+
+  it('a 400 from the model is dead-lettered after exactly one model call', async () => {
+    const w = await worker();
+    model.reply = () => ({ kind: 'error', status: 400 });
+    const job = newJob();
+    await queue.enqueue(job);
+    expect((await w.consumer.runOnce()).map((r) => r.outcome)).toEqual(['dead_lettered']);
+    expect(model.calls).toBe(1);
+    const [[, fields]] = await redis.xrange(DEAD_LETTER_STREAM, '-', '+');
+    expect(fieldsOf(fields)).toMatchObject({ job_id: job.jobId, reason: 'llm_client' });
+    expect(await pending()).toBe(0);
+    expect(await count('summaries')).toBe(0);
+  });
+
+  it('a job that keeps getting 429 makes LLM_MAX_ATTEMPTS calls in one delivery and stays pending', async () => {
+    const w = await worker({ LLM_MAX_ATTEMPTS: '3' });
+    model.reply = () => ({ kind: 'error', status: 429, headers: { 'retry-after-ms': '20' } });
+    await queue.enqueue(newJob());
+    expect(await w.consumer.runOnce()).toEqual([expect.objectContaining({ deliveries: 1, outcome: 'transient' })]);
+    expect(model.calls).toBe(3);
+    expect(await pending()).toBe(1);
+    expect(await redis.xlen(DEAD_LETTER_STREAM)).toBe(0);
+  });
+
+  it('a malformed entry is dead-lettered at once, without a model call', async () => {
+    const w = await worker();
+    const id = await redis.xadd(JOBS_STREAM, '*', 'job_id', 'not-a-uuid', 'payload', '{');
+    expect((await w.consumer.runOnce()).map((r) => r.outcome)).toEqual(['dead_lettered']);
+    expect(model.calls).toBe(0);
+    const [[, fields]] = await redis.xrange(DEAD_LETTER_STREAM, '-', '+');
+    expect(fieldsOf(fields)).toMatchObject({ job_id: 'not-a-uuid', reason: 'malformed', source_id: id });
+  });
+
+  it('a pending entry deleted from the stream is dead-lettered by id, not dropped', async () => {
+    const w = await worker({ CLAIM_IDLE_MS: '200' });
+    await queue.enqueue(newJob());
+    await createGroup();
+    const [entry] = await readAs('gone-consumer');
+    await redis.xdel(JOBS_STREAM, entry.id);
+    await sleep(250);
+    expect(await w.consumer.runOnce()).toEqual([]);
+    const [[, fields]] = await redis.xrange(DEAD_LETTER_STREAM, '-', '+');
+    expect(fieldsOf(fields)).toEqual({ reason: 'deleted_from_stream', source_id: entry.id });
+    expect(await pending()).toBe(0);
+  });
+
+  it('with WORKER_CONCURRENCY=16 and a 200 ms model, 64 jobs run 16 at a time', async () => {
+    model.reply = () => ({ kind: 'complete', content: 'Parallel.', delayMs: 200 });
+    const w = await worker({ WORKER_CONCURRENCY: '16' }, { blockMs: 100 });
+    const jobs = Array.from({ length: 64 }, () => newJob());
+    for (const job of jobs) await queue.enqueue(job);
+    const t0 = performance.now();
+    w.consumer.start();
+    await eventually(async () => ((await count('summaries')) === 64 ? true : undefined), 20_000, '64 summaries');
+    const elapsed = performance.now() - t0;
+    expect(model.calls).toBe(64);
+    expect(model.peakConcurrency).toBe(16);
+    // Sequentially this is 64 × 200 ms = 12.8 s; four waves of 16 take about 0.8 s.
+    expect(elapsed).toBeLessThan(64 * 200 * 0.4);
+    await eventually(async () => ((await pending()) === 0 ? true : undefined), 5000, 'all acked');
+    expect(await redis.xlen(JOBS_STREAM)).toBe(0);
+  });
+});
