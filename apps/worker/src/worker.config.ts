@@ -1,6 +1,7 @@
 import { commonEnv, ConfigFieldError, ConfigOf, env, parseConfig, type Env } from '@app/config';
 
-const workerSchema = {
+/** Every variable the worker reads (INTERFACE.md); the manifests are checked against it. */
+export const workerEnvSchema = {
   ...commonEnv,
   healthPort: env.int('HEALTH_PORT', 3001, { min: 0, max: 65535 }),
   concurrency: env.int('WORKER_CONCURRENCY', 16, { min: 1, max: 1000 }),
@@ -20,9 +21,9 @@ const workerSchema = {
   llmMaxAttempts: env.int('LLM_MAX_ATTEMPTS', 4, { min: 1, max: 20 }),
 };
 
-export type WorkerConfig = ConfigOf<typeof workerSchema>;
+export type WorkerConfig = ConfigOf<typeof workerEnvSchema>;
 
 /** The worker's whole configuration, validated once at boot; throws naming every bad variable. */
 export function loadWorkerConfig(source: Env): WorkerConfig {
-  return parseConfig(workerSchema, source);
+  return parseConfig(workerEnvSchema, source);
 }
