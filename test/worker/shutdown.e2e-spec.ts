@@ -69,6 +69,9 @@ describe('worker process on SIGTERM', () => {
     expect(await db.query('SELECT job_id, summary FROM summaries')).toEqual([{ job_id: jobId, summary: 'Finished during the drain.' }]);
     expect(Number(((await redis.xpending(JOBS_STREAM, CONSUMER_GROUP)) as [number])[0])).toBe(0);
     expect(await redis.xlen(JOBS_STREAM)).toBe(0);
-    expect(output.join('')).toContain('draining 1 in-flight job(s)');
+    const lines = output.join('').split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(lines.some((l) => l.msg === 'draining 1 in-flight job(s)')).toBe(true);
+    // The job's lines carry its id from the logging context, not from each call.
+    expect(lines.find((l) => l.msg === 'job finished')).toMatchObject({ job_id: jobId, result: 'done', app: 'worker' });
   }, 60_000);
 });

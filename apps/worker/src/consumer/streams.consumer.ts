@@ -3,6 +3,7 @@ import { HealthChecksRegistry } from '@app/health';
 import { jobRecordKey, JOB_RECORD_TTL_MS } from '@app/jobs';
 import { InjectRedis } from '@app/redis';
 import type { Redis } from 'ioredis';
+import { PinoLogger } from 'nestjs-pino';
 import { fieldsOf, parseSummaryJob, type StreamMessage } from '../jobs/job-message';
 import { PermanentJobError, TransientJobError } from '../jobs/job.errors';
 import { SummaryJobHandler } from '../jobs/summary-job.handler';
@@ -58,6 +59,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     private readonly handler: SummaryJobHandler,
     private readonly health: HealthChecksRegistry,
     private readonly metrics: WorkerMetrics,
+    private readonly pino: PinoLogger,
   ) {}
 
   get consumerName(): string {
@@ -206,7 +208,9 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
   }
 
   private dispatch(message: StreamMessage, deliveries: number): Delivery {
-    const outcome = this.process(message, deliveries).finally(() => {
+    // Every log line of the job, however deep, carries its job id and entry.
+    const bindings = { job_id: message.fields.job_id, entry: message.id };
+    const outcome = this.pino.runInContext(() => this.process(message, deliveries), { bindings }).finally(() => {
       this.inFlight.delete(message.id);
       this.wakeSlotWaiters();
     });
@@ -230,7 +234,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
         signal: this.hardStop.signal,
       });
       await this.ack(message.id);
-      this.logger.log({ job_id: jobId, entry: message.id, deliveries, result }, 'job finished');
+      this.logger.log({ deliveries, result }, 'job finished');
       return finish(result);
     } catch (err) {
       if (err instanceof TransientJobError) {
