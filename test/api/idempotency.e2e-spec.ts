@@ -235,12 +235,14 @@ describe('IdempotencyInterceptor on any controller', () => {
 
   it('renews the lock of a handler that runs three times its lock TTL: duplicates meanwhile get 409', async () => {
     const key = newKey();
-    const slow = post('/test/ops/slow', key, { ms: 900 }).then((r) => r);
+    // lock TTL 300 ms; the handler runs 1400 ms (over four TTLs). Unrenewed, the
+    // lock would be gone at 300 ms and the duplicates below would run it again.
+    const slow = post('/test/ops/slow', key, { ms: 1400 }).then((r) => r);
     await eventually(() => (probe.count('slow') === 1 ? true : undefined));
     const during: number[] = [];
-    for (const at of [400, 700]) {
-      await sleep(at - (during.length ? 400 : 0));
-      const dup = await post('/test/ops/slow', key, { ms: 900 });
+    for (const wait of [450, 350]) {
+      await sleep(wait);
+      const dup = await post('/test/ops/slow', key, { ms: 1400 });
       during.push(dup.status);
       expect(dup.body.type).toBe(IdempotencyProblemTypes.inProgress);
     }
@@ -249,7 +251,7 @@ describe('IdempotencyInterceptor on any controller', () => {
     expect(first.status).toBe(201);
     expect(first.body).toEqual({ run: 1 });
     expect(probe.count('slow')).toBe(1);
-    const replay = await post('/test/ops/slow', key, { ms: 900 }).expect(201);
+    const replay = await post('/test/ops/slow', key, { ms: 1400 }).expect(201);
     expect(replay.body).toEqual({ run: 1 });
   });
 
@@ -318,6 +320,22 @@ describe('IdempotencyInterceptor on any controller', () => {
     const res = await post('/test/optional/strict').expect(400);
     expect(res.body.type).toBe(IdempotencyProblemTypes.keyMissing);
     expect(probe.count('strict')).toBe(0);
+  });
+
+  it('documents the header and the idempotency answers of every @Idempotent() route in OpenAPI, by itself', async () => {
+    const doc = (await request(api.server).get('/docs/openapi.json').expect(200)).body as {
+      paths: Record<string, Record<string, { parameters?: { name: string; in: string; required?: boolean }[]; responses: Record<string, unknown> }>>;
+    };
+    const header = (path: string) => doc.paths[path].post.parameters?.filter((p) => p.in === 'header' && p.name === 'Idempotency-Key') ?? [];
+    for (const path of ['/v1/summaries', '/test/ops/created', '/test/optional', '/test/optional/strict']) {
+      expect(Object.keys(doc.paths[path].post.responses)).toEqual(expect.arrayContaining(['409', '422']));
+      expect(header(path)).toHaveLength(1);
+    }
+    expect(header('/v1/summaries')[0].required).toBe(true);
+    expect(header('/test/optional')[0].required).toBe(false);
+    expect(header('/test/optional/strict')[0].required).toBe(true);
+    expect(header('/test/ops/undecorated')).toEqual([]);
+    expect(Object.keys(doc.paths['/test/ops/undecorated'].post.responses)).not.toContain('409');
   });
 
   it('counts replays in idempotency_requests_total', async () => {

@@ -2,6 +2,7 @@ import type { DynamicModule, INestApplication, Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import { bodyParserErrorHandler } from '@app/problem';
+import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
 import { Logger } from 'nestjs-pino';
 
 export const MAX_BODY_BYTES = 1024 * 1024;
@@ -9,7 +10,8 @@ export const MAX_BODY_BYTES = 1024 * 1024;
 /**
  * What the HTTP server needs beyond the module graph, shared by main.ts and
  * the end-to-end tests: a 1 MiB JSON body limit whose failures are
- * problem+json, pino as the logger, shutdown hooks.
+ * problem+json, pino as the logger, the OpenAPI document at /docs, shutdown
+ * hooks.
  */
 export function configureApiApp(app: NestExpressApplication): NestExpressApplication {
   app.useLogger(app.get(Logger));
@@ -17,6 +19,16 @@ export function configureApiApp(app: NestExpressApplication): NestExpressApplica
   app.useBodyParser('json', { limit: MAX_BODY_BYTES });
   app.use(bodyParserErrorHandler);
   // SIGTERM drains (the modules' shutdown hooks), then exits 0, not by re-raising the signal.
+  const document = SwaggerModule.createDocument(
+    app,
+    new DocumentBuilder()
+      .setTitle('LLM workflows API')
+      .setDescription('Summarisation jobs behind idempotent POSTs. Errors are application/problem+json (RFC 9457).')
+      .setVersion('1')
+      .addBearerAuth({ type: 'http', scheme: 'bearer', description: 'An API key from API_KEYS; it names the tenant' })
+      .build(),
+  );
+  SwaggerModule.setup('docs', app, document, { jsonDocumentUrl: 'docs/openapi.json' });
   app.enableShutdownHooks(['SIGTERM', 'SIGINT'], { useProcessExit: true });
   return app;
 }

@@ -24,7 +24,7 @@ import {
 } from './idempotency.errors';
 import { IdempotencyMetrics } from './idempotency.metrics';
 import { IDEMPOTENCY_MODULE_OPTIONS, type IdempotencyModuleOptions } from './idempotency.module-definition';
-import { Idempotent, IdempotentOptions } from './idempotent.decorator';
+import { IdempotentMetadata, type IdempotentOptions } from './idempotent.decorator';
 import { ClaimResult, IdempotencyStore, InjectIdempotencyStore, StoredResponse } from './idempotency-store.interface';
 import { LockLease } from './lock-lease';
 
@@ -84,7 +84,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
   async intercept(context: ExecutionContext, next: CallHandler): Promise<Observable<unknown>> {
     if (context.getType() !== 'http') return next.handle();
-    const route = this.reflector.getAllAndOverride<IdempotentOptions | undefined>(Idempotent, [
+    const route = this.reflector.getAllAndOverride<IdempotentOptions | undefined>(IdempotentMetadata, [
       context.getHandler(),
       context.getClass(),
     ]);

@@ -1,4 +1,7 @@
+import { applyDecorators } from '@nestjs/common';
+import { PATH_METADATA } from '@nestjs/common/constants';
 import { Reflector } from '@nestjs/core';
+import { ApiHeader, ApiResponse } from '@nestjs/swagger';
 
 export interface IdempotentOptions {
   /** Reject a request without an Idempotency-Key (400). Default true. */
@@ -11,10 +14,76 @@ export interface IdempotentOptions {
   readonly maxStoredBodyBytes?: number;
 }
 
+/** The metadata IdempotencyInterceptor reads (method options override class options). */
+export const IdempotentMetadata = Reflector.createDecorator<IdempotentOptions | undefined>();
+
+const problem = (description: string, headers?: Record<string, { description: string; schema: { type: 'integer' } }>) => ({
+  description,
+  headers,
+  content: {
+    'application/problem+json': {
+      schema: {
+        type: 'object' as const,
+        required: ['type', 'title', 'status'],
+        properties: {
+          type: { type: 'string' as const },
+          title: { type: 'string' as const },
+          status: { type: 'integer' as const },
+          detail: { type: 'string' as const },
+        },
+      },
+    },
+  },
+});
+
 /**
  * Makes a controller method (or every method of a controller) safe to retry:
  * the same Idempotency-Key with the same body gets the same answer, and the
  * handler runs at most once per key while its record lives. Options on a
  * method override those on its class, which override the module's defaults.
+ * The OpenAPI document gets the header and the idempotency answers with it.
  */
-export const Idempotent = Reflector.createDecorator<IdempotentOptions | undefined>();
+export function Idempotent(options?: IdempotentOptions): MethodDecorator & ClassDecorator {
+  return ((target: object, key?: string | symbol, descriptor?: PropertyDescriptor) => {
+    if (descriptor) {
+      IdempotentMetadata(options)(target, key!, descriptor);
+      documentation(options)(target, key!, descriptor);
+      return;
+    }
+    IdempotentMetadata(options)(target as never);
+    // On a class: document each route that has no options of its own. A
+    // method's own @Idempotent() replaces the class's options as a whole, at
+    // run time (getAllAndOverride) and here alike.
+    const proto = (target as { prototype: object }).prototype;
+    for (const name of Object.getOwnPropertyNames(proto)) {
+      const method = Object.getOwnPropertyDescriptor(proto, name);
+      if (name === 'constructor' || typeof method?.value !== 'function') continue;
+      if (!Reflect.hasOwnMetadata(PATH_METADATA, method.value)) continue;
+      if (Reflect.hasOwnMetadata(IdempotentMetadata.KEY, method.value)) continue;
+      documentation(options)(proto, name, method);
+    }
+  }) as MethodDecorator & ClassDecorator;
+}
+
+/** The OpenAPI description of what @Idempotent() adds to a route. */
+function documentation(options: IdempotentOptions | undefined): MethodDecorator {
+  return applyDecorators(
+    ApiHeader({
+      name: 'Idempotency-Key',
+      required: options?.required ?? true,
+      description:
+        'One key per operation, reused for each retry of it: 16 to 128 printable ASCII characters without spaces or commas, ' +
+        'bare or as a Structured Field string ("..."). The same key and body get the same answer, with Idempotent-Replayed: true.',
+      schema: { type: 'string', minLength: 16, maxLength: 128 },
+    }),
+    ApiResponse({ status: 400, ...problem('The Idempotency-Key is missing or malformed, or the body is invalid. Nothing was done.') }),
+    ApiResponse({
+      status: 409,
+      ...problem('A request with this key is still running. Retry after Retry-After seconds to get its answer.', {
+        'Retry-After': { description: 'Seconds until the running request’s lock frees', schema: { type: 'integer' } },
+      }),
+    }),
+    ApiResponse({ status: 422, ...problem('This key was already used with a different body.') }),
+    ApiResponse({ status: 503, ...problem('The request cannot be made safe to retry right now; nothing was done. Retry with the same key.') }),
+  ) as MethodDecorator;
+}

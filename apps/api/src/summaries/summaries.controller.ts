@@ -1,4 +1,5 @@
 import { Body, Controller, Get, HttpCode, HttpStatus, Param, Post, Res, UseGuards } from '@nestjs/common';
+import { ApiAcceptedResponse, ApiBearerAuth, ApiNotFoundResponse, ApiOkResponse, ApiTags, ApiUnauthorizedResponse } from '@nestjs/swagger';
 import { IdempotencyContext, Idempotent, type IdempotencyRequestContext } from '@app/idempotency';
 import { jobIdFor, SummaryJobQueue } from '@app/jobs';
 import { ProblemException, ProblemTypes } from '@app/problem';
@@ -6,6 +7,7 @@ import type { Response } from 'express';
 import { ApiKeyGuard } from '../auth/api-key.guard';
 import { Tenant } from '../auth/principal';
 import { CreateSummaryDto } from './create-summary.dto';
+import { JobAcceptedDto, SummaryStatusDto } from './summary-responses.dto';
 import { SummaryStatus, SummaryStatusService } from './summary-status.service';
 
 export interface JobAccepted {
@@ -13,6 +15,9 @@ export interface JobAccepted {
   readonly status: 'queued';
 }
 
+@ApiTags('summaries')
+@ApiBearerAuth()
+@ApiUnauthorizedResponse({ description: 'No or unknown API key' })
 @Controller('v1/summaries')
 @UseGuards(ApiKeyGuard)
 export class SummariesController {
@@ -29,6 +34,7 @@ export class SummariesController {
   @Post()
   @Idempotent()
   @HttpCode(HttpStatus.ACCEPTED)
+  @ApiAcceptedResponse({ type: JobAcceptedDto, description: 'Queued; Location names the job. A replay carries Idempotent-Replayed: true.' })
   async create(
     @Body() body: CreateSummaryDto,
     @Tenant() tenant: string,
@@ -53,6 +59,8 @@ export class SummariesController {
 
   /** queued, done with the summary, or failed with the reason; 404 for any job that is not the tenant's. */
   @Get(':jobId')
+  @ApiOkResponse({ type: SummaryStatusDto })
+  @ApiNotFoundResponse({ description: 'No such job for this tenant' })
   read(@Param('jobId') jobId: string, @Tenant() tenant: string): Promise<SummaryStatus> {
     return this.status.find(jobId, tenant);
   }
