@@ -6,6 +6,7 @@ import { randomUUID } from 'node:crypto';
 import request from 'supertest';
 import { ApiHarness, bearer, startApi, TENANT_A, TENANT_B } from '../support/api-harness';
 import { freshRedis } from '../support/infra';
+import { metricValue } from '../support/metrics';
 
 const body = { text: 'The quick brown fox jumps over the lazy dog.', notify: 'ops@example.com' };
 const newKey = () => `key-${randomUUID()}`;
@@ -255,6 +256,17 @@ describe('POST /v1/summaries (INTERFACE.md, every row)', () => {
       expect(Number(r.headers['retry-after'])).toBeGreaterThanOrEqual(1);
     }
     expect(await streamEntries()).toHaveLength(1);
+  });
+
+  it('counts HTTP answers by route pattern and status', async () => {
+    const labels = { method: 'POST', route: '/v1/summaries', status: '202' };
+    const before = await metricValue(api.server, 'http_request_duration_seconds_count', labels);
+    await post(newKey()).expect(202);
+    await request(api.server).get('/v1/nothing-here').expect(404);
+    expect(await metricValue(api.server, 'http_request_duration_seconds_count', labels)).toBe(before + 1);
+    expect(
+      await metricValue(api.server, 'http_request_duration_seconds_count', { method: 'GET', route: 'unmatched', status: '404' }),
+    ).toBeGreaterThanOrEqual(1);
   });
 
   it('unknown routes and methods answer problem+json', async () => {

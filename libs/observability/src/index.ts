@@ -1,2 +1,3 @@
 export * from './metrics.module';
 export * from './logging.module';
+export * from './http-metrics.middleware';

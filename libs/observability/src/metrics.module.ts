@@ -1,4 +1,5 @@
-import { Controller, Get, Header, Global, Module } from '@nestjs/common';
+import { Controller, Get, Global, Header, MiddlewareConsumer, Module, NestModule } from '@nestjs/common';
+import { HttpMetricsMiddleware } from './http-metrics.middleware';
 import { collectDefaultMetrics, Registry } from 'prom-client';
 
 @Controller('metrics')
@@ -15,8 +16,9 @@ export class MetricsController {
 
 /**
  * One Prometheus registry per application (not prom-client's global one, so
- * several apps in one process, as in the tests, keep their own figures), and
- * GET /metrics. Libraries inject `Registry` to register their metrics.
+ * several apps in one process, as in the tests, keep their own figures),
+ * GET /metrics, and the latency of every HTTP answer. Libraries inject
+ * `Registry` to register their metrics.
  */
 @Global()
 @Module({
@@ -33,4 +35,8 @@ export class MetricsController {
   ],
   exports: [Registry],
 })
-export class MetricsModule {}
+export class MetricsModule implements NestModule {
+  configure(consumer: MiddlewareConsumer): void {
+    consumer.apply(HttpMetricsMiddleware).forRoutes('*');
+  }
+}
