@@ -239,6 +239,16 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
     expect(await pending()).toBe(0);
   });
 
+  it('creates its group again when Redis lost it (a restart without persistence)', async () => {
+    const w = await worker();
+    await queue.enqueue(newJob());
+    expect((await w.consumer.runOnce()).map((r) => r.outcome)).toEqual(['done']);
+    await redis.flushdb();
+    await queue.enqueue(newJob());
+    expect((await w.consumer.runOnce()).map((r) => r.outcome)).toEqual(['done']);
+    expect(await count('summaries')).toBe(2);
+  });
+
   it('with WORKER_CONCURRENCY=16 and a 200 ms model, 64 jobs run 16 at a time', async () => {
     model.reply = () => ({ kind: 'complete', content: 'Parallel.', delayMs: 200 });
     const w = await worker({ WORKER_CONCURRENCY: '16' }, { blockMs: 100 });

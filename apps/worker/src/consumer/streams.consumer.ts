@@ -139,7 +139,6 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
         backoffMs = 100;
       } catch (err) {
         if (this.stopping) break;
-        if ((err as Error).message.includes('NOGROUP')) this.groupReady = false;
         this.logger.warn(`consumer turn failed, retrying in ${backoffMs} ms: ${(err as Error).message}`);
         await new Promise((r) => setTimeout(r, backoffMs));
         backoffMs = Math.min(backoffMs * 2, 5000);
@@ -148,6 +147,20 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
   }
 
   private async turn(block: boolean): Promise<Delivery[]> {
+    try {
+      return await this.turnOnce(block);
+    } catch (err) {
+      // The group is gone (Redis restarted without persistence, or someone
+      // deleted it): create it again and carry on.
+      if (!(err as Error).message?.includes('NOGROUP')) throw err;
+      this.logger.warn('the consumer group is gone; creating it again');
+      this.groupReady = false;
+      this.cursor = '0-0';
+      return this.turnOnce(block);
+    }
+  }
+
+  private async turnOnce(block: boolean): Promise<Delivery[]> {
     await this.ensureGroup();
     let free = this.options.concurrency - this.inFlight.size;
     if (free <= 0) {
