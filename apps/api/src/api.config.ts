@@ -1,4 +1,4 @@
-import { commonEnv, ConfigOf, env, parseConfig, type Env } from '@app/config';
+import { commonEnv, ConfigFieldError, ConfigOf, env, parseConfig, type Env } from '@app/config';
 import { parseApiKeys } from './auth/api-keys';
 
 /** Every variable the api reads (INTERFACE.md); the manifests are checked against it. */
@@ -6,6 +6,7 @@ export const apiEnvSchema = {
   ...commonEnv,
   port: env.int('PORT', 3000, { min: 0, max: 65535 }),
   apiKeys: env.custom('API_KEYS', (raw, all) => parseApiKeys(raw, all.NODE_ENV === 'production')),
+  adminApiKey: env.custom('ADMIN_API_KEY', (raw, all) => parseAdminKey(raw, all)),
   idempotencyLockTtlMs: env.secondsAsMs('IDEMPOTENCY_LOCK_TTL_S', 30, { min: 1, max: 3600 }),
   idempotencyResultTtlMs: env.secondsAsMs('IDEMPOTENCY_RESULT_TTL_S', 86400, { min: 60, max: 30 * 86400 }),
 };
@@ -15,4 +16,22 @@ export type ApiConfig = ConfigOf<typeof apiEnvSchema>;
 /** The api's whole configuration, validated once at boot; throws naming every bad variable. */
 export function loadApiConfig(source: Env): ApiConfig {
   return parseConfig(apiEnvSchema, source);
+}
+
+const DEMO_ADMIN_KEY = 'demo-admin-key';
+
+/**
+ * ADMIN_API_KEY: the one key of the admin endpoints, never a tenant's.
+ * Outside production `demo-admin-key` when unset; in production unset means
+ * the admin endpoints are off.
+ */
+function parseAdminKey(raw: string | undefined, all: Env): string | undefined {
+  const production = all.NODE_ENV === 'production';
+  const key = raw ?? (production ? undefined : DEMO_ADMIN_KEY);
+  if (key === undefined) return undefined;
+  if (!/^[\x21-\x7e]+$/.test(key)) throw new ConfigFieldError('must be printable ASCII without spaces');
+  if (production && key.length < 24) throw new ConfigFieldError('must be at least 24 characters in production');
+  const tenantKeys = (all.API_KEYS ?? '').split(',').map((pair) => pair.trim().slice(pair.trim().indexOf(':') + 1));
+  if (tenantKeys.includes(key)) throw new ConfigFieldError('must differ from every tenant key in API_KEYS');
+  return key;
 }

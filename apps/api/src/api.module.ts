@@ -8,6 +8,7 @@ import { ProblemDetailsFilter, RequestValidationPipe } from '@app/problem';
 import { REDIS_CLIENT, RedisModule } from '@app/redis';
 import type { Redis } from 'ioredis';
 import type { ApiConfig } from './api.config';
+import { AdminModule } from './admin/admin.module';
 import { AuthModule } from './auth/auth.module';
 import { requireTenant } from './auth/principal';
 import { SummariesModule } from './summaries/summaries.module';
@@ -34,6 +35,7 @@ export class ApiModule {
           }),
         }),
         SummariesModule,
+        AdminModule.forRoot(config.adminApiKey),
       ],
       providers: [
         { provide: APP_FILTER, useClass: ProblemDetailsFilter },

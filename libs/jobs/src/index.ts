@@ -2,3 +2,4 @@ export * from './summary-job';
 export * from './summary-job.queue';
 export * from './uuid-v5';
 export * from './jobs.module';
+export * from './dead-letters';

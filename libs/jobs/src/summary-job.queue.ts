@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { InjectRedis, RedisScript } from '@app/redis';
 import type { Redis } from 'ioredis';
-import { JOB_RECORD_TTL_MS, JOBS_STREAM, jobRecordKey, SummaryJob } from './summary-job';
+import { CONSUMER_GROUP, DEAD_LETTER_STREAM, JOB_RECORD_TTL_MS, JOBS_STREAM, jobRecordKey, SummaryJob } from './summary-job';
 
 /*
  * The job record and the stream entry are written by one script: one round
@@ -17,6 +17,14 @@ redis.call('HSETNX', KEYS[1], 'accepted_at', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return redis.call('XADD', KEYS[2], '*', 'job_id', ARGV[1], 'tenant', ARGV[2], 'payload', ARGV[3])`,
 );
+
+export interface QueueFigures {
+  /** Entries not yet acknowledged (acknowledged entries are deleted). */
+  readonly length: number;
+  /** Of those, delivered to a consumer and not yet acknowledged. */
+  readonly pending: number;
+  readonly deadLetters: number;
+}
 
 export interface JobRecord {
   readonly tenant: string;
@@ -47,6 +55,28 @@ export class SummaryJobQueue {
       tenant: h.tenant,
       acceptedAt: new Date(Number(h.accepted_at)),
       ...(h.status === 'failed' ? { status: 'failed' as const, error: h.error ?? 'failed' } : {}),
+    };
+  }
+
+  /** The queue's figures in one round trip. */
+  async figures(): Promise<QueueFigures> {
+    const results = await this.redis
+      .pipeline()
+      .xlen(JOBS_STREAM)
+      .xpending(JOBS_STREAM, CONSUMER_GROUP)
+      .xlen(DEAD_LETTER_STREAM)
+      .exec();
+    const value = (i: number): unknown => {
+      const [err, v] = results?.[i] ?? [new Error('no reply'), null];
+      // No group yet (no worker has started): nothing is pending.
+      if (err && i === 1 && err.message.includes('NOGROUP')) return [0];
+      if (err) throw err;
+      return v;
+    };
+    return {
+      length: Number(value(0)),
+      pending: Number((value(1) as [number])[0]),
+      deadLetters: Number(value(2)),
     };
   }
 }

@@ -6,3 +6,4 @@ export * from './persistence.errors';
 export * from './repositories/summary.repository';
 export * from './repositories/outbox.repository';
 export * from './summary-writer.service';
+export * from './repositories/outbox-admin.repository';

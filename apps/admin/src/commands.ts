@@ -1,0 +1,80 @@
+import type { OperationsService } from '@app/operations';
+
+export class UsageError extends Error {}
+
+export const USAGE = `usage: admin <command>
+
+  migrate                          apply the database migrations
+  stats                            queue and outbox figures
+  dead-letters list [--count N] [--after ID]
+                                   dead letters, oldest first, with their reason
+  dead-letters redrive ID          put one back into the job stream (same job id)
+  dead-letters redrive --all       every dead letter that can run again
+  outbox parked [--count N]        outbox rows that ran out of attempts
+  outbox requeue ID                give one parked row fresh attempts, due now
+  outbox requeue --all             every parked row
+
+Output is JSON on stdout; the exit code is 0 on success, 1 when the thing
+named was not found or could not be done, 2 on a usage error.`;
+
+export interface CommandResult {
+  readonly output: unknown;
+  /** 0 done, 1 not found or not possible. */
+  readonly exitCode: 0 | 1;
+}
+
+function option(args: string[], name: string): string | undefined {
+  const i = args.indexOf(name);
+  if (i < 0) return undefined;
+  const value = args[i + 1];
+  if (value === undefined || value.startsWith('--')) throw new UsageError(`${name} needs a value`);
+  args.splice(i, 2);
+  return value;
+}
+
+function count(args: string[]): number {
+  const raw = option(args, '--count') ?? '50';
+  if (!/^\d+$/.test(raw) || Number(raw) < 1 || Number(raw) > 10_000) throw new UsageError('--count must be 1 to 10000');
+  return Number(raw);
+}
+
+function target(args: string[], pattern: RegExp, what: string): string | undefined {
+  if (args[0] === '--all' && args.length === 1) return undefined;
+  if (args.length === 1 && pattern.test(args[0])) return args[0];
+  throw new UsageError(`give one ${what} or --all`);
+}
+
+/** Runs one command (not `migrate`, which main.ts handles) against the operations. */
+export async function runCommand(ops: OperationsService, argv: readonly string[]): Promise<CommandResult> {
+  const [group, verb, ...rest] = argv;
+  const args = [...rest];
+  const done = (output: unknown): CommandResult => ({ output, exitCode: 0 });
+  switch (`${group} ${verb ?? ''}`.trim()) {
+    case 'stats':
+      return done(await ops.figures());
+    case 'dead-letters list': {
+      const n = count(args);
+      const after = option(args, '--after');
+      if (args.length) throw new UsageError(`unexpected ${args.join(' ')}`);
+      return done({ dead_letters: await ops.listDeadLetters(n, after) });
+    }
+    case 'dead-letters redrive': {
+      const id = target(args, /^\d+-\d+$/, 'dead-letter id');
+      if (id === undefined) return done(await ops.redriveAll('admin-cli'));
+      const result = await ops.redrive(id, 'admin-cli');
+      return { output: result, exitCode: result.outcome === 'redriven' ? 0 : 1 };
+    }
+    case 'outbox parked': {
+      const n = count(args);
+      if (args.length) throw new UsageError(`unexpected ${args.join(' ')}`);
+      return done({ parked: await ops.listParked(n) });
+    }
+    case 'outbox requeue': {
+      const id = target(args, /^\d+$/, 'outbox row id');
+      const requeued = await ops.requeue('admin-cli', id);
+      return { output: { requeued }, exitCode: id !== undefined && requeued.length === 0 ? 1 : 0 };
+    }
+    default:
+      throw new UsageError(argv.length ? `unknown command: ${argv.join(' ')}` : 'no command');
+  }
+}

@@ -1,0 +1,2 @@
+export * from './operations.service';
+export * from './operations.module';

@@ -1,0 +1,83 @@
+import { Injectable } from '@nestjs/common';
+import type { EntityManager } from 'typeorm';
+import { OUTBOX_CHANNEL } from './outbox.repository';
+
+export interface ParkedMessage {
+  readonly id: string;
+  readonly topic: string;
+  readonly dedupeKey: string;
+  readonly attempts: number;
+  readonly lastError: string | null;
+  readonly createdAt: Date;
+  readonly parkedAt: Date;
+}
+
+export interface OutboxFigures {
+  /** Unsent rows still being tried. */
+  readonly backlog: number;
+  /** Age of the oldest of them, in seconds (0 when there is none). */
+  readonly oldestUnsentAgeSeconds: number;
+  /** Rows that ran out of attempts and wait for a person. */
+  readonly parked: number;
+}
+
+/**
+ * I/O for the people who mend the outbox (admin API and CLI): parked rows and
+ * the figures. A re-queue gives a parked row a fresh set of attempts, due
+ * now, and wakes the relays in the same statement.
+ */
+@Injectable()
+export class OutboxAdminRepository {
+  async listParked(em: EntityManager, limit = 50): Promise<ParkedMessage[]> {
+    const rows: {
+      id: string;
+      topic: string;
+      dedupe_key: string;
+      attempts: number;
+      last_error: string | null;
+      created_at: Date;
+      parked_at: Date;
+    }[] = await em.query(
+      `SELECT id, topic, dedupe_key, attempts, last_error, created_at, parked_at
+         FROM outbox
+        WHERE parked_at IS NOT NULL AND sent_at IS NULL
+        ORDER BY id
+        LIMIT $1`,
+      [limit],
+    );
+    return rows.map((r) => ({
+      id: String(r.id),
+      topic: r.topic,
+      dedupeKey: r.dedupe_key,
+      attempts: r.attempts,
+      lastError: r.last_error,
+      createdAt: r.created_at,
+      parkedAt: r.parked_at,
+    }));
+  }
+
+  /** Re-queues one parked row (by id) or all of them (id undefined); returns the ids re-queued. */
+  async requeueParked(em: EntityManager, id?: string): Promise<string[]> {
+    const rows: { id: string }[] = await em.query(
+      `WITH requeued AS (
+         UPDATE outbox
+            SET parked_at = NULL, attempts = 0, last_error = NULL, lease_until = NULL, next_attempt_at = now()
+          WHERE parked_at IS NOT NULL AND sent_at IS NULL AND ($1::bigint IS NULL OR id = $1::bigint)
+          RETURNING id
+       )
+       SELECT id, pg_notify('${OUTBOX_CHANNEL}', id::text) FROM requeued`,
+      [id ?? null],
+    );
+    return rows.map((r) => String(r.id));
+  }
+
+  async figures(em: EntityManager): Promise<OutboxFigures> {
+    const [row]: { backlog: string; parked: string; oldest: number | null }[] = await em.query(
+      `SELECT count(*) FILTER (WHERE sent_at IS NULL AND parked_at IS NULL) AS backlog,
+              count(*) FILTER (WHERE sent_at IS NULL AND parked_at IS NOT NULL) AS parked,
+              extract(epoch FROM now() - min(created_at) FILTER (WHERE sent_at IS NULL AND parked_at IS NULL))::float8 AS oldest
+         FROM outbox`,
+    );
+    return { backlog: Number(row.backlog), parked: Number(row.parked), oldestUnsentAgeSeconds: Math.max(0, row.oldest ?? 0) };
+  }
+}

@@ -1,0 +1,206 @@
+import { DEAD_LETTER_STREAM, JOBS_STREAM } from '@app/jobs';
+import type { Redis } from 'ioredis';
+import { execFileSync, spawnSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { join } from 'node:path';
+import request from 'supertest';
+import type { DataSource } from 'typeorm';
+import { ApiHarness, bearer, startApi, TENANT_A, TENANT_B } from '../support/api-harness';
+import { FakeOpenAiServer } from '../support/fake-openai-server';
+import { freshRedis, testDatabaseUrl, testDataSource, testRedisUrl, truncateAll } from '../support/infra';
+import { metricValue } from '../support/metrics';
+import { startWorker, type WorkerHarness } from '../support/worker-harness';
+
+const ADMIN = { key: 'admin-key-0123456789abcdefghij' };
+const ROOT = join(__dirname, '..', '..');
+
+describe('operating the dead letters and the outbox', () => {
+  let api: ApiHarness;
+  let worker: WorkerHarness;
+  let model: FakeOpenAiServer;
+  let redis: Redis;
+  let db: DataSource;
+
+  beforeAll(async () => {
+    db = await testDataSource();
+    model = await new FakeOpenAiServer().start();
+    api = await startApi({ env: { ADMIN_API_KEY: ADMIN.key } });
+    worker = await startWorker({ modelUrl: model.baseUrl });
+  });
+  afterAll(async () => {
+    await worker.close();
+    await api.close();
+    await model.stop();
+    await db.destroy();
+  });
+  beforeEach(async () => {
+    redis = await freshRedis();
+    await truncateAll(db);
+    model.requests.length = 0;
+    model.reply = () => ({ kind: 'complete', content: 'Summarised.' });
+  });
+  afterEach(() => redis.disconnect());
+
+  const admin = (method: 'get' | 'post', path: string, key: { key: string } = ADMIN) =>
+    request(api.server)[method](path).set('Authorization', bearer(key));
+  const submit = async () =>
+    (
+      await request(api.server)
+        .post('/v1/summaries')
+        .set('Authorization', bearer(TENANT_A))
+        .set('Idempotency-Key', `key-${randomUUID()}`)
+        .send({ text: 'Please summarise this.', notify: 'ops@example.com' })
+        .expect(202)
+    ).body.job_id as string;
+  const status = async (jobId: string) =>
+    (await request(api.server).get(`/v1/summaries/${jobId}`).set('Authorization', bearer(TENANT_A)).expect(200)).body;
+  const count = async (table: string) => Number((await db.query(`SELECT count(*) AS n FROM ${table}`))[0].n);
+
+  it.each([
+    ['tenant A’s key', TENANT_A],
+    ['tenant B’s key', TENANT_B],
+    ['an unknown key', { key: 'not-the-admin-key-at-all' }],
+  ])('rejects %s with 401', async (_, key) => {
+    for (const [method, path] of [
+      ['get', '/admin/stats'],
+      ['get', '/admin/dead-letters'],
+      ['post', '/admin/dead-letters/redrive'],
+      ['get', '/admin/outbox/parked'],
+      ['post', '/admin/outbox/requeue'],
+    ] as const) {
+      const res = await admin(method, path, key).expect(401);
+      expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
+    }
+    await request(api.server).get('/admin/stats').expect(401);
+  });
+
+  it('a re-drive of a dead-lettered job completes it exactly once', async () => {
+    model.reply = () => ({ kind: 'error', status: 400 });
+    const jobId = await submit();
+    expect((await worker.consumer.runOnce()).map((r) => r.outcome)).toEqual(['dead_lettered']);
+    expect(await status(jobId)).toMatchObject({ status: 'failed', error: 'llm_client' });
+
+    const listed = (await admin('get', '/admin/dead-letters').expect(200)).body.dead_letters;
+    expect(listed).toEqual([expect.objectContaining({ jobId, tenant: TENANT_A.tenant, reason: 'llm_client' })]);
+    const before = await metricValue(api.server, 'admin_actions_total', { action: 'redrive' });
+
+    model.reply = () => ({ kind: 'complete', content: 'Second time lucky.' });
+    const redriven = (await admin('post', `/admin/dead-letters/${listed[0].id}/redrive`).expect(200)).body;
+    expect(redriven).toMatchObject({ dead_letter: listed[0].id, job_id: jobId });
+    expect(await status(jobId)).toEqual({ job_id: jobId, status: 'queued' });
+    expect(await redis.xlen(DEAD_LETTER_STREAM)).toBe(0);
+    // A second re-drive of the same entry finds nothing: it ran once.
+    await admin('post', `/admin/dead-letters/${listed[0].id}/redrive`).expect(404);
+    expect(await metricValue(api.server, 'admin_actions_total', { action: 'redrive' })).toBe(before + 1);
+
+    expect((await worker.consumer.runOnce()).map((r) => r.outcome)).toEqual(['done']);
+    expect(await status(jobId)).toEqual({ job_id: jobId, status: 'done', summary: 'Second time lucky.' });
+    expect(await count('summaries')).toBe(1);
+    expect(await count('outbox')).toBe(1);
+    expect(model.calls).toBe(2);
+  });
+
+  it('a re-drive of a job that finished meanwhile stays harmless', async () => {
+    const jobId = await submit();
+    expect((await worker.consumer.runOnce()).map((r) => r.outcome)).toEqual(['done']);
+    // Dead-lettered although its summary exists (a crash after the commit, then a bad retry).
+    const [entry] = await redis.xrange(DEAD_LETTER_STREAM, '-', '+');
+    expect(entry).toBeUndefined();
+    await redis.xadd(DEAD_LETTER_STREAM, '*', 'job_id', jobId, 'tenant', TENANT_A.tenant, 'payload', '{"text":"x","notify":"a@b.co"}', 'reason', 'max_deliveries', 'source_id', '1-0');
+    const { redriven } = (await admin('post', '/admin/dead-letters/redrive').expect(200)).body;
+    expect(redriven).toBe(1);
+    expect((await worker.consumer.runOnce()).map((r) => r.outcome)).toEqual(['duplicate']);
+    expect(await count('outbox')).toBe(1);
+    expect(model.calls).toBe(1);
+  });
+
+  it('a dead letter recorded by id only cannot be re-driven: 409, and it stays', async () => {
+    const id = await redis.xadd(DEAD_LETTER_STREAM, '*', 'reason', 'deleted_from_stream', 'source_id', '5-0');
+    const res = await admin('post', `/admin/dead-letters/${id}/redrive`).expect(409);
+    expect(res.body.detail).toContain('deleted_from_stream');
+    expect(await redis.xlen(DEAD_LETTER_STREAM)).toBe(1);
+    await admin('post', '/admin/dead-letters/123-0/redrive').expect(404);
+    await admin('post', '/admin/dead-letters/not-an-id/redrive').expect(404);
+  });
+
+  it('lists parked outbox rows and re-queues them: fresh attempts, due now', async () => {
+    await db.query(
+      `INSERT INTO outbox (topic, dedupe_key, payload, attempts, last_error, parked_at)
+       VALUES ('email.summary_ready', 'summary_ready:a', '{}', 10, 'HTTP 503', now()),
+              ('email.summary_ready', 'summary_ready:b', '{}', 10, 'HTTP 503', now()),
+              ('email.summary_ready', 'summary_ready:c', '{}', 0, NULL, NULL)`,
+    );
+    const parked = (await admin('get', '/admin/outbox/parked').expect(200)).body.parked;
+    expect(parked.map((p: { dedupeKey: string }) => p.dedupeKey)).toEqual(['summary_ready:a', 'summary_ready:b']);
+    expect(parked[0]).toMatchObject({ attempts: 10, lastError: 'HTTP 503' });
+    expect((await admin('get', '/admin/stats').expect(200)).body.outbox).toMatchObject({ backlog: 1, parked: 2 });
+
+    expect((await admin('post', `/admin/outbox/${parked[0].id}/requeue`).expect(200)).body).toEqual({ requeued: [parked[0].id] });
+    await admin('post', `/admin/outbox/${parked[0].id}/requeue`).expect(404);
+    expect((await admin('post', '/admin/outbox/requeue').expect(200)).body).toEqual({ requeued: [parked[1].id] });
+    const rows = await db.query(`SELECT dedupe_key, attempts, parked_at, last_error, next_attempt_at <= now() AS due FROM outbox ORDER BY id`);
+    expect(rows).toEqual([
+      { dedupe_key: 'summary_ready:a', attempts: 0, parked_at: null, last_error: null, due: true },
+      { dedupe_key: 'summary_ready:b', attempts: 0, parked_at: null, last_error: null, due: true },
+      { dedupe_key: 'summary_ready:c', attempts: 0, parked_at: null, last_error: null, due: true },
+    ]);
+    expect(await metricValue(api.server, 'admin_actions_total', { action: 'requeue' })).toBeGreaterThanOrEqual(2);
+  });
+
+  it('shows the queue figures', async () => {
+    await submit();
+    await submit();
+    await redis.xadd(DEAD_LETTER_STREAM, '*', 'reason', 'deleted_from_stream', 'source_id', '5-0');
+    expect((await admin('get', '/admin/stats').expect(200)).body.queue).toEqual({ length: 2, pending: 0, deadLetters: 1 });
+  });
+
+  describe('the admin CLI (built, as in the image)', () => {
+    beforeAll(() => {
+      execFileSync(join(ROOT, 'node_modules', '.bin', 'nest'), ['build', 'admin'], { cwd: ROOT, stdio: 'pipe' });
+    }, 120_000);
+    const cli = (...args: string[]) => {
+      const r = spawnSync(process.execPath, [join(ROOT, 'dist', 'apps', 'admin', 'main.js'), ...args], {
+        env: { PATH: process.env.PATH, REDIS_URL: testRedisUrl(), DATABASE_URL: testDatabaseUrl() },
+        encoding: 'utf8',
+      });
+      return { code: r.status, out: r.stdout, err: r.stderr };
+    };
+
+    it('lists and re-drives dead letters, logging each re-drive to stderr', async () => {
+      model.reply = () => ({ kind: 'error', status: 400 });
+      const jobId = await submit();
+      await worker.consumer.runOnce();
+      const list = cli('dead-letters', 'list');
+      expect(list.code).toBe(0);
+      const [letter] = JSON.parse(list.out).dead_letters;
+      expect(letter).toMatchObject({ jobId, reason: 'llm_client' });
+      const redrive = cli('dead-letters', 'redrive', letter.id);
+      expect(redrive.code).toBe(0);
+      expect(JSON.parse(redrive.out)).toMatchObject({ outcome: 'redriven', jobId });
+      expect(redrive.err).toContain('"msg":"dead letter re-driven"');
+      expect(await redis.xlen(JOBS_STREAM)).toBe(1);
+      expect(cli('dead-letters', 'redrive', letter.id).code).toBe(1);
+    });
+
+    it('re-queues parked rows and shows the figures', async () => {
+      await db.query(`INSERT INTO outbox (topic, dedupe_key, payload, attempts, parked_at) VALUES ('t', 'k1', '{}', 10, now())`);
+      expect(JSON.parse(cli('stats').out).outbox.parked).toBe(1);
+      const requeue = cli('outbox', 'requeue', '--all');
+      expect(requeue.code).toBe(0);
+      expect(JSON.parse(requeue.out).requeued).toHaveLength(1);
+      expect(JSON.parse(cli('stats').out).outbox).toMatchObject({ parked: 0, backlog: 1 });
+    });
+
+    it('answers a usage error with exit code 2 and the usage', () => {
+      const r = cli('dead-letters', 'explode');
+      expect(r.code).toBe(2);
+      expect(r.err).toContain('usage: admin');
+    });
+
+    it('migrate applies nothing twice', () => {
+      const r = cli('migrate');
+      expect(r.code).toBe(0);
+      expect(JSON.parse(r.out)).toEqual({ applied: [] });
+    });
+  });
+});
