@@ -1,6 +1,7 @@
 # syntax=docker/dockerfile:1
-# One image for the three apps: pick one by its command, e.g.
+# One image for the three apps and the admin tool: pick one by its command, e.g.
 #   docker run IMAGE node dist/apps/worker/main.js
+#   docker run IMAGE node dist/apps/admin/main.js migrate
 FROM node:24-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
@@ -14,6 +15,7 @@ WORKDIR /app
 COPY package.json package-lock.json ./
 RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
 COPY --from=build /app/dist ./dist
-USER node
+# Numeric, so Kubernetes can check runAsNonRoot (uid 1000 is the image's `node` user).
+USER 1000:1000
 EXPOSE 3000 3001 3002
 CMD ["node", "dist/apps/api/main.js"]

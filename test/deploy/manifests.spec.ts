@@ -1,0 +1,981 @@
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { dirname, join, relative, resolve } from 'node:path';
+import { parseAllDocuments } from 'yaml';
+import { apiEnvSchema, loadApiConfig } from '../../apps/api/src/api.config';
+import * as relayConfig from '../../apps/relay/src/relay.config';
+import { loadWorkerConfig, workerEnvSchema } from '../../apps/worker/src/worker.config';
+
+/*
+ * The Kubernetes manifests (deploy/k8s) checked against the apps themselves:
+ * their config schemas, the ports they listen on, their drain times and
+ * INTERFACE.md. No cluster and no kubectl: the kustomizations are rendered
+ * here with the few kustomize features they use (resources, literal
+ * configMapGenerator, strategic-merge patches, images), and anything else in
+ * a kustomization fails the test rather than being silently ignored.
+ *
+ * Every check collects all its problems, each naming the rendering, the
+ * manifest and its file, the app and the variable, and compares the list to
+ * [], so one run shows everything that is wrong.
+ */
+
+const REPO_ROOT = resolve(__dirname, '../..');
+const K8S_DIR = join(REPO_ROOT, 'deploy/k8s');
+/** Outside the repository: present on a developer's machine, absent in a fresh clone (CI). */
+const INTERFACE_PATH = resolve(REPO_ROOT, '../shared/INTERFACE.md');
+/** The kustomizations an operator applies or builds on; each is rendered and checked whole. */
+const RENDERINGS = ['base', 'overlays/example'] as const;
+
+type App = 'api' | 'worker' | 'relay';
+const APPS: readonly App[] = ['api', 'worker', 'relay'];
+const COMPONENT_LABEL = 'app.kubernetes.io/component';
+const LIVE_PATH = '/health/live';
+const READY_PATH = '/health/ready';
+const MIGRATE_COMMAND = ['node', 'dist/apps/admin/main.js', 'migrate'];
+const appCommand = (app: App): string[] => ['node', `dist/apps/${app}/main.js`];
+
+/**
+ * The Secret every environment provides, and every key it may hold, with a
+ * value the apps accept. The base references the Secret without shipping it;
+ * the example overlay ships a placeholder one, which must have exactly these
+ * keys. The values stand in for the secret when the base is checked.
+ */
+const SECRET_NAME = 'llm-workflows-secrets';
+const SECRET_PLACEHOLDERS: Readonly<Record<string, string>> = {
+  REDIS_URL: 'redis://:placeholder@redis:6379/0',
+  DATABASE_URL: 'postgres://llmwf:placeholder@postgres:5432/llmwf',
+  API_KEYS: 'tenant-a:placeholder-key-0123456789',
+  ADMIN_API_KEY: 'admin-placeholder-key-0123456789',
+  OPENAI_API_KEY: 'sk-placeholder',
+  NOTIFY_WEBHOOK_URL: 'https://notify.invalid/hook',
+};
+/** Every value of the example Secret must contain this, so a real credential cannot slip in. */
+const EXAMPLE_SECRET_MARKER = 'CHANGE-ME';
+
+/**
+ * INTERFACE.md's environment table, per app, for when ../shared is absent (a
+ * fresh clone in CI). When the file is present it is parsed instead, and a
+ * separate test fails if this copy has drifted from it.
+ */
+const INTERFACE_ENV_FALLBACK: Readonly<Record<App, readonly string[]>> = {
+  api: ['REDIS_URL', 'DATABASE_URL', 'LOG_LEVEL', 'PORT', 'API_KEYS', 'ADMIN_API_KEY', 'IDEMPOTENCY_LOCK_TTL_S', 'IDEMPOTENCY_RESULT_TTL_S'],
+  worker: [
+    'REDIS_URL',
+    'DATABASE_URL',
+    'LOG_LEVEL',
+    'HEALTH_PORT',
+    'WORKER_CONCURRENCY',
+    'CLAIM_IDLE_MS',
+    'MAX_DELIVERIES',
+    'JOB_BUDGET_S',
+    'LLM_PROVIDER',
+    'OPENAI_API_KEY',
+    'OPENAI_BASE_URL',
+    'OPENAI_MODEL',
+    'LLM_CALL_TIMEOUT_S',
+    'LLM_MAX_ATTEMPTS',
+  ],
+  relay: [
+    'REDIS_URL',
+    'DATABASE_URL',
+    'LOG_LEVEL',
+    'HEALTH_PORT',
+    'NOTIFY_WEBHOOK_URL',
+    'NOTIFY_TIMEOUT_S',
+    'OUTBOX_BATCH',
+    'OUTBOX_MAX_ATTEMPTS',
+    'OUTBOX_POLL_MS',
+    'OUTBOX_RETENTION_DAYS',
+  ],
+};
+
+// ---------------------------------------------------------------------------
+// The apps: their variables, and what their real configuration says.
+// ---------------------------------------------------------------------------
+
+type Env = Record<string, string | undefined>;
+
+interface AppSettings {
+  /** The port serving /health and /metrics (and the api's routes). */
+  readonly port: number;
+  /** The longest SIGTERM-to-exit, in seconds. */
+  readonly drainSeconds: number;
+  readonly drainWhy: string;
+}
+
+interface AppSpec {
+  readonly schemaName: string;
+  readonly variables: ReadonlySet<string>;
+  readonly portVariable: string;
+  /** Loads the app's own configuration from the manifests' values; throws naming each bad variable. */
+  settings(env: Env): AppSettings;
+}
+
+function schemaVariables(schema: Readonly<Record<string, unknown>>, name: string): ReadonlySet<string> {
+  const vars = new Set<string>();
+  for (const [key, field] of Object.entries(schema)) {
+    const variable = isRecord(field) ? field.variable : undefined;
+    if (typeof variable !== 'string') throw new Error(`${name}.${key} has no string .variable`);
+    vars.add(variable);
+  }
+  return vars;
+}
+
+/** The variables a loader asks for, read off an environment that records every lookup. */
+function variablesReadBy(load: (env: Env) => unknown): ReadonlySet<string> {
+  const seen = new Set<string>();
+  const recorder = new Proxy<Env>(
+    {},
+    {
+      get(_target, property) {
+        if (typeof property === 'string') seen.add(property);
+        return undefined;
+      },
+    },
+  );
+  load(recorder);
+  return seen;
+}
+
+// TODO(relay): relay.config.ts does not export `relayEnvSchema` yet. Until it
+// does, the relay's variables are the ones loadRelayConfig looks up; once the
+// export exists it is used automatically and this fallback can go.
+function relayVariables(): { name: string; variables: ReadonlySet<string> } {
+  const exported: Readonly<Record<string, unknown>> = { ...relayConfig };
+  const schema = exported.relayEnvSchema;
+  if (isRecord(schema)) return { name: 'relayEnvSchema', variables: schemaVariables(schema, 'relayEnvSchema') };
+  return { name: 'loadRelayConfig (relayEnvSchema not exported yet)', variables: variablesReadBy(relayConfig.loadRelayConfig) };
+}
+
+const relay = relayVariables();
+/** The relay drains the sends in flight (NOTIFY_TIMEOUT_S each), then records them and closes its connections. */
+const RELAY_DRAIN_MARGIN_S = 5;
+
+const APP_SPECS: Readonly<Record<App, AppSpec>> = {
+  api: {
+    schemaName: 'apiEnvSchema',
+    variables: schemaVariables(apiEnvSchema, 'apiEnvSchema'),
+    portVariable: 'PORT',
+    settings: (env) => {
+      const c = loadApiConfig(env);
+      return {
+        port: c.port,
+        drainSeconds: c.idempotencyLockTtlMs / 1000,
+        drainWhy: 'IDEMPOTENCY_LOCK_TTL_S, the longest a request holds its key',
+      };
+    },
+  },
+  worker: {
+    schemaName: 'workerEnvSchema',
+    variables: schemaVariables(workerEnvSchema, 'workerEnvSchema'),
+    portVariable: 'HEALTH_PORT',
+    settings: (env) => {
+      const c = loadWorkerConfig(env);
+      return { port: c.healthPort, drainSeconds: c.jobBudgetMs / 1000 + 1, drainWhy: 'JOB_BUDGET_S + 1 s' };
+    },
+  },
+  relay: {
+    schemaName: relay.name,
+    variables: relay.variables,
+    portVariable: 'HEALTH_PORT',
+    settings: (env) => {
+      const c = relayConfig.loadRelayConfig(env);
+      return {
+        port: c.healthPort,
+        drainSeconds: c.notifyTimeoutMs / 1000 + RELAY_DRAIN_MARGIN_S,
+        drainWhy: `NOTIFY_TIMEOUT_S + ${RELAY_DRAIN_MARGIN_S} s`,
+      };
+    },
+  },
+};
+
+// ---------------------------------------------------------------------------
+// INTERFACE.md
+// ---------------------------------------------------------------------------
+
+/** The `## Environment` table: variable names per app (`all` means every app). */
+function parseInterfaceEnv(markdown: string): Record<App, string[]> {
+  const section = /^## Environment\s*$([\s\S]*?)(?=^## |(?![\s\S]))/m.exec(markdown)?.[1];
+  if (!section) throw new Error(`${INTERFACE_PATH}: no "## Environment" section`);
+  const out: Record<App, string[]> = { api: [], worker: [], relay: [] };
+  const rows = section.split('\n').filter((l) => l.trim().startsWith('|'));
+  for (const row of rows.slice(2)) {
+    const [names = '', apps = ''] = row.split('|').slice(1).map((c) => c.trim());
+    const variables = [...names.matchAll(/`([A-Z][A-Z0-9_]*)`/g)].map((m) => m[1]);
+    if (variables.length === 0) throw new Error(`${INTERFACE_PATH}: no variable name in the row "${row}"`);
+    const targets = apps === 'all' ? APPS : apps.split(',').map((a) => a.trim());
+    for (const target of targets) {
+      if (!(APPS as readonly string[]).includes(target)) {
+        throw new Error(`${INTERFACE_PATH}: the row for ${variables.join(', ')} names an unknown app "${target}"`);
+      }
+      out[target as App].push(...variables);
+    }
+  }
+  return out;
+}
+
+const interfaceSource = existsSync(INTERFACE_PATH)
+  ? { from: INTERFACE_PATH, env: parseInterfaceEnv(readFileSync(INTERFACE_PATH, 'utf8')) }
+  : { from: 'INTERFACE_ENV_FALLBACK in this test (../shared/INTERFACE.md is absent)', env: INTERFACE_ENV_FALLBACK };
+
+// ---------------------------------------------------------------------------
+// Manifests: the shapes read here, and a small kustomize.
+// ---------------------------------------------------------------------------
+
+type Labels = Readonly<Record<string, string>>;
+
+interface Manifest {
+  readonly apiVersion: string;
+  readonly kind: string;
+  readonly metadata: { readonly name: string; readonly labels?: Labels; readonly annotations?: Labels };
+  readonly spec?: unknown;
+  readonly data?: Readonly<Record<string, string>>;
+  readonly stringData?: Readonly<Record<string, string>>;
+  /** Where it came from, relative to deploy/k8s, with the patches applied to it. */
+  readonly source: string;
+}
+
+interface HttpGet {
+  readonly path?: string;
+  readonly port?: number | string;
+  readonly scheme?: string;
+}
+interface Probe {
+  readonly httpGet?: HttpGet;
+}
+interface EnvVar {
+  readonly name: string;
+  readonly value?: string;
+  readonly valueFrom?: {
+    readonly configMapKeyRef?: { readonly name: string; readonly key: string; readonly optional?: boolean };
+    readonly secretKeyRef?: { readonly name: string; readonly key: string; readonly optional?: boolean };
+  };
+}
+interface EnvFrom {
+  readonly prefix?: string;
+  readonly configMapRef?: { readonly name: string; readonly optional?: boolean };
+  readonly secretRef?: { readonly name: string; readonly optional?: boolean };
+}
+interface SecurityContext {
+  readonly runAsNonRoot?: boolean;
+  readonly runAsUser?: number;
+  readonly allowPrivilegeEscalation?: boolean;
+  readonly readOnlyRootFilesystem?: boolean;
+  readonly privileged?: boolean;
+  readonly capabilities?: { readonly drop?: readonly string[]; readonly add?: readonly string[] };
+  readonly seccompProfile?: { readonly type?: string };
+}
+type Quantities = Readonly<Record<string, string | number>>;
+interface Container {
+  readonly name: string;
+  readonly image?: string;
+  readonly command?: readonly string[];
+  readonly args?: readonly string[];
+  readonly ports?: readonly { readonly name?: string; readonly containerPort: number }[];
+  readonly env?: readonly EnvVar[];
+  readonly envFrom?: readonly EnvFrom[];
+  readonly startupProbe?: Probe;
+  readonly livenessProbe?: Probe;
+  readonly readinessProbe?: Probe;
+  readonly lifecycle?: {
+    readonly preStop?: { readonly exec?: { readonly command?: readonly string[] }; readonly sleep?: { readonly seconds: number } };
+  };
+  readonly resources?: { readonly requests?: Quantities; readonly limits?: Quantities };
+  readonly securityContext?: SecurityContext;
+}
+interface PodTemplate {
+  readonly metadata?: { readonly labels?: Labels; readonly annotations?: Labels };
+  readonly spec: {
+    readonly containers: readonly Container[];
+    readonly initContainers?: readonly Container[];
+    readonly terminationGracePeriodSeconds?: number;
+    readonly securityContext?: SecurityContext;
+  };
+}
+interface DeploymentSpec {
+  readonly replicas?: number;
+  readonly selector?: { readonly matchLabels?: Labels };
+  readonly template: PodTemplate;
+}
+interface SelectorSpec {
+  readonly selector?: { readonly matchLabels?: Labels };
+}
+interface ServiceSpec {
+  readonly selector?: Labels;
+  readonly ports?: readonly { readonly name?: string; readonly port: number; readonly targetPort?: number | string }[];
+}
+interface HpaSpec {
+  readonly scaleTargetRef?: { readonly apiVersion?: string; readonly kind?: string; readonly name?: string };
+  readonly minReplicas?: number;
+  readonly maxReplicas?: number;
+}
+
+interface ImageOverride {
+  readonly name: string;
+  readonly newName?: string;
+  readonly newTag?: string;
+  readonly digest?: string;
+}
+
+interface Rendering {
+  readonly name: string;
+  readonly manifests: Manifest[];
+  readonly images: ImageOverride[];
+}
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+const rel = (file: string): string => relative(K8S_DIR, file);
+
+function yamlFiles(dir: string): string[] {
+  return readdirSync(dir).flatMap((entry) => {
+    const full = join(dir, entry);
+    if (statSync(full).isDirectory()) return yamlFiles(full);
+    return /\.ya?ml$/.test(entry) ? [full] : [];
+  });
+}
+
+function parseYamlFile(file: string): unknown[] {
+  const docs = parseAllDocuments(readFileSync(file, 'utf8'));
+  if (!Array.isArray(docs)) throw new Error(`${rel(file)}: not a YAML stream`);
+  const errors = docs.flatMap((d) => d.errors.map((e) => e.message));
+  if (errors.length > 0) throw new Error(`${rel(file)} does not parse: ${errors.join('; ')}`);
+  return docs.map((d) => d.toJS() as unknown).filter((d) => d !== null && d !== undefined);
+}
+
+function asManifest(doc: unknown, source: string): Manifest {
+  if (!isRecord(doc) || typeof doc.kind !== 'string' || typeof doc.apiVersion !== 'string') {
+    throw new Error(`${source}: not a Kubernetes object (no apiVersion or kind)`);
+  }
+  if (!isRecord(doc.metadata) || typeof doc.metadata.name !== 'string') throw new Error(`${source}: ${doc.kind} without metadata.name`);
+  return { ...(doc as unknown as Omit<Manifest, 'source'>), source };
+}
+
+/** The kustomization fields rendered below. Any other makes the test fail: teach it, do not let it guess. */
+const KUSTOMIZATION_FIELDS = new Set(['apiVersion', 'kind', 'namespace', 'resources', 'configMapGenerator', 'patches', 'images']);
+
+function readKustomization(dir: string): Record<string, unknown> {
+  const file = join(dir, 'kustomization.yaml');
+  if (!existsSync(file)) throw new Error(`${rel(dir)}: no kustomization.yaml`);
+  const [doc] = parseYamlFile(file);
+  if (!isRecord(doc)) throw new Error(`${rel(file)}: empty`);
+  const unknown = Object.keys(doc).filter((k) => !KUSTOMIZATION_FIELDS.has(k));
+  if (unknown.length > 0) {
+    throw new Error(`${rel(file)}: the manifest test does not render ${unknown.join(', ')}; extend render() in test/deploy/manifests.spec.ts`);
+  }
+  return doc;
+}
+
+function stringList(v: unknown, what: string): string[] {
+  if (v === undefined) return [];
+  if (!Array.isArray(v) || !v.every((x): x is string => typeof x === 'string')) throw new Error(`${what} must be a list of strings`);
+  return v;
+}
+
+function recordList(v: unknown, what: string): Record<string, unknown>[] {
+  if (v === undefined) return [];
+  if (!Array.isArray(v) || !v.every(isRecord)) throw new Error(`${what} must be a list of objects`);
+  return v;
+}
+
+/** Strategic merge as far as these manifests need it: maps merge, lists of named items merge by name, null deletes. */
+function strategicMerge(base: unknown, patch: unknown, where: string): unknown {
+  if (isRecord(patch) && Object.keys(patch).some((k) => k.startsWith('$'))) {
+    throw new Error(`${where}: strategic-merge directives ($patch, ...) are not rendered by the manifest test`);
+  }
+  if (isRecord(base) && isRecord(patch)) {
+    const out: Record<string, unknown> = { ...base };
+    for (const [k, v] of Object.entries(patch)) {
+      if (v === null) delete out[k];
+      else out[k] = strategicMerge(base[k], v, where);
+    }
+    return out;
+  }
+  const named = (l: unknown[]): l is Record<string, unknown>[] => l.every((x) => isRecord(x) && typeof x.name === 'string');
+  if (Array.isArray(base) && Array.isArray(patch) && named(base) && named(patch)) {
+    const out = [...base];
+    for (const item of patch) {
+      const i = out.findIndex((b) => b.name === item.name);
+      if (i >= 0) out[i] = strategicMerge(out[i], item, where) as Record<string, unknown>;
+      else out.push(item);
+    }
+    return out;
+  }
+  return patch;
+}
+
+function applyImages(manifest: Manifest, images: readonly ImageOverride[]): Manifest {
+  const template = podTemplateOf(manifest);
+  if (!template || images.length === 0) return manifest;
+  const rewrite = (c: Container): Container => {
+    const [name, tag] = (c.image ?? '').split(':');
+    const o = images.find((i) => i.name === name);
+    if (!o) return c;
+    const image = o.digest ? `${o.newName ?? name}@${o.digest}` : `${o.newName ?? name}${o.newTag ? `:${o.newTag}` : tag ? `:${tag}` : ''}`;
+    return { ...c, image };
+  };
+  const spec = { ...template.spec, containers: template.spec.containers.map(rewrite), initContainers: template.spec.initContainers?.map(rewrite) };
+  const patched = withPodTemplate(manifest, { ...template, spec });
+  return patched;
+}
+
+/** Renders a kustomization directory the way `kubectl kustomize` would, for the fields in KUSTOMIZATION_FIELDS. */
+function render(dir: string, name = rel(dir)): Rendering {
+  const k = readKustomization(dir);
+  const where = rel(join(dir, 'kustomization.yaml'));
+  let manifests: Manifest[] = [];
+  let images: ImageOverride[] = [];
+
+  for (const entry of stringList(k.resources, `${where} resources`)) {
+    const path = resolve(dir, entry);
+    if (!existsSync(path)) throw new Error(`${where}: resource ${entry} does not exist`);
+    if (statSync(path).isDirectory()) {
+      const sub = render(path);
+      manifests.push(...sub.manifests);
+      images.push(...sub.images);
+    } else {
+      parseYamlFile(path).forEach((doc, i) => manifests.push(asManifest(doc, `${rel(path)}#${i + 1}`)));
+    }
+  }
+
+  for (const gen of recordList(k.configMapGenerator, `${where} configMapGenerator`)) {
+    const unknown = Object.keys(gen).filter((key) => !['name', 'behavior', 'literals'].includes(key));
+    if (unknown.length > 0) throw new Error(`${where}: configMapGenerator ${String(gen.name)} uses ${unknown.join(', ')}, which the manifest test does not render`);
+    if (typeof gen.name !== 'string') throw new Error(`${where}: configMapGenerator without a name`);
+    const data: Record<string, string> = {};
+    for (const literal of stringList(gen.literals, `${where} configMapGenerator ${gen.name} literals`)) {
+      const eq = literal.indexOf('=');
+      if (eq <= 0) throw new Error(`${where}: configMapGenerator ${gen.name}: "${literal}" is not KEY=VALUE`);
+      data[literal.slice(0, eq)] = literal.slice(eq + 1);
+    }
+    const behavior = gen.behavior ?? 'create';
+    const i = manifests.findIndex((m) => m.kind === 'ConfigMap' && m.metadata.name === gen.name);
+    if (behavior === 'create') {
+      if (i >= 0) throw new Error(`${where}: configMapGenerator ${gen.name} already exists (use behavior: merge)`);
+      manifests.push({ apiVersion: 'v1', kind: 'ConfigMap', metadata: { name: gen.name }, data, source: `${where} configMapGenerator ${gen.name}` });
+    } else if (behavior === 'merge' || behavior === 'replace') {
+      if (i < 0) throw new Error(`${where}: configMapGenerator ${gen.name} has behavior ${behavior} but no base ConfigMap of that name`);
+      const old = manifests[i];
+      manifests[i] = { ...old, data: behavior === 'merge' ? { ...old.data, ...data } : data, source: `${old.source} + ${where}` };
+    } else {
+      throw new Error(`${where}: configMapGenerator ${gen.name}: unknown behavior ${String(behavior)}`);
+    }
+  }
+
+  for (const p of recordList(k.patches, `${where} patches`)) {
+    if (p.target !== undefined || typeof p.path !== 'string') {
+      throw new Error(`${where}: only patches given by path, targeting by their own kind and name, are rendered by the manifest test`);
+    }
+    const path = resolve(dir, p.path);
+    for (const doc of parseYamlFile(path)) {
+      const patch = asManifest(doc, rel(path));
+      const i = manifests.findIndex((m) => m.kind === patch.kind && m.metadata.name === patch.metadata.name);
+      if (i < 0) throw new Error(`${rel(path)}: patches ${patch.kind}/${patch.metadata.name}, which ${where} does not have`);
+      const { source: _patchSource, ...body } = patch;
+      const merged = strategicMerge(manifests[i], body, rel(path)) as Manifest;
+      manifests[i] = { ...merged, source: `${manifests[i].source} + ${rel(path)}` };
+    }
+  }
+
+  const own = recordList(k.images, `${where} images`).map((i) => {
+    if (typeof i.name !== 'string') throw new Error(`${where}: an images entry without a name`);
+    return i as unknown as ImageOverride;
+  });
+  images = [...images, ...own];
+  manifests = manifests.map((m) => applyImages(m, own));
+  return { name, manifests, images };
+}
+
+// ---------------------------------------------------------------------------
+// Reading the rendered manifests.
+// ---------------------------------------------------------------------------
+
+function podTemplateOf(m: Manifest): PodTemplate | undefined {
+  if (['Deployment', 'StatefulSet', 'DaemonSet', 'Job', 'ReplicaSet'].includes(m.kind)) {
+    return (m.spec as { template?: PodTemplate } | undefined)?.template;
+  }
+  if (m.kind === 'CronJob') return (m.spec as { jobTemplate?: { spec?: { template?: PodTemplate } } } | undefined)?.jobTemplate?.spec?.template;
+  return undefined;
+}
+
+function withPodTemplate(m: Manifest, template: PodTemplate): Manifest {
+  if (m.kind === 'CronJob') {
+    const spec = m.spec as { jobTemplate: { spec: Record<string, unknown> } };
+    return { ...m, spec: { ...spec, jobTemplate: { ...spec.jobTemplate, spec: { ...spec.jobTemplate.spec, template } } } };
+  }
+  return { ...m, spec: { ...(m.spec as Record<string, unknown>), template } };
+}
+
+const describeManifest = (r: Rendering, m: Manifest): string => `[${r.name}] ${m.kind}/${m.metadata.name} (${m.source})`;
+
+const containersOf = (t: PodTemplate): Container[] => [...(t.spec.initContainers ?? []), ...t.spec.containers];
+
+const fullCommand = (c: Container): string[] => [...(c.command ?? []), ...(c.args ?? [])];
+
+const selects = (selector: Labels | undefined, labels: Labels | undefined): boolean =>
+  selector !== undefined && Object.keys(selector).length > 0 && Object.entries(selector).every(([k, v]) => labels?.[k] === v);
+
+interface ResolvedVar {
+  readonly value: string | undefined;
+  /** For the messages: where the variable comes from. */
+  readonly from: string;
+}
+
+/** The example Secret of a rendering, if it ships one. */
+const shippedSecret = (r: Rendering): Manifest | undefined => r.manifests.find((m) => m.kind === 'Secret' && m.metadata.name === SECRET_NAME);
+
+function secretData(secret: Manifest): Record<string, string> {
+  const decoded = Object.fromEntries(Object.entries(secret.data ?? {}).map(([k, v]) => [k, Buffer.from(v, 'base64').toString('utf8')]));
+  return { ...decoded, ...secret.stringData };
+}
+
+/** The value of a Secret key: the example Secret's when the rendering ships one, else the test's placeholder. */
+function secretValue(r: Rendering, name: string, key: string, where: string, problems: string[]): string | undefined {
+  if (name !== SECRET_NAME) {
+    problems.push(`${where}: references Secret ${name}; the apps' secrets live in ${SECRET_NAME}`);
+    return undefined;
+  }
+  if (!(key in SECRET_PLACEHOLDERS)) {
+    problems.push(`${where}: references key ${key} of Secret ${SECRET_NAME}, which is not in SECRET_PLACEHOLDERS (the keys the Secret holds)`);
+    return undefined;
+  }
+  const shipped = shippedSecret(r);
+  if (!shipped) return SECRET_PLACEHOLDERS[key];
+  const data = secretData(shipped);
+  if (!(key in data)) problems.push(`${where}: references key ${key}, which the example Secret (${shipped.source}) does not have`);
+  return data[key];
+}
+
+/** A container's environment as the kubelet builds it: envFrom in order, then env, which wins. */
+function resolveEnv(r: Rendering, c: Container, where: string, problems: string[]): Map<string, ResolvedVar> {
+  const out = new Map<string, ResolvedVar>();
+  const configMap = (name: string): Manifest | undefined => r.manifests.find((m) => m.kind === 'ConfigMap' && m.metadata.name === name);
+  for (const from of c.envFrom ?? []) {
+    const prefix = from.prefix ?? '';
+    if (from.configMapRef) {
+      const cm = configMap(from.configMapRef.name);
+      if (!cm) {
+        if (!from.configMapRef.optional) problems.push(`${where}: envFrom ConfigMap ${from.configMapRef.name}, which the rendering does not have`);
+        continue;
+      }
+      for (const [k, v] of Object.entries(cm.data ?? {})) out.set(prefix + k, { value: String(v), from: `ConfigMap ${cm.metadata.name} (${cm.source})` });
+    }
+    if (from.secretRef) {
+      const shipped = shippedSecret(r);
+      const keys = shipped ? Object.keys(secretData(shipped)) : Object.keys(SECRET_PLACEHOLDERS);
+      for (const k of keys) {
+        out.set(prefix + k, { value: secretValue(r, from.secretRef.name, k, where, problems), from: `envFrom Secret ${from.secretRef.name}` });
+      }
+    }
+  }
+  for (const e of c.env ?? []) {
+    const cmRef = e.valueFrom?.configMapKeyRef;
+    const secretRef = e.valueFrom?.secretKeyRef;
+    if (cmRef) {
+      const cm = configMap(cmRef.name);
+      const value = cm?.data?.[cmRef.key];
+      if (value === undefined && !cmRef.optional) problems.push(`${where}: ${e.name} refers to key ${cmRef.key} of ConfigMap ${cmRef.name}, which does not exist`);
+      out.set(e.name, { value, from: `ConfigMap ${cmRef.name} key ${cmRef.key}` });
+    } else if (secretRef) {
+      out.set(e.name, { value: secretValue(r, secretRef.name, secretRef.key, `${where}: ${e.name}`, problems), from: `Secret ${secretRef.name} key ${secretRef.key}` });
+    } else if (e.value !== undefined) {
+      out.set(e.name, { value: e.value, from: 'a literal env value' });
+    } else {
+      out.set(e.name, { value: undefined, from: 'a fieldRef or resourceFieldRef' });
+    }
+  }
+  return out;
+}
+
+interface AppView {
+  readonly deployment: Manifest;
+  readonly template: PodTemplate;
+  readonly container: Container;
+  readonly env: Map<string, ResolvedVar>;
+  readonly where: string;
+  /** Problems met while resolving the environment (missing ConfigMaps, unknown Secret keys). */
+  readonly envProblems: string[];
+}
+
+/** The app's Deployment (by its component label) and the container that runs the app; throws naming what is missing. */
+function appView(r: Rendering, app: App): AppView {
+  const deployments = r.manifests.filter((m) => m.kind === 'Deployment' && m.metadata.labels?.[COMPONENT_LABEL] === app);
+  if (deployments.length !== 1) {
+    const all = r.manifests.filter((m) => m.kind === 'Deployment').map((m) => `${m.metadata.name} (${COMPONENT_LABEL}=${m.metadata.labels?.[COMPONENT_LABEL] ?? 'unset'})`);
+    throw new Error(`[${r.name}] expected one Deployment labelled ${COMPONENT_LABEL}=${app}, found ${deployments.length}; Deployments: ${all.join(', ') || 'none'}`);
+  }
+  const deployment = deployments[0];
+  const template = podTemplateOf(deployment);
+  if (!template) throw new Error(`${describeManifest(r, deployment)}: no pod template`);
+  const wanted = appCommand(app);
+  const running = template.spec.containers.filter((c) => fullCommand(c).join(' ') === wanted.join(' '));
+  if (running.length !== 1) {
+    const found = template.spec.containers.map((c) => `${c.name}: ${JSON.stringify(fullCommand(c))}`).join('; ');
+    throw new Error(`${describeManifest(r, deployment)}: expected one container running ${JSON.stringify(wanted)}, found ${running.length} (${found})`);
+  }
+  const container = running[0];
+  const where = `${describeManifest(r, deployment)} container ${container.name} (${app})`;
+  const envProblems: string[] = [];
+  const env = resolveEnv(r, container, where, envProblems);
+  return { deployment, template, container, env, where, envProblems };
+}
+
+function appSettings(view: AppView, app: App): AppSettings {
+  const values: Env = Object.fromEntries([...view.env].map(([k, v]) => [k, v.value]));
+  try {
+    return APP_SPECS[app].settings(values);
+  } catch (err) {
+    throw new Error(`${view.where}: the ${app} would not start with this configuration: ${(err as Error).message}`);
+  }
+}
+
+/** A probe or Service port (number or name) as the container port number it lands on. */
+function portNumber(c: Container, port: number | string | undefined): number | undefined {
+  if (typeof port === 'number') return c.ports?.some((p) => p.containerPort === port) ? port : undefined;
+  return c.ports?.find((p) => p.name === port)?.containerPort;
+}
+
+/** How long preStop holds the container before SIGTERM, when that can be told. */
+function preStopSeconds(c: Container): number | 'unknown' {
+  const preStop = c.lifecycle?.preStop;
+  if (!preStop) return 0;
+  if (preStop.sleep) return preStop.sleep.seconds;
+  const cmd = preStop.exec?.command ?? [];
+  if (cmd.length === 2 && /(^|\/)sleep$/.test(cmd[0]) && /^\d+(\.\d+)?$/.test(cmd[1])) return Number(cmd[1]);
+  return 'unknown';
+}
+
+const UNITS: Readonly<Record<string, number>> = { '': 1, m: 1e-3, k: 1e3, M: 1e6, G: 1e9, T: 1e12, Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40 };
+
+function quantity(q: string | number): number {
+  if (typeof q === 'number') return q;
+  const m = /^(\d+(?:\.\d+)?)([a-zA-Z]*)$/.exec(q);
+  if (!m || !(m[2] in UNITS)) return Number.NaN;
+  return Number(m[1]) * UNITS[m[2]];
+}
+
+// ---------------------------------------------------------------------------
+// The checks.
+// ---------------------------------------------------------------------------
+
+describe('deploy/k8s manifests', () => {
+  it('every YAML file parses and is used by the kustomization of its directory', () => {
+    const problems: string[] = [];
+    for (const file of yamlFiles(K8S_DIR)) {
+      try {
+        parseYamlFile(file);
+      } catch (err) {
+        problems.push((err as Error).message);
+        continue;
+      }
+      if (/kustomization\.ya?ml$/.test(file)) continue;
+      const kustomizationFile = join(dirname(file), 'kustomization.yaml');
+      if (!existsSync(kustomizationFile)) {
+        problems.push(`${rel(file)}: no kustomization.yaml beside it, so nothing applies it`);
+        continue;
+      }
+      let k: Record<string, unknown>;
+      try {
+        k = readKustomization(dirname(file));
+      } catch (err) {
+        problems.push((err as Error).message);
+        continue;
+      }
+      const used = [...stringList(k.resources, 'resources'), ...recordList(k.patches, 'patches').map((p) => String(p.path))].map((e) =>
+        resolve(dirname(file), e),
+      );
+      if (!used.includes(file)) problems.push(`${rel(file)}: not listed in ${rel(kustomizationFile)} (resources or patches), so it is never applied`);
+    }
+    expect(problems).toEqual([]);
+  });
+
+  const interfaceCheck = existsSync(INTERFACE_PATH) ? it : it.skip;
+  interfaceCheck('INTERFACE_ENV_FALLBACK (used where ../shared is absent) matches INTERFACE.md', () => {
+    const parsed = parseInterfaceEnv(readFileSync(INTERFACE_PATH, 'utf8'));
+    for (const app of APPS) {
+      expect({ app, variables: [...parsed[app]].sort() }).toEqual({ app, variables: [...INTERFACE_ENV_FALLBACK[app]].sort() });
+    }
+  });
+
+  describe.each(RENDERINGS)('%s', (dirName) => {
+    let r: Rendering;
+    beforeAll(() => {
+      r = render(join(K8S_DIR, dirName), dirName);
+    });
+
+    describe.each(APPS)('%s', (app) => {
+      const spec = APP_SPECS[app];
+
+      it(`has a Deployment whose container runs node dist/apps/${app}/main.js`, () => {
+        expect(appView(r, app).container.name).toBeTruthy();
+      });
+
+      it(`gets only variables in ${spec.schemaName}, and its configuration loads`, () => {
+        const view = appView(r, app);
+        const problems = [...view.envProblems];
+        for (const [name, v] of view.env) {
+          if (!spec.variables.has(name)) problems.push(`${view.where}: gets ${name} from ${v.from}, but ${spec.schemaName} has no such variable`);
+        }
+        expect(problems).toEqual([]);
+        expect(() => appSettings(view, app)).not.toThrow();
+      });
+
+      it(`gets every variable INTERFACE.md lists for the ${app}, and NODE_ENV=production`, () => {
+        const view = appView(r, app);
+        const problems: string[] = [];
+        for (const name of interfaceSource.env[app]) {
+          if (!view.env.has(name)) problems.push(`${view.where}: ${interfaceSource.from} lists ${name} for the ${app}, but neither env nor envFrom provides it`);
+        }
+        const nodeEnv = view.env.get('NODE_ENV');
+        if (nodeEnv?.value !== 'production') problems.push(`${view.where}: NODE_ENV is ${nodeEnv ? `"${nodeEnv.value}" from ${nodeEnv.from}` : 'unset'}, not production`);
+        expect(problems).toEqual([]);
+      });
+
+      it(`probes GET ${LIVE_PATH} (liveness, startup) and ${READY_PATH} (readiness) on the port it listens on`, () => {
+        const view = appView(r, app);
+        const { port } = appSettings(view, app);
+        const portFrom = view.env.get(spec.portVariable)?.from ?? `${spec.schemaName}'s default`;
+        const problems: string[] = [];
+        const probes: [string, Probe | undefined, readonly string[]][] = [
+          ['livenessProbe', view.container.livenessProbe, [LIVE_PATH]],
+          ['readinessProbe', view.container.readinessProbe, [READY_PATH]],
+          ['startupProbe', view.container.startupProbe, [LIVE_PATH, READY_PATH]],
+        ];
+        for (const [kind, probe, paths] of probes) {
+          const get = probe?.httpGet;
+          if (!get) {
+            problems.push(`${view.where}: no ${kind} with httpGet`);
+            continue;
+          }
+          if (!paths.includes(get.path ?? '')) problems.push(`${view.where}: ${kind} gets ${get.path ?? '(no path)'}, expected ${paths.join(' or ')}`);
+          if (get.scheme !== undefined && get.scheme !== 'HTTP') problems.push(`${view.where}: ${kind} uses ${get.scheme}; the apps serve plain HTTP`);
+          const target = portNumber(view.container, get.port);
+          if (target === undefined) {
+            problems.push(`${view.where}: ${kind} port ${String(get.port)} is not a declared containerPort (${JSON.stringify(view.container.ports ?? [])})`);
+          } else if (target !== port) {
+            problems.push(`${view.where}: ${kind} probes port ${target}, but the ${app} listens on ${spec.portVariable}=${port} (from ${portFrom})`);
+          }
+        }
+        expect(problems).toEqual([]);
+      });
+
+      it('has terminationGracePeriodSeconds longer than preStop plus its drain', () => {
+        const view = appView(r, app);
+        const { drainSeconds, drainWhy } = appSettings(view, app);
+        const preStop = preStopSeconds(view.container);
+        if (preStop === 'unknown') throw new Error(`${view.where}: cannot tell how long its preStop hook takes; use exec ["sleep", "N"] or sleep.seconds`);
+        const grace = view.template.spec.terminationGracePeriodSeconds ?? 30;
+        const needed = preStop + drainSeconds;
+        if (!(grace > needed)) {
+          throw new Error(
+            `${view.where}: terminationGracePeriodSeconds is ${grace}, not more than preStop ${preStop} s + drain ${drainSeconds} s (${drainWhy}) = ${needed} s`,
+          );
+        }
+      });
+
+      it('is scraped by Prometheus (if annotated) on the port it serves /metrics on', () => {
+        const view = appView(r, app);
+        const annotations = view.template.metadata?.annotations ?? {};
+        if (annotations['prometheus.io/scrape'] !== 'true') return;
+        const { port } = appSettings(view, app);
+        const problems: string[] = [];
+        if (annotations['prometheus.io/port'] !== String(port)) {
+          problems.push(`${view.where}: prometheus.io/port is ${annotations['prometheus.io/port'] ?? 'unset'}, but the ${app} serves /metrics on ${port}`);
+        }
+        const path = annotations['prometheus.io/path'];
+        if (path !== undefined && path !== '/metrics') problems.push(`${view.where}: prometheus.io/path is ${path}, not /metrics`);
+        expect(problems).toEqual([]);
+      });
+
+      it('has a Deployment selector matching its pods and a PodDisruptionBudget selecting them', () => {
+        const view = appView(r, app);
+        const labels = view.template.metadata?.labels;
+        const problems: string[] = [];
+        if (!selects((view.deployment.spec as DeploymentSpec).selector?.matchLabels, labels)) {
+          problems.push(`${view.where}: spec.selector.matchLabels does not match the pod template's labels`);
+        }
+        const pdbs = r.manifests.filter((m) => m.kind === 'PodDisruptionBudget' && selects((m.spec as SelectorSpec).selector?.matchLabels, labels));
+        if (pdbs.length !== 1) problems.push(`${view.where}: ${pdbs.length} PodDisruptionBudgets select its pods, expected 1`);
+        expect(problems).toEqual([]);
+      });
+    });
+
+    it('the api Service targets the port the api listens on, and selects only api pods', () => {
+      const view = appView(r, 'api');
+      const { port } = appSettings(view, 'api');
+      // Another app's broken Deployment is reported by its own tests, not here.
+      const others = APPS.filter((a) => a !== 'api').flatMap((a) => {
+        try {
+          return [appView(r, a)];
+        } catch {
+          return [];
+        }
+      });
+      const services = r.manifests.filter((m) => m.kind === 'Service' && selects((m.spec as ServiceSpec).selector, view.template.metadata?.labels));
+      const problems: string[] = [];
+      if (services.length === 0) problems.push(`[${r.name}] no Service selects the api's pods (${JSON.stringify(view.template.metadata?.labels)})`);
+      for (const svc of services) {
+        const s = svc.spec as ServiceSpec;
+        for (const other of others) {
+          if (selects(s.selector, other.template.metadata?.labels)) problems.push(`${describeManifest(r, svc)}: also selects ${other.where}`);
+        }
+        if (!s.ports?.length) problems.push(`${describeManifest(r, svc)}: no ports`);
+        for (const p of s.ports ?? []) {
+          const target = portNumber(view.container, p.targetPort ?? p.port);
+          if (target !== port) {
+            problems.push(`${describeManifest(r, svc)}: port ${p.port} targets ${String(p.targetPort ?? p.port)} (container port ${String(target)}), but the api listens on ${port}`);
+          }
+        }
+      }
+      expect(problems).toEqual([]);
+    });
+
+    it('the worker HorizontalPodAutoscaler (autoscaling/v2) targets the worker Deployment, which leaves replicas to it', () => {
+      const worker = appView(r, 'worker');
+      const hpas = r.manifests.filter((m) => m.kind === 'HorizontalPodAutoscaler');
+      const problems: string[] = [];
+      const targeting = hpas.filter((m) => {
+        const ref = (m.spec as HpaSpec).scaleTargetRef;
+        return ref?.kind === 'Deployment' && ref.name === worker.deployment.metadata.name;
+      });
+      if (targeting.length !== 1) {
+        problems.push(`[${r.name}] ${targeting.length} HorizontalPodAutoscalers target Deployment ${worker.deployment.metadata.name}, expected 1 (found: ${hpas.map((h) => h.metadata.name).join(', ') || 'none'})`);
+      }
+      for (const hpa of hpas) {
+        const s = hpa.spec as HpaSpec;
+        const ref = s.scaleTargetRef;
+        if (hpa.apiVersion !== 'autoscaling/v2') problems.push(`${describeManifest(r, hpa)}: apiVersion ${hpa.apiVersion}, expected autoscaling/v2`);
+        if (ref?.apiVersion !== 'apps/v1') problems.push(`${describeManifest(r, hpa)}: scaleTargetRef.apiVersion ${String(ref?.apiVersion)}, expected apps/v1`);
+        if (!r.manifests.some((m) => m.kind === ref?.kind && m.metadata.name === ref?.name)) {
+          problems.push(`${describeManifest(r, hpa)}: targets ${String(ref?.kind)}/${String(ref?.name)}, which does not exist`);
+        }
+        if (!(s.minReplicas !== undefined && s.maxReplicas !== undefined && s.minReplicas >= 1 && s.minReplicas <= s.maxReplicas)) {
+          problems.push(`${describeManifest(r, hpa)}: needs 1 <= minReplicas (${String(s.minReplicas)}) <= maxReplicas (${String(s.maxReplicas)})`);
+        }
+      }
+      if ((worker.deployment.spec as DeploymentSpec).replicas !== undefined) {
+        problems.push(`${worker.where}: sets spec.replicas, which every apply would reset under the HorizontalPodAutoscaler`);
+      }
+      expect(problems).toEqual([]);
+    });
+
+    it(`one Job runs ${MIGRATE_COMMAND.join(' ')} with the apps' image and the database URL`, () => {
+      const jobs = r.manifests.filter((m) => m.kind === 'Job');
+      const migrate = jobs.flatMap((job) => {
+        const t = podTemplateOf(job);
+        return (t?.spec.containers ?? []).filter((c) => fullCommand(c).join(' ') === MIGRATE_COMMAND.join(' ')).map((c) => ({ job, c }));
+      });
+      if (migrate.length !== 1) {
+        const found = jobs.map((j) => `${j.metadata.name}: ${JSON.stringify(podTemplateOf(j)?.spec.containers.map(fullCommand))}`);
+        throw new Error(`[${r.name}] expected one Job container running ${JSON.stringify(MIGRATE_COMMAND)}, found ${migrate.length} (${found.join('; ') || 'no Jobs'})`);
+      }
+      const [{ job, c }] = migrate;
+      const problems: string[] = [];
+      const where = `${describeManifest(r, job)} container ${c.name}`;
+      const env = resolveEnv(r, c, where, problems);
+      if (!env.has('DATABASE_URL')) problems.push(`${where}: no DATABASE_URL`);
+      const apiImage = appView(r, 'api').container.image;
+      if (c.image !== apiImage) problems.push(`${where}: image ${String(c.image)}, but the apps run ${String(apiImage)}`);
+      expect(problems).toEqual([]);
+    });
+
+    it('every container has CPU and memory requests and limits, requests within limits', () => {
+      const problems: string[] = [];
+      for (const m of r.manifests) {
+        const t = podTemplateOf(m);
+        for (const c of t ? containersOf(t) : []) {
+          const where = `${describeManifest(r, m)} container ${c.name}`;
+          for (const resource of ['cpu', 'memory']) {
+            const request = c.resources?.requests?.[resource];
+            const limit = c.resources?.limits?.[resource];
+            if (request === undefined) problems.push(`${where}: no ${resource} request`);
+            if (limit === undefined) problems.push(`${where}: no ${resource} limit`);
+            if (request === undefined || limit === undefined) continue;
+            const [q, l] = [quantity(request), quantity(limit)];
+            if (Number.isNaN(q) || Number.isNaN(l)) problems.push(`${where}: ${resource} request ${request} or limit ${limit} is not a quantity`);
+            else if (q > l) problems.push(`${where}: ${resource} request ${request} exceeds its limit ${limit}`);
+          }
+        }
+      }
+      expect(problems).toEqual([]);
+    });
+
+    it('every pod runs as a numeric non-root user, read-only, without privileges, under RuntimeDefault seccomp', () => {
+      const problems: string[] = [];
+      for (const m of r.manifests) {
+        const t = podTemplateOf(m);
+        if (!t) continue;
+        const pod = t.spec.securityContext ?? {};
+        for (const c of containersOf(t)) {
+          const where = `${describeManifest(r, m)} container ${c.name}`;
+          const sc = c.securityContext ?? {};
+          if ((sc.runAsNonRoot ?? pod.runAsNonRoot) !== true) problems.push(`${where}: runAsNonRoot is not true`);
+          // The image's USER is a name (node); the kubelet can verify runAsNonRoot only against a number.
+          const uid = sc.runAsUser ?? pod.runAsUser;
+          if (!(typeof uid === 'number' && uid > 0)) problems.push(`${where}: runAsUser is ${String(uid)}, expected a numeric non-root uid`);
+          if (sc.readOnlyRootFilesystem !== true) problems.push(`${where}: readOnlyRootFilesystem is not true`);
+          if (sc.allowPrivilegeEscalation !== false) problems.push(`${where}: allowPrivilegeEscalation is not false`);
+          if (sc.privileged === true) problems.push(`${where}: privileged`);
+          if (!sc.capabilities?.drop?.includes('ALL')) problems.push(`${where}: capabilities.drop does not include ALL`);
+          if (sc.capabilities?.add?.length) problems.push(`${where}: adds capabilities ${sc.capabilities.add.join(', ')}`);
+          const seccomp = sc.seccompProfile?.type ?? pod.seccompProfile?.type;
+          if (seccomp !== 'RuntimeDefault' && seccomp !== 'Localhost') problems.push(`${where}: seccompProfile is ${String(seccomp)}, expected RuntimeDefault`);
+        }
+      }
+      expect(problems).toEqual([]);
+    });
+
+    it('every container runs the same image, the one the overlay names', () => {
+      const images = new Map<string, string[]>();
+      for (const m of r.manifests) {
+        const t = podTemplateOf(m);
+        for (const c of t ? containersOf(t) : []) {
+          const image = c.image ?? '(none)';
+          images.set(image, [...(images.get(image) ?? []), `${m.kind}/${m.metadata.name}:${c.name}`]);
+        }
+      }
+      expect({ rendering: r.name, images: [...images.keys()] }).toEqual({ rendering: r.name, images: [expect.any(String)] });
+      if (r.name.startsWith('overlays/')) {
+        const [image] = [...images.keys()];
+        const problems: string[] = [];
+        if (!r.images.some((i) => i.newName !== undefined || i.newTag !== undefined || i.digest !== undefined)) {
+          problems.push(`[${r.name}] kustomization images does not set the registry name and release tag`);
+        }
+        if (!/[:@]/.test(image) || image.endsWith(':latest')) problems.push(`[${r.name}] image ${image} has no pinned tag or digest`);
+        expect(problems).toEqual([]);
+      }
+    });
+
+    it(`secrets come only from ${SECRET_NAME}; only the example overlay ships it, with placeholders`, () => {
+      const problems: string[] = [];
+      const secrets = r.manifests.filter((m) => m.kind === 'Secret');
+      if (r.name === 'base' && secrets.length > 0) problems.push(`[base] ships Secrets (${secrets.map((s) => s.source).join(', ')}); secrets belong to an environment`);
+      for (const s of secrets) {
+        if (s.metadata.name !== SECRET_NAME) problems.push(`${describeManifest(r, s)}: only ${SECRET_NAME} is expected`);
+        const data = secretData(s);
+        const keys = Object.keys(data).sort();
+        const expected = Object.keys(SECRET_PLACEHOLDERS).sort();
+        if (keys.join() !== expected.join()) problems.push(`${describeManifest(r, s)}: keys ${keys.join(', ')}, expected ${expected.join(', ')}`);
+        for (const [k, v] of Object.entries(data)) {
+          if (!v.includes(EXAMPLE_SECRET_MARKER)) problems.push(`${describeManifest(r, s)}: ${k} does not look like a placeholder (no ${EXAMPLE_SECRET_MARKER}); never commit a real secret`);
+        }
+      }
+      if (r.name.startsWith('overlays/') && secrets.length === 0) problems.push(`[${r.name}] ships no example ${SECRET_NAME}`);
+      expect(problems).toEqual([]);
+    });
+
+    it('every ConfigMap is read by some container', () => {
+      const read = new Set<string>();
+      for (const m of r.manifests) {
+        const t = podTemplateOf(m);
+        for (const c of t ? containersOf(t) : []) {
+          for (const f of c.envFrom ?? []) if (f.configMapRef) read.add(f.configMapRef.name);
+          for (const e of c.env ?? []) if (e.valueFrom?.configMapKeyRef) read.add(e.valueFrom.configMapKeyRef.name);
+        }
+      }
+      const unread = r.manifests.filter((m) => m.kind === 'ConfigMap' && !read.has(m.metadata.name)).map((m) => describeManifest(r, m));
+      expect(unread).toEqual([]);
+    });
+  });
+});
