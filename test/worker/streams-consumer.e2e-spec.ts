@@ -5,6 +5,7 @@ import type { DataSource } from 'typeorm';
 import { fieldsOf } from '../../apps/worker/src/jobs/job-message';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
 import { eventually, freshRedis, sleep, testDataSource, truncateAll } from '../support/infra';
+import { metricValue } from '../support/metrics';
 import { startWorker, type WorkerHarness } from '../support/worker-harness';
 
 const newJob = (text = 'Redis Streams deliver at least once. The worker makes each effect happen once.') => ({
@@ -237,6 +238,29 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
     const [[, fields]] = await redis.xrange(DEAD_LETTER_STREAM, '-', '+');
     expect(fieldsOf(fields)).toEqual({ reason: 'deleted_from_stream', source_id: entry.id });
     expect(await pending()).toBe(0);
+  });
+
+  it('moves its metrics by exactly what happened: one done, one dead-lettered, one 400 call, queue figures', async () => {
+    const w = await worker();
+    const server = w.app.getHttpServer();
+    const m = (name: string, labels: Record<string, string> = {}) => metricValue(server, name, labels);
+    await queue.enqueue(newJob());
+    await w.consumer.runOnce();
+    model.reply = () => ({ kind: 'error', status: 400 });
+    await queue.enqueue(newJob());
+    await w.consumer.runOnce();
+    expect(await m('worker_jobs_total', { outcome: 'done' })).toBe(1);
+    expect(await m('worker_jobs_total', { outcome: 'dead_lettered' })).toBe(1);
+    expect(await m('worker_llm_calls_total', { outcome: 'ok', error_class: 'none' })).toBe(1);
+    expect(await m('worker_llm_calls_total', { outcome: 'failed', error_class: 'client' })).toBe(1);
+    expect(await m('worker_dead_letters_total', { reason: 'llm_client' })).toBe(1);
+    expect(await m('worker_llm_attempts_per_job_count')).toBe(2);
+    expect(await m('worker_job_duration_seconds_count', { outcome: 'done' })).toBe(1);
+    expect(await m('jobs_stream_length')).toBe(0);
+    expect(await m('jobs_stream_pending')).toBe(0);
+    expect(await m('jobs_dead_letter_length')).toBe(1);
+    await queue.enqueue(newJob());
+    expect(await m('jobs_stream_length')).toBe(1);
   });
 
   it('creates its group again when Redis lost it (a restart without persistence)', async () => {
