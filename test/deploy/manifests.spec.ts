@@ -2,7 +2,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { apiEnvSchema, loadApiConfig } from '../../apps/api/src/api.config';
-import * as relayConfig from '../../apps/relay/src/relay.config';
+import { loadRelayConfig, relayEnvSchema } from '../../apps/relay/src/relay.config';
 import { loadWorkerConfig, workerEnvSchema } from '../../apps/worker/src/worker.config';
 
 /*
@@ -85,6 +85,8 @@ const INTERFACE_ENV_FALLBACK: Readonly<Record<App, readonly string[]>> = {
     'OUTBOX_MAX_ATTEMPTS',
     'OUTBOX_POLL_MS',
     'OUTBOX_RETENTION_DAYS',
+    'OUTBOX_BACKOFF_BASE_MS',
+    'OUTBOX_BACKOFF_MAX_MS',
   ],
 };
 
@@ -120,33 +122,6 @@ function schemaVariables(schema: Readonly<Record<string, unknown>>, name: string
   return vars;
 }
 
-/** The variables a loader asks for, read off an environment that records every lookup. */
-function variablesReadBy(load: (env: Env) => unknown): ReadonlySet<string> {
-  const seen = new Set<string>();
-  const recorder = new Proxy<Env>(
-    {},
-    {
-      get(_target, property) {
-        if (typeof property === 'string') seen.add(property);
-        return undefined;
-      },
-    },
-  );
-  load(recorder);
-  return seen;
-}
-
-// TODO(relay): relay.config.ts does not export `relayEnvSchema` yet. Until it
-// does, the relay's variables are the ones loadRelayConfig looks up; once the
-// export exists it is used automatically and this fallback can go.
-function relayVariables(): { name: string; variables: ReadonlySet<string> } {
-  const exported: Readonly<Record<string, unknown>> = { ...relayConfig };
-  const schema = exported.relayEnvSchema;
-  if (isRecord(schema)) return { name: 'relayEnvSchema', variables: schemaVariables(schema, 'relayEnvSchema') };
-  return { name: 'loadRelayConfig (relayEnvSchema not exported yet)', variables: variablesReadBy(relayConfig.loadRelayConfig) };
-}
-
-const relay = relayVariables();
 /** The relay drains the sends in flight (NOTIFY_TIMEOUT_S each), then records them and closes its connections. */
 const RELAY_DRAIN_MARGIN_S = 5;
 
@@ -174,11 +149,11 @@ const APP_SPECS: Readonly<Record<App, AppSpec>> = {
     },
   },
   relay: {
-    schemaName: relay.name,
-    variables: relay.variables,
+    schemaName: 'relayEnvSchema',
+    variables: schemaVariables(relayEnvSchema, 'relayEnvSchema'),
     portVariable: 'HEALTH_PORT',
     settings: (env) => {
-      const c = relayConfig.loadRelayConfig(env);
+      const c = loadRelayConfig(env);
       return {
         port: c.healthPort,
         drainSeconds: c.notifyTimeoutMs / 1000 + RELAY_DRAIN_MARGIN_S,

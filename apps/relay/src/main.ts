@@ -9,7 +9,8 @@ async function main(): Promise<void> {
   const config = loadRelayConfig(process.env);
   const app = await NestFactory.create(RelayModule.forRoot(config), { bufferLogs: true });
   app.useLogger(app.get(Logger));
-  app.enableShutdownHooks();
+  // useProcessExit: after the drain, exit 0; without it Nest re-raises the signal and the process dies of SIGTERM (143).
+  app.enableShutdownHooks([], { useProcessExit: true });
   await app.listen(config.healthPort);
 }
 

@@ -1,12 +1,44 @@
-import { commonEnv, ConfigOf, env, parseConfig, type Env } from '@app/config';
+import { commonEnv, ConfigFieldError, ConfigOf, env, parseConfig, type Env } from '@app/config';
 
-const relaySchema = {
+const BACKOFF_BASE_MS_DEFAULT = 1000;
+
+/** Every variable the relay reads (INTERFACE.md); the manifests are checked against it. */
+export const relayEnvSchema = {
   ...commonEnv,
   healthPort: env.int('HEALTH_PORT', 3002, { min: 0, max: 65535 }),
+  /** Unset: the log sender (quick start). */
+  notifyWebhookUrl: env.optionalUrl('NOTIFY_WEBHOOK_URL', ['http:', 'https:']),
+  notifyTimeoutMs: env.secondsAsMs('NOTIFY_TIMEOUT_S', 10, { min: 0.05, max: 300 }),
+  outboxBatch: env.int('OUTBOX_BATCH', 20, { min: 1, max: 1000 }),
+  outboxMaxAttempts: env.int('OUTBOX_MAX_ATTEMPTS', 10, { min: 1, max: 1000 }),
+  outboxPollMs: env.int('OUTBOX_POLL_MS', 1000, { min: 10, max: 3_600_000 }),
+  outboxRetentionDays: env.int('OUTBOX_RETENTION_DAYS', 7, { min: 1, max: 3650 }),
+  outboxBackoffBaseMs: env.int('OUTBOX_BACKOFF_BASE_MS', BACKOFF_BASE_MS_DEFAULT, { min: 1, max: 3_600_000 }),
+  outboxBackoffMaxMs: env.custom('OUTBOX_BACKOFF_MAX_MS', (raw, all) => {
+    const max = env.int('OUTBOX_BACKOFF_MAX_MS', 300_000, { min: 1, max: 86_400_000 }).parse(raw, all);
+    // Compared only when the base itself is valid: a bad base is reported under its own name.
+    const base = Number(all.OUTBOX_BACKOFF_BASE_MS?.trim() || BACKOFF_BASE_MS_DEFAULT);
+    if (Number.isInteger(base) && max < base) {
+      throw new ConfigFieldError(`must be at least OUTBOX_BACKOFF_BASE_MS (${base}), got ${max}`);
+    }
+    return max;
+  }),
 };
 
-export type RelayConfig = ConfigOf<typeof relaySchema>;
+export type RelayConfig = ConfigOf<typeof relayEnvSchema> & {
+  /**
+   * How long a claim holds its rows. Derived, not set: it must outlast a send
+   * (NOTIFY_TIMEOUT_S) plus recording its result, or a second relay would
+   * claim a row whose first send is still running.
+   */
+  readonly outboxLeaseMs: number;
+};
 
+/** The lease: twice the send timeout plus a second for the claim and the recording statements. */
+export const leaseFor = (notifyTimeoutMs: number): number => 2 * notifyTimeoutMs + 1000;
+
+/** The relay's whole configuration, validated once at boot; throws naming every bad variable. */
 export function loadRelayConfig(source: Env): RelayConfig {
-  return parseConfig(relaySchema, source);
+  const parsed = parseConfig(relayEnvSchema, source);
+  return { ...parsed, outboxLeaseMs: leaseFor(parsed.notifyTimeoutMs) };
 }

@@ -5,6 +5,7 @@ import { LoggingModule, MetricsModule } from '@app/observability';
 import { PersistenceModule } from '@app/persistence';
 import { ProblemDetailsFilter } from '@app/problem';
 import { RedisModule } from '@app/redis';
+import { OutboxRelayModule } from './outbox/outbox-relay.module';
 import type { RelayConfig } from './relay.config';
 
 @Module({})
@@ -18,6 +19,18 @@ export class RelayModule {
         RedisModule.forRoot({ url: config.redisUrl, connectionName: 'relay', isGlobal: true }),
         PersistenceModule.forRoot({ url: config.databaseUrl, applicationName: 'relay' }),
         HealthModule,
+        OutboxRelayModule.forRoot({
+          databaseUrl: config.databaseUrl,
+          webhookUrl: config.notifyWebhookUrl,
+          sendTimeoutMs: config.notifyTimeoutMs,
+          leaseMs: config.outboxLeaseMs,
+          batch: config.outboxBatch,
+          maxAttempts: config.outboxMaxAttempts,
+          pollMs: config.outboxPollMs,
+          backoffBaseMs: config.outboxBackoffBaseMs,
+          backoffMaxMs: config.outboxBackoffMaxMs,
+          retentionDays: config.outboxRetentionDays,
+        }),
       ],
       providers: [{ provide: APP_FILTER, useClass: ProblemDetailsFilter }],
     };

@@ -2,10 +2,11 @@ import type { DataSourceOptions } from 'typeorm';
 import { Outbox } from './entities/outbox.entity';
 import { Summary } from './entities/summary.entity';
 import { InitialSchema1764460800000 } from './migrations/1764460800000-initial-schema';
+import { OutboxParkedIndex1764547200000 } from './migrations/1764547200000-outbox-parked-index';
 
 export const ENTITIES = [Summary, Outbox];
 /** Listed, not globbed: the apps are bundled, so there is no directory to scan. */
-export const MIGRATIONS = [InitialSchema1764460800000];
+export const MIGRATIONS = [InitialSchema1764460800000, OutboxParkedIndex1764547200000];
 
 export interface PersistenceOptions {
   readonly url: string;

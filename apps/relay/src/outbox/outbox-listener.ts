@@ -1,0 +1,137 @@
+import { Inject, Injectable, Logger } from '@nestjs/common';
+import { OUTBOX_CHANNEL } from '@app/persistence';
+import { Client } from 'pg';
+import { OUTBOX_RELAY_OPTIONS, type OutboxRelayOptions } from './outbox-relay.module-definition';
+
+export interface OutboxListenerHandlers {
+  /** A row was committed (one call per notification; the caller coalesces). */
+  onNotify(): void;
+  /**
+   * LISTEN is (re-)established. Notifications sent while it was down are lost,
+   * so the caller runs a pass now.
+   */
+  onListening(): void;
+}
+
+const RECONNECT_FIRST_MS = 100;
+const RECONNECT_MAX_MS = 5000;
+
+/**
+ * LISTEN `outbox_new` on a dedicated connection (a pooled one would be handed
+ * to other queries and lose the subscription). A lost connection is opened
+ * again with jittered exponential backoff; readiness fails meanwhile.
+ */
+@Injectable()
+export class OutboxListener {
+  private readonly logger = new Logger(OutboxListener.name);
+  private client: Client | undefined;
+  private pid: number | undefined;
+  private handlers: OutboxListenerHandlers | undefined;
+  private reconnectTimer: NodeJS.Timeout | undefined;
+  private failures = 0;
+  private stopped = true;
+  private connecting: Promise<void> | undefined;
+
+  constructor(@Inject(OUTBOX_RELAY_OPTIONS) private readonly options: OutboxRelayOptions) {}
+
+  /** Starts listening; a failure to connect is retried in the background, never thrown. */
+  async start(handlers: OutboxListenerHandlers): Promise<void> {
+    this.handlers = handlers;
+    this.stopped = false;
+    await this.connect();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.reconnectTimer);
+    await this.connecting;
+    const client = this.client;
+    this.client = undefined;
+    this.pid = undefined;
+    if (client) await client.end().catch(() => undefined);
+  }
+
+  /** The server process of the LISTEN connection, while there is one (for operators and tests). */
+  get backendPid(): number | undefined {
+    return this.pid;
+  }
+
+  get listening(): boolean {
+    return this.client !== undefined;
+  }
+
+  /** Readiness: the LISTEN connection is up and answers. */
+  async check(): Promise<void> {
+    const client = this.client;
+    if (!client) throw new Error(`not listening on ${OUTBOX_CHANNEL} (reconnecting)`);
+    await client.query('SELECT 1');
+  }
+
+  private connect(): Promise<void> {
+    this.connecting = this.open().finally(() => (this.connecting = undefined));
+    return this.connecting;
+  }
+
+  private async open(): Promise<void> {
+    if (this.stopped) return;
+    const client = new Client({
+      connectionString: this.options.databaseUrl,
+      application_name: 'relay-listen',
+      keepAlive: true,
+      connectionTimeoutMillis: 5000,
+    });
+    // Attached before connect: an 'error' event without a listener would crash the process.
+    let ended = false;
+    client.on('error', (err) => this.lost(client, err));
+    client.on('end', () => {
+      ended = true;
+      this.lost(client);
+    });
+    client.on('notification', (n) => {
+      if (n.channel === OUTBOX_CHANNEL && this.client === client) this.handlers?.onNotify();
+    });
+    try {
+      await client.connect();
+      await client.query(`LISTEN ${OUTBOX_CHANNEL}`);
+      const { rows } = await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid');
+      this.pid = rows[0].pid;
+    } catch (err) {
+      await client.end().catch(() => undefined);
+      this.scheduleReconnect(err);
+      return;
+    }
+    if (this.stopped) {
+      await client.end().catch(() => undefined);
+      return;
+    }
+    if (ended) {
+      this.scheduleReconnect(new Error('connection ended while subscribing'));
+      return;
+    }
+    if (this.failures > 0) this.logger.log(`listening on ${OUTBOX_CHANNEL} again`);
+    this.failures = 0;
+    this.client = client;
+    this.handlers?.onListening();
+  }
+
+  private lost(client: Client, err?: Error): void {
+    if (this.client !== client) return; // still connecting (open() handles it) or already replaced
+    this.client = undefined;
+    this.pid = undefined;
+    client.end().catch(() => undefined);
+    if (this.stopped) return;
+    this.scheduleReconnect(err ?? new Error('connection ended'));
+  }
+
+  private scheduleReconnect(err: unknown): void {
+    if (this.stopped) return;
+    const step = Math.min(RECONNECT_MAX_MS, RECONNECT_FIRST_MS * 2 ** this.failures);
+    const delay = Math.round(step / 2 + Math.random() * (step / 2));
+    this.failures++;
+    this.logger.warn(
+      `LISTEN ${OUTBOX_CHANNEL} connection lost (${err instanceof Error ? err.message : String(err)}); reconnecting in ${delay} ms`,
+    );
+    clearTimeout(this.reconnectTimer);
+    this.reconnectTimer = setTimeout(() => void this.connect(), delay);
+  }
+}

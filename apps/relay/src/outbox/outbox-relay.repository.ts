@@ -1,0 +1,173 @@
+import { Injectable } from '@nestjs/common';
+import type { EntityManager } from 'typeorm';
+import type { OutboxMessage } from './notification-sender.interface';
+
+/** A row this relay holds until `lease` (the fencing value of every later update). */
+export interface ClaimedMessage extends OutboxMessage {
+  /** bigint: pg returns it as a string. */
+  readonly id: string;
+  /** Failed attempts so far. */
+  readonly attempts: number;
+  /** The `lease_until` this claim stamped, to the millisecond (it round-trips through a JS Date exactly). */
+  readonly lease: Date;
+}
+
+/**
+ * The relay's SQL, I/O only; every method runs in the EntityManager it is
+ * given. Times all come from PostgreSQL's clock (now()), never from the
+ * relays' clocks, so leases and backoff mean the same to every relay.
+ *
+ * Lease ownership: `lease_until` is the fencing token. A claim stamps it with
+ * a fresh value, and every update of a claimed row matches that exact value,
+ * so a relay whose lease expired and was taken over cannot overwrite the new
+ * holder's result: the new claim stamped a strictly later value (it was made
+ * after the old lease had passed, and adds the same lease length).
+ */
+@Injectable()
+export class OutboxRelayRepository {
+  /**
+   * One statement, so one short transaction: lock due rows with SKIP LOCKED
+   * (relays never wait for each other), stamp the lease, commit. The row
+   * locks end with the statement; during the sends only the lease protects
+   * the rows, and nothing blocks another relay.
+   */
+  async claim(em: EntityManager, batch: number, leaseMs: number, maxAttempts: number): Promise<ClaimedMessage[]> {
+    const rows = await returning<ClaimRow>(
+      em,
+      `WITH due AS MATERIALIZED (
+         SELECT id FROM outbox
+          WHERE sent_at IS NULL
+            AND parked_at IS NULL
+            AND attempts < $3
+            AND next_attempt_at <= now()
+            AND (lease_until IS NULL OR lease_until < now())
+          ORDER BY id
+          LIMIT $1
+          FOR UPDATE SKIP LOCKED
+       )
+       UPDATE outbox o
+          SET lease_until = date_trunc('milliseconds', now()) + $2::integer * interval '1 millisecond'
+         FROM due
+        WHERE o.id = due.id
+       RETURNING o.id, o.topic, o.dedupe_key, o.payload, o.attempts, o.lease_until`,
+      [batch, leaseMs, maxAttempts],
+    );
+    return rows
+      .map((r) => ({
+        id: r.id,
+        topic: r.topic,
+        dedupeKey: r.dedupe_key,
+        payload: r.payload,
+        attempts: r.attempts,
+        lease: r.lease_until,
+      }))
+      .sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1));
+  }
+
+  /** False when the lease is no longer ours: it expired and another relay claimed the row. */
+  async markSent(em: EntityManager, id: string, lease: Date): Promise<boolean> {
+    return (
+      await returning(
+        em,
+        `UPDATE outbox
+            SET sent_at = now(), lease_until = NULL
+          WHERE id = $1 AND lease_until = $2 AND sent_at IS NULL
+         RETURNING id`,
+        [id, lease],
+      )
+    ).length === 1;
+  }
+
+  /** Another try after `delayMs`; the lease is cleared so the row waits only for its backoff. */
+  async markFailed(em: EntityManager, id: string, lease: Date, error: string, delayMs: number): Promise<boolean> {
+    return (
+      await returning(
+        em,
+        `UPDATE outbox
+            SET attempts = attempts + 1,
+                last_error = $3,
+                next_attempt_at = now() + $4::integer * interval '1 millisecond',
+                lease_until = NULL
+          WHERE id = $1 AND lease_until = $2 AND sent_at IS NULL
+         RETURNING id`,
+        [id, lease, error, delayMs],
+      )
+    ).length === 1;
+  }
+
+  /** The last attempt failed: no more tries until a person re-queues the row (README). */
+  async park(em: EntityManager, id: string, lease: Date, error: string): Promise<boolean> {
+    return (
+      await returning(
+        em,
+        `UPDATE outbox
+            SET attempts = attempts + 1,
+                last_error = $3,
+                parked_at = now(),
+                lease_until = NULL
+          WHERE id = $1 AND lease_until = $2 AND sent_at IS NULL
+         RETURNING id`,
+        [id, lease, error],
+      )
+    ).length === 1;
+  }
+
+  /**
+   * Parks rows that ran out of attempts without being parked (OUTBOX_MAX_ATTEMPTS
+   * was lowered): the claim no longer picks them, and they must not hide.
+   */
+  async parkExhausted(em: EntityManager, maxAttempts: number): Promise<number> {
+    const rows = await returning(
+      em,
+      `UPDATE outbox
+          SET parked_at = now()
+        WHERE sent_at IS NULL AND parked_at IS NULL AND attempts >= $1
+          AND (lease_until IS NULL OR lease_until < now())
+       RETURNING id`,
+      [maxAttempts],
+    );
+    return rows.length;
+  }
+
+  /**
+   * Deletes at most `limit` sent rows older than the retention; the caller
+   * repeats while a call deletes `limit`. Small statements keep locks and WAL
+   * bursts short; SKIP LOCKED lets several relays purge side by side.
+   */
+  async deleteSentBefore(em: EntityManager, retentionDays: number, limit: number): Promise<number> {
+    const rows = await returning(
+      em,
+      `DELETE FROM outbox
+        WHERE id IN (
+          SELECT id FROM outbox
+           WHERE sent_at < now() - $1::integer * interval '1 day'
+           LIMIT $2
+           FOR UPDATE SKIP LOCKED
+        )
+       RETURNING id`,
+      [retentionDays, limit],
+    );
+    return rows.length;
+  }
+}
+
+interface ClaimRow {
+  id: string;
+  topic: string;
+  dedupe_key: string;
+  payload: Record<string, unknown>;
+  attempts: number;
+  lease_until: Date;
+}
+
+/**
+ * The rows of a statement with RETURNING. TypeORM's `query` answers an
+ * UPDATE or DELETE with `[rows, rowCount]` and anything else with the rows.
+ */
+async function returning<T = { id: string }>(em: EntityManager, sql: string, params: unknown[]): Promise<T[]> {
+  const result: unknown = await em.query(sql, params);
+  if (Array.isArray(result) && result.length === 2 && Array.isArray(result[0]) && typeof result[1] === 'number') {
+    return result[0] as T[];
+  }
+  return result as T[];
+}

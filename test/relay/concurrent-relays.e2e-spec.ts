@@ -1,0 +1,96 @@
+import type { DataSource } from 'typeorm';
+import { eventually, freePort, testDataSource, truncateAll } from '../support/infra';
+import { compileRelay, FakeProvider, insertOutboxRows, sample, startRelay, type RelayHarness } from './relay-harness';
+
+describe('relay: several relays side by side', () => {
+  let ds: DataSource;
+  let provider: FakeProvider;
+
+  beforeAll(async () => {
+    ds = await testDataSource();
+    provider = await FakeProvider.start(freePort(30));
+  });
+  afterAll(async () => {
+    await provider.close();
+    await ds.destroy();
+  });
+  beforeEach(async () => {
+    await truncateAll(ds);
+    provider.reset();
+  });
+
+  it('four relays drain 1,000 rows committed at once: every row delivered exactly once, none left', async () => {
+    const relays: RelayHarness[] = [];
+    try {
+      for (let i = 0; i < 4; i++) {
+        relays.push(await startRelay({ env: { NOTIFY_WEBHOOK_URL: provider.url, OUTBOX_POLL_MS: '200' } }));
+      }
+      await eventually(() => (relays.every((r) => r.listener.listening) ? true : undefined), 5000, 'four listeners');
+
+      const keys = await insertOutboxRows(ds, 1000, 'drain');
+      await eventually(async () => {
+        const [{ n }] = await ds.query('SELECT count(*)::int AS n FROM outbox WHERE sent_at IS NULL');
+        return n === 0 ? true : undefined;
+      }, 20_000, 'all rows sent');
+
+      const counts = provider.countsByKey();
+      expect(provider.deliveries).toHaveLength(1000);
+      expect(counts.size).toBe(1000);
+      expect([...counts.values()].every((n) => n === 1)).toBe(true);
+      expect([...counts.keys()].sort()).toEqual([...keys].sort());
+      expect(await ds.query('SELECT count(*)::int AS n FROM outbox WHERE attempts > 0 OR parked_at IS NOT NULL OR lease_until IS NOT NULL')).toEqual([
+        { n: 0 },
+      ]);
+      // Each row recorded as sent by exactly one relay; the work was shared.
+      const perRelay = await Promise.all(relays.map((r) => sample(r.registry, 'outbox_sends_total', { outcome: 'sent' })));
+      expect(perRelay.reduce((a, b) => a + b, 0)).toBe(1000);
+      expect(perRelay.filter((n) => n > 0).length).toBeGreaterThan(1);
+    } finally {
+      await Promise.all(relays.map((r) => r.close()));
+    }
+  });
+
+  it('a slow provider holds no row locks: while relay A waits on its sends, relay B claims and sends other rows', async () => {
+    const env = { NOTIFY_WEBHOOK_URL: provider.url, NOTIFY_TIMEOUT_S: '5', OUTBOX_BATCH: '5' };
+    const a = await compileRelay({ env });
+    const b = await compileRelay({ env });
+    try {
+      await insertOutboxRows(ds, 10, 'slow', false);
+      provider.answer = () => ({ status: 200, delayMs: 2000 });
+
+      const passA = a.relay.runOnce();
+      await eventually(() => (provider.deliveries.length === 5 ? true : undefined), 1500, 'relay A’s five sends');
+      const keysA = provider.deliveries.map((d) => d.idempotencyKey);
+
+      // A's rows are not locked while it waits: a NOWAIT lock on them succeeds at once.
+      await ds.transaction(async (em) => {
+        const locked: unknown[] = await em.query(
+          `SELECT id FROM outbox WHERE dedupe_key = ANY($1) FOR UPDATE NOWAIT`,
+          [keysA],
+        );
+        expect(locked).toHaveLength(5);
+        throw new RollbackOnPurpose();
+      }).catch((err: unknown) => {
+        if (!(err instanceof RollbackOnPurpose)) throw err;
+      });
+
+      const passB = b.relay.runOnce();
+      await eventually(() => (provider.deliveries.length === 10 ? true : undefined), 1500, 'relay B’s five sends');
+      const keysB = provider.deliveries.slice(5).map((d) => d.idempotencyKey);
+      expect(keysB.filter((k) => keysA.includes(k))).toEqual([]);
+      // B's sends reached the provider before A had its first answer.
+      const firstAnswerToA = Math.min(...provider.deliveries.slice(0, 5).map((d) => d.answeredAt ?? Infinity));
+      expect(Math.max(...provider.deliveries.slice(5).map((d) => d.receivedAt))).toBeLessThan(firstAnswerToA);
+
+      await expect(passA).resolves.toMatchObject({ claimed: 5, sent: 5 });
+      await expect(passB).resolves.toMatchObject({ claimed: 5, sent: 5 });
+      expect(await ds.query('SELECT count(*)::int AS n FROM outbox WHERE sent_at IS NOT NULL')).toEqual([{ n: 10 }]);
+      expect(provider.countsByKey().size).toBe(10);
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  });
+});
+
+class RollbackOnPurpose extends Error {}

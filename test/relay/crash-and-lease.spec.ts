@@ -1,0 +1,142 @@
+import type { DataSource } from 'typeorm';
+import { NotificationSender, type OutboxMessage } from '../../apps/relay/src/outbox/notification-sender.interface';
+import { OutboxRelayRepository } from '../../apps/relay/src/outbox/outbox-relay.repository';
+import { WebhookSender } from '../../apps/relay/src/outbox/webhook.sender';
+import { eventually, freePort, sleep, testDataSource, truncateAll } from '../support/infra';
+import { compileRelay, FakeProvider, insertOutboxRows, rowByKey, sample, type RelayHarness } from './relay-harness';
+
+/** A sender that runs `after` once the real webhook call has come back, before the relay records anything. */
+function webhookThen(url: string, after: () => Promise<void>): NotificationSender {
+  const real = new WebhookSender(url);
+  return {
+    async send(message: OutboxMessage, signal: AbortSignal) {
+      try {
+        await real.send(message, signal);
+      } finally {
+        await after();
+      }
+    },
+  };
+}
+
+describe('relay: a crash between sending and recording, and lease ownership', () => {
+  // NOTIFY_TIMEOUT_S 0.25 → a lease of 1.5 s.
+  const env = { NOTIFY_TIMEOUT_S: '0.25' };
+  let ds: DataSource;
+  let provider: FakeProvider;
+  let relayB: RelayHarness;
+
+  beforeAll(async () => {
+    ds = await testDataSource();
+    provider = await FakeProvider.start(freePort(20));
+    relayB = await compileRelay({ env: { ...env, NOTIFY_WEBHOOK_URL: provider.url } });
+  });
+  afterAll(async () => {
+    await relayB.close();
+    await provider.close();
+    await ds.destroy();
+  });
+  beforeEach(async () => {
+    await truncateAll(ds);
+    provider.reset();
+  });
+
+  it('sends again with the same Idempotency-Key once the dead relay’s lease expires, and only then records it as sent', async () => {
+    const [key] = await insertOutboxRows(ds, 1, 'crash');
+    // Relay A: the provider accepts the send, then the process dies before its UPDATE (its connections are gone).
+    let relayA: RelayHarness | undefined;
+    relayA = await compileRelay({
+      env,
+      override: (b) =>
+        b.overrideProvider(NotificationSender).useValue(webhookThen(provider.url, async () => relayA!.dataSource.destroy())),
+    });
+    try {
+      await expect(relayA.relay.runOnce()).resolves.toMatchObject({ claimed: 1, sent: 0, unrecorded: 1 });
+    } finally {
+      await relayA.close();
+    }
+    expect(provider.deliveriesFor(key)).toHaveLength(1);
+    const orphan = await rowByKey(ds, key);
+    expect(orphan).toMatchObject({ sent_at: null, attempts: 0 });
+    expect(orphan.lease_until).toBeInstanceOf(Date);
+
+    // While A's lease runs, nobody sends it again.
+    await expect(relayB.relay.runOnce()).resolves.toMatchObject({ claimed: 0 });
+    expect(provider.deliveriesFor(key)).toHaveLength(1);
+
+    // After it: relay B claims it and sends it again, with the same key and body.
+    const pass = await eventually(async () => {
+      const r = await relayB.relay.runOnce();
+      return r.claimed > 0 ? r : undefined;
+    }, 4000, 'relay B to claim the row after the lease');
+    expect(pass).toMatchObject({ claimed: 1, sent: 1 });
+
+    const deliveries = provider.deliveriesFor(key);
+    expect(deliveries).toHaveLength(2);
+    expect(deliveries.map((d) => d.idempotencyKey)).toEqual([key, key]);
+    expect(deliveries[1].rawBody).toBe(deliveries[0].rawBody);
+    const row = await rowByKey(ds, key);
+    expect(row.sent_at).toBeInstanceOf(Date);
+    expect(row).toMatchObject({ attempts: 0, lease_until: null });
+    // Recorded once: further passes send nothing.
+    await expect(relayB.relay.runOnce()).resolves.toMatchObject({ claimed: 0 });
+    expect(provider.deliveries).toHaveLength(2);
+  });
+
+  it('a relay whose lease was taken over cannot overwrite the new holder’s result', async () => {
+    const [key] = await insertOutboxRows(ds, 1, 'stale');
+    provider.answer = () => ({ status: 503 });
+    // Relay A's send fails, and before it records that, its lease passes (a long pause) and relay B
+    // claims the row, tries it and records its own failure.
+    const relayA = await compileRelay({
+      env,
+      override: (b) =>
+        b.overrideProvider(NotificationSender).useValue(
+          webhookThen(provider.url, async () => {
+            await ds.query(`UPDATE outbox SET lease_until = now() - interval '1 second' WHERE dedupe_key = $1`, [key]);
+            await expect(relayB.relay.runOnce()).resolves.toMatchObject({ claimed: 1, failed: 1 });
+          }),
+        ),
+    });
+    try {
+      await expect(relayA.relay.runOnce()).resolves.toMatchObject({ claimed: 1, failed: 0, leaseLost: 1 });
+      expect(await sample(relayA.registry, 'outbox_lease_lost_total')).toBe(1);
+    } finally {
+      await relayA.close();
+    }
+    // B's result stands: one failure counted, not two (A's late failure would have made it 2).
+    expect(await rowByKey(ds, key)).toMatchObject({ attempts: 1, last_error: 'HTTP 503', lease_until: null, parked_at: null });
+    expect(provider.deliveriesFor(key)).toHaveLength(2);
+  });
+
+  it('fences every write on the lease value: the stale holder is refused while the new one holds it', async () => {
+    const repo = new OutboxRelayRepository();
+    const [key] = await insertOutboxRows(ds, 1, 'fence');
+    const [a] = await repo.claim(ds.manager, 10, 50, 10);
+    // Not claimable while leased.
+    await expect(repo.claim(ds.manager, 10, 50, 10)).resolves.toEqual([]);
+    await sleep(100);
+    const [b] = await repo.claim(ds.manager, 10, 60_000, 10);
+    expect(b.id).toBe(a.id);
+    expect(b.lease.getTime()).toBeGreaterThan(a.lease.getTime());
+
+    await expect(repo.markSent(ds.manager, a.id, a.lease)).resolves.toBe(false);
+    await expect(repo.markFailed(ds.manager, a.id, a.lease, 'HTTP 500', 1000)).resolves.toBe(false);
+    await expect(repo.park(ds.manager, a.id, a.lease, 'HTTP 500')).resolves.toBe(false);
+    const held = await rowByKey(ds, key);
+    expect(held).toMatchObject({ attempts: 0, sent_at: null, parked_at: null, last_error: null });
+    expect(held.lease_until?.getTime()).toBe(b.lease.getTime());
+
+    await expect(repo.markSent(ds.manager, b.id, b.lease)).resolves.toBe(true);
+    expect((await rowByKey(ds, key)).sent_at).toBeInstanceOf(Date);
+  });
+
+  it('an expired lease nobody took over still records: no needless second send', async () => {
+    const repo = new OutboxRelayRepository();
+    const [key] = await insertOutboxRows(ds, 1, 'late');
+    const [a] = await repo.claim(ds.manager, 10, 50, 10);
+    await sleep(100);
+    await expect(repo.markSent(ds.manager, a.id, a.lease)).resolves.toBe(true);
+    expect((await rowByKey(ds, key)).sent_at).toBeInstanceOf(Date);
+  });
+});

@@ -1,0 +1,185 @@
+import type { DataSource } from 'typeorm';
+import { NotificationSender } from '../../apps/relay/src/outbox/notification-sender.interface';
+import { eventually, freePort, sleep, testDataSource, truncateAll } from '../support/infra';
+import { compileRelay, FakeProvider, insertOutboxRows, rowByKey, sample, TOPIC, type RelayHarness } from './relay-harness';
+
+describe('relay: the webhook contract, a provider that is down, backoff and parking', () => {
+  let ds: DataSource;
+  let provider: FakeProvider;
+  let relay: RelayHarness;
+
+  beforeAll(async () => {
+    ds = await testDataSource();
+    provider = await FakeProvider.start(freePort(10));
+    relay = await compileRelay({
+      env: {
+        NOTIFY_WEBHOOK_URL: provider.url,
+        NOTIFY_TIMEOUT_S: '0.3',
+        OUTBOX_MAX_ATTEMPTS: '3',
+        OUTBOX_BACKOFF_BASE_MS: '200',
+        OUTBOX_BACKOFF_MAX_MS: '400',
+      },
+    });
+  });
+  afterAll(async () => {
+    await relay.close();
+    await provider.close();
+    await ds.destroy();
+  });
+  beforeEach(async () => {
+    await truncateAll(ds);
+    provider.reset();
+  });
+
+  it('POSTs the row as INTERFACE.md says, with the dedupe key as Idempotency-Key, and records it as sent', async () => {
+    const [key] = await insertOutboxRows(ds, 1, 'summary_ready');
+    await expect(relay.relay.runOnce()).resolves.toMatchObject({ claimed: 1, sent: 1, failed: 0 });
+
+    expect(provider.deliveries).toHaveLength(1);
+    const [d] = provider.deliveries;
+    expect(d).toMatchObject({ method: 'POST', path: '/notify', idempotencyKey: key, contentType: 'application/json' });
+    expect(Object.keys(d.body)).toEqual(['topic', 'dedupe_key', 'payload']);
+    expect(d.body).toEqual({ topic: TOPIC, dedupe_key: key, payload: { job_id: 'summary_ready-1', to: 'someone@example.com' } });
+
+    const row = await rowByKey(ds, key);
+    expect(row).toMatchObject({ attempts: 0, last_error: null, lease_until: null, parked_at: null });
+    expect(row.sent_at).toBeInstanceOf(Date);
+    // Sent rows are never claimed again.
+    await expect(relay.relay.runOnce()).resolves.toMatchObject({ claimed: 0 });
+    expect(provider.deliveries).toHaveLength(1);
+    expect(await sample(relay.registry, 'outbox_sends_total', { outcome: 'sent' })).toBeGreaterThanOrEqual(1);
+  });
+
+  it('provider down (503): attempts 1, last_error kept, due later; after the backoff the next pass sends it', async () => {
+    // Its own relay with a 1 s backoff step: the first retry waits 0.5 to 1 s.
+    const down = await compileRelay({
+      env: { NOTIFY_WEBHOOK_URL: provider.url, OUTBOX_BACKOFF_BASE_MS: '1000', OUTBOX_BACKOFF_MAX_MS: '1000' },
+    });
+    try {
+      const [key] = await insertOutboxRows(ds, 1, 'down');
+      provider.answer = () => ({ status: 503 });
+
+      await expect(down.relay.runOnce()).resolves.toMatchObject({ claimed: 1, failed: 1, sent: 0 });
+      const failed = await rowByKey(ds, key);
+      expect(failed).toMatchObject({ attempts: 1, last_error: 'HTTP 503', sent_at: null, parked_at: null, lease_until: null });
+      expect(failed.due_in_ms).toBeGreaterThan(0);
+      expect(failed.due_in_ms).toBeLessThanOrEqual(1000);
+
+      // Not due yet: not claimed, not sent.
+      await expect(down.relay.runOnce()).resolves.toMatchObject({ claimed: 0 });
+      expect(provider.deliveriesFor(key)).toHaveLength(1);
+
+      provider.answer = () => ({ status: 200 });
+      const pass = await eventually(async () => {
+        const r = await down.relay.runOnce();
+        return r.claimed > 0 ? r : undefined;
+      }, 4000, 'the retry after the backoff');
+      expect(pass).toMatchObject({ claimed: 1, sent: 1 });
+
+      const sent = await rowByKey(ds, key);
+      expect(sent.sent_at).toBeInstanceOf(Date);
+      expect(sent).toMatchObject({ attempts: 1, last_error: 'HTTP 503', lease_until: null });
+      const deliveries = provider.deliveriesFor(key);
+      expect(deliveries).toHaveLength(2);
+      expect(deliveries[1].rawBody).toBe(deliveries[0].rawBody);
+      expect(await sample(down.registry, 'outbox_sends_total', { outcome: 'failed' })).toBe(1);
+      expect(await sample(down.registry, 'outbox_sends_total', { outcome: 'sent' })).toBe(1);
+    } finally {
+      await down.close();
+    }
+  });
+
+  it('parks a row that always fails after OUTBOX_MAX_ATTEMPTS tries, and never tries it again', async () => {
+    const [key] = await insertOutboxRows(ds, 1, 'doomed');
+    provider.answer = () => ({ status: 500 });
+    const parkedBefore = await sample(relay.registry, 'outbox_sends_total', { outcome: 'parked' });
+
+    await eventually(async () => {
+      await relay.relay.runOnce();
+      const row = await rowByKey(ds, key);
+      return row.parked_at ? row : undefined;
+    }, 5000, 'the row to be parked');
+
+    const row = await rowByKey(ds, key);
+    expect(row).toMatchObject({ attempts: 3, last_error: 'HTTP 500', sent_at: null, lease_until: null });
+    expect(provider.deliveriesFor(key)).toHaveLength(3);
+
+    // Well past the largest backoff: still never claimed.
+    await sleep(500);
+    await expect(relay.relay.runOnce()).resolves.toMatchObject({ claimed: 0 });
+    expect(provider.deliveriesFor(key)).toHaveLength(3);
+
+    expect(await sample(relay.registry, 'outbox_sends_total', { outcome: 'parked' })).toBe(parkedBefore + 1);
+    expect(await sample(relay.registry, 'outbox_parked_rows')).toBe(1);
+    expect(await sample(relay.registry, 'outbox_backlog_rows')).toBe(0);
+
+    // The README's re-queue puts it back in line, and it goes out with the same key.
+    provider.answer = () => ({ status: 200 });
+    await ds.query(
+      `UPDATE outbox SET parked_at = NULL, attempts = 0, next_attempt_at = now(), last_error = NULL WHERE dedupe_key = $1`,
+      [key],
+    );
+    await expect(relay.relay.runOnce()).resolves.toMatchObject({ claimed: 1, sent: 1 });
+    expect(provider.deliveriesFor(key)).toHaveLength(4);
+    expect(await sample(relay.registry, 'outbox_parked_rows')).toBe(0);
+  });
+
+  it('a provider that does not answer in NOTIFY_TIMEOUT_S is a failure with a short last_error; the pass does not wait for it', async () => {
+    const [key] = await insertOutboxRows(ds, 1, 'slow');
+    provider.answer = () => 'hang';
+    const started = Date.now();
+    await expect(relay.relay.runOnce()).resolves.toMatchObject({ claimed: 1, failed: 1 });
+    expect(Date.now() - started).toBeLessThan(2000);
+    expect(await rowByKey(ds, key)).toMatchObject({ attempts: 1, last_error: 'timeout after 300 ms', lease_until: null });
+    expect(provider.deliveriesFor(key)).toHaveLength(1);
+  });
+
+  it.each([
+    [204, 'sent'],
+    [202, 'sent'],
+    [302, 'HTTP 302'],
+    [404, 'HTTP 404'],
+    [429, 'HTTP 429'],
+  ])('answer %i: %s', async (status, expected) => {
+    const [key] = await insertOutboxRows(ds, 1, `status-${status}`);
+    provider.answer = () => ({ status });
+    await relay.relay.runOnce();
+    const row = await rowByKey(ds, key);
+    if (expected === 'sent') expect(row).toMatchObject({ attempts: 0, last_error: null });
+    else expect(row).toMatchObject({ attempts: 1, last_error: expected, sent_at: null });
+    expect(row.sent_at !== null).toBe(expected === 'sent');
+  });
+
+  it('a provider that cannot be reached is a failure naming the network error', async () => {
+    const unreachable = await compileRelay({
+      env: { NOTIFY_WEBHOOK_URL: `http://127.0.0.1:${freePort(11)}/notify`, NOTIFY_TIMEOUT_S: '1' },
+    });
+    try {
+      const [key] = await insertOutboxRows(ds, 1, 'refused');
+      await expect(unreachable.relay.runOnce()).resolves.toMatchObject({ claimed: 1, failed: 1 });
+      const row = await rowByKey(ds, key);
+      expect(row.attempts).toBe(1);
+      expect(row.last_error).toMatch(/ECONNREFUSED/);
+    } finally {
+      await unreachable.close();
+    }
+  });
+
+  it('a sender that throws (not an HTTP answer) is a failure too, never a crash of the pass', async () => {
+    const broken = await compileRelay({
+      override: (b) =>
+        b.overrideProvider(NotificationSender).useValue({
+          send: () => {
+            throw new TypeError('boom');
+          },
+        }),
+    });
+    try {
+      const [key] = await insertOutboxRows(ds, 1, 'throws');
+      await expect(broken.relay.runOnce()).resolves.toMatchObject({ claimed: 1, failed: 1 });
+      expect(await rowByKey(ds, key)).toMatchObject({ attempts: 1, last_error: 'TypeError: boom' });
+    } finally {
+      await broken.close();
+    }
+  });
+});

@@ -1,0 +1,110 @@
+import { OutboxRepository, SummaryRepository, SummaryWriter, summaryReadyDedupeKey } from '@app/persistence';
+import { randomUUID } from 'node:crypto';
+import type { Server } from 'node:http';
+import request from 'supertest';
+import type { DataSource } from 'typeorm';
+import { eventually, freePort, sleep, testDataSource, truncateAll } from '../support/infra';
+import { FakeProvider, insertOutboxRows, startRelay, type RelayHarness } from './relay-harness';
+
+/**
+ * OUTBOX_POLL_MS is 10 s here: anything delivered within a couple of seconds
+ * was woken by the commit (or by the LISTEN connection coming back), not by
+ * polling.
+ */
+describe('relay: woken by the commit, LISTEN reconnects, health', () => {
+  const PROMPTLY_MS = 2000;
+  let ds: DataSource;
+  let writer: SummaryWriter;
+  let provider: FakeProvider;
+  let relay: RelayHarness & { app: NonNullable<RelayHarness['app']> };
+  let server: Server;
+
+  /** The worker's transaction: the summary and its outbox row, NOTIFY at commit. Resolves at commit. */
+  const commitSummary = async () => {
+    const jobId = randomUUID();
+    await expect(
+      writer.writeWithNotification({ jobId, tenant: 'acme', summary: 'Short.', notify: 'ops@example.com' }),
+    ).resolves.toBe('done');
+    return summaryReadyDedupeKey(jobId);
+  };
+  const deliveredWithin = (key: string, ms: number) =>
+    eventually(() => (provider.deliveriesFor(key).length > 0 ? true : undefined), ms, `a delivery of ${key}`);
+
+  beforeAll(async () => {
+    ds = await testDataSource();
+    await truncateAll(ds);
+    writer = new SummaryWriter(ds, new SummaryRepository(), new OutboxRepository());
+    provider = await FakeProvider.start(freePort(50));
+    relay = await startRelay({ env: { NOTIFY_WEBHOOK_URL: provider.url, OUTBOX_POLL_MS: '10000' } });
+    server = relay.app.getHttpServer() as Server;
+    await eventually(() => (relay.listener.listening ? true : undefined), 5000, 'the LISTEN connection');
+    // The start-up pass found nothing; the loop now sleeps for 10 s unless woken.
+    await sleep(300);
+  });
+  afterAll(async () => {
+    await relay.close();
+    await provider.close();
+    await ds.destroy();
+  });
+
+  it('delivers a row committed through SummaryWriter well before the poll interval', async () => {
+    const committed = Date.now();
+    const key = await commitSummary();
+    await deliveredWithin(key, PROMPTLY_MS);
+    expect(provider.deliveriesFor(key)[0].receivedAt - committed).toBeLessThan(PROMPTLY_MS);
+    expect(provider.deliveriesFor(key)).toHaveLength(1);
+    await eventually(async () => {
+      const [row] = await ds.query('SELECT sent_at FROM outbox WHERE dedupe_key = $1', [key]);
+      return row.sent_at ? true : undefined;
+    }, PROMPTLY_MS, 'the row recorded as sent');
+  });
+
+  it('is live and ready, with the LISTEN connection among the readiness checks', async () => {
+    await request(server).get('/health/live').expect(200);
+    const ready = await request(server).get('/health/ready').expect(200);
+    expect(ready.body.details).toMatchObject({ postgres: { status: 'up' }, outbox_listen: { status: 'up' } });
+  });
+
+  it('re-establishes a killed LISTEN connection; commits during and after the outage are still delivered promptly', async () => {
+    const oldPid = relay.listener.backendPid;
+    expect(oldPid).toEqual(expect.any(Number));
+    await ds.query('SELECT pg_terminate_backend($1)', [oldPid]);
+
+    // Committed while the listener is (probably) down: the pass after reconnecting finds it.
+    const during = await commitSummary();
+    await deliveredWithin(during, PROMPTLY_MS + 1000);
+
+    await eventually(() => {
+      const pid = relay.listener.backendPid;
+      return pid !== undefined && pid !== oldPid ? pid : undefined;
+    }, 5000, 'a new LISTEN connection');
+    await request(server).get('/health/ready').expect(200);
+
+    const after = await commitSummary();
+    await deliveredWithin(after, PROMPTLY_MS);
+    expect(provider.deliveriesFor(during)).toHaveLength(1);
+    expect(provider.deliveriesFor(after)).toHaveLength(1);
+  });
+
+  it('coalesces a burst of notifications: 200 rows in one commit take a handful of passes, not 200', async () => {
+    const passes = jest.spyOn(relay.relay, 'runOnce');
+    try {
+      const keys = await insertOutboxRows(ds, 200, 'burst');
+      await eventually(() => (keys.every((k) => provider.deliveriesFor(k).length === 1) ? true : undefined), 5000, 'all 200 delivered');
+      // 10 full batches of 20, drained back to back, plus at most a few passes for notifications that came in meanwhile.
+      expect(passes.mock.calls.length).toBeGreaterThanOrEqual(10);
+      expect(passes.mock.calls.length).toBeLessThan(30);
+      expect(provider.countsByKey().size).toBe(provider.deliveries.length);
+    } finally {
+      passes.mockRestore();
+    }
+  });
+
+  it('fails readiness, naming the check, when there is no LISTEN connection', async () => {
+    await relay.listener.stop();
+    const res = await request(server).get('/health/ready').expect(503);
+    expect(res.body.failing).toEqual(['outbox_listen']);
+    // Liveness looks at the loop only, which still turns.
+    await request(server).get('/health/live').expect(200);
+  });
+});
