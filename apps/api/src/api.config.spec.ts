@@ -21,6 +21,7 @@ describe('api configuration', () => {
       logLevel: 'info',
       port: 3000,
       apiKeys: DEMO_API_KEYS,
+      adminApiKey: 'demo-admin-key',
       idempotencyLockTtlMs: 30_000,
       idempotencyResultTtlMs: 86_400_000,
     });
@@ -62,6 +63,15 @@ describe('api configuration', () => {
     expect(loadApiConfig({ NODE_ENV: 'production', API_KEYS: 'acme:0123456789abcdef' }).apiKeys).toEqual([
       { tenant: 'acme', key: '0123456789abcdef' },
     ]);
+  });
+
+  it('keeps the admin key apart from tenant keys, and off in production unless set', () => {
+    expect(problemsOf({ API_KEYS: 'acme:same-key-0123456789', ADMIN_API_KEY: 'same-key-0123456789' })).toEqual(['ADMIN_API_KEY']);
+    expect(loadApiConfig({ NODE_ENV: 'production', API_KEYS: 'acme:0123456789abcdef' }).adminApiKey).toBeUndefined();
+    expect(problemsOf({ NODE_ENV: 'production', API_KEYS: 'acme:0123456789abcdef', ADMIN_API_KEY: 'too-short' })).toEqual(['ADMIN_API_KEY']);
+    expect(
+      loadApiConfig({ NODE_ENV: 'production', API_KEYS: 'acme:0123456789abcdef', ADMIN_API_KEY: 'admin-0123456789abcdefghijk' }).adminApiKey,
+    ).toBe('admin-0123456789abcdefghijk');
   });
 
   it('never echoes a password from a URL in its message', () => {
