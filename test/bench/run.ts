@@ -1,10 +1,15 @@
 /*
  * npm run bench: the benchmarks, never part of npm test. Runs against the
- * Redis and PostgreSQL of REDIS_URL / DATABASE_URL, in Redis database 15 so a
- * developer's data in database 0 is not touched.
+ * Redis and PostgreSQL of REDIS_URL / DATABASE_URL, in Redis database 15 and
+ * a database of its own (llmwf_bench, migrated here), so a developer's data
+ * is not touched.
  */
 import 'reflect-metadata';
+import { Client } from 'pg';
+import { dataSourceOptions } from '@app/persistence';
+import { DataSource } from 'typeorm';
 import { benchApiIdempotency, type BenchResult } from './api-idempotency.bench';
+import { benchWorker } from './worker-throughput.bench';
 
 const redisBase = (process.env.REDIS_URL ?? 'redis://127.0.0.1:6379').replace(/\/\d*$/, '');
 const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
@@ -23,9 +28,34 @@ function print(results: readonly BenchResult[]): void {
   );
 }
 
+async function benchDatabase(): Promise<string> {
+  const admin = new Client({ connectionString: databaseUrl });
+  await admin.connect();
+  await admin.query('DROP DATABASE IF EXISTS llmwf_bench WITH (FORCE)');
+  await admin.query('CREATE DATABASE llmwf_bench');
+  await admin.end();
+  const url = new URL(databaseUrl);
+  url.pathname = '/llmwf_bench';
+  const ds = new DataSource(dataSourceOptions({ url: url.toString(), applicationName: 'bench' }));
+  await ds.initialize();
+  await ds.runMigrations();
+  await ds.destroy();
+  return url.toString();
+}
+
 async function main(): Promise<void> {
   console.log(`node ${process.version}, ${require('node:os').cpus().length} cpus`);
-  print(await benchApiIdempotency(`${redisBase}/15`, databaseUrl));
+  const benchDb = await benchDatabase();
+  print(await benchApiIdempotency(`${redisBase}/15`, benchDb));
+  console.table(
+    (await benchWorker(`${redisBase}/15`, benchDb)).map((r) => ({
+      benchmark: r.name,
+      jobs: r.jobs,
+      'jobs/s': r.jobsPerSecond,
+      'Redis round trips/job': r.redisRoundTripsPerJob,
+      'PostgreSQL round trips/job': r.postgresRoundTripsPerJob,
+    })),
+  );
 }
 
 main().then(
