@@ -1,16 +1,8 @@
-import { ConfigValidationError } from '@app/config';
+import { configProblems, ConfigValidationError } from '@app/config';
 import { loadApiConfig } from './api.config';
 import { DEMO_API_KEYS } from './auth/api-keys';
 
-const problemsOf = (env: Record<string, string>) => {
-  try {
-    loadApiConfig(env);
-  } catch (err) {
-    if (err instanceof ConfigValidationError) return err.problems.map((p) => p.variable);
-    throw err;
-  }
-  return [];
-};
+const problemsOf = (env: Record<string, string>) => configProblems(loadApiConfig, env);
 
 describe('api configuration', () => {
   it('has the documented defaults', () => {

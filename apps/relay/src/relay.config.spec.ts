@@ -1,15 +1,7 @@
-import { ConfigValidationError } from '@app/config';
+import { configProblems, ConfigValidationError } from '@app/config';
 import { leaseFor, loadRelayConfig } from './relay.config';
 
-const problemsOf = (env: Record<string, string>) => {
-  try {
-    loadRelayConfig(env);
-  } catch (err) {
-    if (err instanceof ConfigValidationError) return err.problems.map((p) => p.variable);
-    throw err;
-  }
-  return [];
-};
+const problemsOf = (env: Record<string, string>) => configProblems(loadRelayConfig, env);
 
 describe('relay configuration', () => {
   it('has the documented defaults', () => {

@@ -1,15 +1,7 @@
-import { ConfigValidationError } from '@app/config';
+import { configProblems } from '@app/config';
 import { loadWorkerConfig } from './worker.config';
 
-const problemsOf = (env: Record<string, string>) => {
-  try {
-    loadWorkerConfig(env);
-    return [];
-  } catch (err) {
-    if (err instanceof ConfigValidationError) return err.problems.map((p) => p.variable);
-    throw err;
-  }
-};
+const problemsOf = (env: Record<string, string>) => configProblems(loadWorkerConfig, env);
 
 describe('worker configuration', () => {
   it('has the documented defaults, the fake model without an API key', () => {

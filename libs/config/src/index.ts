@@ -1,2 +1,3 @@
 export * from './config.errors';
 export * from './env-schema';
+export * from './config-problems';
