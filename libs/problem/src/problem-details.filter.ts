@@ -12,8 +12,12 @@ export class ProblemDetailsFilter implements ExceptionFilter {
     if (host.getType() !== 'http') throw exception;
     const res = host.switchToHttp().getResponse<Response>();
     const { status, body, headers } = toProblem(exception);
-    if (!(exception instanceof HttpException) || status >= 500) {
+    if (!(exception instanceof HttpException)) {
+      // A bug or an unexpected failure: the stack matters.
       this.logger.error(exception instanceof Error ? exception : String(exception));
+    } else if (status >= 500) {
+      // A 5xx the code chose (a dependency is down): what, not where.
+      this.logger.warn(`${status} ${body.type}: ${body.detail ?? body.title}`);
     }
     if (res.headersSent) {
       // The answer is already on its way (a streamed body failed midway):

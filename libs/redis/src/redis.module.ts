@@ -22,8 +22,18 @@ export class RedisModule extends ConfigurableModuleClass implements OnModuleInit
     @Inject(REDIS_MODULE_OPTIONS) private readonly options: RedisModuleOptions,
   ) {
     super();
-    // Without a listener ioredis prints every reconnect failure to stderr.
-    client.on('error', (err: Error) => this.logger.warn(`Redis: ${err.message}`));
+    // Without a listener ioredis prints every reconnect failure to stderr. An
+    // outage is logged when it starts and when it ends, not at every retry.
+    let failing: string | undefined;
+    client.on('error', (err: Error) => {
+      if (failing === err.message) return;
+      failing = err.message;
+      this.logger.warn(`Redis: ${err.message}; reconnecting`);
+    });
+    client.on('ready', () => {
+      if (failing !== undefined) this.logger.log('Redis: connected again');
+      failing = undefined;
+    });
   }
 
   async onModuleInit(): Promise<void> {
