@@ -1,10 +1,10 @@
-import { CONSUMER_GROUP, JOBS_STREAM } from '@app/jobs';
+import { CONSUMER_GROUP, fieldsOf, JOBS_STREAM } from '@app/jobs';
 import { summaryReadyDedupeKey } from '@app/persistence';
 import type { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
-import { fieldsOf, parseSummaryJob } from '../../apps/worker/src/jobs/job-message';
+import { parseSummaryJob } from '../../apps/worker/src/jobs/job-message';
 import { ApiHarness, bearer, startApi, TENANT_A } from '../support/api-harness';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
 import { freePort, freshRedis, sleep, testDataSource, truncateAll } from '../support/infra';

@@ -1,8 +1,7 @@
-import { CONSUMER_GROUP, DEAD_LETTER_STREAM, jobIdFor, jobRecordKey, JOBS_STREAM, SummaryJobQueue } from '@app/jobs';
+import { CONSUMER_GROUP, DEAD_LETTER_STREAM, fieldsOf, jobIdFor, jobRecordKey, JOBS_STREAM, SummaryJobQueue } from '@app/jobs';
 import type { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import type { DataSource } from 'typeorm';
-import { fieldsOf } from '../../apps/worker/src/jobs/job-message';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
 import { eventually, freshRedis, sleep, testDataSource, truncateAll } from '../support/infra';
 import { metricValue } from '../support/metrics';

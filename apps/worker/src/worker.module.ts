@@ -1,7 +1,7 @@
 import { DynamicModule, Module } from '@nestjs/common';
 import { APP_FILTER } from '@nestjs/core';
 import { HealthModule } from '@app/health';
-import { CONSUMER_GROUP, DEAD_LETTER_STREAM, JOBS_STREAM } from '@app/jobs';
+import { CONSUMER_GROUP, DEAD_LETTER_STREAM, JOBS_STREAM, JobsModule } from '@app/jobs';
 import { LoggingModule, MetricsModule } from '@app/observability';
 import { PersistenceModule } from '@app/persistence';
 import { ProblemDetailsFilter } from '@app/problem';
@@ -67,6 +67,7 @@ export class WorkerModule {
         RedisModule.forRoot({ url: config.redisUrl, connectionName: 'worker', isGlobal: true }),
         PersistenceModule.forRoot({ url: config.databaseUrl, applicationName: 'worker', poolSize: Math.min(config.concurrency + 2, 50) }),
         HealthModule,
+        JobsModule,
         LlmModule.forRoot({
           provider: config.llmProvider,
           apiKey: config.openaiApiKey,

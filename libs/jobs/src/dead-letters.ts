@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { InjectRedis, RedisScript } from '@app/redis';
 import type { Redis } from 'ioredis';
-import { DEAD_LETTER_STREAM, JOB_RECORD_TTL_MS, jobRecordKey, JOBS_STREAM } from './summary-job';
+import { DEAD_LETTER_STREAM, fieldsOf, JOB_RECORD_TTL_MS, jobRecordKey, JOBS_STREAM } from './summary-job';
 
 export interface DeadLetter {
   /** The dead-letter entry's id: what a re-drive names. */
@@ -47,7 +47,7 @@ export class DeadLetterQueue {
   async list(count = 50, after?: string): Promise<DeadLetter[]> {
     const entries = await this.redis.xrange(DEAD_LETTER_STREAM, after ? `(${after}` : '-', '+', 'COUNT', count);
     return entries.map(([id, flat]) => {
-      const f = fields(flat);
+      const f = fieldsOf(flat);
       return {
         id,
         sourceId: f.source_id,
@@ -67,7 +67,7 @@ export class DeadLetterQueue {
   async redrive(id: string): Promise<RedriveResult> {
     const [entry] = await this.redis.xrange(DEAD_LETTER_STREAM, id, id);
     if (!entry) return { outcome: 'not_found' };
-    const f = fields(entry[1]);
+    const f = fieldsOf(entry[1]);
     if (!f.job_id || !f.tenant || !f.payload) return { outcome: 'not_redrivable', reason: f.reason };
     const entryId = await REDRIVE.run<string | null>(
       this.redis,
@@ -96,8 +96,3 @@ export class DeadLetterQueue {
   }
 }
 
-function fields(flat: readonly string[]): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (let i = 0; i + 1 < flat.length; i += 2) out[flat[i]] = flat[i + 1];
-  return out;
-}

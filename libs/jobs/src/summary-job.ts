@@ -30,3 +30,10 @@ export interface SummaryJob {
 export function jobIdFor(operation: string): string {
   return uuidV5(operation, JOB_ID_NAMESPACE);
 }
+
+/** A stream entry's flat field list (`[k1, v1, k2, v2, ...]`) as a map. */
+export function fieldsOf(flat: readonly string[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (let i = 0; i + 1 < flat.length; i += 2) out[flat[i]] = flat[i + 1];
+  return out;
+}

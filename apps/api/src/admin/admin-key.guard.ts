@@ -2,6 +2,7 @@ import { CanActivate, HttpStatus, Inject, Injectable, type ExecutionContext } fr
 import { ProblemException, ProblemTypes } from '@app/problem';
 import type { Request } from 'express';
 import { createHash, timingSafeEqual } from 'node:crypto';
+import { bearerToken } from '../auth/api-key.guard';
 
 export const ADMIN_API_KEY = 'admin:api-key';
 
@@ -18,8 +19,7 @@ export class AdminKeyGuard implements CanActivate {
   }
 
   canActivate(context: ExecutionContext): boolean {
-    const header = context.switchToHttp().getRequest<Request>().headers.authorization ?? '';
-    const presented = /^Bearer[ ]+(\S+)\s*$/i.exec(header)?.[1];
+    const presented = bearerToken(context.switchToHttp().getRequest<Request>().headers.authorization);
     if (this.digest && presented !== undefined && timingSafeEqual(this.digest, sha256(presented))) return true;
     throw new ProblemException({
       type: ProblemTypes.unauthorized,

@@ -38,7 +38,8 @@ export class ApiKeyGuard implements CanActivate {
   }
 }
 
-function bearerToken(header: string | undefined): string | undefined {
+/** The token of `Authorization: Bearer <token>`, or undefined. */
+export function bearerToken(header: string | undefined): string | undefined {
   if (!header) return undefined;
   const match = /^Bearer[ ]+(\S+)\s*$/i.exec(header);
   return match?.[1];

@@ -1,6 +1,7 @@
 import { Injectable, Logger } from '@nestjs/common';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { DataSource } from 'typeorm';
+import { scrapeOnce } from '@app/observability';
 import { OutboxAdminRepository, type OutboxFigures } from '@app/persistence';
 
 /** What happened to one claimed row: its recorded result. */
@@ -17,13 +18,11 @@ export class OutboxRelayMetrics {
   private readonly sends: Counter<'outcome'>;
   private readonly duration: Histogram<'outcome'>;
   private readonly leaseLost: Counter;
-  private snapshot: Promise<OutboxFigures> | undefined;
-  private last: OutboxFigures = { backlog: 0, oldestUnsentAgeSeconds: 0, parked: 0 };
 
   constructor(
     registry: Registry,
-    private readonly dataSource: DataSource,
-    private readonly figures: OutboxAdminRepository,
+    dataSource: DataSource,
+    figures: OutboxAdminRepository,
   ) {
     const registers = [registry];
     this.sends = new Counter({
@@ -45,7 +44,12 @@ export class OutboxRelayMetrics {
       help: 'Send results not recorded because the lease had expired and another relay had claimed the row (which sends it again)',
       registers,
     });
-    const stats = () => this.stats();
+    // One query per scrape for the three gauges.
+    const stats = scrapeOnce<OutboxFigures>(
+      () => figures.figures(dataSource.manager),
+      { backlog: 0, oldestUnsentAgeSeconds: 0, parked: 0 },
+      (err) => this.logger.warn(`outbox gauges not refreshed: ${err instanceof Error ? err.message : String(err)}`),
+    );
     new Gauge({
       name: 'outbox_backlog_rows',
       help: 'Outbox rows not sent yet and not parked',
@@ -82,19 +86,5 @@ export class OutboxRelayMetrics {
 
   leaseWasLost(): void {
     this.leaseLost.inc();
-  }
-
-  /** One query per scrape for the three gauges; the last values stay when PostgreSQL does not answer. */
-  private stats(): Promise<OutboxFigures> {
-    this.snapshot ??= this.figures
-      .figures(this.dataSource.manager)
-      .then((s) => (this.last = s))
-      .catch((err: unknown) => {
-        this.logger.warn(`outbox gauges not refreshed: ${err instanceof Error ? err.message : String(err)}`);
-        return this.last;
-      })
-      // prom-client collects all metrics at once: the three gauges of one scrape share this query.
-      .finally(() => (this.snapshot = undefined));
-    return this.snapshot;
   }
 }

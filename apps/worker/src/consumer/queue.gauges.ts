@@ -1,42 +1,31 @@
-import { Inject, Injectable } from '@nestjs/common';
-import { InjectRedis } from '@app/redis';
-import type { Redis } from 'ioredis';
+import { Injectable, Logger } from '@nestjs/common';
+import { SummaryJobQueue, type QueueFigures } from '@app/jobs';
+import { scrapeOnce } from '@app/observability';
 import { Gauge, Registry } from 'prom-client';
-import { STREAMS_CONSUMER_OPTIONS, type StreamsConsumerOptions } from './streams-consumer.options';
 
-/** Queue depth, read from Redis at scrape time: what to alert on when it only grows. */
+/**
+ * Queue depth, read from Redis at scrape time (one pipelined round trip for
+ * the three gauges): what to alert on when it only grows.
+ */
 @Injectable()
 export class QueueGauges {
-  constructor(
-    registry: Registry,
-    @InjectRedis() redis: Redis,
-    @Inject(STREAMS_CONSUMER_OPTIONS) options: StreamsConsumerOptions,
-  ) {
-    const { stream, group, deadLetterStream } = options;
-    new Gauge({
-      name: 'jobs_stream_length',
-      help: 'Entries in the job stream: not yet acknowledged (acked entries are deleted)',
-      registers: [registry],
-      async collect() {
-        this.set(await redis.xlen(stream).catch(() => NaN));
-      },
-    });
-    new Gauge({
-      name: 'jobs_stream_pending',
-      help: 'Entries delivered to a consumer and not yet acknowledged',
-      registers: [registry],
-      async collect() {
-        const summary = (await redis.xpending(stream, group).catch(() => null)) as [number, ...unknown[]] | null;
-        this.set(summary ? Number(summary[0]) : NaN);
-      },
-    });
-    new Gauge({
-      name: 'jobs_dead_letter_length',
-      help: 'Entries in the dead-letter stream',
-      registers: [registry],
-      async collect() {
-        this.set(await redis.xlen(deadLetterStream).catch(() => NaN));
-      },
-    });
+  private readonly logger = new Logger(QueueGauges.name);
+
+  constructor(registry: Registry, queue: SummaryJobQueue) {
+    const figures = scrapeOnce<QueueFigures>(() => queue.figures(), { length: 0, pending: 0, deadLetters: 0 }, (err) =>
+      this.logger.warn(`queue gauges not refreshed: ${err instanceof Error ? err.message : String(err)}`),
+    );
+    const gauge = (name: string, help: string, pick: (f: QueueFigures) => number) =>
+      new Gauge({
+        name,
+        help,
+        registers: [registry],
+        async collect() {
+          this.set(pick(await figures()));
+        },
+      });
+    gauge('jobs_stream_length', 'Entries in the job stream: not yet acknowledged (acked entries are deleted)', (f) => f.length);
+    gauge('jobs_stream_pending', 'Entries delivered to a consumer and not yet acknowledged', (f) => f.pending);
+    gauge('jobs_dead_letter_length', 'Entries in the dead-letter stream', (f) => f.deadLetters);
   }
 }

@@ -1,10 +1,10 @@
 import { BeforeApplicationShutdown, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy } from '@nestjs/common';
 import { HealthChecksRegistry } from '@app/health';
-import { jobRecordKey, JOB_RECORD_TTL_MS } from '@app/jobs';
+import { fieldsOf, isUuid, jobRecordKey, JOB_RECORD_TTL_MS } from '@app/jobs';
 import { InjectRedis } from '@app/redis';
 import type { Redis } from 'ioredis';
 import { PinoLogger } from 'nestjs-pino';
-import { fieldsOf, parseSummaryJob, type StreamMessage } from '../jobs/job-message';
+import { parseSummaryJob, type StreamMessage } from '../jobs/job-message';
 import { PermanentJobError, TransientJobError } from '../jobs/job.errors';
 import { SummaryJobHandler } from '../jobs/summary-job.handler';
 import { WorkerMetrics } from '../worker.metrics';
@@ -287,7 +287,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       .xack(this.options.stream, this.options.group, message.id)
       .xdel(this.options.stream, message.id);
     const { job_id: jobId, tenant } = message.fields;
-    if (jobId && tenant && /^[0-9a-f-]{36}$/i.test(jobId)) {
+    if (jobId && tenant && isUuid(jobId)) {
       tx.hset(jobRecordKey(jobId), 'tenant', tenant, 'status', 'failed', 'error', reason).pexpire(jobRecordKey(jobId), JOB_RECORD_TTL_MS);
     }
     const results = await tx.exec();

@@ -7,12 +7,6 @@ export interface StreamMessage {
   readonly fields: Readonly<Record<string, string>>;
 }
 
-export function fieldsOf(flat: readonly string[]): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (let i = 0; i + 1 < flat.length; i += 2) out[flat[i]] = flat[i + 1];
-  return out;
-}
-
 /** The job a message carries, or a PermanentJobError: a malformed message never gets better. */
 export function parseSummaryJob(message: StreamMessage): SummaryJob {
   const { job_id: jobId, tenant, payload } = message.fields;
