@@ -20,8 +20,16 @@ import { loadWorkerConfig, workerEnvSchema } from '../../apps/worker/src/worker.
 
 const REPO_ROOT = resolve(__dirname, '../..');
 const K8S_DIR = join(REPO_ROOT, 'deploy/k8s');
-/** Outside the repository: present on a developer's machine, absent in a fresh clone (CI). */
+/**
+ * Outside the repository and read-only to us: the team's public interface,
+ * present on a developer's machine, absent in a fresh clone.
+ */
 const INTERFACE_PATH = resolve(REPO_ROOT, '../shared/INTERFACE.md');
+/**
+ * INTERFACE.md lets the project add to the interface; the additions (and every
+ * variable INTERFACE.md names) are README's Configuration table.
+ */
+const README_PATH = join(REPO_ROOT, 'README.md');
 /** The kustomizations an operator applies or builds on; each is rendered and checked whole. */
 const RENDERINGS = ['base', 'overlays/example'] as const;
 
@@ -57,7 +65,7 @@ const EXAMPLE_SECRET_MARKER = 'CHANGE-ME';
  * separate test fails if this copy has drifted from it.
  */
 const INTERFACE_ENV_FALLBACK: Readonly<Record<App, readonly string[]>> = {
-  api: ['REDIS_URL', 'DATABASE_URL', 'LOG_LEVEL', 'PORT', 'API_KEYS', 'ADMIN_API_KEY', 'IDEMPOTENCY_LOCK_TTL_S', 'IDEMPOTENCY_RESULT_TTL_S'],
+  api: ['REDIS_URL', 'DATABASE_URL', 'LOG_LEVEL', 'PORT', 'API_KEYS', 'IDEMPOTENCY_LOCK_TTL_S', 'IDEMPOTENCY_RESULT_TTL_S'],
   worker: [
     'REDIS_URL',
     'DATABASE_URL',
@@ -84,9 +92,6 @@ const INTERFACE_ENV_FALLBACK: Readonly<Record<App, readonly string[]>> = {
     'OUTBOX_BATCH',
     'OUTBOX_MAX_ATTEMPTS',
     'OUTBOX_POLL_MS',
-    'OUTBOX_RETENTION_DAYS',
-    'OUTBOX_BACKOFF_BASE_MS',
-    'OUTBOX_BACKOFF_MAX_MS',
   ],
 };
 
@@ -167,20 +172,24 @@ const APP_SPECS: Readonly<Record<App, AppSpec>> = {
 // INTERFACE.md
 // ---------------------------------------------------------------------------
 
-/** The `## Environment` table: variable names per app (`all` means every app). */
-function parseInterfaceEnv(markdown: string): Record<App, string[]> {
-  const section = /^## Environment\s*$([\s\S]*?)(?=^## |(?![\s\S]))/m.exec(markdown)?.[1];
-  if (!section) throw new Error(`${INTERFACE_PATH}: no "## Environment" section`);
+/**
+ * The variable table under `heading` (INTERFACE.md's `## Environment`,
+ * README's `## Configuration`): variable names per app (`all` means every app).
+ * The first two columns are the variables and the apps; the rest is ignored.
+ */
+function parseEnvTable(markdown: string, heading: string, file: string): Record<App, string[]> {
+  const section = new RegExp(`^## ${heading}\\s*$([\\s\\S]*?)(?=^## |(?![\\s\\S]))`, 'm').exec(markdown)?.[1];
+  if (!section) throw new Error(`${file}: no "## ${heading}" section`);
   const out: Record<App, string[]> = { api: [], worker: [], relay: [] };
   const rows = section.split('\n').filter((l) => l.trim().startsWith('|'));
   for (const row of rows.slice(2)) {
     const [names = '', apps = ''] = row.split('|').slice(1).map((c) => c.trim());
     const variables = [...names.matchAll(/`([A-Z][A-Z0-9_]*)`/g)].map((m) => m[1]);
-    if (variables.length === 0) throw new Error(`${INTERFACE_PATH}: no variable name in the row "${row}"`);
+    if (variables.length === 0) throw new Error(`${file}: no variable name in the row "${row}"`);
     const targets = apps === 'all' ? APPS : apps.split(',').map((a) => a.trim());
     for (const target of targets) {
       if (!(APPS as readonly string[]).includes(target)) {
-        throw new Error(`${INTERFACE_PATH}: the row for ${variables.join(', ')} names an unknown app "${target}"`);
+        throw new Error(`${file}: the row for ${variables.join(', ')} names an unknown app "${target}"`);
       }
       out[target as App].push(...variables);
     }
@@ -188,9 +197,14 @@ function parseInterfaceEnv(markdown: string): Record<App, string[]> {
   return out;
 }
 
+const parseInterfaceEnv = (markdown: string) => parseEnvTable(markdown, 'Environment', INTERFACE_PATH);
+
 const interfaceSource = existsSync(INTERFACE_PATH)
   ? { from: INTERFACE_PATH, env: parseInterfaceEnv(readFileSync(INTERFACE_PATH, 'utf8')) }
   : { from: 'INTERFACE_ENV_FALLBACK in this test (../shared/INTERFACE.md is absent)', env: INTERFACE_ENV_FALLBACK };
+
+/** README's Configuration table: INTERFACE.md's variables and the project's additions. */
+const readmeEnv = parseEnvTable(readFileSync(README_PATH, 'utf8'), 'Configuration', 'README.md');
 
 // ---------------------------------------------------------------------------
 // Manifests: the shapes read here, and a small kustomize.
@@ -678,6 +692,22 @@ describe('deploy/k8s manifests', () => {
     }
   });
 
+  it(`README's Configuration table has every variable ${interfaceSource.from === INTERFACE_PATH ? 'INTERFACE.md' : 'INTERFACE_ENV_FALLBACK'} names, and every variable the apps read`, () => {
+    const problems: string[] = [];
+    for (const app of APPS) {
+      for (const name of interfaceSource.env[app]) {
+        if (!readmeEnv[app].includes(name)) problems.push(`README.md: the Configuration table has no row giving ${name} to the ${app}, which ${interfaceSource.from} lists`);
+      }
+      for (const name of APP_SPECS[app].variables) {
+        if (!readmeEnv[app].includes(name)) problems.push(`README.md: the ${app} reads ${name} (${APP_SPECS[app].schemaName}), but the Configuration table does not say so`);
+      }
+      for (const name of readmeEnv[app]) {
+        if (!APP_SPECS[app].variables.has(name)) problems.push(`README.md: the Configuration table gives ${name} to the ${app}, but ${APP_SPECS[app].schemaName} has no such variable`);
+      }
+    }
+    expect(problems).toEqual([]);
+  });
+
   describe.each(RENDERINGS)('%s', (dirName) => {
     let r: Rendering;
     beforeAll(() => {
@@ -701,11 +731,14 @@ describe('deploy/k8s manifests', () => {
         expect(() => appSettings(view, app)).not.toThrow();
       });
 
-      it(`gets every variable INTERFACE.md lists for the ${app}, and NODE_ENV=production`, () => {
+      it(`gets every variable INTERFACE.md and README list for the ${app}, and NODE_ENV=production`, () => {
         const view = appView(r, app);
         const problems: string[] = [];
         for (const name of interfaceSource.env[app]) {
           if (!view.env.has(name)) problems.push(`${view.where}: ${interfaceSource.from} lists ${name} for the ${app}, but neither env nor envFrom provides it`);
+        }
+        for (const name of readmeEnv[app]) {
+          if (!view.env.has(name)) problems.push(`${view.where}: README's Configuration table lists ${name} for the ${app}, but neither env nor envFrom provides it`);
         }
         const nodeEnv = view.env.get('NODE_ENV');
         if (nodeEnv?.value !== 'production') problems.push(`${view.where}: NODE_ENV is ${nodeEnv ? `"${nodeEnv.value}" from ${nodeEnv.from}` : 'unset'}, not production`);
