@@ -1,9 +1,9 @@
-import { OUTBOX_CHANNEL, OutboxRepository, SummaryRepository, SummaryWriter, TransactionRequiredError } from '@app/persistence';
+import { OUTBOX_CHANNEL, SummaryRepository, SummaryWriter, summaryReadyDedupeKey } from '@app/persistence';
 import { Client } from 'pg';
 import type { DataSource } from 'typeorm';
 import { eventually, testDatabaseUrl, testDataSource, truncateAll } from '../support/infra';
 
-describe('SummaryWriter (one transaction: summary and outbox row)', () => {
+describe('SummaryWriter (one statement, one transaction: summary and outbox row)', () => {
   let ds: DataSource;
   let writer: SummaryWriter;
   const job = { jobId: '6f1c7a52-3f7e-5b8e-9b0e-1d2c3b4a5f60', tenant: 'acme', summary: 'Short.', notify: 'a@example.com' };
@@ -11,7 +11,7 @@ describe('SummaryWriter (one transaction: summary and outbox row)', () => {
 
   beforeAll(async () => {
     ds = await testDataSource();
-    writer = new SummaryWriter(ds, new SummaryRepository(), new OutboxRepository());
+    writer = new SummaryWriter(ds, new SummaryRepository());
   });
   afterAll(() => ds.destroy());
   beforeEach(() => truncateAll(ds));
@@ -40,23 +40,33 @@ describe('SummaryWriter (one transaction: summary and outbox row)', () => {
     expect(await count('outbox')).toBe(1);
   });
 
-  it('refuses to write an outbox row outside a transaction', async () => {
-    await expect(
-      new OutboxRepository().insert(ds.manager, { topic: 't', dedupeKey: 'k', payload: {} }),
-    ).rejects.toThrow(TransactionRequiredError);
-    expect(await count('outbox')).toBe(0);
+  it('is all or nothing: when the outbox row cannot be written, the summary is not stored either', async () => {
+    // An outbox row already holding this job's dedupe key makes the second
+    // insert of the statement fail (unique violation) after the first has run.
+    await ds.query(`INSERT INTO outbox (topic, dedupe_key, payload) VALUES ('t', $1, '{}')`, [summaryReadyDedupeKey(job.jobId)]);
+    await expect(writer.writeWithNotification(job)).rejects.toThrow(/outbox_dedupe_key_unique/);
+    expect(await count('summaries')).toBe(0);
+    expect(await count('outbox')).toBe(1);
   });
 
-  it('leaves neither row when the transaction rolls back', async () => {
-    await expect(
-      ds.transaction(async (em) => {
-        await new SummaryRepository().insertIfAbsent(em, job);
-        await new OutboxRepository().insert(em, { topic: 't', dedupeKey: 'k', payload: {} });
-        throw new Error('crash before commit');
-      }),
-    ).rejects.toThrow('crash before commit');
-    expect(await count('summaries')).toBe(0);
-    expect(await count('outbox')).toBe(0);
+  it('sends nothing to the relay for a duplicate', async () => {
+    await writer.writeWithNotification(job);
+    const listener = new Client({ connectionString: testDatabaseUrl() });
+    await listener.connect();
+    const seen: string[] = [];
+    listener.on('notification', (n) => n.channel === OUTBOX_CHANNEL && seen.push(n.payload ?? ''));
+    await listener.query(`LISTEN ${OUTBOX_CHANNEL}`);
+    try {
+      await expect(writer.writeWithNotification(job)).resolves.toBe('duplicate');
+      // Notifications arrive in commit order: once a marker sent after the
+      // duplicate's commit is here, anything the duplicate sent would be too.
+      await ds.query(`SELECT pg_notify('${OUTBOX_CHANNEL}', 'marker')`);
+      await eventually(() => (seen.includes('marker') ? true : undefined), 2000, 'the marker');
+      seen.splice(seen.indexOf('marker'), 1);
+      expect(seen).toEqual([]);
+    } finally {
+      await listener.end();
+    }
   });
 
   it('notifies the outbox channel when the transaction commits', async () => {

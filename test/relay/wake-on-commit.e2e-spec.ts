@@ -1,4 +1,4 @@
-import { OutboxRepository, SummaryRepository, SummaryWriter, summaryReadyDedupeKey } from '@app/persistence';
+import { SummaryRepository, SummaryWriter, summaryReadyDedupeKey } from '@app/persistence';
 import { randomUUID } from 'node:crypto';
 import type { Server } from 'node:http';
 import request from 'supertest';
@@ -33,7 +33,7 @@ describe('relay: woken by the commit, LISTEN reconnects, health', () => {
   beforeAll(async () => {
     ds = await testDataSource();
     await truncateAll(ds);
-    writer = new SummaryWriter(ds, new SummaryRepository(), new OutboxRepository());
+    writer = new SummaryWriter(ds, new SummaryRepository());
     provider = await FakeProvider.start(freePort(50));
     relay = await startRelay({ env: { NOTIFY_WEBHOOK_URL: provider.url, OUTBOX_POLL_MS: '10000' } });
     server = relay.app.getHttpServer() as Server;

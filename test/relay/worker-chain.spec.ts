@@ -1,4 +1,4 @@
-import { OutboxRepository, SummaryRepository, SummaryWriter, summaryReadyDedupeKey } from '@app/persistence';
+import { SummaryRepository, SummaryWriter, summaryReadyDedupeKey } from '@app/persistence';
 import { randomUUID } from 'node:crypto';
 import type { DataSource } from 'typeorm';
 import { freePort, testDataSource, truncateAll } from '../support/infra';
@@ -28,7 +28,7 @@ describe('relay: a job delivered twice by the stream is notified once', () => {
   });
 
   it('one webhook delivery for a job whose transaction ran twice', async () => {
-    const writer = new SummaryWriter(ds, new SummaryRepository(), new OutboxRepository());
+    const writer = new SummaryWriter(ds, new SummaryRepository());
     const jobId = randomUUID();
     const done = { jobId, tenant: 'acme', summary: 'Short.', notify: 'ops@example.com' };
     await expect(writer.writeWithNotification(done)).resolves.toBe('done');

@@ -2,7 +2,6 @@ import { DynamicModule, Module } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { dataSourceOptions, PersistenceOptions } from './data-source-options';
 import { OutboxAdminRepository } from './repositories/outbox-admin.repository';
-import { OutboxRepository } from './repositories/outbox.repository';
 import { SummaryRepository } from './repositories/summary.repository';
 import { SummaryWriter } from './summary-writer.service';
 
@@ -24,8 +23,8 @@ export class PersistenceModule {
           retryDelay: 1000,
         }),
       ],
-      providers: [SummaryRepository, OutboxRepository, OutboxAdminRepository, SummaryWriter],
-      exports: [TypeOrmModule, SummaryRepository, OutboxRepository, OutboxAdminRepository, SummaryWriter],
+      providers: [SummaryRepository, OutboxAdminRepository, SummaryWriter],
+      exports: [TypeOrmModule, SummaryRepository, OutboxAdminRepository, SummaryWriter],
     };
   }
 }

@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { DataSource } from 'typeorm';
-import { OutboxRepository } from './repositories/outbox.repository';
+import { OUTBOX_CHANNEL } from './outbox-channel';
 import { SummaryRepository } from './repositories/summary.repository';
 
 export const SUMMARY_READY_TOPIC = 'email.summary_ready';
@@ -22,13 +22,19 @@ export type WriteOutcome = 'done' | 'duplicate';
  * commit together or not at all, and only the delivery that inserted the
  * summary writes the outbox row, so however often a job runs there is one
  * summary and one notification.
+ *
+ * The unit is one statement, which PostgreSQL runs as one transaction: the
+ * summary insert (`ON CONFLICT DO NOTHING RETURNING`), the outbox insert fed
+ * by what it returned (no row back, no outbox row), and the relay's wake-up
+ * (`pg_notify`, delivered at commit). One round trip instead of four
+ * (BEGIN, two inserts, COMMIT), and no pooled connection held across round
+ * trips.
  */
 @Injectable()
 export class SummaryWriter {
   constructor(
     private readonly dataSource: DataSource,
     private readonly summaries: SummaryRepository,
-    private readonly outbox: OutboxRepository,
   ) {}
 
   async isStored(jobId: string): Promise<boolean> {
@@ -36,15 +42,27 @@ export class SummaryWriter {
   }
 
   async writeWithNotification(done: CompletedSummary): Promise<WriteOutcome> {
-    return this.dataSource.transaction(async (em) => {
-      const won = await this.summaries.insertIfAbsent(em, done);
-      if (!won) return 'duplicate';
-      await this.outbox.insert(em, {
-        topic: SUMMARY_READY_TOPIC,
-        dedupeKey: summaryReadyDedupeKey(done.jobId),
-        payload: { job_id: done.jobId, to: done.notify },
-      });
-      return 'done';
-    });
+    const notified: unknown[] = await this.dataSource.query(
+      `WITH summary AS (
+         INSERT INTO summaries (job_id, tenant, summary)
+         VALUES ($1, $2, $3)
+         ON CONFLICT (job_id) DO NOTHING
+         RETURNING job_id
+       ), message AS (
+         INSERT INTO outbox (topic, dedupe_key, payload)
+         SELECT $4, $5, $6::jsonb FROM summary
+         RETURNING id
+       )
+       SELECT pg_notify('${OUTBOX_CHANNEL}', id::text) FROM message`,
+      [
+        done.jobId,
+        done.tenant,
+        done.summary,
+        SUMMARY_READY_TOPIC,
+        summaryReadyDedupeKey(done.jobId),
+        JSON.stringify({ job_id: done.jobId, to: done.notify }),
+      ],
+    );
+    return notified.length === 1 ? 'done' : 'duplicate';
   }
 }

@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
-import { OUTBOX_CHANNEL } from './outbox.repository';
+import { OUTBOX_CHANNEL } from '../outbox-channel';
 
 export interface ParkedMessage {
   readonly id: string;

@@ -1,12 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
 
-export interface NewSummary {
-  readonly jobId: string;
-  readonly tenant: string;
-  readonly summary: string;
-}
-
 export interface StoredSummary {
   readonly jobId: string;
   readonly tenant: string;
@@ -20,18 +14,6 @@ export class SummaryRepository {
   async exists(em: EntityManager, jobId: string): Promise<boolean> {
     const rows: unknown[] = await em.query('SELECT 1 FROM summaries WHERE job_id = $1', [jobId]);
     return rows.length > 0;
-  }
-
-  /** True when this call inserted the row, false when it was there already. */
-  async insertIfAbsent(em: EntityManager, row: NewSummary): Promise<boolean> {
-    const inserted: unknown[] = await em.query(
-      `INSERT INTO summaries (job_id, tenant, summary)
-       VALUES ($1, $2, $3)
-       ON CONFLICT (job_id) DO NOTHING
-       RETURNING job_id`,
-      [row.jobId, row.tenant, row.summary],
-    );
-    return inserted.length === 1;
   }
 
   async findForTenant(em: EntityManager, jobId: string, tenant: string): Promise<StoredSummary | undefined> {
