@@ -10,7 +10,7 @@ import {
   ServiceUnavailableException,
   UseGuards,
 } from '@nestjs/common';
-import { IdempotencyProblemTypes, IdempotencyStore, Idempotent, RedisIdempotencyStore } from '@app/idempotency';
+import { IDEMPOTENCY_OUTCOMES, IdempotencyProblemTypes, IdempotencyStore, Idempotent, RedisIdempotencyStore } from '@app/idempotency';
 import { JOBS_STREAM } from '@app/jobs';
 import { REDIS_CLIENT } from '@app/redis';
 import { IsInt, Max, Min } from 'class-validator';
@@ -21,7 +21,7 @@ import request from 'supertest';
 import { ApiKeyGuard } from '../../apps/api/src/auth/api-key.guard';
 import { ApiHarness, bearer, startApi, TENANT_A } from '../support/api-harness';
 import { eventually, freePort, freshRedis, sleep, startRedisServer } from '../support/infra';
-import { metricValue } from '../support/metrics';
+import { metricSample, metricValue } from '../support/metrics';
 
 /** Counts handler runs per route and lets a test hold a run until it says go. */
 @Injectable()
@@ -336,6 +336,17 @@ describe('IdempotencyInterceptor on any controller', () => {
     expect(header('/test/optional/strict')[0].required).toBe(true);
     expect(header('/test/ops/undecorated')).toEqual([]);
     expect(Object.keys(doc.paths['/test/ops/undecorated'].post.responses)).not.toContain('409');
+  });
+
+  it('exposes every idempotency outcome from the start, at 0, so an alert sees the first one', async () => {
+    const fresh = await startApi();
+    try {
+      for (const outcome of IDEMPOTENCY_OUTCOMES) {
+        expect({ outcome, value: await metricSample(fresh.server, 'idempotency_requests_total', { outcome }) }).toEqual({ outcome, value: 0 });
+      }
+    } finally {
+      await fresh.close();
+    }
   });
 
   it('counts replays in idempotency_requests_total', async () => {
