@@ -7,7 +7,7 @@ import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import { ApiHarness, bearer, startApi, TENANT_A, TENANT_B } from '../support/api-harness';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
-import { freshRedis, testDatabaseUrl, testDataSource, testRedisUrl, truncateAll } from '../support/infra';
+import { freePort, freshRedis, startRedisServer, testDatabaseUrl, testDataSource, testRedisUrl, truncateAll } from '../support/infra';
 import { metricValue } from '../support/metrics';
 import { startWorker, type WorkerHarness } from '../support/worker-harness';
 
@@ -144,7 +144,92 @@ describe('operating the dead letters and the outbox', () => {
       { dedupe_key: 'summary_ready:b', attempts: 0, parked_at: null, last_error: null, due: true },
       { dedupe_key: 'summary_ready:c', attempts: 0, parked_at: null, last_error: null, due: true },
     ]);
-    expect(await metricValue(api.server, 'admin_actions_total', { action: 'requeue' })).toBeGreaterThanOrEqual(2);
+    // Counted in Redis for the whole system (this test's Redis database started empty).
+    expect(await metricValue(api.server, 'admin_actions_total', { action: 'requeue' })).toBe(2);
+  });
+
+  it('re-drives in bounded calls: ?limit= dead letters looked at, next to go on, each re-drive counted', async () => {
+    const letter = (jobId: string) =>
+      redis.xadd(DEAD_LETTER_STREAM, '*', 'job_id', jobId, 'tenant', TENANT_A.tenant, 'payload', '{"text":"x","notify":"a@b.co"}', 'reason', 'llm_client', 'source_id', '1-0');
+    await letter(randomUUID());
+    const b = await redis.xadd(DEAD_LETTER_STREAM, '*', 'reason', 'deleted_from_stream', 'source_id', '5-0');
+    await letter(randomUUID());
+    await letter(randomUUID());
+
+    const first = (await admin('post', '/admin/dead-letters/redrive?limit=2').expect(200)).body;
+    expect(first).toEqual({ redriven: 1, notRedrivable: [b], next: b });
+    expect(await redis.xlen(JOBS_STREAM)).toBe(1);
+    const second = (await admin('post', `/admin/dead-letters/redrive?limit=2&after=${first.next}`).expect(200)).body;
+    expect(second).toEqual({ redriven: 2, notRedrivable: [] });
+    expect(await redis.xlen(JOBS_STREAM)).toBe(3);
+    expect((await redis.xrange(DEAD_LETTER_STREAM, '-', '+')).map(([id]) => id)).toEqual([b]);
+    expect(await metricValue(api.server, 'admin_actions_total', { action: 'redrive' })).toBe(3);
+  });
+
+  it.each([
+    ['/admin/dead-letters?after=not-an-id', 'get', 'after'],
+    ['/admin/dead-letters?count=0', 'get', 'count'],
+    ['/admin/dead-letters?count=12abc', 'get', 'count'],
+    ['/admin/outbox/parked?count=501', 'get', 'count'],
+    ['/admin/dead-letters/redrive?limit=-1', 'post', 'limit'],
+    ['/admin/dead-letters/redrive?after=1-0-0', 'post', 'after'],
+  ] as const)('answers %s with a 400 naming the parameter, and changes nothing', async (path, method, field) => {
+    await redis.xadd(DEAD_LETTER_STREAM, '*', 'job_id', randomUUID(), 'tenant', TENANT_A.tenant, 'payload', '{"text":"x","notify":"a@b.co"}', 'reason', 'llm_client', 'source_id', '1-0');
+    const res = await admin(method, path).expect(400);
+    expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
+    expect(res.body).toMatchObject({ type: 'urn:llm-workflows:problem:validation-failed', errors: [expect.objectContaining({ field })] });
+    expect(await redis.xlen(DEAD_LETTER_STREAM)).toBe(1);
+    expect(await redis.xlen(JOBS_STREAM)).toBe(0);
+  });
+
+  it('answers 503 (problem+json, Retry-After), not 500, when Redis does not answer', async () => {
+    const server = await startRedisServer(freePort(3));
+    const lonely = await startApi({ env: { ADMIN_API_KEY: ADMIN.key, REDIS_URL: server.url } });
+    try {
+      await request(lonely.server).get('/admin/stats').set('Authorization', bearer(ADMIN)).expect(200);
+      await server.stop();
+      for (const [method, path] of [
+        ['get', '/admin/stats'],
+        ['get', '/admin/dead-letters'],
+        ['post', '/admin/dead-letters/redrive'],
+        ['post', '/admin/dead-letters/1-0/redrive'],
+      ] as const) {
+        const res = await request(lonely.server)[method](path).set('Authorization', bearer(ADMIN));
+        expect({ path, status: res.status, type: res.body.type, retryAfter: res.headers['retry-after'] }).toEqual({
+          path,
+          status: 503,
+          type: 'urn:llm-workflows:problem:service-unavailable',
+          retryAfter: '1',
+        });
+      }
+    } finally {
+      await lonely.close();
+      await server.stop();
+    }
+  });
+
+  it('documents the admin endpoints in /docs: their own key, optional paging, answer schemas, problem answers', async () => {
+    type Op = { parameters?: { name: string; in: string; required?: boolean }[]; responses: Record<string, { content?: Record<string, { schema?: unknown }> }>; security?: Record<string, string[]>[] };
+    const doc = (await request(api.server).get('/docs/openapi.json').expect(200)).body as {
+      paths: Record<string, Record<string, Op>>;
+      components: { securitySchemes: Record<string, unknown> };
+    };
+    expect(Object.keys(doc.components.securitySchemes).sort()).toEqual(['admin-key', 'tenant-key']);
+    const adminOps = Object.entries(doc.paths).filter(([path]) => path.startsWith('/admin/'));
+    expect(adminOps.length).toBeGreaterThanOrEqual(7);
+    for (const [path, ops] of adminOps) {
+      for (const [method, op] of Object.entries(ops)) {
+        const where = `${method.toUpperCase()} ${path}`;
+        expect({ where, security: op.security }).toEqual({ where, security: [{ 'admin-key': [] }] });
+        expect({ where, ok: Boolean(op.responses['200']?.content?.['application/json']?.schema) }).toEqual({ where, ok: true });
+        expect({ where, unauthorized: Boolean(op.responses['401']?.content?.['application/problem+json']) }).toEqual({ where, unauthorized: true });
+        for (const p of op.parameters ?? []) {
+          if (p.in === 'query') expect({ where, query: p.name, required: p.required ?? false }).toEqual({ where, query: p.name, required: false });
+        }
+      }
+    }
+    expect(doc.paths['/v1/summaries'].post.security).toEqual([{ 'tenant-key': [] }]);
+    expect(Object.keys(doc.paths['/v1/summaries'].post.responses)).toEqual(expect.arrayContaining(['202', '400', '401', '409', '413', '422', '503']));
   });
 
   it('shows the queue figures', async () => {
@@ -180,6 +265,24 @@ describe('operating the dead letters and the outbox', () => {
       expect(redrive.err).toContain('"msg":"dead letter re-driven"');
       expect(await redis.xlen(JOBS_STREAM)).toBe(1);
       expect(cli('dead-letters', 'redrive', letter.id).code).toBe(1);
+      // The CLI exits at once and nothing scrapes it: its re-drive counts on the api's /metrics.
+      expect(await metricValue(api.server, 'admin_actions_total', { action: 'redrive' })).toBe(1);
+    });
+
+    it('re-drives every dead letter with --all, past the API’s per-call limit, logging each one', async () => {
+      const n = 1005;
+      const pipeline = redis.pipeline();
+      for (let i = 0; i < n; i++) {
+        pipeline.xadd(DEAD_LETTER_STREAM, '*', 'job_id', randomUUID(), 'tenant', TENANT_A.tenant, 'payload', '{"text":"x","notify":"a@b.co"}', 'reason', 'llm_client', 'source_id', '1-0');
+      }
+      await pipeline.exec();
+      const all = cli('dead-letters', 'redrive', '--all');
+      expect(all.code).toBe(0);
+      expect(JSON.parse(all.out)).toEqual({ redriven: n, notRedrivable: [] });
+      expect(all.err.split('\n').filter((l) => l.includes('"msg":"dead letter re-driven"'))).toHaveLength(n);
+      expect(await redis.xlen(JOBS_STREAM)).toBe(n);
+      expect(await redis.xlen(DEAD_LETTER_STREAM)).toBe(0);
+      expect(await metricValue(api.server, 'admin_actions_total', { action: 'redrive' })).toBe(n);
     });
 
     it('re-queues parked rows and shows the figures', async () => {
@@ -188,7 +291,9 @@ describe('operating the dead letters and the outbox', () => {
       const requeue = cli('outbox', 'requeue', '--all');
       expect(requeue.code).toBe(0);
       expect(JSON.parse(requeue.out).requeued).toHaveLength(1);
+      expect(requeue.err).toContain('"msg":"parked outbox row re-queued"');
       expect(JSON.parse(cli('stats').out).outbox).toMatchObject({ parked: 0, backlog: 1 });
+      expect(await metricValue(api.server, 'admin_actions_total', { action: 'requeue' })).toBe(1);
     });
 
     it('answers a usage error with exit code 2 and the usage', () => {

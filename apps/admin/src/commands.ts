@@ -60,7 +60,19 @@ export async function runCommand(ops: OperationsService, argv: readonly string[]
     }
     case 'dead-letters redrive': {
       const id = target(args, /^\d+-\d+$/, 'dead-letter id');
-      if (id === undefined) return done(await ops.redriveAll('admin-cli'));
+      if (id === undefined) {
+        // The API bounds one call; the CLI has no time limit, so it walks to the end.
+        let redriven = 0;
+        const notRedrivable: string[] = [];
+        let after: string | undefined;
+        do {
+          const part = await ops.redriveAll('admin-cli', { after });
+          redriven += part.redriven;
+          notRedrivable.push(...part.notRedrivable);
+          after = part.next;
+        } while (after !== undefined);
+        return done({ redriven, notRedrivable });
+      }
       const result = await ops.redrive(id, 'admin-cli');
       return { output: result, exitCode: result.outcome === 'redriven' ? 0 : 1 };
     }

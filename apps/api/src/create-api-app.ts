@@ -4,6 +4,7 @@ import type { NestExpressApplication } from '@nestjs/platform-express';
 import { bodyParserErrorHandler } from '@app/problem';
 import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
 import { Logger } from 'nestjs-pino';
+import { ADMIN_KEY_AUTH, TENANT_KEY_AUTH } from './openapi';
 
 export const MAX_BODY_BYTES = 1024 * 1024;
 
@@ -25,7 +26,8 @@ export function configureApiApp(app: NestExpressApplication): NestExpressApplica
       .setTitle('LLM workflows API')
       .setDescription('Summarisation jobs behind idempotent POSTs. Errors are application/problem+json (RFC 9457).')
       .setVersion('1')
-      .addBearerAuth({ type: 'http', scheme: 'bearer', description: 'An API key from API_KEYS; it names the tenant' })
+      .addBearerAuth({ type: 'http', scheme: 'bearer', description: 'An API key from API_KEYS; it names the tenant' }, TENANT_KEY_AUTH)
+      .addBearerAuth({ type: 'http', scheme: 'bearer', description: 'ADMIN_API_KEY, for the /admin endpoints only; tenant keys get 401' }, ADMIN_KEY_AUTH)
       .build(),
   );
   SwaggerModule.setup('docs', app, document, { jsonDocumentUrl: 'docs/openapi.json' });

@@ -1,7 +1,8 @@
 import { applyDecorators } from '@nestjs/common';
 import { PATH_METADATA } from '@nestjs/common/constants';
 import { Reflector } from '@nestjs/core';
-import { ApiHeader, ApiResponse } from '@nestjs/swagger';
+import { ApiHeader } from '@nestjs/swagger';
+import { ApiProblemResponse } from '@app/problem';
 
 export interface IdempotentOptions {
   /** Reject a request without an Idempotency-Key (400). Default true. */
@@ -16,25 +17,6 @@ export interface IdempotentOptions {
 
 /** The metadata IdempotencyInterceptor reads (method options override class options). */
 export const IdempotentMetadata = Reflector.createDecorator<IdempotentOptions | undefined>();
-
-const problem = (description: string, headers?: Record<string, { description: string; schema: { type: 'integer' } }>) => ({
-  description,
-  headers,
-  content: {
-    'application/problem+json': {
-      schema: {
-        type: 'object' as const,
-        required: ['type', 'title', 'status'],
-        properties: {
-          type: { type: 'string' as const },
-          title: { type: 'string' as const },
-          status: { type: 'integer' as const },
-          detail: { type: 'string' as const },
-        },
-      },
-    },
-  },
-});
 
 /**
  * Makes a controller method (or every method of a controller) safe to retry:
@@ -76,14 +58,11 @@ function documentation(options: IdempotentOptions | undefined): MethodDecorator 
         'bare or as a Structured Field string ("..."). The same key and body get the same answer, with Idempotent-Replayed: true.',
       schema: { type: 'string', minLength: 16, maxLength: 128 },
     }),
-    ApiResponse({ status: 400, ...problem('The Idempotency-Key is missing or malformed, or the body is invalid. Nothing was done.') }),
-    ApiResponse({
-      status: 409,
-      ...problem('A request with this key is still running. Retry after Retry-After seconds to get its answer.', {
-        'Retry-After': { description: 'Seconds until the running request’s lock frees', schema: { type: 'integer' } },
-      }),
+    ApiProblemResponse(400, 'The Idempotency-Key is missing or malformed, or the body is invalid. Nothing was done.'),
+    ApiProblemResponse(409, 'A request with this key is still running. Retry after Retry-After seconds to get its answer.', {
+      'Retry-After': { description: 'Seconds until the running request’s lock frees', schema: { type: 'integer' } },
     }),
-    ApiResponse({ status: 422, ...problem('This key was already used with a different body.') }),
-    ApiResponse({ status: 503, ...problem('The request cannot be made safe to retry right now; nothing was done. Retry with the same key.') }),
+    ApiProblemResponse(422, 'This key was already used with a different body.'),
+    ApiProblemResponse(503, 'The request cannot be made safe to retry right now; nothing was done. Retry with the same key.'),
   ) as MethodDecorator;
 }

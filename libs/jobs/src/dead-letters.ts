@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { InjectRedis, RedisScript } from '@app/redis';
 import type { Redis } from 'ioredis';
-import { DEAD_LETTER_STREAM, fieldsOf, JOB_RECORD_TTL_MS, jobRecordKey, JOBS_STREAM } from './summary-job';
+import { ADMIN_ACTIONS_KEY, DEAD_LETTER_STREAM, fieldsOf, JOB_RECORD_TTL_MS, jobRecordKey, JOBS_STREAM } from './summary-job';
 
 export interface DeadLetter {
   /** The dead-letter entry's id: what a re-drive names. */
@@ -23,8 +23,9 @@ export type RedriveResult =
 /*
  * Back into the job stream with the same job id (a re-drive of a job that
  * did finish meanwhile is a harmless duplicate), out of the dead letters, and
- * the job record back to queued: atomically, so two operators re-driving the
- * same entry start it once. KEYS: dead stream, job stream, job record.
+ * the job record back to queued, and the re-drive counted: atomically, so
+ * two operators re-driving the same entry start it once and count it once.
+ * KEYS: dead stream, job stream, job record, admin actions.
  */
 const REDRIVE = new RedisScript(
   'jobs-redrive',
@@ -35,6 +36,7 @@ redis.call('XDEL', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[3], 'status', 'error')
 redis.call('HSET', KEYS[3], 'tenant', ARGV[3])
 redis.call('PEXPIRE', KEYS[3], ARGV[5])
+redis.call('HINCRBY', KEYS[4], 'redrive', 1)
 return id`,
 );
 
@@ -71,28 +73,9 @@ export class DeadLetterQueue {
     if (!f.job_id || !f.tenant || !f.payload) return { outcome: 'not_redrivable', reason: f.reason };
     const entryId = await REDRIVE.run<string | null>(
       this.redis,
-      [DEAD_LETTER_STREAM, JOBS_STREAM, jobRecordKey(f.job_id)],
+      [DEAD_LETTER_STREAM, JOBS_STREAM, jobRecordKey(f.job_id), ADMIN_ACTIONS_KEY],
       [id, f.job_id, f.tenant, f.payload, JOB_RECORD_TTL_MS],
     );
     return entryId ? { outcome: 'redriven', jobId: f.job_id, entryId } : { outcome: 'not_found' };
   }
-
-  /** Every dead letter that can run again; the others stay, and are reported. */
-  async redriveAll(): Promise<{ redriven: number; notRedrivable: string[] }> {
-    let redriven = 0;
-    const notRedrivable: string[] = [];
-    let after: string | undefined;
-    for (;;) {
-      const page = await this.list(100, after);
-      if (page.length === 0) break;
-      for (const letter of page) {
-        const result = await this.redrive(letter.id);
-        if (result.outcome === 'redriven') redriven++;
-        else if (result.outcome === 'not_redrivable') notRedrivable.push(letter.id);
-      }
-      after = page[page.length - 1].id;
-    }
-    return { redriven, notRedrivable };
-  }
 }
-

@@ -5,6 +5,12 @@ export const JOBS_STREAM = '{summaries}:jobs';
 export const DEAD_LETTER_STREAM = '{summaries}:dead';
 export const CONSUMER_GROUP = 'summarizers';
 export const jobRecordKey = (jobId: string): string => `{summaries}:job:${jobId}`;
+/**
+ * What operators changed, counted for the whole system whichever tool did it
+ * (the admin API or a short-lived CLI no Prometheus scrapes): a hash with the
+ * fields `redrive` and `requeue`.
+ */
+export const ADMIN_ACTIONS_KEY = '{summaries}:admin_actions';
 
 /** Job records outlive the idempotency records, so GET still answers after replays stop. */
 export const JOB_RECORD_TTL_MS = 7 * 24 * 3600 * 1000;

@@ -1,2 +1,3 @@
 export * from './operations.service';
 export * from './operations.module';
+export * from './admin-action-counts';

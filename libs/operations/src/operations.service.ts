@@ -3,6 +3,7 @@ import { DeadLetterQueue, type DeadLetter, type QueueFigures, type RedriveResult
 import { OutboxAdminRepository, type OutboxFigures, type ParkedMessage } from '@app/persistence';
 import { Counter, Registry } from 'prom-client';
 import { DataSource } from 'typeorm';
+import { ADMIN_ACTIONS, AdminActionCounts } from './admin-action-counts';
 
 export interface SystemFigures {
   readonly queue: QueueFigures;
@@ -12,30 +13,39 @@ export interface SystemFigures {
 /** Who asked, for the log line of every change an operator makes. */
 export type Actor = 'admin-api' | 'admin-cli';
 
+export interface RedriveAllResult {
+  readonly redriven: number;
+  /** Dead letters that have no job to run (recorded by id only); they stay. */
+  readonly notRedrivable: string[];
+  /** Set when the limit stopped the walk: call again with `after` = this to go on. */
+  readonly next?: string;
+}
+
+/** How many dead letters one bulk re-drive looks at, so one call stays short. */
+export const REDRIVE_ALL_DEFAULT_LIMIT = 1000;
+const PAGE = 100;
+
 /**
  * What an operator does to mend the system, shared by the admin API and the
  * admin CLI: look at the figures, the dead letters and the parked outbox
- * rows; re-drive dead letters; re-queue parked rows. Every change is logged
- * and counted (`admin_actions_total{action}` where the app has metrics).
+ * rows; re-drive dead letters; re-queue parked rows. Every change is logged,
+ * one line per dead letter or row, and counted for the whole system in Redis
+ * (`admin_actions_total{action}` on the api's /metrics), so the CLI's changes
+ * are counted too.
  */
 @Injectable()
 export class OperationsService {
   private readonly logger = new Logger(OperationsService.name);
-  private readonly actions: Counter<'action'>;
 
   constructor(
     private readonly deadLetters: DeadLetterQueue,
     private readonly queue: SummaryJobQueue,
     private readonly outbox: OutboxAdminRepository,
     private readonly dataSource: DataSource,
+    private readonly counts: AdminActionCounts,
     @Optional() registry?: Registry,
   ) {
-    this.actions = new Counter({
-      name: 'admin_actions_total',
-      help: 'Changes made by operators: dead letters re-driven, parked outbox rows re-queued',
-      labelNames: ['action'],
-      registers: registry ? [registry] : [],
-    });
+    if (registry) this.registerMetric(registry);
   }
 
   async figures(): Promise<SystemFigures> {
@@ -47,20 +57,37 @@ export class OperationsService {
     return this.deadLetters.list(count, after);
   }
 
+  /** Counted by the re-drive script itself, atomically with the re-drive. */
   async redrive(id: string, actor: Actor): Promise<RedriveResult> {
     const result = await this.deadLetters.redrive(id);
     if (result.outcome === 'redriven') {
-      this.actions.inc({ action: 'redrive' });
       this.logger.log({ actor, dead_letter: id, job_id: result.jobId, entry: result.entryId }, 'dead letter re-driven');
     }
     return result;
   }
 
-  async redriveAll(actor: Actor): Promise<{ redriven: number; notRedrivable: string[] }> {
-    const result = await this.deadLetters.redriveAll();
-    this.actions.inc({ action: 'redrive' }, result.redriven);
-    this.logger.log({ actor, redriven: result.redriven, not_redrivable: result.notRedrivable }, 'dead letters re-driven');
-    return result;
+  /**
+   * Every dead letter that can run again, oldest first, from after `after`,
+   * looking at `limit` dead letters at most; each re-drive is logged on its own.
+   */
+  async redriveAll(actor: Actor, { limit = REDRIVE_ALL_DEFAULT_LIMIT, after }: { limit?: number; after?: string } = {}): Promise<RedriveAllResult> {
+    let redriven = 0;
+    let seen = 0;
+    const notRedrivable: string[] = [];
+    let cursor = after;
+    while (seen < limit) {
+      const page = await this.deadLetters.list(Math.min(PAGE, limit - seen), cursor);
+      if (page.length === 0) return { redriven, notRedrivable };
+      for (const letter of page) {
+        const result = await this.redrive(letter.id, actor);
+        if (result.outcome === 'redriven') redriven++;
+        else if (result.outcome === 'not_redrivable') notRedrivable.push(letter.id);
+      }
+      seen += page.length;
+      cursor = page[page.length - 1].id;
+    }
+    const more = (await this.deadLetters.list(1, cursor)).length > 0;
+    return more ? { redriven, notRedrivable, next: cursor } : { redriven, notRedrivable };
   }
 
   listParked(limit?: number): Promise<ParkedMessage[]> {
@@ -70,8 +97,38 @@ export class OperationsService {
   /** One parked row by id, or every parked row; returns the ids re-queued. */
   async requeue(actor: Actor, id?: string): Promise<string[]> {
     const ids = await this.outbox.requeueParked(this.dataSource.manager, id);
-    this.actions.inc({ action: 'requeue' }, ids.length);
-    if (ids.length > 0) this.logger.log({ actor, outbox_ids: ids }, 'parked outbox rows re-queued');
+    if (ids.length === 0) return ids;
+    for (const outboxId of ids) this.logger.log({ actor, outbox_id: outboxId }, 'parked outbox row re-queued');
+    try {
+      await this.counts.add('requeue', ids.length);
+    } catch (err) {
+      // The rows are re-queued (committed); only the count is missing.
+      this.logger.warn({ actor, requeued: ids.length, err: (err as Error).message }, 're-queue not counted: Redis did not answer');
+    }
     return ids;
+  }
+
+  /**
+   * The counts live in Redis and are read at scrape time; if Redis does not
+   * answer, the last values read stay (a counter never goes backwards here).
+   */
+  private registerMetric(registry: Registry): void {
+    const counts = this.counts;
+    const logger = this.logger;
+    new Counter({
+      name: 'admin_actions_total',
+      help: 'Changes made by operators through the admin API or CLI, for the whole system (kept in Redis): dead letters re-driven, parked outbox rows re-queued',
+      labelNames: ['action'],
+      registers: [registry],
+      async collect() {
+        try {
+          const now = await counts.read();
+          this.reset();
+          for (const action of ADMIN_ACTIONS) this.inc({ action }, now[action]);
+        } catch (err) {
+          logger.warn({ err: (err as Error).message }, 'admin_actions_total not refreshed: Redis did not answer');
+        }
+      },
+    });
   }
 }

@@ -4,3 +4,4 @@ export * from './to-problem';
 export * from './problem-details.filter';
 export * from './request-validation.pipe';
 export * from './body-parser-errors';
+export * from './api-problem-response';

@@ -1,58 +1,119 @@
 import {
   Controller,
-  DefaultValuePipe,
   Get,
   HttpCode,
   HttpStatus,
   NotFoundException,
   Param,
-  ParseIntPipe,
+  type PipeTransform,
   Post,
   Query,
   UseGuards,
+  UseInterceptors,
 } from '@nestjs/common';
-import { ApiBearerAuth, ApiOperation, ApiTags } from '@nestjs/swagger';
-import { OperationsService, type SystemFigures } from '@app/operations';
-import { ProblemException, PROBLEM_TYPE_PREFIX } from '@app/problem';
+import { ApiBearerAuth, ApiOkResponse, ApiOperation, ApiParam, ApiQuery, ApiTags } from '@nestjs/swagger';
+import { OperationsService, REDRIVE_ALL_DEFAULT_LIMIT, type RedriveAllResult, type SystemFigures } from '@app/operations';
+import { ApiProblemResponse, ProblemException, PROBLEM_TYPE_PREFIX, validationProblem } from '@app/problem';
+import { ADMIN_KEY_AUTH } from '../openapi';
 import { AdminKeyGuard } from './admin-key.guard';
+import { DependencyUnavailableInterceptor } from './dependency-unavailable.interceptor';
+import {
+  DeadLetterListDto,
+  ParkedListDto,
+  RedriveAllDto,
+  RedrivenDto,
+  RequeuedDto,
+  SystemFiguresDto,
+} from './admin-responses.dto';
 
 const STREAM_ID = /^\d{1,20}-\d{1,20}$/;
 const ROW_ID = /^\d{1,19}$/;
+const LIST_MAX = 500;
+const REDRIVE_ALL_MAX = 10_000;
+
+/** An optional integer query parameter within [1, max]; anything else is a 400 naming it. */
+class IntQuery implements PipeTransform<string | undefined, number> {
+  constructor(
+    private readonly name: string,
+    private readonly fallback: number,
+    private readonly max: number,
+  ) {}
+
+  transform(value: string | undefined): number {
+    if (value === undefined || value === '') return this.fallback;
+    if (!/^\d{1,9}$/.test(value) || Number(value) < 1 || Number(value) > this.max) {
+      throw validationProblem([{ field: this.name, messages: [`must be a whole number from 1 to ${this.max}`] }]);
+    }
+    return Number(value);
+  }
+}
+
+/** An optional stream entry id (`<ms>-<seq>`) query parameter. */
+class StreamIdQuery implements PipeTransform<string | undefined, string | undefined> {
+  constructor(private readonly name: string) {}
+
+  transform(value: string | undefined): string | undefined {
+    if (value === undefined || value === '') return undefined;
+    if (!STREAM_ID.test(value)) throw validationProblem([{ field: this.name, messages: ['must be a dead-letter id such as 1764460800000-0'] }]);
+    return value;
+  }
+}
 
 /** For operators: the figures, the dead letters, the parked outbox rows, and the two repairs. */
 @ApiTags('admin')
-@ApiBearerAuth()
+@ApiBearerAuth(ADMIN_KEY_AUTH)
+@ApiProblemResponse(401, 'No or wrong admin key (tenant keys are refused)')
+@ApiProblemResponse(503, 'Redis or PostgreSQL did not answer')
 @Controller('admin')
 @UseGuards(AdminKeyGuard)
+@UseInterceptors(DependencyUnavailableInterceptor)
 export class AdminController {
   constructor(private readonly ops: OperationsService) {}
 
   @Get('stats')
   @ApiOperation({ summary: 'Queue and outbox figures' })
+  @ApiOkResponse({ type: SystemFiguresDto })
   stats(): Promise<SystemFigures> {
     return this.ops.figures();
   }
 
   @Get('dead-letters')
   @ApiOperation({ summary: 'Dead letters, oldest first, with their reason; page with ?after=<last id>' })
+  @ApiQuery({ name: 'count', required: false, description: `Page size, 1 to ${LIST_MAX}; default 50` })
+  @ApiQuery({ name: 'after', required: false, description: 'The last id of the previous page' })
+  @ApiOkResponse({ type: DeadLetterListDto })
+  @ApiProblemResponse(400, 'count or after is malformed')
   async deadLetters(
-    @Query('count', new DefaultValuePipe(50), ParseIntPipe) count: number,
-    @Query('after') after?: string,
+    @Query('count', new IntQuery('count', 50, LIST_MAX)) count: number,
+    @Query('after', new StreamIdQuery('after')) after?: string,
   ) {
-    if (after !== undefined && !STREAM_ID.test(after)) throw new NotFoundException('after must be a dead-letter id');
-    return { dead_letters: await this.ops.listDeadLetters(Math.min(Math.max(count, 1), 500), after) };
+    return { dead_letters: await this.ops.listDeadLetters(count, after) };
   }
 
   @Post('dead-letters/redrive')
   @HttpCode(HttpStatus.OK)
-  @ApiOperation({ summary: 'Re-drive every dead letter that can run again' })
-  redriveAll() {
-    return this.ops.redriveAll('admin-api');
+  @ApiOperation({
+    summary: 'Re-drive every dead letter that can run again',
+    description: `Looks at up to ?limit= dead letters (default ${REDRIVE_ALL_DEFAULT_LIMIT}) per call, so a call stays short; when more remain, the answer's next is the ?after= of the next call.`,
+  })
+  @ApiQuery({ name: 'limit', required: false, description: `Dead letters to look at, 1 to ${REDRIVE_ALL_MAX}; default ${REDRIVE_ALL_DEFAULT_LIMIT}` })
+  @ApiQuery({ name: 'after', required: false, description: 'Start after this dead-letter id (a previous answer\'s next)' })
+  @ApiOkResponse({ type: RedriveAllDto })
+  @ApiProblemResponse(400, 'limit or after is malformed')
+  redriveAll(
+    @Query('limit', new IntQuery('limit', REDRIVE_ALL_DEFAULT_LIMIT, REDRIVE_ALL_MAX)) limit: number,
+    @Query('after', new StreamIdQuery('after')) after?: string,
+  ): Promise<RedriveAllResult> {
+    return this.ops.redriveAll('admin-api', { limit, after });
   }
 
   @Post('dead-letters/:id/redrive')
   @HttpCode(HttpStatus.OK)
   @ApiOperation({ summary: 'Re-drive one dead letter into the job stream, keeping its job id' })
+  @ApiParam({ name: 'id', description: 'The dead-letter id' })
+  @ApiOkResponse({ type: RedrivenDto })
+  @ApiProblemResponse(404, 'No such dead letter')
+  @ApiProblemResponse(409, 'The dead letter was recorded by id only; there is no job to run')
   async redrive(@Param('id') id: string) {
     if (!STREAM_ID.test(id)) throw new NotFoundException('No such dead letter.');
     const result = await this.ops.redrive(id, 'admin-api');
@@ -70,13 +131,17 @@ export class AdminController {
 
   @Get('outbox/parked')
   @ApiOperation({ summary: 'Outbox rows that ran out of attempts' })
-  async parked(@Query('count', new DefaultValuePipe(50), ParseIntPipe) count: number) {
-    return { parked: await this.ops.listParked(Math.min(Math.max(count, 1), 500)) };
+  @ApiQuery({ name: 'count', required: false, description: `How many, 1 to ${LIST_MAX}; default 50` })
+  @ApiOkResponse({ type: ParkedListDto })
+  @ApiProblemResponse(400, 'count is malformed')
+  async parked(@Query('count', new IntQuery('count', 50, LIST_MAX)) count: number) {
+    return { parked: await this.ops.listParked(count) };
   }
 
   @Post('outbox/requeue')
   @HttpCode(HttpStatus.OK)
   @ApiOperation({ summary: 'Re-queue every parked outbox row' })
+  @ApiOkResponse({ type: RequeuedDto })
   async requeueAll() {
     return { requeued: await this.ops.requeue('admin-api') };
   }
@@ -84,6 +149,9 @@ export class AdminController {
   @Post('outbox/:id/requeue')
   @HttpCode(HttpStatus.OK)
   @ApiOperation({ summary: 'Re-queue one parked outbox row: fresh attempts, due now' })
+  @ApiParam({ name: 'id', description: 'The outbox row id' })
+  @ApiOkResponse({ type: RequeuedDto })
+  @ApiProblemResponse(404, 'No such parked row')
   async requeue(@Param('id') id: string) {
     if (!ROW_ID.test(id)) throw new NotFoundException('No such parked row.');
     const ids = await this.ops.requeue('admin-api', id);

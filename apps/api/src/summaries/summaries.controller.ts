@@ -1,10 +1,11 @@
 import { Body, Controller, Get, HttpCode, HttpStatus, Param, Post, Res, UseGuards } from '@nestjs/common';
-import { ApiAcceptedResponse, ApiBearerAuth, ApiNotFoundResponse, ApiOkResponse, ApiTags, ApiUnauthorizedResponse } from '@nestjs/swagger';
+import { ApiAcceptedResponse, ApiBearerAuth, ApiOkResponse, ApiTags } from '@nestjs/swagger';
 import { IdempotencyContext, Idempotent, type IdempotencyRequestContext } from '@app/idempotency';
 import { jobIdFor, SummaryJobQueue } from '@app/jobs';
-import { ProblemException, ProblemTypes } from '@app/problem';
+import { ApiProblemResponse, ProblemException, ProblemTypes } from '@app/problem';
 import type { Response } from 'express';
 import { ApiKeyGuard } from '../auth/api-key.guard';
+import { TENANT_KEY_AUTH } from '../openapi';
 import { Tenant } from '../auth/principal';
 import { CreateSummaryDto } from './create-summary.dto';
 import { JobAcceptedDto, SummaryStatusDto } from './summary-responses.dto';
@@ -16,8 +17,8 @@ export interface JobAccepted {
 }
 
 @ApiTags('summaries')
-@ApiBearerAuth()
-@ApiUnauthorizedResponse({ description: 'No or unknown API key' })
+@ApiBearerAuth(TENANT_KEY_AUTH)
+@ApiProblemResponse(401, 'No or unknown API key')
 @Controller('v1/summaries')
 @UseGuards(ApiKeyGuard)
 export class SummariesController {
@@ -35,6 +36,7 @@ export class SummariesController {
   @Idempotent()
   @HttpCode(HttpStatus.ACCEPTED)
   @ApiAcceptedResponse({ type: JobAcceptedDto, description: 'Queued; Location names the job. A replay carries Idempotent-Replayed: true.' })
+  @ApiProblemResponse(413, 'The body is over 1 MiB. Nothing was done.')
   async create(
     @Body() body: CreateSummaryDto,
     @Tenant() tenant: string,
@@ -60,7 +62,7 @@ export class SummariesController {
   /** queued, done with the summary, or failed with the reason; 404 for any job that is not the tenant's. */
   @Get(':jobId')
   @ApiOkResponse({ type: SummaryStatusDto })
-  @ApiNotFoundResponse({ description: 'No such job for this tenant' })
+  @ApiProblemResponse(404, 'No such job for this tenant')
   read(@Param('jobId') jobId: string, @Tenant() tenant: string): Promise<SummaryStatus> {
     return this.status.find(jobId, tenant);
   }

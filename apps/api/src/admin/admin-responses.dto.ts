@@ -1,0 +1,95 @@
+import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
+
+/* The admin answers, for the OpenAPI document. */
+
+export class QueueFiguresDto {
+  @ApiProperty({ description: 'Entries in {summaries}:jobs not yet acknowledged' })
+  length!: number;
+  @ApiProperty({ description: 'Of those, delivered to a worker and not yet acknowledged' })
+  pending!: number;
+  @ApiProperty({ description: 'Entries in {summaries}:dead' })
+  deadLetters!: number;
+}
+
+export class OutboxFiguresDto {
+  @ApiProperty({ description: 'Unsent rows still being tried' })
+  backlog!: number;
+  @ApiProperty({ description: 'Age of the oldest of them, in seconds (0 when there is none)' })
+  oldestUnsentAgeSeconds!: number;
+  @ApiProperty({ description: 'Rows that ran out of attempts and wait for a person' })
+  parked!: number;
+}
+
+export class SystemFiguresDto {
+  @ApiProperty({ type: QueueFiguresDto })
+  queue!: QueueFiguresDto;
+  @ApiProperty({ type: OutboxFiguresDto })
+  outbox!: OutboxFiguresDto;
+}
+
+export class DeadLetterDto {
+  @ApiProperty({ description: 'The dead-letter entry id; what a re-drive names', example: '1764460800000-0' })
+  id!: string;
+  @ApiPropertyOptional({ description: 'The job stream entry it came from' })
+  sourceId?: string;
+  @ApiPropertyOptional({ description: 'Why, e.g. llm_client, max_deliveries, deleted_from_stream' })
+  reason?: string;
+  @ApiPropertyOptional({ description: 'The last error, in a line' })
+  detail?: string;
+  @ApiPropertyOptional({ format: 'uuid' })
+  jobId?: string;
+  @ApiPropertyOptional()
+  tenant?: string;
+  @ApiProperty({ type: String, format: 'date-time' })
+  deadLetteredAt!: Date;
+}
+
+export class DeadLetterListDto {
+  @ApiProperty({ type: [DeadLetterDto] })
+  dead_letters!: DeadLetterDto[];
+}
+
+export class RedrivenDto {
+  @ApiProperty()
+  dead_letter!: string;
+  @ApiProperty({ format: 'uuid' })
+  job_id!: string;
+  @ApiProperty({ description: 'The new entry in {summaries}:jobs' })
+  entry!: string;
+}
+
+export class RedriveAllDto {
+  @ApiProperty()
+  redriven!: number;
+  @ApiProperty({ type: [String], description: 'Dead letters with no job to run (recorded by id only); they stay' })
+  notRedrivable!: string[];
+  @ApiPropertyOptional({ description: 'Set when the limit stopped the walk: call again with ?after=<next>' })
+  next?: string;
+}
+
+export class ParkedMessageDto {
+  @ApiProperty({ description: 'The outbox row id' })
+  id!: string;
+  @ApiProperty()
+  topic!: string;
+  @ApiProperty()
+  dedupeKey!: string;
+  @ApiProperty()
+  attempts!: number;
+  @ApiProperty({ type: String, nullable: true })
+  lastError!: string | null;
+  @ApiProperty({ type: String, format: 'date-time' })
+  createdAt!: Date;
+  @ApiProperty({ type: String, format: 'date-time' })
+  parkedAt!: Date;
+}
+
+export class ParkedListDto {
+  @ApiProperty({ type: [ParkedMessageDto] })
+  parked!: ParkedMessageDto[];
+}
+
+export class RequeuedDto {
+  @ApiProperty({ type: [String], description: 'The outbox row ids re-queued' })
+  requeued!: string[];
+}
