@@ -30,6 +30,15 @@ export function dataSourceOptions(options: PersistenceOptions): DataSourceOption
       connectionTimeoutMillis: 5000,
       // A statement that hangs must not hold a pooled connection for ever.
       statement_timeout: 15000,
+      // ...and neither may a server that stopped answering (a partition, a
+      // host gone without a reset): the client gives up a little after the
+      // server would have, and TCP keepalives notice a dead peer in seconds,
+      // not the kernel's two hours. Without them a hung query stops a
+      // worker's or relay's loop and liveness restarts a pod whose only
+      // trouble is its database.
+      query_timeout: 20000,
+      keepAlive: true,
+      keepAliveInitialDelayMillis: 10000,
     },
   };
 }
