@@ -1,5 +1,7 @@
+import { Client } from 'pg';
 import type { DataSource } from 'typeorm';
-import { eventually, freePort, testDataSource, truncateAll } from '../support/infra';
+import type { RelayPassResult } from '../../apps/relay/src/outbox/outbox.relay';
+import { eventually, freePort, testDatabaseUrl, testDataSource, truncateAll } from '../support/infra';
 import { compileRelay, FakeProvider, insertOutboxRows, sample, startRelay, type RelayHarness } from './relay-harness';
 
 describe('relay: several relays side by side', () => {
@@ -91,6 +93,45 @@ describe('relay: several relays side by side', () => {
       await b.close();
     }
   });
+
+  it('skips rows another relay has locked mid-claim: the claim takes the later rows instead of waiting', async () => {
+    const relay = await compileRelay({ env: { NOTIFY_WEBHOOK_URL: provider.url } });
+    // Another relay's claim caught between locking its rows and committing: an open transaction,
+    // on its own connection, holding row locks on the first two due rows.
+    const holder = new Client({ connectionString: testDatabaseUrl(), application_name: 'test-lock-holder' });
+    await holder.connect();
+    let pass: Promise<RelayPassResult> | undefined;
+    try {
+      const keys = await insertOutboxRows(ds, 5, 'locked', false);
+      await holder.query('BEGIN');
+      await holder.query('SELECT id FROM outbox WHERE dedupe_key = ANY($1) FOR UPDATE', [keys.slice(0, 2)]);
+
+      // Without SKIP LOCKED the claim waits until the holder's transaction ends; the bound makes
+      // that a failure instead of a hang (it is generous: this asserts what is claimed, not speed).
+      pass = relay.relay.runOnce();
+      await expect(settlesWithin(pass, 10_000, 'the claim next to locked rows')).resolves.toMatchObject({ claimed: 3, sent: 3 });
+      expect([...provider.countsByKey()].sort()).toEqual(keys.slice(2).map((k) => [k, 1]));
+
+      // Once the other claim is gone (rolled back here), its rows are claimable again.
+      await holder.query('ROLLBACK');
+      await expect(relay.relay.runOnce()).resolves.toMatchObject({ claimed: 2, sent: 2 });
+      expect([...provider.countsByKey()].sort()).toEqual(keys.map((k) => [k, 1]));
+    } finally {
+      await holder.query('ROLLBACK').catch(() => undefined);
+      await holder.end();
+      await pass?.catch(() => undefined); // a claim that waited finishes once the locks are released
+      await relay.close();
+    }
+  });
 });
+
+/** `promise`, or a rejection naming `what` if it has not settled after `ms`. */
+function settlesWithin<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`${what} still pending after ${ms} ms (blocked on a lock?)`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
 
 class RollbackOnPurpose extends Error {}
