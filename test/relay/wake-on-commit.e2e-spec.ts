@@ -1,9 +1,12 @@
 import { SummaryRepository, SummaryWriter, summaryReadyDedupeKey } from '@app/persistence';
 import { randomUUID } from 'node:crypto';
 import type { Server } from 'node:http';
+import { connect, createServer, type Server as TcpServer, type Socket } from 'node:net';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
-import { eventually, freePort, sleep, testDataSource, truncateAll } from '../support/infra';
+import { OutboxListener } from '../../apps/relay/src/outbox/outbox-listener';
+import { OUTBOX_RELAY_OPTIONS, type OutboxRelayOptions } from '../../apps/relay/src/outbox/outbox-relay.module-definition';
+import { eventually, freePort, sleep, testDatabaseUrl, testDataSource, truncateAll } from '../support/infra';
 import { FakeProvider, insertOutboxRows, startRelay, type RelayHarness } from './relay-harness';
 
 /**
@@ -108,3 +111,133 @@ describe('relay: woken by the commit, LISTEN reconnects, health', () => {
     await request(server).get('/health/live').expect(200);
   });
 });
+
+/**
+ * Only the LISTEN connection goes through a proxy that can hang it; the
+ * relay's queries use the pool directly. OUTBOX_POLL_MS is 10 s, as above.
+ */
+describe('relay: a LISTEN connection that hangs without closing', () => {
+  const PROMPTLY_MS = 2000;
+  let ds: DataSource;
+  let provider: FakeProvider;
+  let proxy: FreezingProxy;
+  let relay: RelayHarness & { app: NonNullable<RelayHarness['app']> };
+  let server: Server;
+  const deliveredWithin = (key: string, ms: number) =>
+    eventually(() => (provider.deliveriesFor(key).length > 0 ? true : undefined), ms, `a delivery of ${key}`);
+
+  beforeAll(async () => {
+    ds = await testDataSource();
+    await truncateAll(ds);
+    provider = await FakeProvider.start(freePort(51));
+    proxy = await FreezingProxy.start(freePort(52), testDatabaseUrl());
+    relay = await startRelay({
+      env: { NOTIFY_WEBHOOK_URL: provider.url, OUTBOX_POLL_MS: '10000' },
+      override: (b) =>
+        b.overrideProvider(OutboxListener).useFactory({
+          factory: (options: OutboxRelayOptions) => new OutboxListener({ ...options, databaseUrl: proxy.urlFor(options.databaseUrl) }),
+          inject: [OUTBOX_RELAY_OPTIONS],
+        }),
+    });
+    server = relay.app.getHttpServer() as Server;
+    await eventually(() => (relay.listener.listening ? true : undefined), 5000, 'the LISTEN connection');
+    await sleep(300);
+  });
+  afterAll(async () => {
+    await relay.close();
+    await proxy.close();
+    await provider.close();
+    await ds.destroy();
+  });
+
+  it('a readiness check finds it silent and replaces it; the rows committed meanwhile and later are delivered promptly', async () => {
+    const oldPid = relay.listener.backendPid;
+    expect(oldPid).toEqual(expect.any(Number));
+    expect(proxy.freezeOpenConnections()).toBe(1);
+    // Its notification is stuck in the hung connection: only a new LISTEN (or the 10 s poll) finds the row.
+    const [during] = await insertOutboxRows(ds, 1, 'hung');
+
+    // The probe (every 5 s in Kubernetes) fails on the silent connection, and the listener replaces it.
+    const probe = await request(server).get('/health/ready').expect(503);
+    expect(probe.body.failing).toEqual(['outbox_listen']);
+    await eventually(() => {
+      const pid = relay.listener.backendPid;
+      return pid !== undefined && pid !== oldPid ? pid : undefined;
+    }, 5000, 'a new LISTEN connection');
+    await deliveredWithin(during, PROMPTLY_MS);
+    await request(server).get('/health/ready').expect(200);
+
+    const [after] = await insertOutboxRows(ds, 1, 'after');
+    await deliveredWithin(after, PROMPTLY_MS);
+    expect(provider.deliveriesFor(during)).toHaveLength(1);
+    expect(provider.deliveriesFor(after)).toHaveLength(1);
+  });
+});
+
+/**
+ * A TCP proxy in front of PostgreSQL that can black-hole the connections open
+ * through it: they stay open but nothing passes either way, as when a
+ * middlebox loses its state. The proxy's kernel still answers TCP keepalive
+ * probes, so only the listener's own check can notice.
+ */
+class FreezingProxy {
+  private readonly pairs = new Set<[Socket, Socket]>();
+
+  private constructor(
+    private readonly server: TcpServer,
+    readonly port: number,
+  ) {}
+
+  static async start(port: number, target: string): Promise<FreezingProxy> {
+    const { hostname, port: targetPort } = new URL(target);
+    let proxy!: FreezingProxy;
+    const server = createServer((client) => proxy.accept(client, hostname, Number(targetPort || 5432)));
+    proxy = new FreezingProxy(server, port);
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(port, '127.0.0.1', () => resolve());
+    });
+    return proxy;
+  }
+
+  /** `databaseUrl` through the proxy. */
+  urlFor(databaseUrl: string): string {
+    const url = new URL(databaseUrl);
+    url.hostname = '127.0.0.1';
+    url.port = String(this.port);
+    return url.toString();
+  }
+
+  /** Stops forwarding on every connection open now (the sockets stay open); later ones pass normally. */
+  freezeOpenConnections(): number {
+    for (const [client, upstream] of this.pairs) {
+      client.unpipe(upstream);
+      upstream.unpipe(client);
+      client.pause();
+      upstream.pause();
+    }
+    return this.pairs.size;
+  }
+
+  async close(): Promise<void> {
+    for (const [client, upstream] of this.pairs) {
+      client.destroy();
+      upstream.destroy();
+    }
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+
+  private accept(client: Socket, host: string, port: number): void {
+    const upstream = connect(port, host);
+    const pair: [Socket, Socket] = [client, upstream];
+    this.pairs.add(pair);
+    const drop = () => {
+      this.pairs.delete(pair);
+      client.destroy();
+      upstream.destroy();
+    };
+    for (const socket of pair) socket.on('error', drop).on('close', drop);
+    client.pipe(upstream);
+    upstream.pipe(client);
+  }
+}

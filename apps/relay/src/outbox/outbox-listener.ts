@@ -15,6 +15,18 @@ export interface OutboxListenerHandlers {
 
 const RECONNECT_FIRST_MS = 100;
 const RECONNECT_MAX_MS = 5000;
+/**
+ * The first TCP keepalive probe after this much silence (the OS default is
+ * about 2 h): a LISTEN connection is idle between notifications, so a peer or
+ * NAT that dropped it silently is otherwise noticed only hours later.
+ */
+const KEEPALIVE_IDLE_MS = 10_000;
+/**
+ * The readiness budget (the health controller's timeout for each check). A
+ * healthy connection answers SELECT 1 in milliseconds; one that does not is
+ * replaced, which costs a connection and one pass.
+ */
+const CHECK_TIMEOUT_MS = 1000;
 
 /**
  * LISTEN `outbox_new` on a dedicated connection (a pooled one would be handed
@@ -60,11 +72,29 @@ export class OutboxListener {
     return this.client !== undefined;
   }
 
-  /** Readiness: the LISTEN connection is up and answers. */
+  /**
+   * Readiness: the LISTEN connection is up and answers. One that fails or
+   * does not answer in time is dropped and opened again: a connection that
+   * hangs without closing (a middlebox that stopped forwarding; keepalive
+   * probes answered by a proxy never fail) would otherwise deliver no
+   * notification again, and the relay would quietly fall back to polling.
+   */
   async check(): Promise<void> {
     const client = this.client;
     if (!client) throw new Error(`not listening on ${OUTBOX_CHANNEL} (reconnecting)`);
-    await client.query('SELECT 1');
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no answer to SELECT 1 within ${CHECK_TIMEOUT_MS} ms`)), CHECK_TIMEOUT_MS);
+    });
+    try {
+      await Promise.race([client.query('SELECT 1'), timeout]);
+    } catch (err) {
+      // end() in lost() destroys the socket while a query is outstanding, so a hung connection goes too.
+      this.lost(client, new Error(`readiness check failed: ${err instanceof Error ? err.message : String(err)}`));
+      throw err;
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   private connect(): Promise<void> {
@@ -78,6 +108,7 @@ export class OutboxListener {
       connectionString: this.options.databaseUrl,
       application_name: 'relay-listen',
       keepAlive: true,
+      keepAliveInitialDelayMillis: KEEPALIVE_IDLE_MS,
       connectionTimeoutMillis: 5000,
     });
     // Attached before connect: an 'error' event without a listener would crash the process.
