@@ -5,12 +5,13 @@ import { freePort, testDataSource, truncateAll } from '../support/infra';
 import { compileRelay, FakeProvider, type RelayHarness } from './relay-harness';
 
 /**
- * The relay's half of the worker's crash test (issue 3: commit, then crash
- * before XACK, then redelivery): the redelivered job's transaction finds the
- * summary stored and writes no second outbox row, so relay passes after both
- * deliveries make exactly one webhook delivery.
+ * SummaryWriter and the relay, without the stream or the handler: when a
+ * job's write runs twice (a worker committed and died before XACK, and the
+ * redelivery ran it again), the second write adds no outbox row, so the relay
+ * sends one webhook. The same crash through api, stream, worker and relay is
+ * test/e2e/whole-chain.e2e-spec.ts; this is its fast check in the relay suite.
  */
-describe('relay: a job delivered twice by the stream is notified once', () => {
+describe('relay: a job whose write ran twice is sent once', () => {
   let ds: DataSource;
   let provider: FakeProvider;
   let relay: RelayHarness;
@@ -27,12 +28,12 @@ describe('relay: a job delivered twice by the stream is notified once', () => {
     await ds.destroy();
   });
 
-  it('one webhook delivery for a job whose transaction ran twice', async () => {
+  it('SummaryWriter twice for one job, then relay passes: exactly one webhook delivery for the job', async () => {
     const writer = new SummaryWriter(ds, new SummaryRepository());
     const jobId = randomUUID();
     const done = { jobId, tenant: 'acme', summary: 'Short.', notify: 'ops@example.com' };
     await expect(writer.writeWithNotification(done)).resolves.toBe('done');
-    // Worker A dies before XACK; worker B gets the job again and runs it to the end.
+    // The same job written again, as its redelivery does after a worker died between commit and XACK.
     await expect(writer.writeWithNotification({ ...done, summary: 'Second run.' })).resolves.toBe('duplicate');
 
     await expect(relay.relay.runOnce()).resolves.toMatchObject({ claimed: 1, sent: 1 });
