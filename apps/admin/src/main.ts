@@ -18,7 +18,7 @@ async function main(argv: string[]): Promise<number> {
     process.stdout.write(`${USAGE}\n`);
     return argv.length === 0 ? 2 : 0;
   }
-  const config = loadAdminConfig(process.env);
+  const config = loadAdminConfig();
 
   if (argv[0] === 'migrate') {
     if (argv.length > 1) throw new UsageError('migrate takes no arguments');

@@ -1,4 +1,4 @@
-import { commonEnv, ConfigFieldError, ConfigOf, env, parseConfig, type Env } from '@app/config';
+import { commonEnv, ConfigFieldError, ConfigOf, type Env, env, parseConfig, processEnv } from '@app/config';
 import { parseApiKeys } from './auth/api-keys';
 
 /** Every variable the api reads (INTERFACE.md); the manifests are checked against it. */
@@ -14,7 +14,7 @@ export const apiEnvSchema = {
 export type ApiConfig = ConfigOf<typeof apiEnvSchema>;
 
 /** The api's whole configuration, validated once at boot; throws naming every bad variable. */
-export function loadApiConfig(source: Env): ApiConfig {
+export function loadApiConfig(source: Env = processEnv()): ApiConfig {
   return parseConfig(apiEnvSchema, source);
 }
 

@@ -5,7 +5,7 @@ import { ApiModule } from './api.module';
 import { createApiApp } from './create-api-app';
 
 async function main(): Promise<void> {
-  const config = loadApiConfig(process.env);
+  const config = loadApiConfig();
   const app = await createApiApp(ApiModule.forRoot(config));
   await app.listen(config.port);
 }

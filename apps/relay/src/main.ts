@@ -6,7 +6,7 @@ import { loadRelayConfig } from './relay.config';
 import { RelayModule } from './relay.module';
 
 async function main(): Promise<void> {
-  const config = loadRelayConfig(process.env);
+  const config = loadRelayConfig();
   const app = await NestFactory.create(RelayModule.forRoot(config), { bufferLogs: true });
   app.useLogger(app.get(Logger));
   // useProcessExit: after the drain, exit 0; without it Nest re-raises the signal and the process dies of SIGTERM (143).

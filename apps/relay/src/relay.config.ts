@@ -1,4 +1,4 @@
-import { commonEnv, ConfigFieldError, ConfigOf, env, parseConfig, type Env } from '@app/config';
+import { commonEnv, ConfigFieldError, ConfigOf, type Env, env, parseConfig, processEnv } from '@app/config';
 
 const BACKOFF_BASE_MS_DEFAULT = 1000;
 
@@ -38,7 +38,7 @@ export type RelayConfig = ConfigOf<typeof relayEnvSchema> & {
 export const leaseFor = (notifyTimeoutMs: number): number => 2 * notifyTimeoutMs + 1000;
 
 /** The relay's whole configuration, validated once at boot; throws naming every bad variable. */
-export function loadRelayConfig(source: Env): RelayConfig {
+export function loadRelayConfig(source: Env = processEnv()): RelayConfig {
   const parsed = parseConfig(relayEnvSchema, source);
   return { ...parsed, outboxLeaseMs: leaseFor(parsed.notifyTimeoutMs) };
 }

@@ -3,6 +3,14 @@ import { ConfigFieldError, ConfigProblem, ConfigValidationError } from './config
 export type Env = Readonly<Record<string, string | undefined>>;
 
 /**
+ * The process's environment: the one place that reads `process.env`. Every
+ * app's loader takes an `Env` (tests pass their own) and defaults to this.
+ */
+export function processEnv(): Env {
+  return process.env;
+}
+
+/**
  * One variable: its name and how to turn the raw text into a value. `raw` is
  * undefined when the variable is unset or blank.
  */
