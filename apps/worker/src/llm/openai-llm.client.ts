@@ -1,4 +1,5 @@
-import OpenAI from 'openai';
+import { Logger } from '@nestjs/common';
+import OpenAI, { type ClientOptions } from 'openai';
 import type { LlmClient, SummarizeOptions } from './llm-client.interface';
 import { EmptyCompletionError } from './llm.errors';
 
@@ -15,18 +16,50 @@ const SYSTEM_PROMPT =
   'Do not add anything that is not in the text.';
 
 /**
+ * The SDK fills every option left undefined from process.env: OPENAI_BASE_URL,
+ * OPENAI_API_KEY, OPENAI_ADMIN_KEY, OPENAI_ORG_ID, OPENAI_PROJECT_ID,
+ * OPENAI_WEBHOOK_SECRET, OPENAI_LOG (at `debug` it prints each request, the
+ * user's text included) and OPENAI_CUSTOM_HEADERS. The worker's validated
+ * config is its only source, so each option is given explicitly, null where
+ * we have nothing. OPENAI_CUSTOM_HEADERS has no option that turns it off; as
+ * we set no default headers, whatever the constructor put there came from
+ * the environment, and is dropped.
+ */
+class ConfiguredOpenAI extends OpenAI {
+  constructor(options: ClientOptions) {
+    super(options);
+    this._options = { ...this._options, defaultHeaders: undefined };
+  }
+}
+
+/**
  * The official SDK with its own retries off (`maxRetries: 0`): RetryPolicy is
  * the one layer that decides about retries, so attempts are counted once.
+ * Its warnings and errors go to our logger as their message line only (the
+ * SDK's extra arguments can carry request details); info and debug, which
+ * carry whole requests and responses, are dropped.
  */
 export class OpenAiLlmClient implements LlmClient {
+  private readonly logger = new Logger(OpenAiLlmClient.name);
   private readonly client: OpenAI;
 
   constructor(private readonly options: OpenAiLlmOptions) {
-    this.client = new OpenAI({
+    this.client = new ConfiguredOpenAI({
       apiKey: options.apiKey,
-      ...(options.baseUrl ? { baseURL: options.baseUrl } : {}),
+      baseURL: options.baseUrl ?? null, // null: the SDK's default URL, not OPENAI_BASE_URL
+      adminAPIKey: null,
+      organization: null,
+      project: null,
+      webhookSecret: null,
       maxRetries: 0,
       timeout: options.requestTimeoutMs,
+      logLevel: 'warn',
+      logger: {
+        error: (message: string) => this.logger.error(`openai: ${message}`),
+        warn: (message: string) => this.logger.warn(`openai: ${message}`),
+        info: () => undefined,
+        debug: () => undefined,
+      },
     });
   }
 
