@@ -145,6 +145,36 @@ describe('RetryPolicy', () => {
     expect(err).toBeInstanceOf(DeadlineExceededError);
   });
 
+  it('cuts an attempt started 300 ms before the deadline off at the deadline, not at the call timeout', async () => {
+    // The attempt's limit is a real timer: fake timers move it, the fake clock places the deadline.
+    jest.useFakeTimers();
+    try {
+      const { time, policy } = setup({ maxAttempts: 1, callTimeoutMs: 20_000, minUsefulAttemptMs: 100 });
+      time.t = 9_700;
+      let signal: AbortSignal | undefined;
+      const outcome = policy
+        .run(
+          (s) => {
+            signal = s;
+            return new Promise<string>(() => undefined); // hangs for ever
+          },
+          classify,
+          { deadline: 10_000 },
+        )
+        .catch((e: unknown) => e);
+      await jest.advanceTimersByTimeAsync(299);
+      expect(signal?.aborted).toBe(false);
+      await jest.advanceTimersByTimeAsync(1);
+      expect(signal?.aborted).toBe(true);
+      expect(signal?.reason).toEqual(new CallTimeoutError(300));
+      const err = await outcome;
+      expect(err).toBeInstanceOf(RetriesExhaustedError);
+      expect((err as RetriesExhaustedError).last?.kind).toBe('timeout');
+    } finally {
+      jest.useRealTimers();
+    }
+  });
+
   it('never retries past a deadline that has run out: the error is DeadlineExceeded, not a retry', async () => {
     const { time, policy } = setup();
     time.t = 10_000;
