@@ -14,13 +14,17 @@ export interface SeenRequest {
   readonly n: number;
   readonly model: string;
   readonly userText: string;
+  /** The request's headers, names in lower case. */
+  readonly headers: Readonly<Record<string, string | string[] | undefined>>;
   /** Whether the client hung up before the server finished. */
   closedEarly: boolean;
 }
 
 /**
  * A local stand-in for the OpenAI API (POST /v1/chat/completions), so the
- * real `openai` SDK and HTTP stack run in tests. `reply` decides per request.
+ * real `openai` SDK and HTTP stack run in tests. `reply` decides per request;
+ * when it returns a promise, the request waits for it (a test can change the
+ * world at the moment the model is called, before the worker goes on).
  */
 export class FakeOpenAiServer {
   readonly requests: SeenRequest[] = [];
@@ -30,7 +34,7 @@ export class FakeOpenAiServer {
   /** Most requests in progress at the same time. */
   peakConcurrency = 0;
 
-  constructor(public reply: (n: number, text: string) => ModelReply = () => ({ kind: 'complete', content: 'A summary.' })) {}
+  constructor(public reply: (n: number, text: string) => ModelReply | Promise<ModelReply> = () => ({ kind: 'complete', content: 'A summary.' })) {}
 
   get baseUrl(): string {
     const { port } = this.server!.address() as AddressInfo;
@@ -67,6 +71,7 @@ export class FakeOpenAiServer {
       n: this.requests.length + 1,
       model: body.model,
       userText: body.messages.find((m) => m.role === 'user')?.content ?? '',
+      headers: { ...req.headers },
       closedEarly: false,
     };
     this.requests.push(seen);
@@ -78,7 +83,7 @@ export class FakeOpenAiServer {
       this.open.delete(res);
       this.active--;
     });
-    const reply = this.reply(seen.n, seen.userText);
+    const reply = await this.reply(seen.n, seen.userText);
     if ('delayMs' in reply && reply.delayMs) await new Promise((r) => setTimeout(r, reply.delayMs));
     if (res.destroyed) return;
     switch (reply.kind) {

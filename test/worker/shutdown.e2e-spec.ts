@@ -69,6 +69,8 @@ describe('worker process on SIGTERM', () => {
     expect(await db.query('SELECT job_id, summary FROM summaries')).toEqual([{ job_id: jobId, summary: 'Finished during the drain.' }]);
     expect(Number(((await redis.xpending(JOBS_STREAM, CONSUMER_GROUP)) as [number])[0])).toBe(0);
     expect(await redis.xlen(JOBS_STREAM)).toBe(0);
+    // Nothing was pending for it, so it left the group: consumer names do not pile up across restarts.
+    expect(await redis.xinfo('CONSUMERS', JOBS_STREAM, CONSUMER_GROUP)).toEqual([]);
     const lines = output.join('').split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as Record<string, unknown>);
     expect(lines.some((l) => l.msg === 'draining 1 in-flight job(s)')).toBe(true);
     // The job's lines carry its id from the logging context, not from each call.

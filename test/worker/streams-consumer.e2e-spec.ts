@@ -1,9 +1,10 @@
 import { CONSUMER_GROUP, DEAD_LETTER_STREAM, fieldsOf, jobIdFor, jobRecordKey, JOBS_STREAM, SummaryJobQueue } from '@app/jobs';
-import type { Redis } from 'ioredis';
+import { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import type { DataSource } from 'typeorm';
+import { ACK } from '../../apps/worker/src/consumer/stream-scripts';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
-import { eventually, freshRedis, sleep, testDataSource, truncateAll } from '../support/infra';
+import { eventually, freePort, freshRedis, type RedisServer, sleep, startRedisServer, testDataSource, truncateAll } from '../support/infra';
 import { metricValue } from '../support/metrics';
 import { startWorker, type WorkerHarness } from '../support/worker-harness';
 
@@ -28,13 +29,20 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
   const count = async (table: string) => Number((await db.query(`SELECT count(*) AS n FROM ${table}`))[0].n);
   const pending = async () => Number(((await redis.xpending(JOBS_STREAM, CONSUMER_GROUP)) as [number])[0]);
   /** What a consumer that then dies leaves behind: the entry delivered to it and never acknowledged. */
-  const readAs = async (consumer: string) => {
-    const reply = (await redis.xreadgroup('GROUP', CONSUMER_GROUP, consumer, 'COUNT', 10, 'STREAMS', JOBS_STREAM, '>')) as
+  const readAs = async (consumer: string, count = 10) => {
+    const reply = (await redis.xreadgroup('GROUP', CONSUMER_GROUP, consumer, 'COUNT', count, 'STREAMS', JOBS_STREAM, '>')) as
       | [string, [string, string[]][]][]
       | null;
     return (reply?.[0]?.[1] ?? []).map(([id, flat]) => ({ id, fields: fieldsOf(flat) }));
   };
   const createGroup = () => redis.xgroup('CREATE', JOBS_STREAM, CONSUMER_GROUP, '0', 'MKSTREAM');
+  /** XPENDING's detail: [id, consumer, deliveries] of each pending entry. */
+  const pendingEntries = async (client = redis) =>
+    ((await client.xpending(JOBS_STREAM, CONSUMER_GROUP, '-', '+', 100)) as [string, string, number, number][]).map(
+      ([id, consumer, , deliveries]): [string, string, number] => [id, consumer, deliveries],
+    );
+  const consumerNames = async () =>
+    ((await redis.xinfo('CONSUMERS', JOBS_STREAM, CONSUMER_GROUP)) as string[][]).map((c) => fieldsOf(c).name).sort();
 
   beforeAll(async () => {
     db = await testDataSource();
@@ -150,14 +158,19 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
     const a = await worker({ CLAIM_IDLE_MS: '300' });
     const b = await worker({ CLAIM_IDLE_MS: '300' });
     model.reply = () => ({ kind: 'complete', content: 'Took a while.', delayMs: 900 });
-    await queue.enqueue(newJob());
+    const id = await queue.enqueue(newJob());
     const running = a.consumer.runOnce();
     const stolen: unknown[] = [];
+    const counted: number[] = [];
     for (let t = 0; t < 10; t++) {
       await sleep(100);
       stolen.push(...(await b.consumer.runOnce()));
+      for (const [pendingId, , deliveries] of await pendingEntries()) if (pendingId === id) counted.push(deliveries);
     }
     expect(stolen).toEqual([]);
+    // Refreshes (XCLAIM ... JUSTID) reset the idle time without counting a delivery.
+    expect(counted.length).toBeGreaterThanOrEqual(6);
+    expect(new Set(counted)).toEqual(new Set([1]));
     expect(await running).toEqual([expect.objectContaining({ deliveries: 1, outcome: 'done' })]);
     expect(model.calls).toBe(1);
     expect(await count('outbox')).toBe(1);
@@ -237,6 +250,154 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
     const [[, fields]] = await redis.xrange(DEAD_LETTER_STREAM, '-', '+');
     expect(fieldsOf(fields)).toEqual({ reason: 'deleted_from_stream', source_id: entry.id });
     expect(await pending()).toBe(0);
+  });
+
+  it('a deleted pending entry is never lost when it cannot be dead-lettered yet, and the entries claimed with it still run', async () => {
+    const w = await worker({ CLAIM_IDLE_MS: '200' });
+    const goneId = await queue.enqueue(newJob());
+    const keptId = await queue.enqueue(newJob());
+    await createGroup();
+    await readAs('gone-consumer');
+    await redis.xdel(JOBS_STREAM, goneId);
+    // The dead-letter key cannot take an entry for now (a key of another type).
+    await redis.set(DEAD_LETTER_STREAM, 'not a stream');
+    await sleep(250);
+    await expect(w.consumer.runOnce()).rejects.toThrow(/WRONGTYPE/);
+    // Nothing was claimed: the deleted id is still in the group, the other entry not counted again.
+    expect(await pendingEntries()).toEqual([
+      [goneId, 'gone-consumer', 1],
+      [keptId, 'gone-consumer', 1],
+    ]);
+    expect(model.calls).toBe(0);
+
+    await redis.del(DEAD_LETTER_STREAM);
+    // One claim dead-letters the deleted id and runs the other entry of its batch.
+    expect(await w.consumer.runOnce()).toEqual([{ id: keptId, deliveries: 2, outcome: 'done' }]);
+    expect((await redis.xrange(DEAD_LETTER_STREAM, '-', '+')).map(([, f]) => fieldsOf(f))).toEqual([
+      { reason: 'deleted_from_stream', source_id: goneId },
+    ]);
+    expect(await pending()).toBe(0);
+    expect(await metricValue(w.app.getHttpServer(), 'worker_dead_letters_total', { reason: 'deleted_from_stream' })).toBe(1);
+  });
+
+  it('never reclaims its own entry while the job runs, even when a refresh came too late', async () => {
+    // No refresh within CLAIM_IDLE_MS: what a stalled event loop or a failed REFRESH leaves behind.
+    const w = await worker({ CLAIM_IDLE_MS: '200' }, { refreshIntervalMs: 60_000 });
+    model.reply = () => ({ kind: 'complete', content: 'Slow.', delayMs: 700 });
+    const id = await queue.enqueue(newJob());
+    const running = w.consumer.runOnce();
+    await eventually(() => (model.calls === 1 ? true : undefined), 5000, 'the model call');
+    await sleep(300); // the entry is now idle past CLAIM_IDLE_MS, and claimable
+    expect(await w.consumer.runOnce()).toEqual([]);
+    expect(w.consumer.inFlightCount).toBe(1);
+    expect(await running).toEqual([{ id, deliveries: 1, outcome: 'done' }]);
+    expect(model.calls).toBe(1);
+    expect(w.consumer.inFlightCount).toBe(0);
+    expect(await pending()).toBe(0);
+  });
+
+  it('keeps the XAUTOCLAIM cursor between turns: reclaimable entries past the first scan window are reached', async () => {
+    // One slot: each XAUTOCLAIM asks for one entry, so it looks at no more than ten pending ones.
+    const w = await worker({ CLAIM_IDLE_MS: '1000', WORKER_CONCURRENCY: '1' });
+    const ids: string[] = [];
+    for (let i = 0; i < 30; i++) ids.push(await queue.enqueue(newJob()));
+    await createGroup();
+    expect(await readAs('dead-consumer', 30)).toHaveLength(30);
+    await sleep(1100); // all 30 idle past CLAIM_IDLE_MS
+    // The first 25 are touched again (idle 0), so they fill the first scan windows with nothing to take.
+    await redis.xclaim(JOBS_STREAM, CONSUMER_GROUP, 'dead-consumer', 0, ...ids.slice(0, 25), 'JUSTID');
+    const turns: string[][] = [];
+    for (let t = 0; t < 8; t++) turns.push((await w.consumer.runOnce()).map((r) => r.id));
+    // ids 1-10, then 11-20 scanned; then 21-25 and the 26th claimed; one per turn after that; then the scan is over.
+    expect(turns).toEqual([[], [], [ids[25]], [ids[26]], [ids[27]], [ids[28]], [ids[29]], []]);
+    expect(await pending()).toBe(25);
+  });
+
+  it('on shutdown takes its consumer out of the group, unless entries are still pending for it', async () => {
+    const clean = await worker();
+    const left = await worker({ LLM_MAX_ATTEMPTS: '1' });
+    await queue.enqueue(newJob());
+    expect((await clean.consumer.runOnce()).map((r) => r.outcome)).toEqual(['done']);
+    model.reply = () => ({ kind: 'error', status: 503 });
+    await queue.enqueue(newJob());
+    expect((await left.consumer.runOnce()).map((r) => r.outcome)).toEqual(['transient']);
+    expect(await consumerNames()).toEqual([clean.consumer.consumerName, left.consumer.consumerName].sort());
+    for (const w of workers.splice(0)) await w.close();
+    expect(await consumerNames()).toEqual([left.consumer.consumerName]);
+    expect(await pendingEntries()).toEqual([[expect.any(String), left.consumer.consumerName, 1]]);
+  });
+
+  describe('when the ack fails', () => {
+    // Its own redis-server: CLIENT PAUSE and ACL changes must not reach other suites.
+    let server: RedisServer;
+    let admin: Redis;
+    let privateQueue: SummaryJobQueue;
+
+    beforeAll(async () => {
+      server = await startRedisServer(freePort(30));
+    });
+    afterAll(() => server.stop());
+    beforeEach(async () => {
+      admin = new Redis(server.url);
+      await admin.flushall();
+      privateQueue = new SummaryJobQueue(admin);
+    });
+    afterEach(async () => {
+      await admin.call('CLIENT', 'UNPAUSE');
+      await admin.call('ACL', 'SETUSER', 'default', '+@all');
+      // Closed here, while the server is back to normal.
+      await Promise.all(workers.splice(0).map((w) => w.close()));
+      admin.disconnect();
+    });
+
+    it('an ack that times out after Redis ran it: the finished job is neither dead-lettered nor marked failed', async () => {
+      const w = await worker({ REDIS_URL: server.url });
+      // As on any server that has seen an ack: the script is cached, so the held EVALSHA runs when let go.
+      await admin.script('LOAD', ACK.lua);
+      const job = newJob();
+      const id = await privateQueue.enqueue(job);
+      model.reply = async () => {
+        // Holds every write from now on, the ack included, past the worker's 2 s command timeout.
+        await admin.call('CLIENT', 'PAUSE', '15000', 'WRITE');
+        return { kind: 'complete', content: 'Done before the ack.' };
+      };
+      expect(await w.consumer.runOnce()).toEqual([{ id, deliveries: 1, outcome: 'transient' }]);
+      expect(await count('summaries')).toBe(1);
+      await admin.call('CLIENT', 'UNPAUSE');
+      await w.redis.ping(); // answered after everything the worker sent before it
+      expect(await admin.xlen(DEAD_LETTER_STREAM)).toBe(0);
+      expect((await admin.hgetall(jobRecordKey(job.jobId))).status).toBeUndefined();
+      // The ack ran late: nothing is left to redeliver.
+      expect(await admin.xlen(JOBS_STREAM)).toBe(0);
+      expect(await pendingEntries(admin)).toEqual([]);
+      expect(await metricValue(w.app.getHttpServer(), 'worker_jobs_total', { outcome: 'transient' })).toBe(1);
+    });
+
+    it('an ack that fails: the finished job stays pending, and its redelivery is acked as a duplicate', async () => {
+      const w = await worker({ REDIS_URL: server.url, CLAIM_IDLE_MS: '200' });
+      const job = newJob();
+      const id = await privateQueue.enqueue(job);
+      model.reply = async () => {
+        // From now on Redis refuses the worker's scripts, and so its ack; plain commands still work.
+        await admin.call('ACL', 'SETUSER', 'default', '-eval', '-evalsha');
+        return { kind: 'complete', content: 'Done before the ack.' };
+      };
+      expect(await w.consumer.runOnce()).toEqual([{ id, deliveries: 1, outcome: 'transient' }]);
+      expect(await count('summaries')).toBe(1);
+      expect(await admin.xlen(DEAD_LETTER_STREAM)).toBe(0);
+      expect((await admin.hgetall(jobRecordKey(job.jobId))).status).toBeUndefined();
+      expect(await pendingEntries(admin)).toEqual([[id, w.consumer.consumerName, 1]]);
+
+      await admin.call('ACL', 'SETUSER', 'default', '+@all');
+      await sleep(250);
+      expect(await w.consumer.runOnce()).toEqual([{ id, deliveries: 2, outcome: 'duplicate' }]);
+      expect(model.calls).toBe(1);
+      expect(await count('summaries')).toBe(1);
+      expect(await count('outbox')).toBe(1);
+      expect(await pendingEntries(admin)).toEqual([]);
+      expect(await admin.xlen(JOBS_STREAM)).toBe(0);
+      expect(await admin.xlen(DEAD_LETTER_STREAM)).toBe(0);
+    });
   });
 
   it('moves its metrics by exactly what happened: one done, one dead-lettered, one 400 call, queue figures', async () => {

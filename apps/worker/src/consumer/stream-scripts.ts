@@ -3,18 +3,36 @@ import { RedisScript } from '@app/redis';
 /**
  * XAUTOCLAIM plus each claimed entry's delivery count from XPENDING, in one
  * round trip. Counts come from Redis, never from the worker's memory.
- * KEYS[1] stream; ARGV group, consumer, min-idle-ms, cursor, count.
+ *
+ * XAUTOCLAIM drops from the group the pending ids whose entries were deleted
+ * from the stream; they are dead-lettered here, in the same script, because
+ * once the script returns they are in no PEL and a separate XADD that failed
+ * would lose them for good. The dead stream shares the stream's hash slot.
+ * Redis does not roll a script back, so the one way that XADD could fail
+ * (the dead-letter key holding another type) is checked before anything is
+ * claimed: the script then changes nothing and the next turn tries again.
+ *
+ * KEYS[1] stream, KEYS[2] dead-letter stream; ARGV group, consumer,
+ * min-idle-ms, cursor, count, dead-letter maxlen.
  * Returns {next cursor, entries, deleted ids, delivery counts}.
  */
 export const RECLAIM = new RedisScript(
   'streams-reclaim',
-  `local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'COUNT', ARGV[5])
+  `local t = redis.call('TYPE', KEYS[2])['ok']
+if t ~= 'none' and t ~= 'stream' then
+  return redis.error_reply('WRONGTYPE the dead-letter key ' .. KEYS[2] .. ' holds a ' .. t .. ', not a stream')
+end
+local r = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4], 'COUNT', ARGV[5])
+local deleted = r[3] or {}
+for _, id in ipairs(deleted) do
+  redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[6], '*', 'reason', 'deleted_from_stream', 'source_id', id)
+end
 local counts = {}
 for i, entry in ipairs(r[2]) do
   local p = redis.call('XPENDING', KEYS[1], ARGV[1], entry[1], entry[1], 1)
   if p[1] then counts[i] = p[1][4] else counts[i] = 0 end
 end
-return {r[1], r[2], r[3] or {}, counts}`,
+return {r[1], r[2], deleted, counts}`,
 );
 
 /**
@@ -53,4 +71,19 @@ export const ACK = new RedisScript(
   `local acked = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
 redis.call('XDEL', KEYS[1], ARGV[2])
 return acked`,
+);
+
+/**
+ * Removes the consumer from the group, but only when nothing is pending for
+ * it: each process start is a new consumer, so names would pile up in the
+ * group, while one that still holds entries must stay for them to be
+ * reclaimed (DELCONSUMER would drop them from the group). One script, so no
+ * entry can be delivered to it between the check and the delete.
+ * KEYS[1] stream; ARGV group, consumer. Returns 1 when it was removed.
+ */
+export const FORGET_CONSUMER = new RedisScript(
+  'streams-forget-consumer',
+  `if #redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2]) > 0 then return 0 end
+redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
+return 1`,
 );

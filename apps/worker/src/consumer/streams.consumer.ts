@@ -1,6 +1,7 @@
 import { BeforeApplicationShutdown, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy } from '@nestjs/common';
 import { HealthChecksRegistry } from '@app/health';
 import { fieldsOf, isUuid, jobRecordKey, JOB_RECORD_TTL_MS } from '@app/jobs';
+import type { WriteOutcome } from '@app/persistence';
 import { InjectRedis } from '@app/redis';
 import type { Redis } from 'ioredis';
 import { PinoLogger } from 'nestjs-pino';
@@ -8,7 +9,7 @@ import { parseSummaryJob, type StreamMessage } from '../jobs/job-message';
 import { PermanentJobError, TransientJobError } from '../jobs/job.errors';
 import { SummaryJobHandler } from '../jobs/summary-job.handler';
 import { WorkerMetrics } from '../worker.metrics';
-import { ACK, RECLAIM, REFRESH } from './stream-scripts';
+import { ACK, FORGET_CONSUMER, RECLAIM, REFRESH } from './stream-scripts';
 import { InjectStreamsConsumerOptions, type StreamsConsumerOptions } from './streams-consumer.options';
 
 export type DeliveryOutcome = 'done' | 'duplicate' | 'transient' | 'dead_lettered';
@@ -34,7 +35,8 @@ type RawEntry = [string, string[]];
  * taken from under it. The handler's outcome decides: success acks,
  * a permanent error dead-letters at once, a transient one leaves the entry
  * pending for redelivery; past maxDeliveries an entry is dead-lettered
- * without running.
+ * without running. A job that finished but whose ack failed stays pending:
+ * its redelivery stops at the handler's pre-check as a duplicate.
  */
 @Injectable()
 export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicationShutdown, OnModuleDestroy {
@@ -104,7 +106,8 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
   /**
    * Stops reading, lets in-flight jobs finish (their acks included) for up to
    * drainTimeoutMs, then cuts their calls off; those stay pending and are
-   * redelivered elsewhere. Resolves when nothing is in flight.
+   * redelivered elsewhere. Resolves when nothing is in flight, after taking
+   * this consumer out of the group if nothing is pending for it.
    */
   async stop(): Promise<void> {
     if (this.stopping) return;
@@ -128,6 +131,18 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     }
     clearInterval(this.refresher);
     this.refresher = undefined;
+    await this.forgetConsumer();
+  }
+
+  /** Each process is a new consumer: leave no name behind, unless entries still wait on it. */
+  private async forgetConsumer(): Promise<void> {
+    if (!this.groupReady) return; // never read: Redis has no such consumer
+    try {
+      const removed = await FORGET_CONSUMER.run<number>(this.redis, [this.options.stream], [this.options.group, this.options.consumer]);
+      if (!removed) this.logger.log('entries are still pending for this consumer; it stays in the group for them to be reclaimed');
+    } catch (err) {
+      this.logger.warn(`could not remove this consumer from the group: ${(err as Error).message}`);
+    }
   }
 
   private async run(): Promise<void> {
@@ -186,22 +201,34 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
   private async reclaim(count: number): Promise<Delivery[]> {
     const [cursor, entries, deleted, counts] = await RECLAIM.run<[string, RawEntry[], string[], number[]]>(
       this.redis,
-      [this.options.stream],
-      [this.options.group, this.options.consumer, this.options.claimIdleMs, this.cursor, count],
+      [this.options.stream, this.options.deadLetterStream],
+      [this.options.group, this.options.consumer, this.options.claimIdleMs, this.cursor, count, DEAD_LETTER_MAXLEN],
     );
     this.cursor = cursor;
     for (const id of deleted) {
       // Gone from the stream while pending: XAUTOCLAIM dropped it from the
-      // group. Record it rather than lose it silently.
-      await this.deadLetterById(id);
+      // group and the script recorded it in the dead-letter stream.
+      this.metrics.deadLetters.inc({ reason: 'deleted_from_stream' });
+      this.logger.error({ entry: id }, 'a pending entry was deleted from the stream; recorded in the dead-letter stream');
     }
     const started: Delivery[] = [];
     for (const [i, [id, flat]] of entries.entries()) {
+      // Still running here: its refresh came too late (a stalled event loop,
+      // a failed REFRESH) and the claim has just reset its idle time, which is
+      // all it needed (at the cost of one delivery counted). Running it again
+      // would run the job twice in this process and take a second slot.
+      if (this.inFlight.has(id)) continue;
       const deliveries = Number(counts[i]);
       this.metrics.reclaimed.inc();
       const message = { id, fields: fieldsOf(flat) };
       if (deliveries > this.options.maxDeliveries) {
-        await this.deadLetter(message, 'max_deliveries', `delivered ${deliveries - 1} times without success`);
+        try {
+          await this.deadLetter(message, 'max_deliveries', `delivered ${deliveries - 1} times without success`);
+        } catch (err) {
+          // Still pending, claimed by us: the next claim tries again. The rest
+          // of the batch, claimed with it, must still run.
+          this.logger.error({ job_id: message.fields.job_id, entry: id, deliveries }, `dead-lettering failed: ${(err as Error).message}`);
+        }
         continue;
       }
       this.logger.log({ job_id: message.fields.job_id, entry: id, deliveries }, 'reclaimed');
@@ -239,16 +266,14 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       return outcome;
     };
     const jobId = message.fields.job_id;
+    let result: WriteOutcome;
     try {
       const job = parseSummaryJob(message);
-      const result = await this.handler.handle(job, {
+      result = await this.handler.handle(job, {
         deadline: performance.now() + this.options.jobBudgetMs,
         stopRetrying: this.stopRetrying.signal,
         signal: this.hardStop.signal,
       });
-      await this.ack(message.id);
-      this.logger.log({ deliveries, result }, 'job finished');
-      return finish(result);
     } catch (err) {
       if (err instanceof TransientJobError) {
         // Left pending and no longer refreshed: redelivered after claimIdleMs.
@@ -266,6 +291,19 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       }
       return finish('dead_lettered');
     }
+    try {
+      await this.ack(message.id);
+    } catch (err) {
+      // The job is done and committed; only the ack is in doubt (a timeout
+      // may even come after Redis ran it). Dead-lettering it would mark a
+      // finished job failed. Left pending, it is redelivered after
+      // claimIdleMs, stops at the handler's pre-check as a duplicate and is
+      // acked then; if the ack did run, nothing is left to redeliver.
+      this.logger.warn({ job_id: jobId, entry: message.id, deliveries, result }, `job finished but its ack failed, left pending: ${(err as Error).message}`);
+      return finish('transient');
+    }
+    this.logger.log({ deliveries, result }, 'job finished');
+    return finish(result);
   }
 
   private async ack(id: string): Promise<void> {
@@ -294,12 +332,6 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     const failed = results?.find(([e]) => e);
     if (!results || failed) throw failed?.[0] ?? new Error('MULTI aborted');
     this.metrics.deadLetters.inc({ reason });
-  }
-
-  private async deadLetterById(id: string): Promise<void> {
-    await this.redis.xadd(this.options.deadLetterStream, 'MAXLEN', '~', DEAD_LETTER_MAXLEN, '*', 'reason', 'deleted_from_stream', 'source_id', id);
-    this.metrics.deadLetters.inc({ reason: 'deleted_from_stream' });
-    this.logger.error({ entry: id }, 'a pending entry was deleted from the stream; recorded in the dead-letter stream');
   }
 
   private async ensureGroup(): Promise<void> {
