@@ -5,7 +5,7 @@ import type { DataSource } from 'typeorm';
 import { ACK } from '../../apps/worker/src/consumer/stream-scripts';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
 import { eventually, freePort, freshRedis, type RedisServer, sleep, startRedisServer, testDataSource, truncateAll } from '../support/infra';
-import { metricValue } from '../support/metrics';
+import { metricSample, metricValue } from '../support/metrics';
 import { startWorker, type WorkerHarness } from '../support/worker-harness';
 
 const newJob = (text = 'Redis Streams deliver at least once. The worker makes each effect happen once.') => ({
@@ -398,6 +398,21 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
       expect(await admin.xlen(JOBS_STREAM)).toBe(0);
       expect(await admin.xlen(DEAD_LETTER_STREAM)).toBe(0);
     });
+  });
+
+  it('exposes its counters at 0 before anything happens, so the first dead letter is an increase()', async () => {
+    const server = (await worker()).app.getHttpServer();
+    const series: [string, Record<string, string>][] = [
+      ['worker_jobs_total', { outcome: 'dead_lettered' }],
+      ['worker_jobs_total', { outcome: 'transient' }],
+      ['worker_dead_letters_total', { reason: 'max_deliveries' }],
+      ['worker_dead_letters_total', { reason: 'llm_client' }],
+      ['worker_llm_calls_total', { outcome: 'failed', error_class: 'rate_limited' }],
+      ['worker_reclaimed_total', {}],
+    ];
+    for (const [name, labels] of series) {
+      expect({ name, labels, value: await metricSample(server, name, labels) }).toEqual({ name, labels, value: 0 });
+    }
   });
 
   it('moves its metrics by exactly what happened: one done, one dead-lettered, one 400 call, queue figures', async () => {

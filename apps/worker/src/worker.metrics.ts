@@ -1,5 +1,11 @@
 import { Injectable } from '@nestjs/common';
 import { Counter, Histogram, Registry } from 'prom-client';
+import type { LlmErrorKind } from './llm/llm.errors';
+
+const JOB_OUTCOMES = ['done', 'duplicate', 'transient', 'dead_lettered'] as const;
+const LLM_ERROR_KINDS: readonly LlmErrorKind[] = ['timeout', 'connection', 'rate_limited', 'server', 'conflict', 'client', 'empty_answer', 'unknown'];
+/** The reasons a delivery is dead-lettered for; `llm_<kind>` for the model errors that are never retried. */
+const DEAD_LETTER_REASONS = ['max_deliveries', 'deleted_from_stream', 'malformed', 'database', 'unexpected', 'llm_client', 'llm_empty_answer', 'llm_unknown'] as const;
 
 /** The worker's own figures. Labels are bounded: no job ids or tenants. */
 @Injectable()
@@ -49,5 +55,12 @@ export class WorkerMetrics {
       help: 'Messages this worker took over from consumers that stopped refreshing them',
       registers,
     });
+    // Every known series from 0: a series that first appears at 1 has no
+    // increase(), so the first dead letter of a fresh pod would not alert.
+    for (const outcome of JOB_OUTCOMES) this.jobs.inc({ outcome }, 0);
+    this.llmCalls.inc({ outcome: 'ok', error_class: 'none' }, 0);
+    for (const kind of LLM_ERROR_KINDS) this.llmCalls.inc({ outcome: 'failed', error_class: kind }, 0);
+    for (const reason of DEAD_LETTER_REASONS) this.deadLetters.inc({ reason }, 0);
+    this.reclaimed.inc(0);
   }
 }
