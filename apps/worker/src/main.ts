@@ -6,7 +6,7 @@ import { loadWorkerConfig } from './worker.config';
 import { WorkerModule } from './worker.module';
 
 async function main(): Promise<void> {
-  const config = loadWorkerConfig(process.env);
+  const config = loadWorkerConfig();
   const app = await NestFactory.create(WorkerModule.forRoot(config), { bufferLogs: true });
   app.useLogger(app.get(Logger));
   // SIGTERM drains (the modules' shutdown hooks), then exits 0, not by re-raising the signal.

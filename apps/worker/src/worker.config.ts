@@ -1,4 +1,4 @@
-import { commonEnv, ConfigFieldError, ConfigOf, env, parseConfig, type Env } from '@app/config';
+import { commonEnv, ConfigFieldError, ConfigOf, env, parseConfig, processEnv, type Env } from '@app/config';
 
 /** Every variable the worker reads (INTERFACE.md); the manifests are checked against it. */
 export const workerEnvSchema = {
@@ -24,6 +24,6 @@ export const workerEnvSchema = {
 export type WorkerConfig = ConfigOf<typeof workerEnvSchema>;
 
 /** The worker's whole configuration, validated once at boot; throws naming every bad variable. */
-export function loadWorkerConfig(source: Env): WorkerConfig {
+export function loadWorkerConfig(source: Env = processEnv()): WorkerConfig {
   return parseConfig(workerEnvSchema, source);
 }

@@ -16,7 +16,7 @@ const SYSTEM_PROMPT =
   'Do not add anything that is not in the text.';
 
 /**
- * The SDK fills every option left undefined from process.env: OPENAI_BASE_URL,
+ * The SDK fills every option left undefined from the environment: OPENAI_BASE_URL,
  * OPENAI_API_KEY, OPENAI_ADMIN_KEY, OPENAI_ORG_ID, OPENAI_PROJECT_ID,
  * OPENAI_WEBHOOK_SECRET, OPENAI_LOG (at `debug` it prints each request, the
  * user's text included) and OPENAI_CUSTOM_HEADERS. The worker's validated
