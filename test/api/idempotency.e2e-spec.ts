@@ -5,6 +5,7 @@ import {
   Injectable,
   Module,
   NotFoundException,
+  Param,
   Post,
   Res,
   ServiceUnavailableException,
@@ -12,6 +13,7 @@ import {
 } from '@nestjs/common';
 import { IDEMPOTENCY_OUTCOMES, IdempotencyProblemTypes, IdempotencyStore, Idempotent, RedisIdempotencyStore } from '@app/idempotency';
 import { JOBS_STREAM } from '@app/jobs';
+import { PROBLEM_CONTENT_TYPE, ProblemException } from '@app/problem';
 import { REDIS_CLIENT } from '@app/redis';
 import { IsInt, Max, Min } from 'class-validator';
 import type { Response } from 'express';
@@ -127,6 +129,56 @@ class OpsController {
   undecorated(): { run: number } {
     return { run: this.probe.run('undecorated') };
   }
+
+  @Post('forbidden-with-cookie')
+  @Idempotent()
+  forbiddenWithCookie(): never {
+    this.probe.run('forbidden-with-cookie');
+    throw new ProblemException({
+      type: 'urn:test:forbidden',
+      title: 'Not for you',
+      status: 403,
+      headers: { 'Set-Cookie': 'session=secret', 'WWW-Authenticate': 'Bearer', 'Content-Language': 'en' },
+    });
+  }
+
+  @Post('unserialisable/:kind')
+  @Idempotent()
+  unserialisable(@Param('kind') kind: string): object {
+    this.probe.run(`unserialisable-${kind}`);
+    if (kind === 'bigint') return { n: 10n };
+    const cyclic: Record<string, unknown> = {};
+    cyclic.self = cyclic;
+    return cyclic;
+  }
+
+  @Post('not-now/:status')
+  @Idempotent()
+  notNow(@Param('status') status: string): never {
+    this.probe.run(`not-now-${status}`);
+    throw new ProblemException({ type: 'urn:test:not-now', title: 'Not now', status: Number(status), headers: { 'Retry-After': '1' } });
+  }
+
+  @Post('answers-429')
+  @Idempotent()
+  answers429(@Res({ passthrough: true }) res: Response): { retry: true } {
+    this.probe.run('answers-429');
+    res.status(429).setHeader('Retry-After', '1');
+    return { retry: true };
+  }
+
+  @Post('sends-itself')
+  @Idempotent()
+  sendsItself(@Res({ passthrough: true }) res: Response): void {
+    // Passthrough, yet it sends the answer itself: the interceptor cannot know what went out.
+    res.status(201).json({ run: this.probe.run('sends-itself') });
+  }
+
+  @Post('orders/:id/refunds')
+  @Idempotent()
+  refund(@Param('id') id: string): { id: string; run: number } {
+    return { id, run: this.probe.run(`refund-${id}`) };
+  }
 }
 
 /** A second controller: the decorator on the class, with other options, overridden per method. */
@@ -214,6 +266,87 @@ describe('IdempotencyInterceptor on any controller', () => {
     expect(second.headers['content-type']).toMatch(/^application\/problem\+json/);
     expect(second.body).toEqual(first.body);
     expect(second.body.detail).toBe('No such order.');
+  });
+
+  it("a stored business 4xx keeps only allowlisted headers: the replay has no Set-Cookie or WWW-Authenticate", async () => {
+    const key = newKey();
+    const first = await post('/test/ops/forbidden-with-cookie', key).expect(403);
+    expect(first.headers['set-cookie']).toEqual(['session=secret']);
+    const replay = await post('/test/ops/forbidden-with-cookie', key).expect(403);
+    expect(probe.count('forbidden-with-cookie')).toBe(1);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.body).toEqual(first.body);
+    expect(replay.headers['set-cookie']).toBeUndefined();
+    expect(replay.headers['www-authenticate']).toBeUndefined();
+    expect(replay.headers['content-language']).toBe('en');
+    expect(JSON.parse((await record('/test/ops/forbidden-with-cookie', key)).headers)).toEqual({
+      'content-language': 'en',
+      'content-type': PROBLEM_CONTENT_TYPE,
+    });
+  });
+
+  it.each(['bigint', 'cyclic'])('an answer that cannot be serialised (%s): 500, the key is released and the retry runs', async (kind) => {
+    const key = newKey();
+    const path = `/test/ops/unserialisable/${kind}`;
+    const first = await post(path, key).expect(500);
+    expect(first.headers['content-type']).toMatch(/^application\/problem\+json/);
+    expect(await record(path, key)).toEqual({});
+    // Not a 409 for the lock TTL: the handler runs again.
+    await post(path, key).expect(500);
+    expect(probe.count(`unserialisable-${kind}`)).toBe(2);
+  });
+
+  it.each([408, 409, 425, 429])('a handler that throws a transient %i: not stored, the key is released and the retry runs', async (status) => {
+    const key = newKey();
+    const path = `/test/ops/not-now/${status}`;
+    const first = await post(path, key).expect(status);
+    expect(first.headers['retry-after']).toBe('1');
+    expect(await record(path, key)).toEqual({});
+    const retry = await post(path, key).expect(status);
+    expect(retry.headers['idempotent-replayed']).toBeUndefined();
+    expect(probe.count(`not-now-${status}`)).toBe(2);
+  });
+
+  it('a handler that answers 429 itself: not stored, the retry runs', async () => {
+    const key = newKey();
+    await post('/test/ops/answers-429', key).expect(429);
+    expect(await record('/test/ops/answers-429', key)).toEqual({});
+    await post('/test/ops/answers-429', key).expect(429);
+    expect(probe.count('answers-429')).toBe(2);
+  });
+
+  it('a handler that sent its answer itself: nothing is stored, the retry runs', async () => {
+    const key = newKey();
+    const first = await post('/test/ops/sends-itself', key).expect(201);
+    expect(first.body).toEqual({ run: 1 });
+    expect(await record('/test/ops/sends-itself', key)).toEqual({});
+    const second = await post('/test/ops/sends-itself', key).expect(201);
+    expect(second.body).toEqual({ run: 2 });
+    expect(probe.count('sends-itself')).toBe(2);
+  });
+
+  it('the record is named by the route with its parameters, not by the path as typed', async () => {
+    const key = newKey();
+    await post('/test/ops/orders/42/refunds', key).expect(201);
+    // The same route and parameters, typed otherwise: a replay, not a second run.
+    for (const path of ['/TEST/OPS/ORDERS/42/REFUNDS', '/test/ops/orders/42/refunds/', '/test/ops/orders/%34%32/refunds']) {
+      const again = await post(path, key).expect(201);
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(again.body).toEqual({ id: '42', run: 1 });
+    }
+    expect(probe.count('refund-42')).toBe(1);
+    // Other parameters are other operations, even under one key; values keep their case,
+    // and an encoded slash stays inside its segment.
+    await post('/test/ops/orders/ab/refunds', key).expect(201);
+    const upper = await post('/test/ops/orders/AB/refunds', key).expect(201);
+    expect(upper.headers['idempotent-replayed']).toBeUndefined();
+    await post('/test/ops/orders/a%2Fb/refunds', key).expect(201);
+    expect([probe.count('refund-ab'), probe.count('refund-AB'), probe.count('refund-a/b')]).toEqual([1, 1, 1]);
+    expect((await redis.keys('idem:*')).sort()).toEqual(
+      ['/test/ops/orders/42/refunds', '/test/ops/orders/AB/refunds', '/test/ops/orders/a%2Fb/refunds', '/test/ops/orders/ab/refunds']
+        .map((path) => `idem:${TENANT_A.tenant}:POST:${path}:${key}`)
+        .sort(),
+    );
   });
 
   it('replays status and allowlisted headers, never Set-Cookie', async () => {

@@ -14,6 +14,23 @@ describe('canonicalJson', () => {
   it('treats a missing body as null', () => {
     expect(canonicalJson(undefined)).toBe('null');
   });
+
+  it('nests without recursion: 100,000 levels deep do not overflow the stack', () => {
+    const depth = 100_000;
+    const deep: unknown = JSON.parse('['.repeat(depth) + ']'.repeat(depth));
+    expect(canonicalJson({ extra: deep })).toBe(`{"extra":${'['.repeat(depth)}${']'.repeat(depth)}}`);
+    // and writes what JSON.stringify writes (keys already sorted) for empty and nested containers
+    const value = { a: [], b: {}, c: [[], [{}], [1, [2, [3]]]], d: { e: { f: 'g' } }, h: [null, true, 0.5] };
+    expect(canonicalJson(value)).toBe(JSON.stringify(value));
+  });
+
+  it('refuses a cycle with a TypeError, but not a value that is merely shared', () => {
+    const shared = { x: 1 };
+    expect(canonicalJson({ a: shared, b: [shared, shared] })).toBe('{"a":{"x":1},"b":[{"x":1},{"x":1}]}');
+    const cyclic: Record<string, unknown> = { a: 1 };
+    cyclic.self = { back: cyclic };
+    expect(() => canonicalJson(cyclic)).toThrow(TypeError);
+  });
 });
 
 describe('fingerprintBody', () => {

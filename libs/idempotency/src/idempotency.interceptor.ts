@@ -12,6 +12,7 @@ import { isRejectedByPipes } from '@nestjs/core/internal';
 import { PROBLEM_CONTENT_TYPE, toProblem } from '@app/problem';
 import type { Request, Response as ExpressResponse } from 'express';
 import { createHash, randomUUID } from 'node:crypto';
+import { compile } from 'path-to-regexp';
 import { isObservable, lastValueFrom, Observable, of, from } from 'rxjs';
 import { fingerprintBody } from './canonical-json';
 import { IdempotencyRequestContext, setIdempotencyContext } from './idempotency-context';
@@ -24,7 +25,7 @@ import {
 } from './idempotency.errors';
 import { IdempotencyMetrics } from './idempotency.metrics';
 import { IDEMPOTENCY_MODULE_OPTIONS, type IdempotencyModuleOptions } from './idempotency.module-definition';
-import { IdempotentMetadata, type IdempotentOptions } from './idempotent.decorator';
+import { assertValidIdempotentOptions, IdempotentMetadata, type IdempotentOptions } from './idempotent.decorator';
 import { ClaimResult, IdempotencyStore, InjectIdempotencyStore, StoredResponse } from './idempotency-store.interface';
 import { LockLease } from './lock-lease';
 
@@ -43,6 +44,12 @@ export const DEFAULT_REPLAY_HEADERS: readonly string[] = [
 ];
 const NEVER_REPLAYED = new Set(['set-cookie', 'set-cookie2', 'authorization', 'www-authenticate']);
 const NULL_BODY_STATUSES = new Set([204, 205, 304]);
+/**
+ * 4xx answers that say "not now" rather than "no": Request Timeout, Conflict,
+ * Too Early, Too Many Requests. Stored, they would be replayed after the
+ * client waited as told (Retry-After); they release the key instead.
+ */
+const TRANSIENT_4XX = new Set([408, 409, 425, 429]);
 
 interface RouteSettings {
   readonly required: boolean;
@@ -77,6 +84,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     @Inject(IDEMPOTENCY_MODULE_OPTIONS) private readonly options: IdempotencyModuleOptions,
     private readonly metrics: IdempotencyMetrics,
   ) {
+    assertValidIdempotentOptions(options, 'IdempotencyModule options');
     this.replayHeaders = new Set(
       (options.replayHeaders ?? DEFAULT_REPLAY_HEADERS).map((h) => h.toLowerCase()).filter((h) => !NEVER_REPLAYED.has(h)),
     );
@@ -110,7 +118,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
     const scope = this.options.scope(req);
     const method = req.method.toUpperCase();
-    const path = normalisePath(req.path);
+    const path = operationPath(req);
     const ctx: IdempotencyRequestContext = {
       key,
       scope,
@@ -174,7 +182,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       body = await lastValueFrom(next.handle(), { defaultValue: undefined });
     } catch (err) {
       lease.stop();
-      await this.settleFailure(err, req, attempt, lease.lost);
+      await this.settleFailure(err, req, res, attempt, lease.lost);
       throw err;
     }
     lease.stop();
@@ -183,9 +191,21 @@ export class IdempotencyInterceptor implements NestInterceptor {
   }
 
   private async settleSuccess(body: unknown, res: ExpressResponse, attempt: Attempt, lost: boolean): Promise<void> {
+    if (res.headersSent) return this.notStoredAlreadySent(attempt, lost);
     const status = res.statusCode;
-    if (status >= 500) return this.release(attempt, lost);
-    const serialised = serialiseBody(body);
+    if (status >= 500 || TRANSIENT_4XX.has(status)) return this.release(attempt, lost);
+    let serialised: ReturnType<typeof serialiseBody>;
+    try {
+      serialised = serialiseBody(body);
+    } catch (err) {
+      // A value JSON cannot hold (a BigInt, a cycle): a bug in the handler that
+      // Express could not send either. The exception filter answers 500 with
+      // this error (and logs it); the key must not stay locked for the lock TTL meanwhile.
+      this.logger.warn(`idempotency: the answer cannot be serialised (${errorText(err)}); not stored, key ${attempt.keyHash} released`);
+      this.metrics.count('not_stored');
+      await this.release(attempt, lost);
+      throw err;
+    }
     if (serialised === undefined) {
       this.logger.warn(`idempotency: a ${typeName(body)} answer cannot be stored; key ${attempt.keyHash} released`);
       this.metrics.count('not_stored');
@@ -196,16 +216,33 @@ export class IdempotencyInterceptor implements NestInterceptor {
     await this.complete(attempt, { status, headers, body: serialised.text }, lost);
   }
 
-  private async settleFailure(err: unknown, req: Request, attempt: Attempt, lost: boolean): Promise<void> {
+  private async settleFailure(err: unknown, req: Request, res: ExpressResponse, attempt: Attempt, lost: boolean): Promise<void> {
     // A pipe (validation) refused the request: the handler never ran, so a
     // corrected retry with the same key must run for real.
     if (isRejectedByPipes(req)) return this.release(attempt, lost);
-    if (err instanceof HttpException && err.getStatus() >= 400 && err.getStatus() < 500) {
-      // The handler's own business answer: stored and replayed like a success.
+    if (res.headersSent) return this.notStoredAlreadySent(attempt, lost);
+    const status = err instanceof HttpException ? err.getStatus() : 500;
+    if (status >= 400 && status < 500 && !TRANSIENT_4XX.has(status)) {
+      // The handler's own business answer: stored and replayed like a success,
+      // with the same header allowlist (a problem may carry Set-Cookie too).
       const problem = toProblem(err);
-      const headers = { ...lowerCaseKeys(problem.headers), 'content-type': PROBLEM_CONTENT_TYPE };
+      const headers = { ...this.pickHeaders(problem.headers), 'content-type': PROBLEM_CONTENT_TYPE };
       return this.complete(attempt, { status: problem.status, headers, body: JSON.stringify(problem.body) }, lost);
     }
+    return this.release(attempt, lost);
+  }
+
+  /**
+   * The handler sent its answer itself (through @Res() without passthrough,
+   * which IdempotentRoutesValidator refuses at start-up): what went out is not
+   * known here, and Nest would not send a replay for such a handler either.
+   */
+  private notStoredAlreadySent(attempt: Attempt, lost: boolean): Promise<void> {
+    this.logger.warn(
+      `idempotency: the handler sent its answer itself, so it cannot be stored; key ${attempt.keyHash} released. ` +
+        'Use @Res({ passthrough: true }) on @Idempotent() routes.',
+    );
+    this.metrics.count('not_stored');
     return this.release(attempt, lost);
   }
 
@@ -260,7 +297,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     return new Response(empty ? null : stored.body, { status: stored.status, headers });
   }
 
-  private pickHeaders(all: Record<string, number | string | string[] | undefined>): Record<string, string> {
+  private pickHeaders(all: Readonly<Record<string, number | string | string[] | undefined>>): Record<string, string> {
     const out: Record<string, string> = {};
     for (const [name, value] of Object.entries(all)) {
       const lower = name.toLowerCase();
@@ -284,6 +321,29 @@ function normalisePath(path: string): string {
   return path.length > 1 ? path.replace(/\/+$/, '') : path;
 }
 
+const pathFillers = new Map<string, (params: Record<string, string | string[]>) => string>();
+
+/**
+ * The path that names the operation: the route's own pattern as it was
+ * registered (global prefix included) with its parameters filled in, not the
+ * path the client typed. Express matches routes case-insensitively and with
+ * or without a trailing slash, so `/V1/SUMMARIES/` runs the handler of
+ * `/v1/summaries`; it must also find its record, or one key could run the
+ * handler twice. Parameters are decoded by Express and encoded again here
+ * (`a%2Fb` stays one segment), so equal parameters always give one path.
+ */
+function operationPath(req: Request): string {
+  const pattern = (req.route as { path?: unknown } | undefined)?.path;
+  if (typeof pattern !== 'string') return normalisePath(req.path);
+  let fill = pathFillers.get(pattern);
+  if (fill === undefined) {
+    // path-to-regexp is the parser Express and Nest match this pattern with.
+    fill = compile(pattern, { encode: encodeURIComponent });
+    pathFillers.set(pattern, fill);
+  }
+  return normalisePath(fill(req.params as Record<string, string | string[]>));
+}
+
 /** The bytes Express will send for a handler's return value, or undefined if it is not storable. */
 function serialiseBody(body: unknown): { text: string; contentType: string } | undefined {
   if (body === undefined || body === null) return { text: '', contentType: 'text/plain; charset=utf-8' };
@@ -298,10 +358,6 @@ function serialiseBody(body: unknown): { text: string; contentType: string } | u
 
 function isStream(value: object): boolean {
   return typeof (value as { pipe?: unknown }).pipe === 'function' || Symbol.asyncIterator in value;
-}
-
-function lowerCaseKeys(headers: Readonly<Record<string, string>>): Record<string, string> {
-  return Object.fromEntries(Object.entries(headers).map(([k, v]) => [k.toLowerCase(), v]));
 }
 
 function typeName(value: unknown): string {

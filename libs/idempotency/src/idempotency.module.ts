@@ -1,9 +1,10 @@
 import { Module, Provider } from '@nestjs/common';
-import { APP_INTERCEPTOR } from '@nestjs/core';
+import { APP_INTERCEPTOR, DiscoveryModule } from '@nestjs/core';
 import { IdempotencyInterceptor } from './idempotency.interceptor';
 import { IdempotencyMetrics } from './idempotency.metrics';
 import { IDEMPOTENCY_MODULE_OPTIONS, IdempotencyModuleOptions, ConfigurableModuleClass } from './idempotency.module-definition';
 import { IdempotencyStore } from './idempotency-store.interface';
+import { IdempotentRoutesValidator } from './idempotent-routes.validator';
 
 const storeProvider: Provider = {
   provide: IdempotencyStore,
@@ -21,10 +22,12 @@ const storeProvider: Provider = {
  *   })
  */
 @Module({
+  imports: [DiscoveryModule],
   providers: [
     storeProvider,
     IdempotencyMetrics,
     IdempotencyInterceptor,
+    IdempotentRoutesValidator,
     { provide: APP_INTERCEPTOR, useExisting: IdempotencyInterceptor },
   ],
   exports: [IdempotencyStore, IdempotencyInterceptor],

@@ -15,6 +15,38 @@ export interface IdempotentOptions {
   readonly maxStoredBodyBytes?: number;
 }
 
+/** The timer that renews a lock runs every half lock TTL; Node's timers take at most this many ms. */
+const MAX_LOCK_TTL_MS = 2 ** 31 - 1;
+const UNITS = { lockTtlMs: 'milliseconds', resultTtlMs: 'milliseconds', maxStoredBodyBytes: 'bytes' } as const;
+
+/**
+ * Throws, naming `where` and the option, unless the TTLs and the size cap are
+ * positive integers. Checked when the decorator is applied and when the
+ * module starts, not at the first request: a fractional lock TTL would make
+ * Redis refuse PEXPIRE after the claim had already written its marker,
+ * leaving a lock that never expires.
+ */
+export function assertValidIdempotentOptions(
+  options: Pick<IdempotentOptions, keyof typeof UNITS | 'required'> | undefined,
+  where: string,
+): void {
+  if (options === undefined) return;
+  if (typeof options !== 'object' || options === null) throw new Error(`${where}: the options must be an object`);
+  if (options.required !== undefined && typeof options.required !== 'boolean') {
+    throw new Error(`${where}: required must be true or false, got ${String(options.required)}`);
+  }
+  for (const name of Object.keys(UNITS) as (keyof typeof UNITS)[]) {
+    const value: unknown = options[name];
+    if (value === undefined) continue;
+    if (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0) {
+      throw new Error(`${where}: ${name} must be a positive whole number of ${UNITS[name]}, got ${String(value)}`);
+    }
+  }
+  if (options.lockTtlMs !== undefined && options.lockTtlMs > MAX_LOCK_TTL_MS) {
+    throw new Error(`${where}: lockTtlMs must be at most ${MAX_LOCK_TTL_MS} (about 24 days), got ${options.lockTtlMs}`);
+  }
+}
+
 /** The metadata IdempotencyInterceptor reads (method options override class options). */
 export const IdempotentMetadata = Reflector.createDecorator<IdempotentOptions | undefined>();
 
@@ -27,6 +59,10 @@ export const IdempotentMetadata = Reflector.createDecorator<IdempotentOptions | 
  */
 export function Idempotent(options?: IdempotentOptions): MethodDecorator & ClassDecorator {
   return ((target: object, key?: string | symbol, descriptor?: PropertyDescriptor) => {
+    const where = descriptor
+      ? `@Idempotent() on ${(target as { constructor: { name: string } }).constructor.name}.${String(key)}`
+      : `@Idempotent() on ${(target as { name: string }).name}`;
+    assertValidIdempotentOptions(options, where);
     if (descriptor) {
       IdempotentMetadata(options)(target, key!, descriptor);
       documentation(options)(target, key!, descriptor);

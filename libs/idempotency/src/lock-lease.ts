@@ -2,8 +2,9 @@ import type { IdempotencyStore } from './idempotency-store.interface';
 
 /**
  * Keeps a running request's lock alive: renews it every half TTL while the
- * handler runs, only while the token is still ours. Renewal errors (Redis
- * blipped) are retried at the next tick; a refusal means the lock was lost.
+ * handler runs, only while the token is still ours. A renewal error (Redis
+ * blipped) is retried soon, not half a TTL later, when the lock would already
+ * have expired; a refusal means the lock was lost.
  */
 export class LockLease {
   private timer: NodeJS.Timeout | undefined;
@@ -26,9 +27,12 @@ export class LockLease {
     clearTimeout(this.timer);
   }
 
-  private schedule(): void {
+  private schedule(afterError = false): void {
     if (this.stopped) return;
-    this.timer = setTimeout(() => void this.renew(), Math.max(1, Math.floor(this.ttlMs / 2)));
+    // After an error: an eighth of the TTL, at most a second, so several tries
+    // fit in the half TTL the lock has left.
+    const delay = afterError ? Math.min(1000, this.ttlMs / 8) : this.ttlMs / 2;
+    this.timer = setTimeout(() => void this.renew(), Math.max(1, Math.floor(delay)));
     this.timer.unref();
   }
 
@@ -43,6 +47,8 @@ export class LockLease {
       }
     } catch (err) {
       this.onError(err);
+      this.schedule(true);
+      return;
     }
     this.schedule();
   }

@@ -1,0 +1,67 @@
+import { Injectable, OnModuleInit } from '@nestjs/common';
+import { PATH_METADATA, ROUTE_ARGS_METADATA } from '@nestjs/common/constants';
+import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum';
+import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
+import { ContextUtils } from '@nestjs/core/internal';
+import { assertValidIdempotentOptions, IdempotentMetadata, type IdempotentOptions } from './idempotent.decorator';
+
+/**
+ * Refuses, at start-up, @Idempotent() routes the interceptor cannot protect,
+ * naming each controller method:
+ * - a handler that takes @Res() or @Next() without `passthrough` sends its
+ *   answer itself. Nothing could be stored, and Nest never sends the value an
+ *   interceptor returns for such a handler, so a replay would hang;
+ * - options that are not positive whole numbers (e.g. set through
+ *   IdempotentMetadata directly, which skips the decorator's own check).
+ */
+@Injectable()
+export class IdempotentRoutesValidator implements OnModuleInit {
+  // Nest's own reading of parameter metadata, so "handles the response
+  // itself" means exactly what it means to Nest's router.
+  private readonly contextUtils = new ContextUtils();
+
+  constructor(
+    private readonly discovery: DiscoveryService,
+    private readonly scanner: MetadataScanner,
+    private readonly reflector: Reflector,
+  ) {}
+
+  onModuleInit(): void {
+    const problems: string[] = [];
+    for (const wrapper of this.discovery.getControllers()) {
+      const type = wrapper.metatype;
+      if (typeof type !== 'function') continue;
+      const instance = (wrapper.instance as object | undefined) ?? (Object.create(type.prototype as object) as object);
+      const prototype = Object.getPrototypeOf(instance) as Record<string, unknown>;
+      for (const name of this.scanner.getAllMethodNames(prototype)) {
+        const handler = prototype[name];
+        if (typeof handler !== 'function' || !Reflect.hasMetadata(PATH_METADATA, handler)) continue;
+        const options = this.reflector.getAllAndOverride<IdempotentOptions | undefined>(IdempotentMetadata, [handler, type]);
+        if (options === undefined) continue;
+        const where = `@Idempotent() on ${type.name}.${name}`;
+        try {
+          assertValidIdempotentOptions(options, where);
+        } catch (err) {
+          problems.push((err as Error).message);
+        }
+        if (this.handlesResponseItself(instance, name)) {
+          problems.push(
+            `${where}: the handler takes @Res() or @Next() without { passthrough: true }, so it sends its answer itself ` +
+              'and the answer can be neither stored nor replayed. Use @Res({ passthrough: true }) and return the body.',
+          );
+        }
+      }
+    }
+    if (problems.length > 0) throw new Error(`Idempotency: ${problems.join('\n')}`);
+  }
+
+  /** Nest's RouterExecutionContext.isResponseHandled. */
+  private handlesResponseItself(instance: object, method: string): boolean {
+    const args = (this.contextUtils.reflectCallbackMetadata(instance, method, ROUTE_ARGS_METADATA) ?? {}) as Record<string, unknown>;
+    const takesResponse = Object.keys(args).some((key) => {
+      const type = this.contextUtils.mapParamType(key);
+      return type === String(RouteParamtypes.RESPONSE) || type === String(RouteParamtypes.NEXT);
+    });
+    return takesResponse && !this.contextUtils.reflectPassthrough(instance, method);
+  }
+}

@@ -1,0 +1,49 @@
+import { IdempotencyStore, RedisIdempotencyStore } from '@app/idempotency';
+import { LockLease } from '@app/idempotency/lock-lease';
+import type { Redis } from 'ioredis';
+import { randomUUID } from 'node:crypto';
+import { freshRedis, sleep } from '../support/infra';
+
+describe('LockLease on Redis', () => {
+  let redis: Redis;
+  beforeAll(async () => {
+    redis = await freshRedis();
+  });
+  afterAll(() => redis.disconnect());
+
+  it('one failed renewal does not lose the lock: the next try comes well before it expires', async () => {
+    const real = new RedisIdempotencyStore(redis);
+    let renewals = 0;
+    // The real store, with one blip: the first renewal times out after 50 ms.
+    const store: IdempotencyStore = {
+      claim: real.claim.bind(real),
+      complete: real.complete.bind(real),
+      release: real.release.bind(real),
+      renew: async (...args) => {
+        renewals += 1;
+        if (renewals === 1) {
+          await sleep(50);
+          throw new Error('Command timed out');
+        }
+        return real.renew(...args);
+      },
+    };
+    const key = `tenant:POST:/lease:${randomUUID()}`;
+    const ttlMs = 400;
+    expect(await real.claim(key, 'ours', 'fp', ttlMs)).toEqual({ outcome: 'claimed' });
+    const lost: string[] = [];
+    const errors: unknown[] = [];
+    // Renewal is due at 200 ms and fails at 250 ms; the lock expires at 400 ms.
+    // Waiting another half TTL would try at 450 ms, too late.
+    const lease = new LockLease(store, key, 'ours', ttlMs, () => lost.push('lost'), (err) => errors.push(err));
+    try {
+      await sleep(1000);
+      expect(errors).toHaveLength(1);
+      expect(lost).toEqual([]);
+      expect(lease.lost).toBe(false);
+      expect(await redis.hget(`idem:${key}`, 'token')).toBe('ours');
+    } finally {
+      lease.stop();
+    }
+  });
+});
