@@ -4,6 +4,7 @@ import { ProblemTypes } from '@app/problem';
 import type { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import request from 'supertest';
+import { MAX_JSON_DEPTH } from '../../apps/api/src/create-api-app';
 import { ApiHarness, bearer, startApi, TENANT_A, TENANT_B } from '../support/api-harness';
 import { freshRedis } from '../support/infra';
 import { metricValue } from '../support/metrics';
@@ -148,6 +149,71 @@ describe('POST /v1/summaries (INTERFACE.md, every row)', () => {
     expect(res.body.errors.map((e: { field: string }) => e.field)).toContain(field);
     expect(await streamEntries()).toHaveLength(0);
     expect(await idemKeys()).toEqual([]);
+  });
+
+  it.each([
+    ['an own "__proto__" field', `{"text":"x","notify":"a@example.com","__proto__":{"admin":true}}`, '__proto__'],
+    ['a "constructor" field', `{"text":"x","notify":"a@example.com","constructor":{"name":"x"}}`, 'constructor'],
+    ['"constructor" next to another invalid field', `{"text":"","notify":"a@example.com","constructor":{}}`, 'constructor'],
+  ])('body with %s: 400 naming it, nothing stored or enqueued', async (_, raw, field) => {
+    // Sent as raw JSON: JSON.stringify would not write an own __proto__ key.
+    const res = await request(api.server)
+      .post('/v1/summaries')
+      .set('Authorization', bearer(TENANT_A))
+      .set('Idempotency-Key', newKey())
+      .set('Content-Type', 'application/json')
+      .send(raw)
+      .expect(400);
+    expect(res.headers['content-type']).toMatch(PROBLEM_JSON);
+    expect(res.body.type).toBe(ProblemTypes.validationFailed);
+    expect(res.body.errors).toContainEqual({ field, messages: [`property ${field} should not exist`] });
+    expect(await streamEntries()).toHaveLength(0);
+    expect(await idemKeys()).toEqual([]);
+  });
+
+  /** A valid body plus an unknown field `extra` that nests `arrays` arrays: `arrays + 1` levels in all. */
+  const postNested = (arrays: number) =>
+    request(api.server)
+      .post('/v1/summaries')
+      .set('Authorization', bearer(TENANT_A))
+      .set('Idempotency-Key', newKey())
+      .set('Content-Type', 'application/json')
+      .send(`{"text":"x","notify":"a@example.com","extra":${'['.repeat(arrays)}${']'.repeat(arrays)}}`);
+
+  it.each([
+    ['one level over the limit', MAX_JSON_DEPTH],
+    ['2,000 levels (8 KB)', 2_000],
+    ['100,000 levels', 100_000],
+  ])('a body nested %s deep: 400 json-too-deep, nothing stored or enqueued', async (_, arrays) => {
+    const res = await postNested(arrays).expect(400);
+    expect(res.headers['content-type']).toMatch(PROBLEM_JSON);
+    expect(res.body.type).toBe(ProblemTypes.jsonTooDeep);
+    expect(await streamEntries()).toHaveLength(0);
+    expect(await idemKeys()).toEqual([]);
+    // At the limit itself the body gets through to validation, which names the unknown field.
+    const atLimit = await postNested(MAX_JSON_DEPTH - 1).expect(400);
+    expect(atLimit.body.type).toBe(ProblemTypes.validationFailed);
+    expect(atLimit.body.errors.map((e: { field: string }) => e.field)).toEqual(['extra']);
+  });
+
+  it('the path as typed does not matter: /V1/Summaries/ and /v1/summaries with one key are one job', async () => {
+    const key = newKey();
+    const canonical = jobIdFor(`${TENANT_A.tenant}:POST:/v1/summaries:${key}`);
+    const post = (path: string) =>
+      request(api.server).post(path).set('Authorization', bearer(TENANT_A)).set('Idempotency-Key', key).send(body);
+    // Express routes all of these to the one handler; the first names the canonical job.
+    const first = await post('/V1/Summaries/').expect(202);
+    expect(first.body.job_id).toBe(canonical);
+    expect(first.headers.location).toBe(`/v1/summaries/${canonical}`);
+    for (const path of ['/v1/summaries', '/V1/SUMMARIES', '/v1/summaries/']) {
+      const again = await post(path).expect(202);
+      expect(again.headers['idempotent-replayed']).toBe('true');
+      expect(again.body.job_id).toBe(canonical);
+    }
+    const entries = await streamEntries();
+    expect(entries).toHaveLength(1);
+    expect(entries[0].fields.job_id).toBe(canonical);
+    expect(await idemKeys()).toEqual([`idem:${TENANT_A.tenant}:POST:/v1/summaries:${key}`]);
   });
 
   it('accepts text of exactly 100000 characters', async () => {

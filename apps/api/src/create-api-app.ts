@@ -1,17 +1,19 @@
 import type { DynamicModule, INestApplication, Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
-import { bodyParserErrorHandler } from '@app/problem';
+import { bodyParserErrorHandler, jsonDepthLimit } from '@app/problem';
 import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
 import { Logger } from 'nestjs-pino';
 import { ADMIN_KEY_AUTH, TENANT_KEY_AUTH } from './openapi';
 
 export const MAX_BODY_BYTES = 1024 * 1024;
+/** No request body of ours nests anywhere near this; far deeper ones overflow recursive code (a 500). */
+export const MAX_JSON_DEPTH = 32;
 
 /**
  * What the HTTP server needs beyond the module graph, shared by main.ts and
- * the end-to-end tests: a 1 MiB JSON body limit whose failures are
- * problem+json, pino as the logger, the OpenAPI document at /docs, shutdown
+ * the end-to-end tests: a 1 MiB JSON body limit and a nesting limit whose
+ * failures are problem+json, pino as the logger, the OpenAPI document at /docs, shutdown
  * hooks.
  */
 export function configureApiApp(app: NestExpressApplication): NestExpressApplication {
@@ -19,6 +21,7 @@ export function configureApiApp(app: NestExpressApplication): NestExpressApplica
   app.disable('x-powered-by');
   app.useBodyParser('json', { limit: MAX_BODY_BYTES });
   app.use(bodyParserErrorHandler);
+  app.use(jsonDepthLimit(MAX_JSON_DEPTH));
   // SIGTERM drains (the modules' shutdown hooks), then exits 0, not by re-raising the signal.
   const document = SwaggerModule.createDocument(
     app,

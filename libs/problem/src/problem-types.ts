@@ -7,6 +7,7 @@ export const PROBLEM_TYPE_PREFIX = 'urn:llm-workflows:problem:';
 export const ProblemTypes = {
   validationFailed: `${PROBLEM_TYPE_PREFIX}validation-failed`,
   malformedJson: `${PROBLEM_TYPE_PREFIX}malformed-json`,
+  jsonTooDeep: `${PROBLEM_TYPE_PREFIX}json-too-deep`,
   payloadTooLarge: `${PROBLEM_TYPE_PREFIX}payload-too-large`,
   unsupportedMediaType: `${PROBLEM_TYPE_PREFIX}unsupported-media-type`,
   unauthorized: `${PROBLEM_TYPE_PREFIX}unauthorized`,
