@@ -6,7 +6,7 @@ import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import { ApiHarness, bearer, startApi, TENANT_A, TENANT_B } from '../support/api-harness';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
-import { freshRedis, testDataSource, truncateAll } from '../support/infra';
+import { freePort, freshRedis, startRedisServer, testDataSource, truncateAll } from '../support/infra';
 import { startWorker, type WorkerHarness } from '../support/worker-harness';
 
 describe('GET /v1/summaries/:job_id, with the worker behind it', () => {
@@ -87,5 +87,23 @@ describe('GET /v1/summaries/:job_id, with the worker behind it', () => {
     await worker.consumer.runOnce();
     await redis.del(jobRecordKey(jobId));
     expect((await status(jobId).expect(200)).body.status).toBe('done');
+  });
+
+  it('done from PostgreSQL while Redis is down; what only Redis knows is a 503, not a guess', async () => {
+    const jobId = await submit();
+    await worker.consumer.runOnce();
+    const server = await startRedisServer(freePort(4));
+    const lonely = await startApi({ env: { REDIS_URL: server.url } });
+    try {
+      await server.stop();
+      const done = await request(lonely.server).get(`/v1/summaries/${jobId}`).set('Authorization', bearer(TENANT_A)).expect(200);
+      expect(done.body).toEqual({ job_id: jobId, status: 'done', summary: 'The fox jumped.' });
+      const unknown = await request(lonely.server).get(`/v1/summaries/${randomUUID()}`).set('Authorization', bearer(TENANT_A)).expect(503);
+      expect(unknown.body.type).toBe(ProblemTypes.serviceUnavailable);
+      expect(unknown.headers['retry-after']).toBe('1');
+    } finally {
+      await lonely.close();
+      await server.stop();
+    }
   });
 });

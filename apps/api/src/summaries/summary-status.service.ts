@@ -26,29 +26,31 @@ export class SummaryStatusService {
   async find(jobId: string, tenant: string): Promise<SummaryStatus> {
     if (!isUuid(jobId)) throw notFound();
     const lowered = jobId.toLowerCase();
-    let stored, record;
-    try {
-      // Both at once: a queued job (the common poll) costs one round trip of latency, not two.
-      [stored, record] = await Promise.all([
-        this.summaries.findForTenant(this.dataSource.manager, lowered, tenant),
-        this.queue.findRecord(lowered),
-      ]);
-    } catch {
-      throw new ProblemException({
-        type: ProblemTypes.serviceUnavailable,
-        title: 'The job status cannot be read right now',
-        status: HttpStatus.SERVICE_UNAVAILABLE,
-        headers: { 'Retry-After': '1' },
-      });
-    }
-    if (stored) return { job_id: lowered, status: 'done', summary: stored.summary };
-    if (record?.tenant === tenant) {
-      return record.status === 'failed'
-        ? { job_id: lowered, status: 'failed', error: record.error ?? 'failed' }
+    // Both at once: a queued job (the common poll) costs one round trip of
+    // latency, not two. A stored summary is the answer whatever Redis says,
+    // so a finished job still reads as done while Redis is down.
+    const [stored, record] = await Promise.allSettled([
+      this.summaries.findForTenant(this.dataSource.manager, lowered, tenant),
+      this.queue.findRecord(lowered),
+    ]);
+    if (stored.status === 'fulfilled' && stored.value) return { job_id: lowered, status: 'done', summary: stored.value.summary };
+    if (stored.status === 'rejected' || record.status === 'rejected') throw unavailable();
+    if (record.value?.tenant === tenant) {
+      return record.value.status === 'failed'
+        ? { job_id: lowered, status: 'failed', error: record.value.error ?? 'failed' }
         : { job_id: lowered, status: 'queued' };
     }
     throw notFound();
   }
+}
+
+function unavailable(): ProblemException {
+  return new ProblemException({
+    type: ProblemTypes.serviceUnavailable,
+    title: 'The job status cannot be read right now',
+    status: HttpStatus.SERVICE_UNAVAILABLE,
+    headers: { 'Retry-After': '1' },
+  });
 }
 
 function notFound(): NotFoundException {
