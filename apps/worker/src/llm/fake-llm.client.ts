@@ -1,4 +1,6 @@
+import { setTimeout as delay } from 'node:timers/promises';
 import type { LlmClient, SummarizeOptions } from './llm-client.interface';
+import { sanitizeSummary } from './summary.sanitizer';
 
 /**
  * For the quick start without an API key: a deterministic "summary" (the
@@ -9,14 +11,14 @@ export class FakeLlmClient implements LlmClient {
   constructor(private readonly latencyMs = 50) {}
 
   async summarize(text: string, { signal }: SummarizeOptions): Promise<string> {
-    await new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(resolve, this.latencyMs);
-      signal.addEventListener('abort', () => {
-        clearTimeout(timer);
-        reject(signal.reason);
-      }, { once: true });
-    });
+    try {
+      // Its abort listener goes when the pause ends, not with the signal.
+      await delay(this.latencyMs, undefined, { signal });
+    } catch (err) {
+      throw signal.aborted ? signal.reason : err;
+    }
     const first = text.trim().split(/(?<=[.!?])\s/)[0] ?? '';
-    return `Summary: ${first.length > 200 ? `${first.slice(0, 197)}...` : first}`;
+    // The text is the user's, and may hold a NUL as well as a model's answer can.
+    return sanitizeSummary(`Summary: ${first.length > 200 ? `${first.slice(0, 197)}...` : first}`);
   }
 }

@@ -1,7 +1,7 @@
 import { Logger } from '@nestjs/common';
 import OpenAI, { type ClientOptions } from 'openai';
 import type { LlmClient, SummarizeOptions } from './llm-client.interface';
-import { EmptyCompletionError } from './llm.errors';
+import { sanitizeSummary } from './summary.sanitizer';
 
 export interface OpenAiLlmOptions {
   readonly apiKey: string;
@@ -74,8 +74,6 @@ export class OpenAiLlmClient implements LlmClient {
       },
       { signal },
     );
-    const content = completion.choices[0]?.message?.content;
-    if (typeof content !== 'string' || content.trim() === '') throw new EmptyCompletionError();
-    return content.trim();
+    return sanitizeSummary(completion.choices[0]?.message?.content);
   }
 }

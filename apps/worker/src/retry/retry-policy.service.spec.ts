@@ -1,8 +1,9 @@
+import { getEventListeners, setMaxListeners } from 'node:events';
 import type { LlmErrorClass } from '../llm/llm.errors';
 import { CallTimeoutError } from '../llm/llm.errors';
 import { DeadlineExceededError, NonRetryableError, RetriesExhaustedError, RetryCancelledError } from './retry.errors';
 import { RetryPolicy } from './retry-policy.service';
-import type { RetryPolicyOptions } from './retry-policy.tokens';
+import { realSleep, type RetryPolicyOptions, type Sleep } from './retry-policy.tokens';
 
 /** A clock that only moves when the policy sleeps or a call "takes" time. */
 class FakeTime {
@@ -216,5 +217,130 @@ describe('RetryPolicy', () => {
     expect((err as RetriesExhaustedError).last?.kind).toBe('timeout');
     expect(signals).toBe(2);
     expect(performance.now() - t0).toBeLessThan(1000);
+  });
+
+  describe('with many jobs in flight under the consumer\'s shared signals', () => {
+    const JOBS = 300;
+    // Jest gives each test file a copy of `process`; Node emits its warnings on
+    // the real one, which a function from outside the sandbox still sees.
+    const hostProcess = (AbortController as unknown as { constructor: FunctionConstructor }).constructor('return process')() as NodeJS.Process;
+    const warnings: Error[] = [];
+    const onWarning = (w: Error) => warnings.push(w);
+    beforeEach(() => {
+      warnings.length = 0;
+      hostProcess.on('warning', onWarning);
+    });
+    afterEach(() => {
+      hostProcess.off('warning', onWarning);
+    });
+    /**
+     * The consumer's signals, with the EventTarget default of 10 listeners:
+     * Node 24 no longer applies it to AbortSignal (nodejs/node#55816), so
+     * without it a pile-up would pass silently here.
+     */
+    const sharedSignal = () => {
+      const controller = new AbortController();
+      setMaxListeners(10, controller.signal);
+      return controller;
+    };
+    const listeners = (...signals: AbortSignal[]) => signals.map((s) => getEventListeners(s, 'abort').length);
+    const maxListenerWarnings = () => warnings.filter((w) => w.name === 'MaxListenersExceededWarning');
+    /** Polls until `count()` reaches `n`. */
+    const waitFor = async (count: () => number, n: number) => {
+      for (let i = 0; count() < n; i++) {
+        if (i > 500) throw new Error(`only ${count()} of ${n}`);
+        await new Promise((r) => setTimeout(r, 2));
+      }
+    };
+    const realPolicy = (sleep: Sleep = realSleep) =>
+      new RetryPolicy({ ...defaults, callTimeoutMs: 5000, minUsefulAttemptMs: 10 }, { now: () => performance.now() }, sleep, () => 0);
+
+    it('puts no listener on them, during the calls, during the backoff, or after', async () => {
+      const hardStop = sharedSignal();
+      const stopRetrying = sharedSignal();
+      let sleeping = 0;
+      const policy = realPolicy((ms, signal) => (sleeping++, realSleep(ms, signal)));
+      const firstCalls = Promise.withResolvers<void>();
+      let started = 0;
+      const runs = Array.from({ length: JOBS }, () => {
+        let calls = 0;
+        return policy.run(
+          async (signal) => {
+            // Like the SDK: a listener on the attempt's own signal, never removed.
+            signal.addEventListener('abort', () => undefined);
+            if (++calls > 1) return 'summary';
+            started++;
+            await firstCalls.promise;
+            throw new Fail({ kind: 'rate_limited', retryable: true, status: 429, retryAfterMs: 30 });
+          },
+          classify,
+          { deadline: performance.now() + 10_000, signal: hardStop.signal, stopRetrying: stopRetrying.signal },
+        );
+      });
+      await waitFor(() => started, JOBS);
+      expect(listeners(hardStop.signal, stopRetrying.signal)).toEqual([0, 0]);
+      firstCalls.resolve();
+      await waitFor(() => sleeping, JOBS);
+      expect(listeners(hardStop.signal, stopRetrying.signal)).toEqual([0, 0]);
+      const outcomes = await Promise.all(runs);
+      expect(outcomes).toEqual(Array.from({ length: JOBS }, () => ({ value: 'summary', attempts: 2 })));
+      expect(listeners(hardStop.signal, stopRetrying.signal)).toEqual([0, 0]);
+      await new Promise((r) => setImmediate(r)); // process warnings are emitted on a later tick
+      expect(maxListenerWarnings()).toEqual([]);
+    });
+
+    it('still cuts every call off on a hard stop, even calls that ignore their signal', async () => {
+      const hardStop = sharedSignal();
+      const policy = realPolicy();
+      const seen: AbortSignal[] = [];
+      const runs = Array.from({ length: JOBS }, () =>
+        policy
+          .run(
+            (signal) => {
+              seen.push(signal);
+              return new Promise<string>(() => undefined); // hangs for ever
+            },
+            classify,
+            { deadline: performance.now() + 10_000, signal: hardStop.signal },
+          )
+          .catch((e: unknown) => e),
+      );
+      await waitFor(() => seen.length, JOBS);
+      expect(listeners(hardStop.signal)).toEqual([0]);
+      const reason = new Error('drain timed out');
+      hardStop.abort(reason);
+      const errors = await Promise.all(runs);
+      expect(errors.every((e) => e instanceof RetryCancelledError && e.attempts === 1 && e.cause === reason)).toBe(true);
+      expect(seen.every((s) => s.aborted && s.reason === reason)).toBe(true);
+      await new Promise((r) => setImmediate(r));
+      expect(maxListenerWarnings()).toEqual([]);
+    });
+
+    it('ends every backoff sleep on a stop request, without waiting it out', async () => {
+      const hardStop = sharedSignal();
+      const stopRetrying = sharedSignal();
+      let sleeping = 0;
+      const policy = realPolicy((ms, signal) => (sleeping++, realSleep(ms, signal)));
+      const runs = Array.from({ length: JOBS }, () =>
+        policy
+          .run(
+            async () => {
+              throw new Fail({ kind: 'rate_limited', retryable: true, status: 429, retryAfterMs: 5000 });
+            },
+            classify,
+            { deadline: performance.now() + 10_000, signal: hardStop.signal, stopRetrying: stopRetrying.signal },
+          )
+          .catch((e: unknown) => e),
+      );
+      await waitFor(() => sleeping, JOBS);
+      expect(listeners(hardStop.signal, stopRetrying.signal)).toEqual([0, 0]);
+      const t0 = performance.now();
+      stopRetrying.abort(new Error('shutting down'));
+      const errors = await Promise.all(runs);
+      expect(performance.now() - t0).toBeLessThan(1000);
+      expect(errors.every((e) => e instanceof RetryCancelledError && e.attempts === 1)).toBe(true);
+      await new Promise((r) => setImmediate(r));
+      expect(maxListenerWarnings()).toEqual([]);
+    });
   });
 });

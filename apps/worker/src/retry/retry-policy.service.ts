@@ -114,37 +114,43 @@ export class RetryPolicy {
     return Math.floor(this.random() * ceiling);
   }
 
+  /**
+   * One attempt under its own wall-clock limit. The outer signal is shared by
+   * every job in flight, so nothing here listens on it: AbortSignal.any()
+   * follows its sources without adding listeners to them, and the listeners
+   * we need go on this attempt's own signals and are removed when it ends.
+   */
   private async attempt<T>(operation: (signal: AbortSignal) => Promise<T>, limitMs: number, outer?: AbortSignal): Promise<T> {
-    const controller = new AbortController();
-    const timer = setTimeout(() => controller.abort(new CallTimeoutError(limitMs)), limitMs);
-    const onOuterAbort = () => controller.abort(outer?.reason);
-    outer?.addEventListener('abort', onOuterAbort, { once: true });
-    let stop: (() => void) | undefined;
-    const aborted = new Promise<never>((_, reject) => {
-      stop = () => reject(controller.signal.reason);
-      controller.signal.addEventListener('abort', stop, { once: true });
-    });
+    // A timer of our own rather than AbortSignal.timeout(): the reason is our
+    // CallTimeoutError, and jest's fake timers can move it.
+    const timeout = new AbortController();
+    const timer = setTimeout(() => timeout.abort(new CallTimeoutError(limitMs)), limitMs);
+    const signal = outer ? AbortSignal.any([outer, timeout.signal]) : timeout.signal;
+    const aborted = Promise.withResolvers<never>();
+    aborted.promise.catch(() => undefined);
+    const stop = () => aborted.reject(signal.reason);
+    signal.addEventListener('abort', stop, { once: true });
+    if (signal.aborted) stop();
     try {
-      const running = operation(controller.signal);
+      const running = operation(signal);
       running.catch(() => undefined); // its result no longer matters once the limit fires
-      return await Promise.race([running, aborted]);
+      return await Promise.race([running, aborted.promise]);
     } catch (err) {
       // Whatever the operation threw on abort (the SDK's APIUserAbortError, a
       // socket error), the cause that counts is our own timer.
-      if (controller.signal.reason instanceof CallTimeoutError) throw controller.signal.reason;
+      if (timeout.signal.aborted) throw timeout.signal.reason;
       throw err;
     } finally {
       clearTimeout(timer);
-      outer?.removeEventListener('abort', onOuterAbort);
-      if (stop) controller.signal.removeEventListener('abort', stop);
-      aborted.catch(() => undefined);
+      signal.removeEventListener('abort', stop);
     }
   }
 }
 
+/** Always a signal of its own, even for one source: a sleep's listener must not land on a shared signal. */
 function anySignal(...signals: (AbortSignal | undefined)[]): AbortSignal | undefined {
   const present = signals.filter((s): s is AbortSignal => s !== undefined);
-  return present.length <= 1 ? present[0] : AbortSignal.any(present);
+  return present.length === 0 ? undefined : AbortSignal.any(present);
 }
 
 function describe(err: unknown): string {

@@ -1,4 +1,5 @@
 import { Inject } from '@nestjs/common';
+import { setTimeout as delay } from 'node:timers/promises';
 
 /** A monotonic clock in milliseconds (performance.now in production). */
 export interface Clock {
@@ -31,16 +32,11 @@ export interface RetryPolicyOptions {
 
 export const monotonicClock: Clock = { now: () => performance.now() };
 
-export const realSleep: Sleep = (ms, signal) =>
-  new Promise<void>((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal?.reason);
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener('abort', onAbort, { once: true });
-  });
+export const realSleep: Sleep = async (ms, signal) => {
+  try {
+    await delay(ms, undefined, { signal });
+  } catch (err) {
+    // node:timers/promises rejects with an AbortError that carries the reason as its cause; the contract is the reason.
+    throw signal?.aborted ? signal.reason : err;
+  }
+};
