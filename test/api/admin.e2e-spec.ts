@@ -14,6 +14,12 @@ import { startWorker, type WorkerHarness } from '../support/worker-harness';
 const ADMIN = { key: 'admin-key-0123456789abcdefghij' };
 const ROOT = join(__dirname, '..', '..');
 
+// Ids that cannot exist: above Redis's 2^64−1 a stream id part, above bigint's 2^63−1 or 0 a row id, or malformed.
+const BAD_DEAD_LETTER_IDS = ['18446744073709551616-0', '0-18446744073709551616', '99999999999999999999-0', 'not-an-id', '1-2-3', '1764460800000'];
+const BAD_ROW_IDS = ['9223372036854775808', '9999999999999999999', '0', 'not-an-id', '1-2-3'];
+const LAST_DEAD_LETTER_ID = '18446744073709551615-18446744073709551615';
+const LAST_ROW_ID = '9223372036854775807';
+
 describe('operating the dead letters and the outbox', () => {
   let api: ApiHarness;
   let worker: WorkerHarness;
@@ -120,7 +126,7 @@ describe('operating the dead letters and the outbox', () => {
     expect(res.body.detail).toContain('deleted_from_stream');
     expect(await redis.xlen(DEAD_LETTER_STREAM)).toBe(1);
     await admin('post', '/admin/dead-letters/123-0/redrive').expect(404);
-    await admin('post', '/admin/dead-letters/not-an-id/redrive').expect(404);
+    await admin('post', '/admin/dead-letters/not-an-id/redrive').expect(400);
   });
 
   it('lists parked outbox rows and re-queues them: fresh attempts, due now', async () => {
@@ -180,6 +186,46 @@ describe('operating the dead letters and the outbox', () => {
     expect(res.body).toMatchObject({ type: 'urn:llm-workflows:problem:validation-failed', errors: [expect.objectContaining({ field })] });
     expect(await redis.xlen(DEAD_LETTER_STREAM)).toBe(1);
     expect(await redis.xlen(JOBS_STREAM)).toBe(0);
+  });
+
+  /** A dead letter that can be re-driven and a parked row that can be re-queued, to see that nothing moved. */
+  const standing = async () => {
+    await redis.xadd(DEAD_LETTER_STREAM, '*', 'job_id', randomUUID(), 'tenant', TENANT_A.tenant, 'payload', '{"text":"x","notify":"a@b.co"}', 'reason', 'llm_client', 'source_id', '1-0');
+    await db.query(`INSERT INTO outbox (topic, dedupe_key, payload, attempts, last_error, parked_at) VALUES ('email.summary_ready', 'summary_ready:a', '{}', 10, 'HTTP 503', now())`);
+  };
+  const unchanged = async () => {
+    expect(await redis.xlen(DEAD_LETTER_STREAM)).toBe(1);
+    expect(await redis.xlen(JOBS_STREAM)).toBe(0);
+    expect(await db.query(`SELECT attempts, parked_at IS NOT NULL AS parked FROM outbox`)).toEqual([{ attempts: 10, parked: true }]);
+    expect(await metricValue(api.server, 'admin_actions_total', { action: 'redrive' })).toBe(0);
+    expect(await metricValue(api.server, 'admin_actions_total', { action: 'requeue' })).toBe(0);
+  };
+
+  it.each([
+    ...BAD_DEAD_LETTER_IDS.flatMap((id) => [
+      ['post', `/admin/dead-letters/${id}/redrive`, 'id'],
+      ['get', `/admin/dead-letters?after=${id}`, 'after'],
+      ['post', `/admin/dead-letters/redrive?after=${id}`, 'after'],
+    ]),
+    ...BAD_ROW_IDS.map((id) => ['post', `/admin/outbox/${id}/requeue`, 'id']),
+  ] as ['get' | 'post', string, string][])('answers %s %s, an id that cannot exist, with a 400 naming %s (not a 503 from the store), and changes nothing', async (method, path, field) => {
+    await standing();
+    const res = await admin(method, path).expect(400);
+    expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
+    expect(res.body).toMatchObject({ type: 'urn:llm-workflows:problem:validation-failed', status: 400, errors: [{ field, messages: [expect.stringMatching(/^must be an? /)] }] });
+    await unchanged();
+  });
+
+  it('takes the largest ids as ids that could exist: none there, so 404 (one) or nothing (after it)', async () => {
+    await standing();
+    for (const path of [`/admin/dead-letters/${LAST_DEAD_LETTER_ID}/redrive`, `/admin/outbox/${LAST_ROW_ID}/requeue`]) {
+      const res = await admin('post', path);
+      expect({ path, status: res.status, type: res.body.type }).toEqual({ path, status: 404, type: 'urn:llm-workflows:problem:not-found' });
+    }
+    // Redis refuses a range that starts after the largest id; the api knows there is nothing there.
+    expect((await admin('get', `/admin/dead-letters?after=${LAST_DEAD_LETTER_ID}`).expect(200)).body).toEqual({ dead_letters: [] });
+    expect((await admin('post', `/admin/dead-letters/redrive?after=${LAST_DEAD_LETTER_ID}`).expect(200)).body).toEqual({ redriven: 0, notRedrivable: [] });
+    await unchanged();
   });
 
   it('answers 503 (problem+json, Retry-After), not 500, when Redis does not answer', async () => {
@@ -294,6 +340,34 @@ describe('operating the dead letters and the outbox', () => {
       expect(requeue.err).toContain('"msg":"parked outbox row re-queued"');
       expect(JSON.parse(cli('stats').out).outbox).toMatchObject({ parked: 0, backlog: 1 });
       expect(await metricValue(api.server, 'admin_actions_total', { action: 'requeue' })).toBe(1);
+    });
+
+    it('answers an id that cannot exist with a usage error naming the argument, exit code 2, and changes nothing', async () => {
+      await standing();
+      for (const [args, named] of [
+        [['dead-letters', 'redrive', '18446744073709551616-0'], 'ID'],
+        [['dead-letters', 'redrive', '1-2-3'], 'ID'],
+        [['dead-letters', 'list', '--after', '0-18446744073709551616'], '--after'],
+        [['dead-letters', 'list', '--after', 'not-an-id'], '--after'],
+        [['outbox', 'requeue', '9223372036854775808'], 'ID'],
+        [['outbox', 'requeue', '0'], 'ID'],
+      ] as const) {
+        const r = cli(...args);
+        expect({ args, code: r.code, err: r.err.split('\n')[0] }).toEqual({ args, code: 2, err: expect.stringMatching(new RegExp(`^admin: ${named} must be an? `)) });
+        expect(r.err).toContain('usage: admin');
+      }
+      await unchanged();
+    });
+
+    it('takes the largest ids: not found (exit code 1), or nothing after it', async () => {
+      await standing();
+      const redrive = cli('dead-letters', 'redrive', LAST_DEAD_LETTER_ID);
+      expect({ code: redrive.code, out: JSON.parse(redrive.out) }).toEqual({ code: 1, out: { outcome: 'not_found' } });
+      const requeue = cli('outbox', 'requeue', LAST_ROW_ID);
+      expect({ code: requeue.code, out: JSON.parse(requeue.out) }).toEqual({ code: 1, out: { requeued: [] } });
+      const list = cli('dead-letters', 'list', '--after', LAST_DEAD_LETTER_ID);
+      expect({ code: list.code, out: JSON.parse(list.out) }).toEqual({ code: 0, out: { dead_letters: [] } });
+      await unchanged();
     });
 
     it('answers a usage error with exit code 2 and the usage', () => {

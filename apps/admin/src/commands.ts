@@ -1,4 +1,4 @@
-import type { OperationsService } from '@app/operations';
+import { type OperationsService, parseDeadLetterId, type ParsedId, parseOutboxRowId } from '@app/operations';
 
 export class UsageError extends Error {}
 
@@ -38,10 +38,17 @@ function count(args: string[]): number {
   return Number(raw);
 }
 
-function target(args: string[], pattern: RegExp, what: string): string | undefined {
-  if (args[0] === '--all' && args.length === 1) return undefined;
-  if (args.length === 1 && pattern.test(args[0])) return args[0];
-  throw new UsageError(`give one ${what} or --all`);
+/** An id that can exist (the API answers any other with a 400), else a usage error naming the argument. */
+function checkedId(name: string, raw: string, parse: (raw: string) => ParsedId): string {
+  const parsed = parse(raw);
+  if (!parsed.ok) throw new UsageError(`${name} ${parsed.message}`);
+  return parsed.id;
+}
+
+/** The one ID named, or undefined for --all. */
+function target(args: string[], parse: (raw: string) => ParsedId, what: string): string | undefined {
+  if (args.length !== 1 || (args[0].startsWith('--') && args[0] !== '--all')) throw new UsageError(`give one ${what} or --all`);
+  return args[0] === '--all' ? undefined : checkedId('ID', args[0], parse);
 }
 
 /** Runs one command (not `migrate`, which main.ts handles) against the operations. */
@@ -54,12 +61,13 @@ export async function runCommand(ops: OperationsService, argv: readonly string[]
       return done(await ops.figures());
     case 'dead-letters list': {
       const n = count(args);
-      const after = option(args, '--after');
+      const raw = option(args, '--after');
+      const after = raw === undefined || raw === '' ? undefined : checkedId('--after', raw, parseDeadLetterId);
       if (args.length) throw new UsageError(`unexpected ${args.join(' ')}`);
       return done({ dead_letters: await ops.listDeadLetters(n, after) });
     }
     case 'dead-letters redrive': {
-      const id = target(args, /^\d+-\d+$/, 'dead-letter id');
+      const id = target(args, parseDeadLetterId, 'dead-letter id');
       if (id === undefined) {
         // The API bounds one call; the CLI has no time limit, so it walks to the end.
         let redriven = 0;
@@ -82,7 +90,7 @@ export async function runCommand(ops: OperationsService, argv: readonly string[]
       return done({ parked: await ops.listParked(n) });
     }
     case 'outbox requeue': {
-      const id = target(args, /^\d+$/, 'outbox row id');
+      const id = target(args, parseOutboxRowId, 'outbox row id');
       const requeued = await ops.requeue('admin-cli', id);
       return { output: { requeued }, exitCode: id !== undefined && requeued.length === 0 ? 1 : 0 };
     }

@@ -40,6 +40,11 @@ redis.call('HINCRBY', KEYS[4], 'redrive', 1)
 return id`,
 );
 
+/** Redis keeps both parts of a stream id as unsigned 64-bit integers. */
+export const STREAM_ID_PART_MAX = 2n ** 64n - 1n;
+/** The largest stream id: nothing comes after it (and Redis refuses a range that starts after it). */
+export const LAST_STREAM_ID = `${STREAM_ID_PART_MAX}-${STREAM_ID_PART_MAX}`;
+
 /** The dead-letter stream, for the people who mend it (admin API and CLI). */
 @Injectable()
 export class DeadLetterQueue {
@@ -47,6 +52,7 @@ export class DeadLetterQueue {
 
   /** Oldest first; `after` is the last id of the previous page. */
   async list(count = 50, after?: string): Promise<DeadLetter[]> {
+    if (after === LAST_STREAM_ID) return [];
     const entries = await this.redis.xrange(DEAD_LETTER_STREAM, after ? `(${after}` : '-', '+', 'COUNT', count);
     return entries.map(([id, flat]) => {
       const f = fieldsOf(flat);

@@ -1,3 +1,4 @@
 export * from './operations.service';
 export * from './operations.module';
 export * from './admin-action-counts';
+export * from './admin-ids';

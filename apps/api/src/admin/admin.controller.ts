@@ -12,7 +12,15 @@ import {
   UseInterceptors,
 } from '@nestjs/common';
 import { ApiBearerAuth, ApiOkResponse, ApiOperation, ApiParam, ApiQuery, ApiTags } from '@nestjs/swagger';
-import { OperationsService, REDRIVE_ALL_DEFAULT_LIMIT, type RedriveAllResult, type SystemFigures } from '@app/operations';
+import {
+  OperationsService,
+  parseDeadLetterId,
+  type ParsedId,
+  parseOutboxRowId,
+  REDRIVE_ALL_DEFAULT_LIMIT,
+  type RedriveAllResult,
+  type SystemFigures,
+} from '@app/operations';
 import { ApiProblemResponse, ProblemException, PROBLEM_TYPE_PREFIX, validationProblem } from '@app/problem';
 import { ADMIN_KEY_AUTH } from '../openapi';
 import { AdminKeyGuard } from './admin-key.guard';
@@ -26,8 +34,6 @@ import {
   SystemFiguresDto,
 } from './admin-responses.dto';
 
-const STREAM_ID = /^\d{1,20}-\d{1,20}$/;
-const ROW_ID = /^\d{1,19}$/;
 const LIST_MAX = 500;
 const REDRIVE_ALL_MAX = 10_000;
 
@@ -48,14 +54,21 @@ class IntQuery implements PipeTransform<string | undefined, number> {
   }
 }
 
-/** An optional stream entry id (`<ms>-<seq>`) query parameter. */
-class StreamIdQuery implements PipeTransform<string | undefined, string | undefined> {
-  constructor(private readonly name: string) {}
+/**
+ * An id parameter (path, or optional query) that can exist; anything else is a
+ * 400 naming it, so that it never reaches Redis or PostgreSQL as a store error.
+ */
+class IdParam implements PipeTransform<string | undefined, string | undefined> {
+  constructor(
+    private readonly name: string,
+    private readonly parse: (raw: string) => ParsedId,
+  ) {}
 
   transform(value: string | undefined): string | undefined {
     if (value === undefined || value === '') return undefined;
-    if (!STREAM_ID.test(value)) throw validationProblem([{ field: this.name, messages: ['must be a dead-letter id such as 1764460800000-0'] }]);
-    return value;
+    const parsed = this.parse(value);
+    if (!parsed.ok) throw validationProblem([{ field: this.name, messages: [parsed.message] }]);
+    return parsed.id;
   }
 }
 
@@ -82,10 +95,10 @@ export class AdminController {
   @ApiQuery({ name: 'count', required: false, description: `Page size, 1 to ${LIST_MAX}; default 50` })
   @ApiQuery({ name: 'after', required: false, description: 'The last id of the previous page' })
   @ApiOkResponse({ type: DeadLetterListDto })
-  @ApiProblemResponse(400, 'count or after is malformed')
+  @ApiProblemResponse(400, 'count is malformed, or after is not an id that can exist')
   async deadLetters(
     @Query('count', new IntQuery('count', 50, LIST_MAX)) count: number,
-    @Query('after', new StreamIdQuery('after')) after?: string,
+    @Query('after', new IdParam('after', parseDeadLetterId)) after?: string,
   ) {
     return { dead_letters: await this.ops.listDeadLetters(count, after) };
   }
@@ -99,10 +112,10 @@ export class AdminController {
   @ApiQuery({ name: 'limit', required: false, description: `Dead letters to look at, 1 to ${REDRIVE_ALL_MAX}; default ${REDRIVE_ALL_DEFAULT_LIMIT}` })
   @ApiQuery({ name: 'after', required: false, description: 'Start after this dead-letter id (a previous answer\'s next)' })
   @ApiOkResponse({ type: RedriveAllDto })
-  @ApiProblemResponse(400, 'limit or after is malformed')
+  @ApiProblemResponse(400, 'limit is malformed, or after is not an id that can exist')
   redriveAll(
     @Query('limit', new IntQuery('limit', REDRIVE_ALL_DEFAULT_LIMIT, REDRIVE_ALL_MAX)) limit: number,
-    @Query('after', new StreamIdQuery('after')) after?: string,
+    @Query('after', new IdParam('after', parseDeadLetterId)) after?: string,
   ): Promise<RedriveAllResult> {
     return this.ops.redriveAll('admin-api', { limit, after });
   }
@@ -110,12 +123,12 @@ export class AdminController {
   @Post('dead-letters/:id/redrive')
   @HttpCode(HttpStatus.OK)
   @ApiOperation({ summary: 'Re-drive one dead letter into the job stream, keeping its job id' })
-  @ApiParam({ name: 'id', description: 'The dead-letter id' })
+  @ApiParam({ name: 'id', description: 'The dead-letter id, <ms>-<seq>, each part at most 18446744073709551615' })
   @ApiOkResponse({ type: RedrivenDto })
+  @ApiProblemResponse(400, 'id is not a dead-letter id that can exist')
   @ApiProblemResponse(404, 'No such dead letter')
   @ApiProblemResponse(409, 'The dead letter was recorded by id only; there is no job to run')
-  async redrive(@Param('id') id: string) {
-    if (!STREAM_ID.test(id)) throw new NotFoundException('No such dead letter.');
+  async redrive(@Param('id', new IdParam('id', parseDeadLetterId)) id: string) {
     const result = await this.ops.redrive(id, 'admin-api');
     if (result.outcome === 'not_found') throw new NotFoundException('No such dead letter.');
     if (result.outcome === 'not_redrivable') {
@@ -149,11 +162,11 @@ export class AdminController {
   @Post('outbox/:id/requeue')
   @HttpCode(HttpStatus.OK)
   @ApiOperation({ summary: 'Re-queue one parked outbox row: fresh attempts, due now' })
-  @ApiParam({ name: 'id', description: 'The outbox row id' })
+  @ApiParam({ name: 'id', description: 'The outbox row id, 1 to 9223372036854775807' })
   @ApiOkResponse({ type: RequeuedDto })
+  @ApiProblemResponse(400, 'id is not an outbox row id that can exist')
   @ApiProblemResponse(404, 'No such parked row')
-  async requeue(@Param('id') id: string) {
-    if (!ROW_ID.test(id)) throw new NotFoundException('No such parked row.');
+  async requeue(@Param('id', new IdParam('id', parseOutboxRowId)) id: string) {
     const ids = await this.ops.requeue('admin-api', id);
     if (ids.length === 0) throw new NotFoundException('No such parked row.');
     return { requeued: ids };

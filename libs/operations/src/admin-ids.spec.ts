@@ -1,0 +1,51 @@
+import { LAST_STREAM_ID } from '@app/jobs';
+import { parseDeadLetterId, parseOutboxRowId } from './admin-ids';
+
+describe('the ids an operator names', () => {
+  it.each([
+    ['1764460800000-0', true],
+    ['0-0', true],
+    ['007-0', true], // Redis reads it as 7-0
+    ['18446744073709551615-18446744073709551615', true],
+    ['18446744073709551616-0', false],
+    ['0-18446744073709551616', false],
+    ['99999999999999999999-0', false],
+    ['000000000000000000001-0', false], // 21 digits: longer than any part can be
+    ['1764460800000', false], // Redis's <ms> alone: a range, not one entry
+    ['1-2-3', false],
+    ['not-an-id', false],
+    ['-1-0', false],
+    ['1-0 ', false],
+    ['', false],
+  ])('dead-letter id %j can exist: %s', (raw, ok) => {
+    expect(parseDeadLetterId(raw)).toEqual(ok ? { ok: true, id: raw } : { ok: false, message: expect.stringMatching(/^must be a dead-letter id/) });
+  });
+
+  it('says which: malformed, or a part above the largest', () => {
+    expect(parseDeadLetterId('1-2-3')).toEqual({ ok: false, message: 'must be a dead-letter id <ms>-<seq> such as 1764460800000-0' });
+    expect(parseDeadLetterId('0-18446744073709551616')).toEqual({ ok: false, message: 'must be a dead-letter id whose parts are at most 18446744073709551615' });
+  });
+
+  it('names the largest stream id, after which nothing can come', () => {
+    expect(LAST_STREAM_ID).toBe('18446744073709551615-18446744073709551615');
+  });
+
+  it.each([
+    ['1', true],
+    ['42', true],
+    ['0042', true],
+    ['9223372036854775807', true],
+    ['9223372036854775808', false],
+    ['9999999999999999999', false],
+    ['0', false],
+    ['000', false],
+    ['12345678901234567890', false],
+    ['-1', false],
+    ['1.0', false],
+    ['1-0', false],
+    ['not-an-id', false],
+    ['', false],
+  ])('outbox row id %j can exist: %s', (raw, ok) => {
+    expect(parseOutboxRowId(raw)).toEqual(ok ? { ok: true, id: raw } : { ok: false, message: expect.stringMatching(/^must be an outbox row id/) });
+  });
+});

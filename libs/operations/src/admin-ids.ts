@@ -1,0 +1,38 @@
+/*
+ * The ids an operator names, parsed once for the admin API and the admin CLI.
+ * Only an id that can exist goes on to Redis or PostgreSQL: one that cannot
+ * would come back as a store error (a 503 "retry" that no retry mends), when
+ * it is the caller's mistake (a 400, a usage error).
+ */
+import { STREAM_ID_PART_MAX } from '@app/jobs';
+
+/** PostgreSQL's bigint; a bigserial starts at 1. */
+const ROW_ID_MAX = 2n ** 63n - 1n;
+
+/** The id as given, or what is wrong with it, worded to follow the parameter's name. */
+export type ParsedId = { readonly ok: true; readonly id: string } | { readonly ok: false; readonly message: string };
+
+/**
+ * A dead-letter id, `<ms>-<seq>`. Redis would also take `<ms>` alone, but as
+ * `XRANGE <ms> <ms>` it is the whole millisecond and as `XDEL <ms>` it is
+ * `<ms>-0`: a re-drive of it would run the millisecond's first dead letter and
+ * delete `<ms>-0`, another one or none. So it is refused, as it always was.
+ * At most 20 digits a part: Redis refuses an id longer than 127 characters,
+ * whatever its value.
+ */
+export function parseDeadLetterId(raw: string): ParsedId {
+  const parts = /^(\d{1,20})-(\d{1,20})$/.exec(raw);
+  if (!parts) return { ok: false, message: 'must be a dead-letter id <ms>-<seq> such as 1764460800000-0' };
+  if (BigInt(parts[1]) > STREAM_ID_PART_MAX || BigInt(parts[2]) > STREAM_ID_PART_MAX) {
+    return { ok: false, message: `must be a dead-letter id whose parts are at most ${STREAM_ID_PART_MAX}` };
+  }
+  return { ok: true, id: raw };
+}
+
+/** An outbox row id: a whole number from 1 to bigint's largest. */
+export function parseOutboxRowId(raw: string): ParsedId {
+  if (!/^\d{1,19}$/.test(raw)) return { ok: false, message: 'must be an outbox row id, a whole number such as 42' };
+  const id = BigInt(raw);
+  if (id < 1n || id > ROW_ID_MAX) return { ok: false, message: `must be an outbox row id from 1 to ${ROW_ID_MAX}` };
+  return { ok: true, id: raw };
+}
