@@ -142,6 +142,9 @@ describe('POST /v1/summaries (INTERFACE.md, every row)', () => {
     ['notify not an email', { ...body, notify: 'not-an-email' }, 'notify'],
     ['notify missing', { text: body.text }, 'notify'],
     ['an unknown field', { ...body, priority: 'high' }, 'priority'],
+    ['text with U+0000 (PostgreSQL cannot store it)', { ...body, text: 'before\u0000after' }, 'text'],
+    ['text with an unpaired surrogate', { ...body, text: 'broken \ud83d pair' }, 'text'],
+    ['notify with U+0000', { ...body, notify: 'ops\u0000@example.com' }, 'notify'],
   ])('body with %s: 400 naming the field, nothing stored or enqueued', async (_, payload, field) => {
     const res = await post(newKey(), payload).expect(400);
     expect(res.headers['content-type']).toMatch(PROBLEM_JSON);
@@ -149,6 +152,15 @@ describe('POST /v1/summaries (INTERFACE.md, every row)', () => {
     expect(res.body.errors.map((e: { field: string }) => e.field)).toContain(field);
     expect(await streamEntries()).toHaveLength(0);
     expect(await idemKeys()).toEqual([]);
+  });
+
+  it.each([
+    ['U+0000', 'before\u0000after'],
+    ['an unpaired surrogate', 'broken \ud83d pair'],
+  ])('text with %s is refused at the door, never a job that cannot finish', async (_, text) => {
+    const res = await post(newKey(), { ...body, text }).expect(400);
+    expect(res.body.errors).toEqual([{ field: 'text', messages: ['text must not contain U+0000 or unpaired UTF-16 surrogates'] }]);
+    expect(await streamEntries()).toHaveLength(0);
   });
 
   it.each([

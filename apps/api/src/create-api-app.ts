@@ -1,7 +1,7 @@
 import type { DynamicModule, INestApplication, Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
-import { bodyParserErrorHandler, jsonDepthLimit } from '@app/problem';
+import { useJsonBody } from '@app/problem';
 import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
 import { Logger } from 'nestjs-pino';
 import { ADMIN_KEY_AUTH, TENANT_KEY_AUTH } from './openapi';
@@ -9,20 +9,22 @@ import { ADMIN_KEY_AUTH, TENANT_KEY_AUTH } from './openapi';
 export const MAX_BODY_BYTES = 1024 * 1024;
 /** No request body of ours nests anywhere near this; far deeper ones overflow recursive code (a 500). */
 export const MAX_JSON_DEPTH = 32;
+/** Members of one object: our DTOs declare a handful; class-transformer's cost per object is quadratic in them. */
+export const MAX_JSON_MEMBERS = 1000;
+/** Values in one body: far above what a request of ours needs, low enough that no body keeps the event loop busy. */
+export const MAX_JSON_VALUES = 20_000;
 
 /**
  * What the HTTP server needs beyond the module graph, shared by main.ts and
- * the end-to-end tests: a 1 MiB JSON body limit and a nesting limit whose
- * failures are problem+json, pino as the logger, the OpenAPI document at /docs, shutdown
- * hooks.
+ * the end-to-end tests: JSON bodies of at most 1 MiB within structural limits,
+ * refused as problem+json once logged and counted; pino as the logger, the
+ * OpenAPI document at /docs. main.ts serves it (serveHttpApp: the server's
+ * limits, shutdown hooks).
  */
 export function configureApiApp(app: NestExpressApplication): NestExpressApplication {
   app.useLogger(app.get(Logger));
   app.disable('x-powered-by');
-  app.useBodyParser('json', { limit: MAX_BODY_BYTES });
-  app.use(bodyParserErrorHandler);
-  app.use(jsonDepthLimit(MAX_JSON_DEPTH));
-  // SIGTERM drains (the modules' shutdown hooks), then exits 0, not by re-raising the signal.
+  useJsonBody(app, { maxBytes: MAX_BODY_BYTES, maxDepth: MAX_JSON_DEPTH, maxMembers: MAX_JSON_MEMBERS, maxValues: MAX_JSON_VALUES });
   const document = SwaggerModule.createDocument(
     app,
     new DocumentBuilder()

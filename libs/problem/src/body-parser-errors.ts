@@ -1,6 +1,8 @@
 import { HttpStatus } from '@nestjs/common';
 import type { NextFunction, Request, Response } from 'express';
-import { PROBLEM_CONTENT_TYPE, ProblemDocument } from './problem';
+import { rejectBody } from './body-rejection';
+import { JsonLimitError, jsonLimitProblem } from './json-limits';
+import type { ProblemDocument } from './problem';
 import { ProblemTypes } from './problem-types';
 
 interface BodyParserError {
@@ -9,7 +11,8 @@ interface BodyParserError {
   readonly limit?: number;
 }
 
-function problemFor(err: BodyParserError): ProblemDocument | undefined {
+function problemFor(err: BodyParserError): ProblemDocument {
+  if (err instanceof JsonLimitError) return jsonLimitProblem(err.exceeded);
   switch (err.type) {
     case 'entity.too.large':
       return {
@@ -31,30 +34,24 @@ function problemFor(err: BodyParserError): ProblemDocument | undefined {
         title: 'The request body encoding is not supported',
         status: HttpStatus.UNSUPPORTED_MEDIA_TYPE,
       };
-    case 'request.aborted':
-    case 'request.size.invalid':
-    case 'stream.encoding.set':
+    default:
+      // request.aborted, request.size.invalid, a broken compressed stream, ...:
+      // whatever else the parser refuses is the body's fault, never a 500.
       return {
         type: ProblemTypes.http(HttpStatus.BAD_REQUEST),
         title: 'The request body could not be read',
         status: HttpStatus.BAD_REQUEST,
       };
-    default:
-      return undefined;
   }
 }
 
 /**
- * Express error middleware for the body parser, which fails before Nest's
- * exception filters can see the request. Mounted right after the parser.
+ * Express error middleware, mounted right after the body parser: the
+ * parser's failure is recorded for BodyRejectionGuard rather than answered
+ * here (see rejectBody), and the request goes on to be logged and counted.
  */
-export function bodyParserErrorHandler(
-  err: unknown,
-  _req: Request,
-  res: Response,
-  next: NextFunction,
-): void {
-  const problem = typeof err === 'object' && err !== null ? problemFor(err as BodyParserError) : undefined;
-  if (!problem) return next(err);
-  res.status(problem.status).type(PROBLEM_CONTENT_TYPE).send(JSON.stringify(problem));
+export function bodyParserErrorHandler(err: unknown, req: Request, _res: Response, next: NextFunction): void {
+  if (typeof err !== 'object' || err === null) return next(err);
+  rejectBody(req, problemFor(err as BodyParserError));
+  next();
 }

@@ -8,6 +8,8 @@ export const ProblemTypes = {
   validationFailed: `${PROBLEM_TYPE_PREFIX}validation-failed`,
   malformedJson: `${PROBLEM_TYPE_PREFIX}malformed-json`,
   jsonTooDeep: `${PROBLEM_TYPE_PREFIX}json-too-deep`,
+  jsonTooManyMembers: `${PROBLEM_TYPE_PREFIX}json-too-many-members`,
+  jsonTooManyValues: `${PROBLEM_TYPE_PREFIX}json-too-many-values`,
   payloadTooLarge: `${PROBLEM_TYPE_PREFIX}payload-too-large`,
   unsupportedMediaType: `${PROBLEM_TYPE_PREFIX}unsupported-media-type`,
   unauthorized: `${PROBLEM_TYPE_PREFIX}unauthorized`,

@@ -3,7 +3,7 @@ import { Type } from 'class-transformer';
 import { IsInt, IsString, ValidateNested } from 'class-validator';
 import { ProblemException } from './problem';
 import { ProblemTypes } from './problem-types';
-import { RequestValidationPipe } from './request-validation.pipe';
+import { MAX_LISTED_ERRORS, RequestValidationPipe } from './request-validation.pipe';
 
 class LineDto {
   @IsString()
@@ -67,9 +67,41 @@ describe('RequestValidationPipe', () => {
     }
   });
 
-  it('lists such a field next to the errors class-validator finds, each field once', async () => {
+  it('refuses unknown fields before class-validator runs: only they are listed', async () => {
+    // `customer` is invalid too, but a body with unknown fields gets no further than them.
     const problem = await problemOf(parsed('{"constructor":{},"priority":"high","customer":5,"first":{"sku":"a","quantity":1},"lines":[]}'));
     const fields = (problem.problem.errors as { field: string }[]).map((e) => e.field);
-    expect(fields.sort()).toEqual(['constructor', 'customer', 'priority']);
+    expect(fields.sort()).toEqual(['constructor', 'priority']);
+    expect(problem.problem.error_count).toBe(2);
+  });
+
+  it("lists class-validator's errors once the fields are all known", async () => {
+    const problem = await problemOf(parsed('{"customer":5,"first":{"sku":"a","quantity":"1"},"lines":[]}'));
+    expect((problem.problem.errors as { field: string }[]).map((e) => e.field).sort()).toEqual(['customer', 'first.quantity']);
+  });
+
+  it(`lists the first ${MAX_LISTED_ERRORS} problems, outermost first, and counts them all`, async () => {
+    const extra = Array.from({ length: 30 }, (_, i) => `"x${i}":0`).join(',');
+    const problem = await problemOf(parsed(`{"customer":"c","first":{"sku":"a","quantity":1,"deep":0},"lines":[],${extra}}`));
+    const errors = problem.problem.errors as { field: string }[];
+    expect(errors).toHaveLength(MAX_LISTED_ERRORS);
+    expect(errors.map((e) => e.field)).toEqual(Array.from({ length: MAX_LISTED_ERRORS }, (_, i) => `x${i}`));
+    expect(problem.problem.error_count).toBe(31);
+    expect(problem.problem.detail).toMatch(/; and 11 more$/);
+  });
+
+  it('cuts a long field name short in the answer', async () => {
+    const name = 'n'.repeat(100_000);
+    const problem = await problemOf(parsed(`{"customer":"c","first":{"sku":"a","quantity":1},"lines":[],"${name}":0}`));
+    const [error] = problem.problem.errors as { field: string; messages: string[] }[];
+    expect(error.field).toBe(`${'n'.repeat(100)}…`);
+    expect(JSON.stringify(problem.problem).length).toBeLessThan(1000);
+  });
+
+  it('caps the errors class-validator finds too', async () => {
+    const lines = Array.from({ length: 40 }, () => '{"sku":1,"quantity":1}').join(',');
+    const problem = await problemOf(parsed(`{"customer":"c","first":{"sku":"a","quantity":1},"lines":[${lines}]}`));
+    expect(problem.problem.errors).toHaveLength(MAX_LISTED_ERRORS);
+    expect(problem.problem.error_count).toBe(40);
   });
 });

@@ -1,11 +1,28 @@
 import { ArgumentMetadata, HttpStatus, Injectable, ValidationError, ValidationPipe } from '@nestjs/common';
+import type { MetadataStorage as TransformMetadataStorage } from 'class-transformer/types/MetadataStorage';
 import { getMetadataStorage } from 'class-validator';
 import { ProblemException } from './problem';
 import { ProblemTypes } from './problem-types';
 
+/*
+ * class-transformer's registry of @Type() decorators, which names the class of
+ * a nested DTO. Not part of its typed entry point; @nestjs/mapped-types reads
+ * it from the same path.
+ */
+const transformMetadata = (require('class-transformer/cjs/storage') as { defaultMetadataStorage: TransformMetadataStorage }).defaultMetadataStorage;
+
 export interface FieldError {
   readonly field: string;
   readonly messages: readonly string[];
+}
+
+/** An error answer lists at most this many problems; `error_count` says how many there were. */
+export const MAX_LISTED_ERRORS = 20;
+/** Field names come from the client and may be long: each is cut to this many characters in an answer. */
+const MAX_FIELD_CHARS = 100;
+
+function shortField(name: string): string {
+  return name.length <= MAX_FIELD_CHARS ? name : `${name.slice(0, MAX_FIELD_CHARS)}…`;
 }
 
 function flatten(errors: readonly ValidationError[], parent = ''): FieldError[] {
@@ -16,92 +33,113 @@ function flatten(errors: readonly ValidationError[], parent = ''): FieldError[] 
   });
 }
 
-export function validationProblem(errors: readonly FieldError[]): ProblemException {
+/**
+ * The 400 for an invalid request: the first MAX_LISTED_ERRORS problems, and
+ * how many there are, so the answer stays small whatever the body held.
+ */
+export function validationProblem(errors: readonly FieldError[], total = errors.length): ProblemException {
+  const listed = errors.slice(0, MAX_LISTED_ERRORS);
+  const more = total - listed.length;
+  const detail = listed.map((e) => `${e.field}: ${e.messages.join(', ')}`).join('; ');
   return new ProblemException({
     type: ProblemTypes.validationFailed,
     title: 'The request is invalid',
     status: HttpStatus.BAD_REQUEST,
-    detail: errors.map((e) => `${e.field}: ${e.messages.join(', ')}`).join('; '),
-    extensions: { errors },
+    detail: more > 0 ? `${detail}; and ${more} more` : detail,
+    extensions: { errors: listed, error_count: total },
   });
 }
 
 type Class = abstract new (...args: never[]) => unknown;
 
+const knownByClass = new WeakMap<Class, ReadonlySet<string> | null>();
+
 /** The properties class-validator knows on `type` (its whitelist), or undefined when `type` is no DTO. */
 function knownProperties(type: Class): ReadonlySet<string> | undefined {
-  // The arguments class-validator's own whitelist uses with our options: no groups, `always` off.
-  const metadata = getMetadataStorage().getTargetValidationMetadatas(type as unknown as new () => object, '', false, false);
-  return metadata.length === 0 ? undefined : new Set(metadata.map((m) => m.propertyName));
-}
-
-function unknownField(field: string, property: string): FieldError {
-  // class-validator's own message for a field that is not whitelisted
-  return { field, messages: [`property ${property} should not exist`] };
-}
-
-/**
- * The own keys of every object in `value`, taken before ValidationPipe
- * deletes the keys `__proto__` and `constructor` from it in place.
- */
-function ownKeysOfEach(value: object): Map<object, readonly string[]> {
-  const keys = new Map<object, readonly string[]>();
-  const pending: object[] = [value];
-  while (pending.length > 0) {
-    const v = pending.pop()!;
-    if (keys.has(v)) continue;
-    keys.set(v, Object.keys(v));
-    for (const child of Array.isArray(v) ? v : Object.values(v)) {
-      if (typeof child === 'object' && child !== null) pending.push(child);
-    }
+  let known = knownByClass.get(type);
+  if (known === undefined) {
+    // The arguments class-validator's own whitelist uses with our options: no groups, `always` off.
+    const metadata = getMetadataStorage().getTargetValidationMetadatas(type as unknown as new () => object, '', false, false);
+    known = metadata.length === 0 ? null : new Set(metadata.map((m) => m.propertyName));
+    knownByClass.set(type, known);
   }
-  return keys;
+  return known ?? undefined;
 }
 
 /**
- * The fields of `raw` (the body as parsed) that its DTO does not declare,
- * at the top and in nested DTOs (found through the transformed `instance`,
- * whose nested values are instances of their DTO classes).
- *
- * class-validator's whitelist cannot see them all: ValidationPipe silently
- * deletes the keys `__proto__` and `constructor` (and class-transformer would
- * skip them), so a body with such an unknown field would pass as if it did
- * not have it. `ownKeys` holds the keys the body really had.
+ * The DTO class that `@Type()` gives the property `key` of `parent` (the raw
+ * object that holds it), or undefined: no @Type, a discriminated union, or a
+ * type function that fails without class-transformer's own arguments. Those
+ * subtrees are left to class-validator's whitelist.
  */
-function unknownFields(raw: object, type: Class, ownKeys: Map<object, readonly string[]>, instance?: object): FieldError[] {
-  const errors: FieldError[] = [];
-  // Iterative: nested DTOs can be recursive types (a tree), nested as deep as the body.
-  const pending: { raw: object; type: Class; instance: object | undefined; path: string }[] = [{ raw, type, instance, path: '' }];
-  while (pending.length > 0) {
-    const item = pending.pop()!;
+function nestedType(type: Class, key: string, parent: object): Class | undefined {
+  const metadata = transformMetadata.findTypeMetadata(type as unknown as new () => object, key);
+  if (!metadata || metadata.options?.discriminator) return undefined;
+  try {
+    const nested = metadata.typeFunction({ newObject: {}, object: parent as Record<string, unknown>, property: key }) as Class | undefined;
+    return typeof nested === 'function' ? nested : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/**
+ * The fields of `raw` (the body as parsed) that its DTO does not declare, at
+ * the top and in nested DTOs, the first MAX_LISTED_ERRORS of them and how many
+ * there are. It reads only the parsed body and the decorators' metadata, in
+ * one pass over the objects that stand where a DTO does: linear in the body,
+ * and before class-transformer, whose handling of an object's keys is
+ * quadratic in their number.
+ *
+ * It also sees what class-validator's whitelist cannot: ValidationPipe
+ * silently deletes the keys `__proto__` and `constructor` (JSON.parse keeps
+ * them as own keys), so a body with such an unknown field would pass as if it
+ * did not have it.
+ */
+function unknownFields(raw: object, type: Class): { listed: FieldError[]; total: number } {
+  const listed: FieldError[] = [];
+  let total = 0;
+  // Breadth first, so the fields listed are the outermost ones, in body order.
+  const queue: { raw: Record<string, unknown>; type: Class; path: string }[] = [{ raw: raw as Record<string, unknown>, type, path: '' }];
+  for (let i = 0; i < queue.length; i++) {
+    const item = queue[i];
     const known = knownProperties(item.type);
     if (!known) continue;
-    for (const key of ownKeys.get(item.raw) ?? Object.keys(item.raw)) {
-      if (!known.has(key)) errors.push(unknownField(item.path ? `${item.path}.${key}` : key, key));
+    for (const key of Object.keys(item.raw)) {
+      if (known.has(key)) continue;
+      total++;
+      if (listed.length < MAX_LISTED_ERRORS) {
+        const name = shortField(key);
+        // class-validator's own message for a field that is not whitelisted
+        listed.push({ field: item.path ? `${item.path}.${name}` : name, messages: [`property ${name} should not exist`] });
+      }
     }
-    if (!item.instance) continue;
     for (const key of known) {
-      const rawValue = (item.raw as Record<string, unknown>)[key];
-      const value = (item.instance as Record<string, unknown>)[key];
+      if (!Object.hasOwn(item.raw, key)) continue;
+      const value = item.raw[key];
+      if (typeof value !== 'object' || value === null) continue;
+      const nested = nestedType(item.type, key, item.raw);
+      if (!nested) continue;
       const path = item.path ? `${item.path}.${key}` : key;
-      const pairs: [unknown, unknown, string][] = Array.isArray(value) && Array.isArray(rawValue)
-        ? value.map((v, i) => [rawValue[i], v, `${path}.${i}`])
-        : [[rawValue, value, path]];
-      for (const [r, v, p] of pairs) {
-        if (typeof r === 'object' && r !== null && typeof v === 'object' && v !== null && !Array.isArray(v)) {
-          pending.push({ raw: r, type: v.constructor as Class, instance: v, path: p });
-        }
+      if (Array.isArray(value)) {
+        value.forEach((v, n) => isObject(v) && queue.push({ raw: v, type: nested, path: `${path}.${n}` }));
+      } else {
+        queue.push({ raw: value as Record<string, unknown>, type: nested, path });
       }
     }
   }
-  return errors;
+  return { listed, total };
 }
 
 /**
  * class-validator with our defaults: unknown fields are rejected, payloads are
  * transformed to their DTO class, failures are a problem+json 400 that lists
- * every field. A body that is not a JSON object is refused before
- * class-validator sees it: arrays and scalars would otherwise slip through.
+ * the first fields at fault and counts them all. A body that is not a JSON
+ * object is refused before class-validator sees it: arrays and scalars would
+ * otherwise slip through. Unknown fields are refused before anything else
+ * runs, so a body made of them costs one linear pass.
  */
 @Injectable()
 export class RequestValidationPipe extends ValidationPipe {
@@ -120,29 +158,13 @@ export class RequestValidationPipe extends ValidationPipe {
     const dto = metadata.metatype && this.toValidate(metadata) ? (metadata.metatype as Class) : undefined;
     if (metadata.type === 'body' && dto) {
       if (typeof value !== 'object' || value === null || Array.isArray(value)) {
-        throw validationProblem([
-          { field: '(body)', messages: ['must be a JSON object sent as application/json'] },
-        ]);
+        throw validationProblem([{ field: '(body)', messages: ['must be a JSON object sent as application/json'] }]);
       }
     }
-    if (!dto || (metadata.type !== 'body' && metadata.type !== 'query') || typeof value !== 'object' || value === null) {
-      return super.transform(value, metadata);
+    if (dto && (metadata.type === 'body' || metadata.type === 'query') && typeof value === 'object' && value !== null) {
+      const unknown = unknownFields(value, dto);
+      if (unknown.total > 0) throw validationProblem(unknown.listed, unknown.total);
     }
-    // Unknown top-level fields join class-validator's own list when it fails
-    // (without duplicates); nested ones are checked once the instance exists.
-    const ownKeys = ownKeysOfEach(value);
-    const topLevel = unknownFields(value, dto, ownKeys);
-    let result: unknown;
-    try {
-      result = await super.transform(value, metadata);
-    } catch (err) {
-      const listed = err instanceof ProblemException ? (err.problem.errors as FieldError[] | undefined) : undefined;
-      if (!listed || topLevel.length === 0) throw err;
-      const missing = topLevel.filter((u) => !listed.some((e) => e.field === u.field));
-      throw missing.length === 0 ? err : validationProblem([...listed, ...missing]);
-    }
-    const unknown = typeof result === 'object' && result !== null ? unknownFields(value, dto, ownKeys, result) : topLevel;
-    if (unknown.length > 0) throw validationProblem(unknown);
-    return result;
+    return super.transform(value, metadata);
   }
 }
