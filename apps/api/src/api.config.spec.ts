@@ -45,6 +45,34 @@ describe('api configuration', () => {
     expect(problemsOf({ [variable]: value })).toEqual([variable]);
   });
 
+  const apiKeysMessage = (value: string): string => {
+    try {
+      loadApiConfig({ API_KEYS: value });
+    } catch (err) {
+      if (err instanceof ConfigValidationError) return err.message;
+      throw err;
+    }
+    throw new Error(`API_KEYS=${value} was accepted`);
+  };
+
+  it.each([
+    ['an entry that reads two ways (a second colon)', 'acme:k1-0123456789,a:POST:secret-k2-0123', 'entry 2', "more than one ':'"],
+    ['an empty tenant', ':secret-k1-0123', 'entry 1', 'empty tenant'],
+    ['an empty key', 'acme:k1-0123456789,globex:', 'entry 2 (tenant globex)', 'empty key'],
+    ['an empty entry (a stray comma)', 'acme:secret-k1-0123,', 'entry 2', 'empty'],
+    ['one key given to two tenants', 'acme:secret-shared-0123,globex:secret-shared-0123', 'entry 2 (tenant globex)', 'entry 1 (tenant acme)'],
+  ])('stops the start for %s, naming the entry and never the key', (_, value, entry, why) => {
+    const message = apiKeysMessage(value);
+    expect(message).toContain('API_KEYS');
+    expect(message).toContain(entry);
+    expect(message).toContain(why);
+    for (const secret of value.split(/[,:]/).filter((part) => part.includes('secret'))) expect(message).not.toContain(secret);
+  });
+
+  it('keeps one tenant with two keys: that is how keys are rotated', () => {
+    expect(loadApiConfig({ API_KEYS: 'acme:old-key-0123456789,acme:new-key-0123456789' }).apiKeys.map((e) => e.tenant)).toEqual(['acme', 'acme']);
+  });
+
   it('names every bad variable at once', () => {
     expect(problemsOf({ PORT: 'x', LOG_LEVEL: 'y' })).toEqual(['LOG_LEVEL', 'PORT']);
   });

@@ -20,6 +20,15 @@ export function loadApiConfig(source: Env = processEnv()): ApiConfig {
 
 const DEMO_ADMIN_KEY = 'demo-admin-key';
 
+/** The tenant keys, or none when API_KEYS itself is invalid (it is reported under its own name). */
+function tenantKeysOf(all: Env): string[] {
+  try {
+    return parseApiKeys(all.API_KEYS, all.NODE_ENV === 'production').map((e) => e.key);
+  } catch {
+    return [];
+  }
+}
+
 /**
  * ADMIN_API_KEY: the one key of the admin endpoints, never a tenant's.
  * Outside production `demo-admin-key` when unset; in production unset means
@@ -31,7 +40,6 @@ function parseAdminKey(raw: string | undefined, all: Env): string | undefined {
   if (key === undefined) return undefined;
   if (!/^[\x21-\x7e]+$/.test(key)) throw new ConfigFieldError('must be printable ASCII without spaces');
   if (production && key.length < 24) throw new ConfigFieldError('must be at least 24 characters in production');
-  const tenantKeys = (all.API_KEYS ?? '').split(',').map((pair) => pair.trim().slice(pair.trim().indexOf(':') + 1));
-  if (tenantKeys.includes(key)) throw new ConfigFieldError('must differ from every tenant key in API_KEYS');
+  if (tenantKeysOf(all).includes(key)) throw new ConfigFieldError('must differ from every tenant key in API_KEYS');
   return key;
 }

@@ -19,13 +19,13 @@ export class AdminKeyGuard implements CanActivate {
   }
 
   canActivate(context: ExecutionContext): boolean {
-    const presented = bearerToken(context.switchToHttp().getRequest<Request>().headers.authorization);
+    const presented = bearerToken(context.switchToHttp().getRequest<Request>());
     if (this.digest && presented !== undefined && timingSafeEqual(this.digest, sha256(presented))) return true;
     throw new ProblemException({
       type: ProblemTypes.unauthorized,
       title: 'Admin authentication required',
       status: HttpStatus.UNAUTHORIZED,
-      detail: this.digest ? 'Send Authorization: Bearer <admin api key>.' : 'The admin API is off: ADMIN_API_KEY is not set.',
+      detail: this.digest ? 'Send one Authorization: Bearer <admin api key> header.' : 'The admin API is off: ADMIN_API_KEY is not set.',
       headers: { 'WWW-Authenticate': 'Bearer realm="admin"' },
     });
   }

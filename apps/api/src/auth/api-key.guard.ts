@@ -2,6 +2,7 @@ import { CanActivate, ExecutionContext, HttpStatus, Inject, Injectable } from '@
 import { ProblemException, ProblemTypes } from '@app/problem';
 import type { Request } from 'express';
 import { createHash, timingSafeEqual } from 'node:crypto';
+import type { IncomingMessage } from 'node:http';
 import type { ApiKeyEntry } from './api-keys';
 import { setPrincipal } from './principal';
 
@@ -25,8 +26,8 @@ export class ApiKeyGuard implements CanActivate {
 
   canActivate(context: ExecutionContext): boolean {
     const req = context.switchToHttp().getRequest<Request>();
-    const presented = bearerToken(req.headers.authorization);
-    if (presented === undefined) throw unauthorized('Send Authorization: Bearer <api key>.');
+    const presented = bearerToken(req);
+    if (presented === undefined) throw unauthorized('Send one Authorization: Bearer <api key> header.');
     const given = digest(presented);
     let tenant: string | undefined;
     for (const key of this.keys) {
@@ -38,10 +39,16 @@ export class ApiKeyGuard implements CanActivate {
   }
 }
 
-/** The token of `Authorization: Bearer <token>`, or undefined. */
-export function bearerToken(header: string | undefined): string | undefined {
-  if (!header) return undefined;
-  const match = /^Bearer[ ]+(\S+)\s*$/i.exec(header);
+/**
+ * The token of the request's `Authorization: Bearer <token>`, or undefined:
+ * no header, another scheme, or several Authorization headers. Node keeps only
+ * the first of several in `req.headers`, while a proxy in front may have read
+ * another, so two are refused rather than one of them believed.
+ */
+export function bearerToken(req: IncomingMessage): string | undefined {
+  const values = req.headersDistinct.authorization;
+  if (values?.length !== 1) return undefined;
+  const match = /^Bearer[ ]+(\S+)\s*$/i.exec(values[0]);
   return match?.[1];
 }
 

@@ -14,7 +14,10 @@ export const DEMO_API_KEYS: readonly ApiKeyEntry[] = [{ tenant: 'demo', key: 'de
  * API_KEYS: `tenant:key` pairs, comma separated. A tenant may have several
  * keys (rotation); a key names exactly one tenant. Outside production an unset
  * variable means the demo pair; in production it is an error, and keys must
- * be long enough to resist guessing.
+ * be long enough to resist guessing. An entry that could be read two ways (a
+ * second `:` makes `a:POST:k` tenant `a` or `a:POST`), an empty part, or a key
+ * given to two tenants stops the start. Errors name the entry by position and
+ * its tenant, never its key.
  */
 export function parseApiKeys(raw: string | undefined, production: boolean): readonly ApiKeyEntry[] {
   if (raw === undefined) {
@@ -22,21 +25,26 @@ export function parseApiKeys(raw: string | undefined, production: boolean): read
     return DEMO_API_KEYS;
   }
   const entries: ApiKeyEntry[] = [];
-  const seen = new Map<string, string>();
+  const owners = new Map<string, { tenant: string; entry: number }>();
   for (const [i, pair] of raw.split(',').entries()) {
-    const item = pair.trim();
-    const colon = item.indexOf(':');
-    if (colon < 0) throw new ConfigFieldError(`entry ${i + 1} is not tenant:key`);
-    const tenant = item.slice(0, colon);
-    const key = item.slice(colon + 1);
-    if (!TENANT.test(tenant)) throw new ConfigFieldError(`entry ${i + 1} has an invalid tenant name (letters, digits, _ . -)`);
-    if (!KEY.test(key)) throw new ConfigFieldError(`entry ${i + 1} has an empty key or one with spaces`);
+    const entry = `entry ${i + 1}`;
+    const parts = pair.trim().split(':');
+    if (parts.length === 1) throw new ConfigFieldError(`${entry} is not tenant:key${parts[0] === '' ? ' (it is empty: a stray comma?)' : ''}`);
+    if (parts.length > 2) throw new ConfigFieldError(`${entry} has more than one ':', so its tenant and key could be read two ways; neither may contain ':'`);
+    const [tenant, key] = parts;
+    if (tenant === '') throw new ConfigFieldError(`${entry} has an empty tenant`);
+    if (!TENANT.test(tenant)) throw new ConfigFieldError(`${entry} has an invalid tenant name (1 to 64 letters, digits, _ . -, starting with a letter or digit)`);
+    const named = `${entry} (tenant ${tenant})`;
+    if (key === '') throw new ConfigFieldError(`${named} has an empty key`);
+    if (!KEY.test(key)) throw new ConfigFieldError(`${named} has a key with spaces or characters other than printable ASCII`);
     if (production && key.length < MIN_PRODUCTION_KEY_LENGTH) {
-      throw new ConfigFieldError(`entry ${i + 1}: keys must be at least ${MIN_PRODUCTION_KEY_LENGTH} characters in production`);
+      throw new ConfigFieldError(`${named}: keys must be at least ${MIN_PRODUCTION_KEY_LENGTH} characters in production`);
     }
-    const owner = seen.get(key);
-    if (owner !== undefined && owner !== tenant) throw new ConfigFieldError(`entry ${i + 1} reuses another tenant's key`);
-    seen.set(key, tenant);
+    const owner = owners.get(key);
+    if (owner !== undefined && owner.tenant !== tenant) {
+      throw new ConfigFieldError(`${named} has the key of entry ${owner.entry} (tenant ${owner.tenant}): a key names one tenant`);
+    }
+    owners.set(key, { tenant, entry: i + 1 });
     entries.push({ tenant, key });
   }
   return entries;
