@@ -11,6 +11,8 @@ describe('api configuration', () => {
       redisUrl: 'redis://127.0.0.1:6379',
       databaseUrl: 'postgres://postgres@127.0.0.1:5432/postgres',
       logLevel: 'info',
+      httpRequestTimeoutMs: 30_000,
+      httpKeepAliveTimeoutMs: 65_000,
       port: 3000,
       apiKeys: DEMO_API_KEYS,
       adminApiKey: 'demo-admin-key',
@@ -41,6 +43,8 @@ describe('api configuration', () => {
     ['API_KEYS', 'bad tenant:key'],
     ['API_KEYS', 'a:same,b:same'],
     ['API_KEYS', 'a:'],
+    ['HTTP_REQUEST_TIMEOUT_S', '0'],
+    ['HTTP_KEEP_ALIVE_TIMEOUT_S', 'forever'],
   ])('rejects a malformed %s (%s), naming it', (variable, value) => {
     expect(problemsOf({ [variable]: value })).toEqual([variable]);
   });

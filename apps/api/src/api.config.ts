@@ -1,9 +1,12 @@
+import { httpServerEnv } from '@app/http';
 import { commonEnv, ConfigFieldError, ConfigOf, type Env, env, parseConfig, processEnv } from '@app/config';
+import { QUERY_TIMEOUT_MS } from '@app/persistence';
 import { parseApiKeys } from './auth/api-keys';
 
 /** Every variable the api reads (INTERFACE.md); the manifests are checked against it. */
 export const apiEnvSchema = {
   ...commonEnv,
+  ...httpServerEnv,
   port: env.int('PORT', 3000, { min: 0, max: 65535 }),
   apiKeys: env.custom('API_KEYS', (raw, all) => parseApiKeys(raw, all.NODE_ENV === 'production')),
   adminApiKey: env.custom('ADMIN_API_KEY', (raw, all) => parseAdminKey(raw, all)),

@@ -36,7 +36,6 @@ export function configureApiApp(app: NestExpressApplication): NestExpressApplica
       .build(),
   );
   SwaggerModule.setup('docs', app, document, { jsonDocumentUrl: 'docs/openapi.json' });
-  app.enableShutdownHooks(['SIGTERM', 'SIGINT'], { useProcessExit: true });
   return app;
 }
 

@@ -1,24 +1,12 @@
 import 'reflect-metadata';
-import { ConfigValidationError } from '@app/config';
+import { httpServerSettingsFrom, serveHttpApp } from '@app/http';
 import { NestFactory } from '@nestjs/core';
-import { Logger } from 'nestjs-pino';
 import { loadRelayConfig } from './relay.config';
 import { RelayModule } from './relay.module';
 
-async function main(): Promise<void> {
+serveHttpApp('relay', async () => {
   const config = loadRelayConfig();
-  const app = await NestFactory.create(RelayModule.forRoot(config), { bufferLogs: true });
-  app.useLogger(app.get(Logger));
-  // useProcessExit: after the drain, exit 0; without it Nest re-raises the signal and the process dies of SIGTERM (143).
-  app.enableShutdownHooks([], { useProcessExit: true });
-  await app.listen(config.healthPort);
-}
-
-main().catch((err: unknown) => {
-  process.stderr.write(
-    err instanceof ConfigValidationError
-      ? `relay: ${err.message}\n`
-      : `relay: failed to start: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`,
-  );
-  process.exit(1);
+  // No body parser: health and metrics take no bodies, and Nest's default parser would answer its own errors unlogged.
+  const app = await NestFactory.create(RelayModule.forRoot(config), { bodyParser: false, bufferLogs: true });
+  return { app, port: config.healthPort, http: httpServerSettingsFrom(config) };
 });

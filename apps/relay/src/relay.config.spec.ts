@@ -11,6 +11,8 @@ describe('relay configuration', () => {
       databaseUrl: 'postgres://postgres@127.0.0.1:5432/postgres',
       logLevel: 'info',
       healthPort: 3002,
+      httpRequestTimeoutMs: 30_000,
+      httpKeepAliveTimeoutMs: 65_000,
       notifyWebhookUrl: undefined,
       notifyTimeoutMs: 10_000,
       outboxBatch: 20,

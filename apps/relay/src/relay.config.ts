@@ -1,3 +1,4 @@
+import { httpServerEnv } from '@app/http';
 import { commonEnv, ConfigFieldError, ConfigOf, type Env, env, parseConfig, processEnv } from '@app/config';
 
 const BACKOFF_BASE_MS_DEFAULT = 1000;
@@ -5,6 +6,7 @@ const BACKOFF_BASE_MS_DEFAULT = 1000;
 /** Every variable the relay reads (INTERFACE.md); the manifests are checked against it. */
 export const relayEnvSchema = {
   ...commonEnv,
+  ...httpServerEnv,
   healthPort: env.int('HEALTH_PORT', 3002, { min: 0, max: 65535 }),
   /** Unset: the log sender (quick start). */
   notifyWebhookUrl: env.optionalUrl('NOTIFY_WEBHOOK_URL', ['http:', 'https:']),

@@ -1,8 +1,10 @@
+import { httpServerEnv } from '@app/http';
 import { commonEnv, ConfigFieldError, ConfigOf, env, parseConfig, processEnv, type Env } from '@app/config';
 
 /** Every variable the worker reads (INTERFACE.md); the manifests are checked against it. */
 export const workerEnvSchema = {
   ...commonEnv,
+  ...httpServerEnv,
   healthPort: env.int('HEALTH_PORT', 3001, { min: 0, max: 65535 }),
   concurrency: env.int('WORKER_CONCURRENCY', 16, { min: 1, max: 1000 }),
   claimIdleMs: env.int('CLAIM_IDLE_MS', 30_000, { min: 100, max: 3_600_000 }),

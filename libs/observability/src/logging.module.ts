@@ -1,6 +1,6 @@
 import { DynamicModule, Module } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
-import type { IncomingMessage } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { LoggerModule } from 'nestjs-pino';
 
 export interface LoggingOptions {
@@ -11,8 +11,10 @@ export interface LoggingOptions {
 
 const REQUEST_ID = /^[\w.:-]{1,128}$/;
 
+const isProbe = (url: string | undefined): boolean => url !== undefined && (url.startsWith('/health/') || url === '/metrics');
+
 /**
- * JSON logs through pino, one line per request with a request id (taken from
+ * JSON logs through pino, one line per answer with a request id (taken from
  * X-Request-Id when it looks like one, else new, and echoed back). Secrets and
  * bodies stay out: auth headers and idempotency keys are redacted.
  */
@@ -34,7 +36,11 @@ export class LoggingModule {
               res.setHeader('X-Request-Id', id);
               return id;
             },
-            autoLogging: { ignore: (req: IncomingMessage) => req.url?.startsWith('/health') === true || req.url === '/metrics' },
+            // Every answer gets its line, except probes and scrapes that succeed:
+            // a failing readiness check is worth a line, the kubelet's every
+            // ten seconds is not (http_request_duration_seconds counts them all).
+            customLogLevel: (req: IncomingMessage, res: ServerResponse, err?: Error) =>
+              !err && res.statusCode < 400 && isProbe(req.url) ? 'silent' : 'info',
             redact: {
               paths: [
                 'req.headers.authorization',

@@ -1,0 +1,70 @@
+import type { LoggerService } from '@nestjs/common';
+import { PROBLEM_CONTENT_TYPE, ProblemTypes } from '@app/problem';
+import { randomUUID } from 'node:crypto';
+import { type Server, STATUS_CODES } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { Counter, type Registry } from 'prom-client';
+import type { HttpServerSettings } from './http-server.settings';
+
+/** Headers are small and sent at once; a client that takes longer is holding the socket on purpose. */
+export const HEADERS_TIMEOUT_MS = 10_000;
+/**
+ * How often the server looks for requests past their timeouts. Node's default
+ * is 30 s, which would let a slow client keep its socket up to 30 s past the
+ * limit.
+ */
+const CONNECTIONS_CHECK_MS = 1000;
+
+/** Errors of a connection that is already gone or going: nothing can be answered, nothing is worth a line. */
+const GONE = new Set(['ECONNRESET', 'EPIPE', 'HPE_INVALID_EOF_STATE']);
+
+function statusFor(code: string | undefined): number {
+  if (code === 'ERR_HTTP_REQUEST_TIMEOUT') return 408;
+  if (code === 'HPE_HEADER_OVERFLOW') return 431;
+  return 400;
+}
+
+/**
+ * Every app's HTTP server with explicit limits, so a slow client cannot hold a
+ * socket for minutes: headers within HEADERS_TIMEOUT_MS (or the request
+ * timeout, if shorter), the whole request within `requestTimeoutMs`, idle
+ * keep-alive connections closed after `keepAliveTimeoutMs`.
+ *
+ * What Node's HTTP parser refuses itself (too slow, headers too large, not
+ * HTTP) never reaches Express, so the logging and metrics middleware cannot
+ * see it: it is answered here as problem+json with an X-Request-Id, logged
+ * and counted in `http_parser_refusals_total{status}`.
+ */
+export function configureHttpServer(server: Server, settings: HttpServerSettings, logger: LoggerService, registry: Registry): void {
+  server.requestTimeout = settings.requestTimeoutMs;
+  server.headersTimeout = Math.min(HEADERS_TIMEOUT_MS, settings.requestTimeoutMs);
+  server.keepAliveTimeout = settings.keepAliveTimeoutMs;
+  // A createServer option, read from the server when it starts listening (Node starts the checker then).
+  (server as Server & { connectionsCheckingInterval: number }).connectionsCheckingInterval = CONNECTIONS_CHECK_MS;
+
+  const refusals =
+    (registry.getSingleMetric('http_parser_refusals_total') as Counter<'status'> | undefined) ??
+    new Counter({
+      name: 'http_parser_refusals_total',
+      help: "Requests Node's HTTP parser refused before any route saw them: 408 too slow, 431 headers too large, 400 not HTTP",
+      labelNames: ['status'],
+      registers: [registry],
+    });
+  for (const status of ['400', '408', '431']) refusals.inc({ status }, 0);
+
+  server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
+    if (GONE.has(err.code ?? '') || !socket.writable) {
+      socket.destroy();
+      return;
+    }
+    const status = statusFor(err.code);
+    const id = randomUUID();
+    const body = JSON.stringify({ type: ProblemTypes.http(status), title: STATUS_CODES[status], status });
+    socket.end(
+      `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\nContent-Type: ${PROBLEM_CONTENT_TYPE}\r\n` +
+        `Content-Length: ${Buffer.byteLength(body)}\r\nX-Request-Id: ${id}\r\n\r\n${body}`,
+    );
+    refusals.inc({ status: String(status) });
+    logger.warn({ req: { id }, status, code: err.code }, `request refused by the HTTP parser: ${status} ${STATUS_CODES[status]}`);
+  });
+}

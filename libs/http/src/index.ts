@@ -1,0 +1,4 @@
+export * from './http-server.settings';
+export * from './http-server';
+export * from './process-warnings';
+export * from './serve-http-app';

@@ -1,0 +1,41 @@
+import type { INestApplication } from '@nestjs/common';
+import { ConfigValidationError } from '@app/config';
+import type { Server } from 'node:http';
+import { Logger } from 'nestjs-pino';
+import { Registry } from 'prom-client';
+import { configureHttpServer } from './http-server';
+import type { HttpServerSettings } from './http-server.settings';
+import { logProcessWarnings } from './process-warnings';
+
+export interface ServedApp {
+  readonly app: INestApplication;
+  readonly port: number;
+  readonly http: HttpServerSettings;
+}
+
+/**
+ * The whole of an app's main.ts: builds the app, serves it on `port` with the
+ * server's limits and JSON-only logs; SIGTERM and SIGINT drain (the modules'
+ * shutdown hooks) and exit 0 rather than re-raising the signal. A
+ * configuration error is one line naming each bad variable, any other
+ * failure to start its stack; both exit 1.
+ */
+export function serveHttpApp(name: string, build: () => Promise<ServedApp>): void {
+  const start = async (): Promise<void> => {
+    const { app, port, http } = await build();
+    const logger = app.get(Logger);
+    app.useLogger(logger);
+    logProcessWarnings(logger);
+    configureHttpServer(app.getHttpServer() as Server, http, logger, app.get(Registry));
+    app.enableShutdownHooks(['SIGTERM', 'SIGINT'], { useProcessExit: true });
+    await app.listen(port);
+  };
+  start().catch((err: unknown) => {
+    process.stderr.write(
+      err instanceof ConfigValidationError
+        ? `${name}: ${err.message}\n`
+        : `${name}: failed to start: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`,
+    );
+    process.exit(1);
+  });
+}
