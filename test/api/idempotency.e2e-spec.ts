@@ -11,7 +11,7 @@ import {
   ServiceUnavailableException,
   UseGuards,
 } from '@nestjs/common';
-import { IDEMPOTENCY_OUTCOMES, IdempotencyProblemTypes, IdempotencyStore, Idempotent, RedisIdempotencyStore } from '@app/idempotency';
+import { fingerprintBody, IDEMPOTENCY_OUTCOMES, IdempotencyProblemTypes, IdempotencyStore, Idempotent, RedisIdempotencyStore } from '@app/idempotency';
 import { JOBS_STREAM } from '@app/jobs';
 import { PROBLEM_CONTENT_TYPE, ProblemException } from '@app/problem';
 import { REDIS_CLIENT } from '@app/redis';
@@ -283,6 +283,28 @@ describe('IdempotencyInterceptor on any controller', () => {
       'content-language': 'en',
       'content-type': PROBLEM_CONTENT_TYPE,
     });
+  });
+
+  it('a replay keeps only allowlisted headers from the store too: a record written elsewhere cannot replay Set-Cookie', async () => {
+    const key = newKey();
+    const store: IdempotencyStore = new RedisIdempotencyStore(redis);
+    const operation = `${TENANT_A.tenant}:POST:/test/ops/created:${key}`;
+    // As another version of the api (or a person with redis-cli) might have stored it.
+    await store.claim(operation, 'elsewhere', fingerprintBody({}), 10_000);
+    await store.complete(operation, 'elsewhere', fingerprintBody({}), {
+      status: 201,
+      headers: { 'set-cookie': 'session=stolen', 'www-authenticate': 'Bearer', 'x-debug': 'leak', location: '/things/7', 'content-type': 'application/json; charset=utf-8' },
+      body: '{"id":7}',
+    }, 60_000);
+    const replay = await post('/test/ops/created', key).expect(201);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.body).toEqual({ id: 7 });
+    expect(replay.headers.location).toBe('/things/7');
+    expect(replay.headers['content-type']).toBe('application/json; charset=utf-8');
+    expect(replay.headers['set-cookie']).toBeUndefined();
+    expect(replay.headers['www-authenticate']).toBeUndefined();
+    expect(replay.headers['x-debug']).toBeUndefined();
+    expect(probe.count('created')).toBe(0);
   });
 
   it.each(['bigint', 'cyclic'])('an answer that cannot be serialised (%s): 500, the key is released and the retry runs', async (kind) => {

@@ -290,7 +290,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
   }
 
   private replay(stored: StoredResponse): Response {
-    const headers = new Headers(stored.headers);
+    // The allowlist again: the record may have been written by another version
+    // (or by hand), and Set-Cookie must never come back from a store.
+    const headers = new Headers(this.pickHeaders(stored.headers));
+    // The body's own type, whatever the allowlist: it was stored with every answer.
+    const contentType = stored.headers['content-type'];
+    if (contentType !== undefined) headers.set('content-type', contentType);
     headers.set('idempotent-replayed', 'true');
     const empty = NULL_BODY_STATUSES.has(stored.status) || stored.body === '';
     if (!empty) headers.set('content-length', String(Buffer.byteLength(stored.body)));
