@@ -111,6 +111,15 @@ class OpsController {
     return { run };
   }
 
+  /** The module's lock TTL (IDEMPOTENCY_LOCK_TTL_S), renewed while it runs. */
+  @Post('takes')
+  @Idempotent()
+  async takes(@Body() body: SleepDto): Promise<{ run: number }> {
+    const run = this.probe.run('takes');
+    await sleep(body.ms);
+    return { run };
+  }
+
   @Post('held')
   @Idempotent({ lockTtlMs: 400 })
   async held(): Promise<{ run: number }> {
@@ -409,6 +418,26 @@ describe('IdempotencyInterceptor on any controller', () => {
     const replay = await post('/test/ops/slow', key, { ms: 1400 }).expect(201);
     expect(replay.body).toEqual({ run: 1 });
   });
+
+  it("a 409's Retry-After is when the running request is likely done (the route's recent runs), and a retry then gets the answer", async () => {
+    // One run teaches the route how long it takes: 2.5 s.
+    await post('/test/ops/takes', newKey(), { ms: 2500 }).expect(201);
+    const key = newKey();
+    const first = post('/test/ops/takes', key, { ms: 2500 }).then((r) => r);
+    await eventually(() => (probe.count('takes') === 2 ? true : undefined));
+    const dup = await post('/test/ops/takes', key, { ms: 2500 }).expect(409);
+    // 2.5 s less the few hundred ms it has run: 3 s, or 2 s on a slow machine;
+    // not 1 s (nothing known) and not the lock TTL (10 s, when the key would free).
+    const retryAfter = Number(dup.headers['retry-after']);
+    expect([2, 3]).toContain(retryAfter);
+    expect(dup.body.detail).toBe(`Retry after ${retryAfter} s to get its answer.`);
+    await sleep(retryAfter * 1000);
+    const retry = await post('/test/ops/takes', key, { ms: 2500 }).expect(201);
+    expect(retry.headers['idempotent-replayed']).toBe('true');
+    expect(retry.body).toEqual({ run: 2 });
+    expect((await first).body).toEqual({ run: 2 });
+    expect(probe.count('takes')).toBe(2);
+  }, 15_000);
 
   it('lock lost: a second request takes over, the first one cannot overwrite its record, and it is counted', async () => {
     const key = newKey();

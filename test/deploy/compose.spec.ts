@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parse } from 'yaml';
-import { loadApiConfig } from '../../apps/api/src/api.config';
+import { apiDrainMs, loadApiConfig } from '../../apps/api/src/api.config';
 import { loadRelayConfig } from '../../apps/relay/src/relay.config';
 import { loadWorkerConfig } from '../../apps/worker/src/worker.config';
 
@@ -34,7 +34,7 @@ const seconds = (d: string | undefined): number => {
 const APPS = {
   api: (env: Record<string, string>) => {
     const c = loadApiConfig(env);
-    return { port: c.port, drain: c.idempotencyLockTtlMs / 1000 };
+    return { port: c.port, drain: apiDrainMs(c) / 1000 };
   },
   worker: (env: Record<string, string>) => {
     const c = loadWorkerConfig(env);

@@ -1,7 +1,7 @@
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { parseAllDocuments } from 'yaml';
-import { apiEnvSchema, loadApiConfig } from '../../apps/api/src/api.config';
+import { apiDrainMs, apiEnvSchema, loadApiConfig } from '../../apps/api/src/api.config';
 import { loadRelayConfig, relayEnvSchema } from '../../apps/relay/src/relay.config';
 import { loadWorkerConfig, workerEnvSchema } from '../../apps/worker/src/worker.config';
 
@@ -139,8 +139,8 @@ const APP_SPECS: Readonly<Record<App, AppSpec>> = {
       const c = loadApiConfig(env);
       return {
         port: c.port,
-        drainSeconds: c.idempotencyLockTtlMs / 1000,
-        drainWhy: 'IDEMPOTENCY_LOCK_TTL_S, the longest a request holds its key',
+        drainSeconds: apiDrainMs(c) / 1000,
+        drainWhy: "HTTP_REQUEST_TIMEOUT_S + PostgreSQL's query timeout, the longest a request can take",
       };
     },
   },

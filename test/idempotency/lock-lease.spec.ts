@@ -14,7 +14,7 @@ describe('LockLease on Redis', () => {
   it('one failed renewal does not lose the lock: the next try comes well before it expires', async () => {
     const real = new RedisIdempotencyStore(redis);
     let renewals = 0;
-    // The real store, with one blip: the first renewal times out after 50 ms.
+    // The real store, with one blip: the first renewal times out after 150 ms.
     const store: IdempotencyStore = {
       claim: real.claim.bind(real),
       complete: real.complete.bind(real),
@@ -22,7 +22,7 @@ describe('LockLease on Redis', () => {
       renew: async (...args) => {
         renewals += 1;
         if (renewals === 1) {
-          await sleep(50);
+          await sleep(150);
           throw new Error('Command timed out');
         }
         return real.renew(...args);
@@ -33,8 +33,9 @@ describe('LockLease on Redis', () => {
     expect(await real.claim(key, 'ours', 'fp', ttlMs)).toEqual({ outcome: 'claimed' });
     const lost: string[] = [];
     const errors: unknown[] = [];
-    // Renewal is due at 200 ms and fails at 250 ms; the lock expires at 400 ms.
-    // Waiting another half TTL would try at 450 ms, too late.
+    // Renewal is due at 133 ms (a third of the TTL) and fails at 283 ms; the
+    // lock expires at 400 ms. Waiting another third would try at 416 ms, too
+    // late; the retry after an error comes 50 ms later (an eighth).
     const lease = new LockLease(store, key, 'ours', ttlMs, () => lost.push('lost'), (err) => errors.push(err));
     try {
       await sleep(1000);

@@ -1,12 +1,12 @@
 import { SummaryRepository, SummaryWriter, summaryReadyDedupeKey } from '@app/persistence';
 import { randomUUID } from 'node:crypto';
 import type { Server } from 'node:http';
-import { connect, createServer, type Server as TcpServer, type Socket } from 'node:net';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import { OutboxListener } from '../../apps/relay/src/outbox/outbox-listener';
 import { OUTBOX_RELAY_OPTIONS, type OutboxRelayOptions } from '../../apps/relay/src/outbox/outbox-relay.module-definition';
 import { eventually, freePort, sleep, testDatabaseUrl, testDataSource, truncateAll } from '../support/infra';
+import { TcpProxy } from '../support/tcp-proxy';
 import { FakeProvider, insertOutboxRows, startRelay, type RelayHarness } from './relay-harness';
 
 /**
@@ -120,7 +120,7 @@ describe('relay: a LISTEN connection that hangs without closing', () => {
   const PROMPTLY_MS = 2000;
   let ds: DataSource;
   let provider: FakeProvider;
-  let proxy: FreezingProxy;
+  let proxy: TcpProxy;
   let relay: RelayHarness & { app: NonNullable<RelayHarness['app']> };
   let server: Server;
   const deliveredWithin = (key: string, ms: number) =>
@@ -130,7 +130,7 @@ describe('relay: a LISTEN connection that hangs without closing', () => {
     ds = await testDataSource();
     await truncateAll(ds);
     provider = await FakeProvider.start(freePort(51));
-    proxy = await FreezingProxy.start(freePort(52), testDatabaseUrl());
+    proxy = await TcpProxy.start(freePort(52), testDatabaseUrl());
     relay = await startRelay({
       env: { NOTIFY_WEBHOOK_URL: provider.url, OUTBOX_POLL_MS: '10000' },
       override: (b) =>
@@ -173,71 +173,3 @@ describe('relay: a LISTEN connection that hangs without closing', () => {
     expect(provider.deliveriesFor(after)).toHaveLength(1);
   });
 });
-
-/**
- * A TCP proxy in front of PostgreSQL that can black-hole the connections open
- * through it: they stay open but nothing passes either way, as when a
- * middlebox loses its state. The proxy's kernel still answers TCP keepalive
- * probes, so only the listener's own check can notice.
- */
-class FreezingProxy {
-  private readonly pairs = new Set<[Socket, Socket]>();
-
-  private constructor(
-    private readonly server: TcpServer,
-    readonly port: number,
-  ) {}
-
-  static async start(port: number, target: string): Promise<FreezingProxy> {
-    const { hostname, port: targetPort } = new URL(target);
-    let proxy!: FreezingProxy;
-    const server = createServer((client) => proxy.accept(client, hostname, Number(targetPort || 5432)));
-    proxy = new FreezingProxy(server, port);
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(port, '127.0.0.1', () => resolve());
-    });
-    return proxy;
-  }
-
-  /** `databaseUrl` through the proxy. */
-  urlFor(databaseUrl: string): string {
-    const url = new URL(databaseUrl);
-    url.hostname = '127.0.0.1';
-    url.port = String(this.port);
-    return url.toString();
-  }
-
-  /** Stops forwarding on every connection open now (the sockets stay open); later ones pass normally. */
-  freezeOpenConnections(): number {
-    for (const [client, upstream] of this.pairs) {
-      client.unpipe(upstream);
-      upstream.unpipe(client);
-      client.pause();
-      upstream.pause();
-    }
-    return this.pairs.size;
-  }
-
-  async close(): Promise<void> {
-    for (const [client, upstream] of this.pairs) {
-      client.destroy();
-      upstream.destroy();
-    }
-    await new Promise<void>((resolve) => this.server.close(() => resolve()));
-  }
-
-  private accept(client: Socket, host: string, port: number): void {
-    const upstream = connect(port, host);
-    const pair: [Socket, Socket] = [client, upstream];
-    this.pairs.add(pair);
-    const drop = () => {
-      this.pairs.delete(pair);
-      client.destroy();
-      upstream.destroy();
-    };
-    for (const socket of pair) socket.on('error', drop).on('close', drop);
-    client.pipe(upstream);
-    upstream.pipe(client);
-  }
-}

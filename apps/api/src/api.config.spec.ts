@@ -16,7 +16,7 @@ describe('api configuration', () => {
       port: 3000,
       apiKeys: DEMO_API_KEYS,
       adminApiKey: 'demo-admin-key',
-      idempotencyLockTtlMs: 30_000,
+      idempotencyLockTtlMs: 10_000,
       idempotencyResultTtlMs: 86_400_000,
     });
   });

@@ -10,11 +10,20 @@ export const apiEnvSchema = {
   port: env.int('PORT', 3000, { min: 0, max: 65535 }),
   apiKeys: env.custom('API_KEYS', (raw, all) => parseApiKeys(raw, all.NODE_ENV === 'production')),
   adminApiKey: env.custom('ADMIN_API_KEY', (raw, all) => parseAdminKey(raw, all)),
-  idempotencyLockTtlMs: env.secondsAsMs('IDEMPOTENCY_LOCK_TTL_S', 30, { min: 1, max: 3600 }),
+  idempotencyLockTtlMs: env.secondsAsMs('IDEMPOTENCY_LOCK_TTL_S', 10, { min: 1, max: 3600 }),
   idempotencyResultTtlMs: env.secondsAsMs('IDEMPOTENCY_RESULT_TTL_S', 86400, { min: 60, max: 30 * 86400 }),
 };
 
 export type ApiConfig = ConfigOf<typeof apiEnvSchema>;
+
+/**
+ * The longest SIGTERM-to-exit of the api: the server stops accepting and
+ * waits for the requests in flight. One may still be arriving (up to
+ * HTTP_REQUEST_TIMEOUT_S), then wait on PostgreSQL (its query timeout, the
+ * longest single wait of any route; Redis commands time out in 2 s). The
+ * manifests' grace periods are checked against it.
+ */
+export const apiDrainMs = (config: ApiConfig): number => config.httpRequestTimeoutMs + QUERY_TIMEOUT_MS;
 
 /** The api's whole configuration, validated once at boot; throws naming every bad variable. */
 export function loadApiConfig(source: Env = processEnv()): ApiConfig {

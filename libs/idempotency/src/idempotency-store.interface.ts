@@ -10,8 +10,12 @@ export interface StoredResponse {
 export type ClaimResult =
   /** This request holds the lock now and must run the handler. */
   | { readonly outcome: 'claimed' }
-  /** Another request holds the lock; it frees in `retryAfterMs` at the latest. */
-  | { readonly outcome: 'in-progress'; readonly fingerprint: string; readonly retryAfterMs: number }
+  /**
+   * Another request holds the lock: it has run for `runningForMs` (by the
+   * store's clock, so every api instance agrees), and the lock frees in
+   * `expiresInMs` unless that request renews it.
+   */
+  | { readonly outcome: 'in-progress'; readonly fingerprint: string; readonly runningForMs: number; readonly expiresInMs: number }
   /** A finished answer is stored for this key. */
   | { readonly outcome: 'completed'; readonly fingerprint: string; readonly response: StoredResponse };
 

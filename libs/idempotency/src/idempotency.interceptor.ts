@@ -28,8 +28,9 @@ import { IDEMPOTENCY_MODULE_OPTIONS, type IdempotencyModuleOptions } from './ide
 import { assertValidIdempotentOptions, IdempotentMetadata, type IdempotentOptions } from './idempotent.decorator';
 import { ClaimResult, IdempotencyStore, InjectIdempotencyStore, StoredResponse } from './idempotency-store.interface';
 import { LockLease } from './lock-lease';
+import { HandlerDurations, retryAfterSeconds } from './retry-after';
 
-export const DEFAULT_LOCK_TTL_MS = 30_000;
+export const DEFAULT_LOCK_TTL_MS = 10_000;
 export const DEFAULT_RESULT_TTL_MS = 86_400_000;
 export const DEFAULT_MAX_STORED_BODY_BYTES = 256 * 1024;
 export const DEFAULT_REPLAY_HEADERS: readonly string[] = [
@@ -64,6 +65,8 @@ interface Attempt {
   readonly settings: RouteSettings;
   /** The key, hashed: keys are client secrets of a kind and stay out of logs. */
   readonly keyHash: string;
+  /** The route's handler: whose run times tell a duplicate when to come back. */
+  readonly handler: object;
 }
 
 /**
@@ -77,6 +80,7 @@ interface Attempt {
 export class IdempotencyInterceptor implements NestInterceptor {
   private readonly logger = new Logger(IdempotencyInterceptor.name);
   private readonly replayHeaders: ReadonlySet<string>;
+  private readonly durations = new HandlerDurations();
 
   constructor(
     private readonly reflector: Reflector,
@@ -133,6 +137,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       token: randomUUID(),
       settings,
       keyHash: createHash('sha256').update(ctx.operation).digest('hex').slice(0, 16),
+      handler: context.getHandler(),
     };
 
     let claim: ClaimResult;
@@ -152,7 +157,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       case 'in-progress':
         if (claim.fingerprint !== ctx.fingerprint) return this.mismatch();
         this.metrics.count('in_progress');
-        throw new IdempotencyInProgressException(Math.max(1, Math.ceil(claim.retryAfterMs / 1000)));
+        throw new IdempotencyInProgressException(retryAfterSeconds(claim, this.durations.typical(attempt.handler)));
       case 'claimed':
         this.metrics.count('new');
         // Subscribed here, not by the caller: the handler's outcome is recorded
@@ -177,15 +182,18 @@ export class IdempotencyInterceptor implements NestInterceptor {
       () => this.lockLost(attempt, 'renewal refused'),
       (err) => this.logger.warn(`idempotency lock renewal failed (key ${attempt.keyHash}): ${errorText(err)}`),
     );
+    const started = performance.now();
     let body: unknown;
     try {
       body = await lastValueFrom(next.handle(), { defaultValue: undefined });
     } catch (err) {
       lease.stop();
+      this.durations.record(attempt.handler, performance.now() - started);
       await this.settleFailure(err, req, res, attempt, lease.lost);
       throw err;
     }
     lease.stop();
+    this.durations.record(attempt.handler, performance.now() - started);
     await this.settleSuccess(body, res, attempt, lease.lost);
     return body;
   }

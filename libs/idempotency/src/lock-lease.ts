@@ -1,10 +1,13 @@
 import type { IdempotencyStore } from './idempotency-store.interface';
 
 /**
- * Keeps a running request's lock alive: renews it every half TTL while the
- * handler runs, only while the token is still ours. A renewal error (Redis
- * blipped) is retried soon, not half a TTL later, when the lock would already
- * have expired; a refusal means the lock was lost.
+ * Keeps a running request's lock alive: renews it every third of the TTL
+ * while the handler runs, only while the token is still ours. The TTL is
+ * short (it is how long a request that died holds its key), so a live one
+ * renews with two thirds of it left: a renewal that is late (a busy event
+ * loop) or fails still leaves time for the next. A renewal error (Redis
+ * blipped) is retried soon, not a third of a TTL later; a refusal means the
+ * lock was lost.
  */
 export class LockLease {
   private timer: NodeJS.Timeout | undefined;
@@ -30,8 +33,8 @@ export class LockLease {
   private schedule(afterError = false): void {
     if (this.stopped) return;
     // After an error: an eighth of the TTL, at most a second, so several tries
-    // fit in the half TTL the lock has left.
-    const delay = afterError ? Math.min(1000, this.ttlMs / 8) : this.ttlMs / 2;
+    // fit in the two thirds of the TTL the lock has left.
+    const delay = afterError ? Math.min(1000, this.ttlMs / 8) : this.ttlMs / 3;
     this.timer = setTimeout(() => void this.renew(), Math.max(1, Math.floor(delay)));
     this.timer.unref();
   }

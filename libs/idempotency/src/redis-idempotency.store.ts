@@ -4,19 +4,23 @@ import type { ClaimResult, IdempotencyStore, StoredResponse } from './idempotenc
 
 /*
  * A record is a hash under `idem:<key>`:
- *   running:   state=running   token=<random>  fp=<sha256>           TTL = lock TTL
- *   completed: state=completed status headers body fp               TTL = result TTL
- * A completed record has no token, so no stale token can match it.
+ *   running:   state=running   token=<random>  fp=<sha256>  started=<ms>   TTL = lock TTL
+ *   completed: state=completed status headers body fp                    TTL = result TTL
+ * A completed record has no token, so no stale token can match it. `started`
+ * and the `now` returned with a running record are both Redis's clock, so how
+ * long a request has run is known alike on every api instance.
  */
 const CLAIM = new RedisScript(
   'idempotency-claim',
-  `local rec = redis.call('HGETALL', KEYS[1])
+  `local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local rec = redis.call('HGETALL', KEYS[1])
 if #rec == 0 then
-  redis.call('HSET', KEYS[1], 'state', 'running', 'token', ARGV[1], 'fp', ARGV[2])
+  redis.call('HSET', KEYS[1], 'state', 'running', 'token', ARGV[1], 'fp', ARGV[2], 'started', now)
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return {'claimed'}
 end
-return {'existing', redis.call('PTTL', KEYS[1]), unpack(rec)}`,
+return {'existing', redis.call('PTTL', KEYS[1]), now, unpack(rec)}`,
 );
 
 const COMPLETE = new RedisScript(
@@ -56,8 +60,9 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     ]);
     if (reply[0] === 'claimed') return { outcome: 'claimed' };
     const pttl = Number(reply[1]);
+    const now = Number(reply[2]);
     const record = new Map<string, string>();
-    for (let i = 2; i < reply.length; i += 2) record.set(String(reply[i]), String(reply[i + 1]));
+    for (let i = 3; i < reply.length; i += 2) record.set(String(reply[i]), String(reply[i + 1]));
     const fp = record.get('fp') ?? '';
     if (record.get('state') === 'completed') {
       return {
@@ -70,7 +75,9 @@ export class RedisIdempotencyStore implements IdempotencyStore {
         },
       };
     }
-    return { outcome: 'in-progress', fingerprint: fp, retryAfterMs: pttl > 0 ? pttl : lockTtlMs };
+    // A record written before `started` existed has run for an unknown time: 0.
+    const started = Number(record.get('started') ?? now);
+    return { outcome: 'in-progress', fingerprint: fp, runningForMs: Math.max(0, now - started), expiresInMs: pttl > 0 ? pttl : lockTtlMs };
   }
 
   async complete(

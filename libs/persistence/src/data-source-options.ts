@@ -8,6 +8,9 @@ export const ENTITIES = [Summary, Outbox];
 /** Listed, not globbed: the apps are bundled, so there is no directory to scan. */
 export const MIGRATIONS = [InitialSchema1764460800000, OutboxParkedIndex1764547200000];
 
+/** The longest the client waits for one query's answer: what bounds a request that reads PostgreSQL. */
+export const QUERY_TIMEOUT_MS = 20_000;
+
 export interface PersistenceOptions {
   readonly url: string;
   /** Shown in pg_stat_activity. */
@@ -36,7 +39,7 @@ export function dataSourceOptions(options: PersistenceOptions): DataSourceOption
       // not the kernel's two hours. Without them a hung query stops a
       // worker's or relay's loop and liveness restarts a pod whose only
       // trouble is its database.
-      query_timeout: 20000,
+      query_timeout: QUERY_TIMEOUT_MS,
       keepAlive: true,
       keepAliveInitialDelayMillis: 10000,
     },

@@ -35,8 +35,26 @@ export function describeIdempotencyStoreContract(name: string, setup: () => Prom
       const second = await store.claim(k, 't2', 'fp-other', 10_000);
       expect(second).toMatchObject({ outcome: 'in-progress', fingerprint: 'fp' });
       if (second.outcome !== 'in-progress') throw new Error('unreachable');
-      expect(second.retryAfterMs).toBeGreaterThan(9_000);
-      expect(second.retryAfterMs).toBeLessThanOrEqual(10_000);
+      expect(second.expiresInMs).toBeGreaterThan(9_000);
+      expect(second.expiresInMs).toBeLessThanOrEqual(10_000);
+      expect(second.runningForMs).toBeGreaterThanOrEqual(0);
+      expect(second.runningForMs).toBeLessThan(1_000);
+    });
+
+    it("tells how long the holder has run, on the store's clock", async () => {
+      const k = key();
+      await store.claim(k, 't1', 'fp', 10_000);
+      await wait(300);
+      const later = await store.claim(k, 't2', 'fp', 10_000);
+      if (later.outcome !== 'in-progress') throw new Error(`expected in-progress, got ${later.outcome}`);
+      expect(later.runningForMs).toBeGreaterThanOrEqual(250);
+      expect(later.runningForMs).toBeLessThan(2_000);
+      // Renewing extends the lock, not the start: the time run keeps counting.
+      await store.renew(k, 't1', 10_000);
+      const renewed = await store.claim(k, 't3', 'fp', 10_000);
+      if (renewed.outcome !== 'in-progress') throw new Error(`expected in-progress, got ${renewed.outcome}`);
+      expect(renewed.runningForMs).toBeGreaterThanOrEqual(later.runningForMs);
+      expect(renewed.expiresInMs).toBeGreaterThan(9_000);
     });
 
     it('gives exactly one of many simultaneous claims the lock', async () => {
