@@ -19,7 +19,7 @@ export interface BenchResult {
   readonly redisRoundTripsPerRequest: number;
 }
 
-const KEY = 'bench:0123456789abcdefghij';
+const KEY = 'bench-0123456789abcdefghij';
 const body = JSON.stringify({ text: 'Benchmarks measure; tests assert.', notify: 'bench@example.com' });
 
 async function drive(

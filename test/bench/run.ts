@@ -9,6 +9,7 @@ import { Client } from 'pg';
 import { dataSourceOptions } from '@app/persistence';
 import { DataSource } from 'typeorm';
 import { benchApiIdempotency, type BenchResult } from './api-idempotency.bench';
+import { benchHostileInput } from './hostile-input.bench';
 import { benchWorker } from './worker-throughput.bench';
 
 const redisBase = (process.env.REDIS_URL ?? 'redis://127.0.0.1:6379').replace(/\/\d*$/, '');
@@ -47,6 +48,19 @@ async function main(): Promise<void> {
   console.log(`node ${process.version}, ${require('node:os').cpus().length} cpus`);
   const benchDb = await benchDatabase();
   print(await benchApiIdempotency(`${redisBase}/15`, benchDb));
+  console.log('Hostile bodies, one at a time: latency and the longest event-loop block while they ran');
+  console.table(
+    (await benchHostileInput(`${redisBase}/15`, benchDb)).map((r) => ({
+      app: r.app,
+      body: r.shape,
+      bytes: r.bytes,
+      status: r.status,
+      'answer bytes': r.answerBytes,
+      'p50 ms': r.medianMs,
+      'max ms': r.maxMs,
+      'loop blocked max ms': r.loopMaxMs,
+    })),
+  );
   console.table(
     (await benchWorker(`${redisBase}/15`, benchDb)).map((r) => ({
       benchmark: r.name,
