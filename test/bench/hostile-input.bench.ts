@@ -51,6 +51,12 @@ function corpus(): Shape[] {
     { name: '1 MiB of \\u0000 escapes in text', body: Buffer.from(`{"text":"${'\\u0000'.repeat(Math.floor((MAX_BODY_BYTES - 100) / 6))}","notify":"a@example.com"}`) },
     { name: '1 MiB that is not JSON at its last byte', body: Buffer.from(`{"text":"${'x'.repeat(MAX_BODY_BYTES - 100)}",`) },
     { name: 'brackets 100,000 deep', body: Buffer.from(`${'['.repeat(100_000)}${']'.repeat(100_000)}`) },
+    {
+      name: '5,000 levels in UTF-7 (brackets hidden from a byte scan)',
+      body: Buffer.from(`+${Buffer.from('{"a":'.repeat(5000), 'utf16le').swap16().toString('base64')}-`),
+      headers: { 'content-type': 'application/json; charset=utf-7' },
+      stock: true,
+    },
     { name: 'a valid request, 100,000-character text', body: Buffer.from(JSON.stringify({ text: 'x'.repeat(100_000), notify: 'a@example.com' })) },
   ];
   for (const s of shapes) if (s.body.length > MAX_BODY_BYTES) throw new Error(`${s.name}: ${s.body.length} bytes, over the limit`);

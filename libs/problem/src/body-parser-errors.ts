@@ -28,11 +28,18 @@ function problemFor(err: BodyParserError): ProblemDocument {
         status: HttpStatus.BAD_REQUEST,
       };
     case 'encoding.unsupported':
+      return {
+        type: ProblemTypes.unsupportedMediaType,
+        title: 'The request body encoding is not supported',
+        status: HttpStatus.UNSUPPORTED_MEDIA_TYPE,
+        detail: 'Content-Encoding may be gzip, deflate or br.',
+      };
     case 'charset.unsupported':
       return {
         type: ProblemTypes.unsupportedMediaType,
         title: 'The request body encoding is not supported',
         status: HttpStatus.UNSUPPORTED_MEDIA_TYPE,
+        detail: 'JSON bodies must be UTF-8: send charset=utf-8, or no charset.',
       };
     default:
       // request.aborted, request.size.invalid, a broken compressed stream, ...:

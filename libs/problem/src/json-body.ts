@@ -5,6 +5,15 @@ import { bodyParserErrorHandler } from './body-parser-errors';
 import { BodyRejectionGuard } from './body-rejection';
 import { assertValidJsonLimits, JsonLimitError, type JsonLimits, scanJsonLimits } from './json-limits';
 
+/** body-parser passes the `type` of an error thrown from verify on, and 415s its own charset.unsupported. */
+class UnsupportedCharsetError extends Error {
+  readonly type = 'charset.unsupported';
+
+  constructor() {
+    super('JSON bodies must be UTF-8');
+  }
+}
+
 export interface JsonBodyOptions extends JsonLimits {
   /** The largest body accepted, in bytes, after decompression. */
   readonly maxBytes: number;
@@ -23,7 +32,11 @@ export function useJsonBody(app: NestExpressApplication, options: JsonBodyOption
   // leaves out `verify`, the one hook that sees the bytes before JSON.parse.
   app.use(express.json({
     limit: maxBytes,
-    verify: (_req: IncomingMessage, _res: ServerResponse, buf: Buffer) => {
+    verify: (_req: IncomingMessage, _res: ServerResponse, buf: Buffer, charset: string) => {
+      // The scan reads UTF-8; the parser would decode any utf-* after it (UTF-7
+      // hides every bracket from a byte scan). JSON between systems is UTF-8
+      // (RFC 8259), so anything else is a 415.
+      if (charset !== 'utf-8' && charset !== 'utf8') throw new UnsupportedCharsetError();
       const exceeded = scanJsonLimits(buf, limits);
       if (exceeded) throw new JsonLimitError(exceeded);
     },
