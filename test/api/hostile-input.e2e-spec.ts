@@ -149,10 +149,14 @@ describe('the api against hostile input', () => {
     expect(await streamJobIds()).toEqual([]);
   });
 
-  /** Opens a socket, writes `head`, then one more piece every 200 ms until the server closes it. */
+  /**
+   * Opens a socket, writes `head`, then one more piece every 200 ms until the
+   * server closes it. Half-open allowed, as a hostile client would: the
+   * server's FIN alone does not end it, only the server closing for good does.
+   */
   const dripUntilClosed = (head: string, piece: string) =>
     new Promise<{ answer: string; drips: number }>((resolve, reject) => {
-      const socket = connect(Number(new URL(api.url).port), '127.0.0.1');
+      const socket = connect({ port: Number(new URL(api.url).port), host: '127.0.0.1', allowHalfOpen: true });
       let answer = '';
       let drips = 0;
       let timer: NodeJS.Timeout | undefined;
@@ -176,8 +180,11 @@ describe('the api against hostile input', () => {
   it.each([
     ['headers that never end (slowloris)', 'POST /v1/summaries HTTP/1.1\r\nHost: api\r\n', 'X-Padding: a\r\n'],
     ['a body that never ends', `POST /v1/summaries HTTP/1.1\r\nHost: api\r\nAuthorization: ${AUTH}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{`, ' '],
-  ])("%s: the server's own timeout cuts the client off with a 408, logged and counted", async (_, head, piece) => {
-    const before = await metricValue(api.url, 'http_parser_refusals_total', { status: '408' });
+  ])("%s: the server's own timeout cuts the client off with a 408, logged and counted once", async (_, head, piece) => {
+    const refused = await metricValue(api.url, 'http_parser_refusals_total', { status: '408' });
+    const answered = await metricValue(api.url, 'http_request_duration_seconds_count', { method: 'POST', route: '/v1/summaries', status: '400' });
+    const accessLines = () => api.lines.filter((l) => 'res' in l).length;
+    const linesBefore = accessLines();
     const { answer, drips } = await dripUntilClosed(head, piece);
     // The client kept sending (about 5 pieces a second) until the server closed: the server ended it.
     expect(drips).toBeGreaterThanOrEqual(REQUEST_TIMEOUT_S * 4);
@@ -187,8 +194,13 @@ describe('the api against hostile input', () => {
     const id = /\r\nX-Request-Id: ([\w-]+)\r\n/.exec(answer)?.[1];
     expect(id).toBeDefined();
     const line = await eventually(() => api.lines.find((l) => (l.req as { id?: string } | undefined)?.id === id), 5000, 'the refusal line');
-    expect(line).toMatchObject({ status: 408, code: 'ERR_HTTP_REQUEST_TIMEOUT', level: 40 });
-    expect(await metricValue(api.url, 'http_parser_refusals_total', { status: '408' })).toBe(before + 1);
+    expect(line).toMatchObject({ status: 408, code: 'ERR_HTTP_REQUEST_TIMEOUT', level: 40, msg: 'request refused by the HTTP parser: 408 Request Timeout' });
+    expect(await metricValue(api.url, 'http_parser_refusals_total', { status: '408' })).toBe(refused + 1);
+    // The request the body belonged to ends with the socket (a 400 "could not be read", or
+    // "request aborted", that nobody receives): no second line, no second observation.
+    await sleep(300);
+    expect(accessLines()).toBe(linesBefore);
+    expect(await metricValue(api.url, 'http_request_duration_seconds_count', { method: 'POST', route: '/v1/summaries', status: '400' })).toBe(answered);
     expect(await streamJobIds()).toEqual([]);
   });
 

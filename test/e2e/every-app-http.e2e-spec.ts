@@ -1,5 +1,5 @@
 import { connect } from 'node:net';
-import { type AppProcess, buildApp, type BuiltApp, startAppProcess } from '../support/app-process';
+import { type AppProcess, type BuiltApp, startAppProcess } from '../support/app-process';
 import { eventually, freePort, testDatabaseUrl, testRedisUrl } from '../support/infra';
 import { metricValue } from '../support/metrics';
 
@@ -11,6 +11,9 @@ import { metricValue } from '../support/metrics';
  * unlogged, is off), and a client that never finishes its request is cut
  * off by the server's own timeout.
  */
+/** A warning raised while the app is being built (Node emits it on a later tick), as a dependency's deprecation would be. */
+const EARLY_WARNING = `data:text/javascript,${encodeURIComponent("setTimeout(() => process.emitWarning('raised while the app starts', 'TestWarning'), 0);")}`;
+
 describe.each<[BuiltApp, number]>([
   ['worker', 80],
   ['relay', 81],
@@ -18,13 +21,12 @@ describe.each<[BuiltApp, number]>([
   let proc: AppProcess;
 
   beforeAll(async () => {
-    buildApp(app);
     proc = await startAppProcess(app, freePort(port), {
       REDIS_URL: testRedisUrl(),
       DATABASE_URL: testDatabaseUrl(),
       LOG_LEVEL: 'info',
       HTTP_REQUEST_TIMEOUT_S: '1',
-    });
+    }, ['--import', EARLY_WARNING]);
   }, 120_000);
   afterAll(async () => {
     proc?.kill('SIGTERM');
@@ -49,6 +51,12 @@ describe.each<[BuiltApp, number]>([
     expect(await metricValue(proc.url, 'http_request_duration_seconds_count', labels)).toBe(before + 1);
   });
 
+  it("Node's process warnings are JSON log lines, not text on stderr, even one raised before the logger existed", async () => {
+    const line = await eventually(() => proc.lines.find((l) => l.warning === 'TestWarning'), 5000, 'the warning line');
+    expect(line).toMatchObject({ level: 40, msg: 'raised while the app starts', context: 'ProcessWarning' });
+    expect(proc.stderr()).toBe('');
+  });
+
   it('a successful probe is counted but not logged; every answer carries X-Request-Id', async () => {
     const id = `${app}-probe-${Math.random().toString(36).slice(2)}`;
     const res = await fetch(`${proc.url}/health/live`, { headers: { 'x-request-id': id } });
@@ -65,7 +73,8 @@ describe.each<[BuiltApp, number]>([
   it("a client that never finishes its headers is cut off with a 408 by the server's own timeout, logged and counted", async () => {
     const before = await metricValue(proc.url, 'http_parser_refusals_total', { status: '408' });
     const answer = await new Promise<string>((resolve) => {
-      const socket = connect(Number(new URL(proc.url).port), '127.0.0.1');
+      // Half-open allowed: only the server closing for good ends it.
+      const socket = connect({ port: Number(new URL(proc.url).port), host: '127.0.0.1', allowHalfOpen: true });
       let got = '';
       let timer: NodeJS.Timeout | undefined;
       socket.on('connect', () => {

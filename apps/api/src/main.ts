@@ -1,5 +1,5 @@
 import 'reflect-metadata';
-import { httpServerSettingsFrom, serveHttpApp } from '@app/http';
+import { serveHttpApp } from '@app/http';
 import { loadApiConfig } from './api.config';
 import { ApiModule } from './api.module';
 import { createApiApp } from './create-api-app';
@@ -7,5 +7,5 @@ import { createApiApp } from './create-api-app';
 serveHttpApp('api', async () => {
   const config = loadApiConfig();
   const app = await createApiApp(ApiModule.forRoot(config));
-  return { app, port: config.port, http: httpServerSettingsFrom(config) };
+  return { app, port: config.port, http: config };
 });

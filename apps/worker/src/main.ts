@@ -1,5 +1,5 @@
 import 'reflect-metadata';
-import { httpServerSettingsFrom, serveHttpApp } from '@app/http';
+import { serveHttpApp } from '@app/http';
 import { NestFactory } from '@nestjs/core';
 import { loadWorkerConfig } from './worker.config';
 import { WorkerModule } from './worker.module';
@@ -8,5 +8,5 @@ serveHttpApp('worker', async () => {
   const config = loadWorkerConfig();
   // No body parser: health and metrics take no bodies, and Nest's default parser would answer its own errors unlogged.
   const app = await NestFactory.create(WorkerModule.forRoot(config), { bodyParser: false, bufferLogs: true });
-  return { app, port: config.healthPort, http: httpServerSettingsFrom(config) };
+  return { app, port: config.healthPort, http: config };
 });

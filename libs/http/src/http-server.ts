@@ -1,7 +1,8 @@
 import type { LoggerService } from '@nestjs/common';
+import { markAnsweredByServer } from '@app/observability';
 import { PROBLEM_CONTENT_TYPE, ProblemTypes } from '@app/problem';
 import { randomUUID } from 'node:crypto';
-import { type Server, STATUS_CODES } from 'node:http';
+import { type IncomingMessage, type Server, type ServerResponse, STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { Counter, type Registry } from 'prom-client';
 import type { HttpServerSettings } from './http-server.settings';
@@ -27,8 +28,8 @@ function statusFor(code: string | undefined): number {
 /**
  * Every app's HTTP server with explicit limits, so a slow client cannot hold a
  * socket for minutes: headers within HEADERS_TIMEOUT_MS (or the request
- * timeout, if shorter), the whole request within `requestTimeoutMs`, idle
- * keep-alive connections closed after `keepAliveTimeoutMs`.
+ * timeout, if shorter), the whole request within HTTP_REQUEST_TIMEOUT_S, idle
+ * keep-alive connections closed after HTTP_KEEP_ALIVE_TIMEOUT_S.
  *
  * What Node's HTTP parser refuses itself (too slow, headers too large, not
  * HTTP) never reaches Express, so the logging and metrics middleware cannot
@@ -36,9 +37,9 @@ function statusFor(code: string | undefined): number {
  * and counted in `http_parser_refusals_total{status}`.
  */
 export function configureHttpServer(server: Server, settings: HttpServerSettings, logger: LoggerService, registry: Registry): void {
-  server.requestTimeout = settings.requestTimeoutMs;
-  server.headersTimeout = Math.min(HEADERS_TIMEOUT_MS, settings.requestTimeoutMs);
-  server.keepAliveTimeout = settings.keepAliveTimeoutMs;
+  server.requestTimeout = settings.httpRequestTimeoutMs;
+  server.headersTimeout = Math.min(HEADERS_TIMEOUT_MS, settings.httpRequestTimeoutMs);
+  server.keepAliveTimeout = settings.httpKeepAliveTimeoutMs;
   // A createServer option, read from the server when it starts listening (Node starts the checker then).
   (server as Server & { connectionsCheckingInterval: number }).connectionsCheckingInterval = CONNECTIONS_CHECK_MS;
 
@@ -53,18 +54,33 @@ export function configureHttpServer(server: Server, settings: HttpServerSettings
   for (const status of ['400', '408', '431']) refusals.inc({ status }, 0);
 
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
-    if (GONE.has(err.code ?? '') || !socket.writable) {
+    // The response of the request on this socket, if its headers were read
+    // (a body that stopped arriving); Node's own default handler reads it too.
+    const inFlight = (socket as Duplex & { _httpMessage?: ServerResponse })._httpMessage;
+    // Gone, or an answer already on its way (a pipelined request timed out
+    // behind it): nothing more can be said, and a 408 would land inside it.
+    if (GONE.has(err.code ?? '') || !socket.writable || inFlight?.headersSent) {
       socket.destroy();
       return;
     }
     const status = statusFor(err.code);
+    // Its headers are parsed, but the logging middleware (after the body
+    // parser) has not seen it yet: it gets its id here.
+    const req = inFlight?.req as IncomingMessage | undefined;
     const id = randomUUID();
     const body = JSON.stringify({ type: ProblemTypes.http(status), title: STATUS_CODES[status], status });
-    socket.end(
+    markAnsweredByServer(socket);
+    socket.write(
       `HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\nConnection: close\r\nContent-Type: ${PROBLEM_CONTENT_TYPE}\r\n` +
         `Content-Length: ${Buffer.byteLength(body)}\r\nX-Request-Id: ${id}\r\n\r\n${body}`,
     );
+    // Closed, not half-closed: the server's sockets allow half-open, and a
+    // client that goes on sending would go on being read.
+    socket.destroy();
     refusals.inc({ status: String(status) });
-    logger.warn({ req: { id }, status, code: err.code }, `request refused by the HTTP parser: ${status} ${STATUS_CODES[status]}`);
+    logger.warn(
+      { req: { id, method: req?.method, url: req?.url }, status, code: err.code },
+      `request refused by the HTTP parser: ${status} ${STATUS_CODES[status]}`,
+    );
   });
 }

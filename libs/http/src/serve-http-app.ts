@@ -1,15 +1,16 @@
-import type { INestApplication } from '@nestjs/common';
+import { type INestApplication, Logger as NestLogger } from '@nestjs/common';
 import { ConfigValidationError } from '@app/config';
 import type { Server } from 'node:http';
 import { Logger } from 'nestjs-pino';
 import { Registry } from 'prom-client';
 import { configureHttpServer } from './http-server';
 import type { HttpServerSettings } from './http-server.settings';
-import { logProcessWarnings } from './process-warnings';
+import { captureProcessWarnings } from './process-warnings';
 
 export interface ServedApp {
   readonly app: INestApplication;
   readonly port: number;
+  /** The app's configuration: it has the server's settings. */
   readonly http: HttpServerSettings;
 }
 
@@ -21,12 +22,14 @@ export interface ServedApp {
  * failure to start its stack; both exit 1.
  */
 export function serveHttpApp(name: string, build: () => Promise<ServedApp>): void {
+  const warnings = captureProcessWarnings();
   const start = async (): Promise<void> => {
     const { app, port, http } = await build();
     const logger = app.get(Logger);
     app.useLogger(logger);
-    logProcessWarnings(logger);
-    configureHttpServer(app.getHttpServer() as Server, http, logger, app.get(Registry));
+    // Nest's Logger, not pino's directly: it takes (fields, message) and adds its context.
+    warnings.logTo(new NestLogger('ProcessWarning'));
+    configureHttpServer(app.getHttpServer() as Server, http, new NestLogger('HttpServer'), app.get(Registry));
     app.enableShutdownHooks(['SIGTERM', 'SIGINT'], { useProcessExit: true });
     await app.listen(port);
   };

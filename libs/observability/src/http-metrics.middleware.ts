@@ -1,6 +1,7 @@
 import { Injectable, NestMiddleware } from '@nestjs/common';
 import type { NextFunction, Request, Response } from 'express';
 import { Histogram, Registry } from 'prom-client';
+import { answeredByServer } from './answered-by-server';
 
 const NEST_NOT_FOUND_ROUTE = '{/*splat}';
 
@@ -29,6 +30,7 @@ export class HttpMetricsMiddleware implements NestMiddleware {
   use(req: Request, res: Response, next: NextFunction): void {
     const start = process.hrtime.bigint();
     res.once('finish', () => {
+      if (answeredByServer(req)) return;
       const path = (req.route as { path?: unknown } | undefined)?.path;
       // Nest answers unknown paths from a catch-all route of its own.
       const route = typeof path === 'string' && path !== NEST_NOT_FOUND_ROUTE ? path : 'unmatched';

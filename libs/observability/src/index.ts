@@ -2,3 +2,4 @@ export * from './metrics.module';
 export * from './logging.module';
 export * from './http-metrics.middleware';
 export * from './scrape-once';
+export * from './answered-by-server';

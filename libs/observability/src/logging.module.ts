@@ -2,6 +2,7 @@ import { DynamicModule, Module } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { LoggerModule } from 'nestjs-pino';
+import { answeredByServer } from './answered-by-server';
 
 export interface LoggingOptions {
   readonly level: string;
@@ -36,11 +37,12 @@ export class LoggingModule {
               res.setHeader('X-Request-Id', id);
               return id;
             },
-            // Every answer gets its line, except probes and scrapes that succeed:
-            // a failing readiness check is worth a line, the kubelet's every
-            // ten seconds is not (http_request_duration_seconds counts them all).
+            // Every answer gets its line, except probes and scrapes that succeed
+            // (a failing readiness check is worth a line, the kubelet's every
+            // ten seconds is not; http_request_duration_seconds counts them all)
+            // and requests the server itself answered and logged (libs/http).
             customLogLevel: (req: IncomingMessage, res: ServerResponse, err?: Error) =>
-              !err && res.statusCode < 400 && isProbe(req.url) ? 'silent' : 'info',
+              (!err && res.statusCode < 400 && isProbe(req.url)) || answeredByServer(req) ? 'silent' : 'info',
             redact: {
               paths: [
                 'req.headers.authorization',
