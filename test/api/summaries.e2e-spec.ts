@@ -89,6 +89,22 @@ describe('POST /v1/summaries (INTERFACE.md, every row)', () => {
     expect(await streamEntries()).toHaveLength(1);
   });
 
+  it('unknown fields are refused before the key is looked at; other field errors after it', async () => {
+    const key = newKey();
+    await post(key).expect(202);
+    const record = await redis.hgetall(`idem:${TENANT_A.tenant}:POST:/v1/summaries:${key}`);
+    const mismatches = await metricValue(api.server, 'idempotency_requests_total', { outcome: 'mismatch' });
+    // An unknown field: 400 before any idempotency work, not the 422 of a reused key.
+    const unknown = await post(key, { ...body, priority: 'high' }).expect(400);
+    expect(unknown.body.errors).toEqual([{ field: 'priority', messages: ['property priority should not exist'] }]);
+    expect(await metricValue(api.server, 'idempotency_requests_total', { outcome: 'mismatch' })).toBe(mismatches);
+    // A known field with a bad value: the key is checked first (another body: 422).
+    await post(key, { ...body, text: '' }).expect(422);
+    expect(await metricValue(api.server, 'idempotency_requests_total', { outcome: 'mismatch' })).toBe(mismatches + 1);
+    expect(await redis.hgetall(`idem:${TENANT_A.tenant}:POST:/v1/summaries:${key}`)).toEqual(record);
+    expect(await streamEntries()).toHaveLength(1);
+  });
+
   it('key missing: 400 key-missing, nothing stored or enqueued', async () => {
     const res = await post(undefined).expect(400);
     expect(res.headers['content-type']).toMatch(PROBLEM_JSON);

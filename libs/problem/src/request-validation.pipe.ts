@@ -133,6 +133,12 @@ function unknownFields(raw: object, type: Class): { listed: FieldError[]; total:
   return { listed, total };
 }
 
+/** The 400 for the fields of `body` that the DTO `type` does not declare, or undefined when there are none. */
+export function unknownFieldsProblem(body: object, type: abstract new (...args: never[]) => unknown): ProblemException | undefined {
+  const unknown = unknownFields(body, type);
+  return unknown.total > 0 ? validationProblem(unknown.listed, unknown.total) : undefined;
+}
+
 /**
  * class-validator with our defaults: unknown fields are rejected, payloads are
  * transformed to their DTO class, failures are a problem+json 400 that lists
@@ -162,8 +168,10 @@ export class RequestValidationPipe extends ValidationPipe {
       }
     }
     if (dto && (metadata.type === 'body' || metadata.type === 'query') && typeof value === 'object' && value !== null) {
-      const unknown = unknownFields(value, dto);
-      if (unknown.total > 0) throw validationProblem(unknown.listed, unknown.total);
+      // BodyRejectionGuard has already refused a body with unknown fields; this
+      // is for query DTOs, and for apps without the guard.
+      const problem = unknownFieldsProblem(value, dto);
+      if (problem) throw problem;
     }
     return super.transform(value, metadata);
   }
