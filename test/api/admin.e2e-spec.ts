@@ -1,6 +1,6 @@
 import { DEAD_LETTER_STREAM, JOBS_STREAM } from '@app/jobs';
 import type { Redis } from 'ioredis';
-import { execFileSync, spawnSync } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import request from 'supertest';
@@ -285,10 +285,7 @@ describe('operating the dead letters and the outbox', () => {
     expect((await admin('get', '/admin/stats').expect(200)).body.queue).toEqual({ length: 2, pending: 0, deadLetters: 1 });
   });
 
-  describe('the admin CLI (built, as in the image)', () => {
-    beforeAll(() => {
-      execFileSync(join(ROOT, 'node_modules', '.bin', 'nest'), ['build', 'admin'], { cwd: ROOT, stdio: 'pipe' });
-    }, 120_000);
+  describe('the admin CLI (built by the test setup, as in the image)', () => {
     const cli = (...args: string[]) => {
       const r = spawnSync(process.execPath, [join(ROOT, 'dist', 'apps', 'admin', 'main.js'), ...args], {
         env: { PATH: process.env.PATH, REDIS_URL: testRedisUrl(), DATABASE_URL: testDatabaseUrl() },

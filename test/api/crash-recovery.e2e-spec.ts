@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import { loadApiConfig } from '../../apps/api/src/api.config';
 import { TENANT_A } from '../support/api-harness';
-import { type AppProcess, buildApp, startAppProcess } from '../support/app-process';
+import { type AppProcess, startAppProcess } from '../support/app-process';
 import { eventually, freePort, freshRedis, sleep, testDatabaseUrl, testRedisUrl } from '../support/infra';
 import { TcpProxy } from '../support/tcp-proxy';
 
@@ -28,7 +28,6 @@ describe('an api that dies holding a key', () => {
   let healthy: AppProcess;
 
   beforeAll(async () => {
-    buildApp('api');
     redis = await freshRedis();
     // 400 ms each way: a claim's answer takes that long to come back.
     proxy = await TcpProxy.start(freePort(45), testRedisUrl(), { delayMs: 400 });

@@ -7,8 +7,8 @@ import { connect } from 'node:net';
 import { brotliCompressSync, gzipSync } from 'node:zlib';
 import { MAX_BODY_BYTES, MAX_JSON_DEPTH, MAX_JSON_MEMBERS, MAX_JSON_VALUES } from '../../apps/api/src/create-api-app';
 import { TENANT_A } from '../support/api-harness';
-import { type AppProcess, buildApp, startAppProcess } from '../support/app-process';
-import { eventually, freePort, freshRedis, testDatabaseUrl, testRedisUrl } from '../support/infra';
+import { type AppProcess, startAppProcess } from '../support/app-process';
+import { eventually, freePort, freshRedis, sleep, testDatabaseUrl, testRedisUrl } from '../support/infra';
 import { metricValue } from '../support/metrics';
 
 const AUTH = `Bearer ${TENANT_A.key}`;
@@ -41,7 +41,6 @@ describe('the api against hostile input', () => {
   let redis: Redis;
 
   beforeAll(async () => {
-    buildApp('api');
     redis = await freshRedis();
     api = await startAppProcess('api', freePort(40), {
       REDIS_URL: testRedisUrl(),
@@ -174,7 +173,7 @@ describe('the api against hostile input', () => {
         resolve({ answer, drips });
       });
       // The test's own bound: far past the server's timeout.
-      setTimeout(() => reject(new Error('the server never cut the slow client off')), 15_000).unref();
+      setTimeout(() => reject(new Error('the server never closed the slow client's connection')), 15_000).unref();
     });
 
   it.each([

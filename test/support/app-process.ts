@@ -1,4 +1,4 @@
-import { execFileSync, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { join } from 'node:path';
 import { eventually } from './infra';
@@ -6,11 +6,6 @@ import { eventually } from './infra';
 const ROOT = join(__dirname, '..', '..');
 
 export type BuiltApp = 'api' | 'worker' | 'relay';
-
-/** `nest build <app>`, for suites that run the built app as a real process. */
-export function buildApp(app: BuiltApp): void {
-  execFileSync(join(ROOT, 'node_modules', '.bin', 'nest'), ['build', app], { cwd: ROOT, stdio: 'pipe' });
-}
 
 export interface AppProcess {
   readonly pid: number;
@@ -27,11 +22,12 @@ export interface AppProcess {
 }
 
 /**
- * The built app (dist/apps/<app>/main.js) as an operator runs it, with only
- * `env` (and PATH) in its environment, once its /health/live answers.
+ * The app as an operator runs it (dist/apps/<app>/main.js, which the test
+ * setup builds), with only `env` (and PATH) in its environment, once its
+ * /health/live answers. `nodeArgs` go before the script (`--import`, say).
  */
-export async function startAppProcess(app: BuiltApp, port: number, env: Record<string, string>): Promise<AppProcess> {
-  const child = spawn(process.execPath, [join(ROOT, 'dist', 'apps', app, 'main.js')], {
+export async function startAppProcess(app: BuiltApp, port: number, env: Record<string, string>, nodeArgs: readonly string[] = []): Promise<AppProcess> {
+  const child = spawn(process.execPath, [...nodeArgs, join(ROOT, 'dist', 'apps', app, 'main.js')], {
     cwd: ROOT,
     env: { PATH: process.env.PATH, [app === 'api' ? 'PORT' : 'HEALTH_PORT']: String(port), ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -4,13 +4,19 @@ import { dataSourceOptions } from '@app/persistence';
 import type { Config } from '@jest/types';
 import { Redis } from 'ioredis';
 import { Client } from 'pg';
+import { execFileSync } from 'node:child_process';
+import { join } from 'node:path';
 import { DataSource } from 'typeorm';
 import { BASE_DATABASE_URL, BASE_REDIS_URL, testDatabaseName } from './infra';
 
+const ROOT = join(__dirname, '..', '..');
+
 /**
- * Checks that Redis and PostgreSQL answer, and gives every jest worker a
- * fresh PostgreSQL database with the migrations applied: the same
- * migrations production runs, never `synchronize`.
+ * Checks that Redis and PostgreSQL answer, gives every jest worker a fresh
+ * PostgreSQL database with the migrations applied (the same migrations
+ * production runs, never `synchronize`), and builds the apps once for the
+ * suites that run them as processes (dist/apps/<app>/main.js): built per
+ * suite, two jest workers could write one bundle at once.
  */
 export default async function globalSetup(globalConfig: Config.GlobalConfig): Promise<void> {
   const redis = new Redis(BASE_REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
@@ -44,5 +50,8 @@ export default async function globalSetup(globalConfig: Config.GlobalConfig): Pr
     }
   } finally {
     await admin.end();
+  }
+  for (const app of ['api', 'worker', 'relay', 'admin']) {
+    execFileSync(join(ROOT, 'node_modules', '.bin', 'nest'), ['build', app], { cwd: ROOT, stdio: 'pipe' });
   }
 }

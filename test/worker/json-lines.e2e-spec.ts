@@ -1,14 +1,11 @@
 import { jobIdFor, SummaryJobQueue } from '@app/jobs';
 import type { Redis } from 'ioredis';
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { once } from 'node:events';
-import { join } from 'node:path';
 import type { DataSource } from 'typeorm';
+import { type AppProcess, startAppProcess } from '../support/app-process';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
 import { eventually, freePort, freshRedis, testDatabaseUrl, testDataSource, testRedisUrl, truncateAll } from '../support/infra';
 
-const ROOT = join(__dirname, '..', '..');
 const CONCURRENCY = 64;
 const JOBS = 150;
 
@@ -50,10 +47,9 @@ describe('worker process under load writes JSON lines only', () => {
   let redis: Redis;
   let db: DataSource;
   let model: FakeOpenAiServer;
-  let child: ChildProcess | undefined;
+  let worker: AppProcess | undefined;
 
   beforeAll(async () => {
-    execFileSync(join(ROOT, 'node_modules', '.bin', 'nest'), ['build', 'worker'], { cwd: ROOT, stdio: 'pipe' });
     redis = await freshRedis();
     db = await testDataSource();
     await truncateAll(db);
@@ -61,39 +57,29 @@ describe('worker process under load writes JSON lines only', () => {
     model = await new FakeOpenAiServer((n) => ({ kind: 'complete', content: `Summary ${n}.`, delayMs: 300 })).start();
   }, 120_000);
   afterAll(async () => {
-    child?.kill('SIGKILL');
+    worker?.kill('SIGKILL');
     await model.stop();
     await db.destroy();
     redis.disconnect();
   });
 
   it(`runs ${JOBS} jobs ${CONCURRENCY} at a time, exits 0 on SIGTERM, and every stdout and stderr line is JSON`, async () => {
-    const healthPort = freePort(11);
-    const stdout: Buffer[] = [];
-    const stderr: Buffer[] = [];
-    child = spawn(process.execPath, ['--import', CLASSIC_SIGNAL_LIMIT, join(ROOT, 'dist', 'apps', 'worker', 'main.js')], {
-      cwd: ROOT,
-      env: {
-        PATH: process.env.PATH,
+    worker = await startAppProcess(
+      'worker',
+      freePort(11),
+      {
         REDIS_URL: testRedisUrl(),
         DATABASE_URL: testDatabaseUrl(),
-        HEALTH_PORT: String(healthPort),
         WORKER_CONCURRENCY: String(CONCURRENCY),
         LLM_PROVIDER: 'openai',
         OPENAI_API_KEY: 'x',
         OPENAI_BASE_URL: model.baseUrl,
         LOG_LEVEL: 'info',
       },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    child.stdout?.on('data', (d: Buffer) => stdout.push(d));
-    child.stderr?.on('data', (d: Buffer) => stderr.push(d));
-    const exited = once(child, 'exit');
-    // 'close' comes after both pipes have ended: nothing the process wrote is lost.
-    const closed = once(child, 'close');
-
+      ['--import', CLASSIC_SIGNAL_LIMIT],
+    );
     await eventually(
-      async () => ((await fetch(`http://127.0.0.1:${healthPort}/health/ready`).catch(() => undefined))?.ok ? true : undefined),
+      async () => ((await fetch(`${worker!.url}/health/ready`).catch(() => undefined))?.ok ? true : undefined),
       15_000,
       'the worker to be ready',
     );
@@ -108,13 +94,12 @@ describe('worker process under load writes JSON lines only', () => {
     // The point of the test: a slot's worth of calls really was open at once.
     expect(model.peakConcurrency).toBeGreaterThanOrEqual(CONCURRENCY - 4);
 
-    child.kill('SIGTERM');
-    const [code, signal] = (await exited) as [number | null, string | null];
-    await closed;
-    expect({ code, signal }).toEqual({ code: 0, signal: null });
+    worker.kill('SIGTERM');
+    // Resolves once both pipes have closed: nothing the process wrote is lost.
+    expect(await worker.exited).toEqual({ code: 0, signal: null });
 
-    const out = Buffer.concat(stdout).toString('utf8');
-    const err = Buffer.concat(stderr).toString('utf8');
+    const out = worker.stdout();
+    const err = worker.stderr();
     expect(out.split('\n').filter((l) => l.includes('"msg":"job finished"'))).toHaveLength(JOBS);
     expect({ stdout: notJson(out), stderr: notJson(err) }).toEqual({ stdout: [], stderr: [] });
     // Process warnings go through the logger as JSON lines (serveHttpApp), so JSON alone is not enough: none was raised.

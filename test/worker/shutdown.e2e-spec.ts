@@ -1,6 +1,6 @@
 import { CONSUMER_GROUP, jobIdFor, JOBS_STREAM, SummaryJobQueue } from '@app/jobs';
 import type { Redis } from 'ioredis';
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
@@ -18,7 +18,6 @@ describe('worker process on SIGTERM', () => {
   let child: ChildProcess | undefined;
 
   beforeAll(async () => {
-    execFileSync(join(ROOT, 'node_modules', '.bin', 'nest'), ['build', 'worker'], { cwd: ROOT, stdio: 'pipe' });
     redis = await freshRedis();
     db = await testDataSource();
     await truncateAll(db);
