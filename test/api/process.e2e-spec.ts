@@ -1,45 +1,26 @@
-import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
-import { once } from 'node:events';
+import { spawnSync } from 'node:child_process';
 import { join } from 'node:path';
+import { type AppProcess, startAppProcess } from '../support/app-process';
 import { eventually, freePort, testDatabaseUrl } from '../support/infra';
 
 const ROOT = join(__dirname, '..', '..');
 
-/** The built api as a real process: its logs as an operator sees them, and SIGTERM. */
+/** The built api as a real process: its logs as an operator sees them, its start-up errors, and SIGTERM. */
 describe('api process', () => {
-  let child: ChildProcess | undefined;
-  beforeAll(() => {
-    execFileSync(join(ROOT, 'node_modules', '.bin', 'nest'), ['build', 'api'], { cwd: ROOT, stdio: 'pipe' });
-  }, 120_000);
-  afterAll(() => child?.kill('SIGKILL'));
+  let api: AppProcess | undefined;
+  afterAll(() => api?.kill('SIGKILL'));
 
   it('logs JSON lines that carry the request id, never the keys, and exits 0 on SIGTERM', async () => {
-    const port = freePort(30);
-    const lines: Record<string, unknown>[] = [];
-    let buffer = '';
-    child = spawn(process.execPath, [join(ROOT, 'dist', 'apps', 'api', 'main.js')], {
-      cwd: ROOT,
-      env: {
-        PATH: process.env.PATH,
-        PORT: String(port),
-        // Nothing listens here: the idempotency store is unreachable, which the api logs.
-        REDIS_URL: `redis://127.0.0.1:${freePort(31)}`,
-        DATABASE_URL: testDatabaseUrl(),
-        API_KEYS: 'acme:acme-secret-key-0123456789',
-        LOG_LEVEL: 'info',
-      },
-      stdio: ['ignore', 'pipe', 'pipe'],
+    api = await startAppProcess('api', freePort(30), {
+      // Nothing listens here: the idempotency store is unreachable, which the api logs.
+      REDIS_URL: `redis://127.0.0.1:${freePort(31)}`,
+      DATABASE_URL: testDatabaseUrl(),
+      API_KEYS: 'acme:acme-secret-key-0123456789',
+      LOG_LEVEL: 'info',
     });
-    child.stdout?.on('data', (d: Buffer) => {
-      buffer += d.toString();
-      const parts = buffer.split('\n');
-      buffer = parts.pop() ?? '';
-      for (const part of parts) if (part.startsWith('{')) lines.push(JSON.parse(part) as Record<string, unknown>);
-    });
-    const exited = once(child, 'exit');
-    await eventually(async () => ((await fetch(`http://127.0.0.1:${port}/health/live`).catch(() => undefined))?.ok ? true : undefined), 20_000, 'the api');
+    const { lines } = api;
 
-    const res = await fetch(`http://127.0.0.1:${port}/v1/summaries`, {
+    const res = await fetch(`${api.url}/v1/summaries`, {
       method: 'POST',
       headers: {
         authorization: 'Bearer acme-secret-key-0123456789',
@@ -65,8 +46,23 @@ describe('api process', () => {
     expect(all).not.toContain('confidential text');
     expect(lines.every((l) => l.app === 'api' && typeof l.level === 'number')).toBe(true);
 
-    child.kill('SIGTERM');
-    const [code, signal] = (await exited) as [number | null, string | null];
-    expect({ code, signal }).toEqual({ code: 0, signal: null });
+    api.kill('SIGTERM');
+    expect(await api.exited).toEqual({ code: 0, signal: null });
   }, 60_000);
+
+  it.each([
+    ['an entry that reads two ways', 'acme:ok-key-0123456789abcdef,acme:POST:secret-key-0123456789', 'entry 2 has more than one'],
+    ['a key written first', 'secret-key-0123456789abcdef:acme', 'entry 1: keys must be at least 16 characters'],
+  ])('a bad API_KEYS (%s) stops the start: exit 1, one line naming the entry, never the key', (_, apiKeys, message) => {
+    const run = spawnSync(process.execPath, [join(ROOT, 'dist', 'apps', 'api', 'main.js')], {
+      env: { PATH: process.env.PATH, NODE_ENV: 'production', API_KEYS: apiKeys, PORT: String(freePort(32)) },
+      encoding: 'utf8',
+      timeout: 20_000,
+    });
+    expect(run.status).toBe(1);
+    expect(run.stderr).toMatch(/^api: Invalid configuration: API_KEYS /);
+    expect(run.stderr).toContain(message);
+    expect(run.stderr).not.toContain('secret-key');
+    expect(run.stdout).toBe('');
+  });
 });

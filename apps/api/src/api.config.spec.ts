@@ -49,9 +49,9 @@ describe('api configuration', () => {
     expect(problemsOf({ [variable]: value })).toEqual([variable]);
   });
 
-  const apiKeysMessage = (value: string): string => {
+  const apiKeysMessage = (value: string, env: Record<string, string> = {}): string => {
     try {
-      loadApiConfig({ API_KEYS: value });
+      loadApiConfig({ ...env, API_KEYS: value });
     } catch (err) {
       if (err instanceof ConfigValidationError) return err.message;
       throw err;
@@ -62,11 +62,12 @@ describe('api configuration', () => {
   it.each([
     ['an entry that reads two ways (a second colon)', 'acme:k1-0123456789,a:POST:secret-k2-0123', 'entry 2', "more than one ':'"],
     ['an empty tenant', ':secret-k1-0123', 'entry 1', 'empty tenant'],
-    ['an empty key', 'acme:k1-0123456789,globex:', 'entry 2 (tenant globex)', 'empty key'],
+    ['an empty key', 'acme:k1-0123456789,globex:', 'entry 2', 'empty key'],
     ['an empty entry (a stray comma)', 'acme:secret-k1-0123,', 'entry 2', 'empty'],
-    ['one key given to two tenants', 'acme:secret-shared-0123,globex:secret-shared-0123', 'entry 2 (tenant globex)', 'entry 1 (tenant acme)'],
+    ['one key given to two tenants', 'acme:secret-shared-0123,globex:secret-shared-0123', 'entry 2', 'the key of entry 1'],
+    ['an entry written key first, in production', 'secret-live-0123456789:acme', 'entry 1', 'at least 16 characters'],
   ])('stops the start for %s, naming the entry and never the key', (_, value, entry, why) => {
-    const message = apiKeysMessage(value);
+    const message = apiKeysMessage(value, value.includes('live') ? { NODE_ENV: 'production' } : {});
     expect(message).toContain('API_KEYS');
     expect(message).toContain(entry);
     expect(message).toContain(why);

@@ -16,8 +16,9 @@ export const DEMO_API_KEYS: readonly ApiKeyEntry[] = [{ tenant: 'demo', key: 'de
  * variable means the demo pair; in production it is an error, and keys must
  * be long enough to resist guessing. An entry that could be read two ways (a
  * second `:` makes `a:POST:k` tenant `a` or `a:POST`), an empty part, or a key
- * given to two tenants stops the start. Errors name the entry by position and
- * its tenant, never its key.
+ * given to two tenants stops the start. Errors name the entry by its position
+ * only: an entry written the wrong way round (`key:tenant`) would put the key
+ * where the tenant should be.
  */
 export function parseApiKeys(raw: string | undefined, production: boolean): readonly ApiKeyEntry[] {
   if (raw === undefined) {
@@ -34,15 +35,14 @@ export function parseApiKeys(raw: string | undefined, production: boolean): read
     const [tenant, key] = parts;
     if (tenant === '') throw new ConfigFieldError(`${entry} has an empty tenant`);
     if (!TENANT.test(tenant)) throw new ConfigFieldError(`${entry} has an invalid tenant name (1 to 64 letters, digits, _ . -, starting with a letter or digit)`);
-    const named = `${entry} (tenant ${tenant})`;
-    if (key === '') throw new ConfigFieldError(`${named} has an empty key`);
-    if (!KEY.test(key)) throw new ConfigFieldError(`${named} has a key with spaces or characters other than printable ASCII`);
+    if (key === '') throw new ConfigFieldError(`${entry} has an empty key`);
+    if (!KEY.test(key)) throw new ConfigFieldError(`${entry} has a key with spaces or characters other than printable ASCII`);
     if (production && key.length < MIN_PRODUCTION_KEY_LENGTH) {
-      throw new ConfigFieldError(`${named}: keys must be at least ${MIN_PRODUCTION_KEY_LENGTH} characters in production`);
+      throw new ConfigFieldError(`${entry}: keys must be at least ${MIN_PRODUCTION_KEY_LENGTH} characters in production`);
     }
     const owner = owners.get(key);
     if (owner !== undefined && owner.tenant !== tenant) {
-      throw new ConfigFieldError(`${named} has the key of entry ${owner.entry} (tenant ${owner.tenant}): a key names one tenant`);
+      throw new ConfigFieldError(`${entry} has the key of entry ${owner.entry}, another tenant's: a key names one tenant`);
     }
     owners.set(key, { tenant, entry: i + 1 });
     entries.push({ tenant, key });
