@@ -301,7 +301,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
     // The allowlist again: the record may have been written by another version
     // (or by hand), and Set-Cookie must never come back from a store.
     const headers = new Headers(this.pickHeaders(stored.headers));
-    // The body's own type, whatever the allowlist: it was stored with every answer.
+    // The body's own type, even under a custom allowlist that leaves it out:
+    // it is stored with every answer, and a body without it is another body.
     const contentType = stored.headers['content-type'];
     if (contentType !== undefined) headers.set('content-type', contentType);
     headers.set('idempotent-replayed', 'true');
