@@ -53,7 +53,7 @@ function corpus(): Shape[] {
     { name: 'brackets 100,000 deep', body: Buffer.from(`${'['.repeat(100_000)}${']'.repeat(100_000)}`) },
     {
       name: '5,000 levels in UTF-7 (brackets hidden from a byte scan)',
-      body: Buffer.from(`+${Buffer.from('{"a":'.repeat(5000), 'utf16le').swap16().toString('base64')}-`),
+      body: Buffer.from(`+${Buffer.from(`${'{"a":'.repeat(5000)}1${'}'.repeat(5000)}`, 'utf16le').swap16().toString('base64')}-`),
       headers: { 'content-type': 'application/json; charset=utf-7' },
       stock: true,
     },
