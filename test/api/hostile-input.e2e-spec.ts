@@ -173,7 +173,7 @@ describe('the api against hostile input', () => {
         resolve({ answer, drips });
       });
       // The test's own bound: far past the server's timeout.
-      setTimeout(() => reject(new Error('the server never closed the slow client's connection')), 15_000).unref();
+      setTimeout(() => reject(new Error("the server never closed the slow client's connection")), 15_000).unref();
     });
 
   it.each([
