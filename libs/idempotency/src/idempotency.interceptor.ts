@@ -188,7 +188,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
       body = await lastValueFrom(next.handle(), { defaultValue: undefined });
     } catch (err) {
       lease.stop();
-      this.durations.record(attempt.handler, performance.now() - started);
+      // A body the pipes refused never ran the handler: its milliseconds say nothing of a run.
+      if (!isRejectedByPipes(req)) this.durations.record(attempt.handler, performance.now() - started);
       await this.settleFailure(err, req, res, attempt, lease.lost);
       throw err;
     }
