@@ -1,6 +1,6 @@
 import type { DynamicModule, INestApplication, Type } from '@nestjs/common';
-import { NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
+import { createHttpApp } from '@app/http';
 import { useJsonBody } from '@app/problem';
 import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
 import { Logger } from 'nestjs-pino';
@@ -40,6 +40,5 @@ export function configureApiApp(app: NestExpressApplication): NestExpressApplica
 }
 
 export async function createApiApp(root: DynamicModule | Type): Promise<INestApplication & NestExpressApplication> {
-  const app = await NestFactory.create<NestExpressApplication>(root, { bodyParser: false, bufferLogs: true });
-  return configureApiApp(app);
+  return configureApiApp(await createHttpApp(root));
 }

@@ -1,12 +1,10 @@
 import 'reflect-metadata';
-import { serveHttpApp } from '@app/http';
-import { NestFactory } from '@nestjs/core';
+import { createHttpApp, serveHttpApp } from '@app/http';
 import { loadRelayConfig } from './relay.config';
 import { RelayModule } from './relay.module';
 
 serveHttpApp('relay', async () => {
   const config = loadRelayConfig();
-  // No body parser: health and metrics take no bodies, and Nest's default parser would answer its own errors unlogged.
-  const app = await NestFactory.create(RelayModule.forRoot(config), { bodyParser: false, bufferLogs: true });
+  const app = await createHttpApp(RelayModule.forRoot(config));
   return { app, port: config.healthPort, http: config };
 });

@@ -1,12 +1,10 @@
 import 'reflect-metadata';
-import { serveHttpApp } from '@app/http';
-import { NestFactory } from '@nestjs/core';
+import { createHttpApp, serveHttpApp } from '@app/http';
 import { loadWorkerConfig } from './worker.config';
 import { WorkerModule } from './worker.module';
 
 serveHttpApp('worker', async () => {
   const config = loadWorkerConfig();
-  // No body parser: health and metrics take no bodies, and Nest's default parser would answer its own errors unlogged.
-  const app = await NestFactory.create(WorkerModule.forRoot(config), { bodyParser: false, bufferLogs: true });
+  const app = await createHttpApp(WorkerModule.forRoot(config));
   return { app, port: config.healthPort, http: config };
 });

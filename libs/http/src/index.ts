@@ -1,3 +1,4 @@
+export * from './create-http-app';
 export * from './http-server.settings';
 export * from './http-server';
 export * from './process-warnings';
