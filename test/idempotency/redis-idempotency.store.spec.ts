@@ -6,7 +6,14 @@ import { freePort, freshRedis, startRedisServer } from '../support/infra';
 
 describeIdempotencyStoreContract('RedisIdempotencyStore', async () => {
   const redis = await freshRedis();
-  return { store: new RedisIdempotencyStore(redis), teardown: async () => void redis.disconnect() };
+  const store = new RedisIdempotencyStore(redis);
+  return {
+    store,
+    teardown: async () => {
+      await store.close();
+      redis.disconnect();
+    },
+  };
 });
 
 describe('RedisIdempotencyStore on Redis', () => {

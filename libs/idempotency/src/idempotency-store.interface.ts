@@ -4,8 +4,23 @@ import { Inject } from '@nestjs/common';
 export interface StoredResponse {
   readonly status: number;
   readonly headers: Readonly<Record<string, string>>;
+  /** The whole body; empty for an answer recorded as frames. */
   readonly body: string;
+  /**
+   * Set for an answer recorded as a sequence of frames (a streamed answer,
+   * e.g. server-sent events): where `frames.follow()` reads them from.
+   */
+  readonly frames?: FramesRef;
 }
+
+/** The status and headers of a streamed answer, known before its first frame. */
+export interface StoredHead {
+  readonly status: number;
+  readonly headers: Readonly<Record<string, string>>;
+}
+
+/** Names one request's frame log in a store. Opaque to callers. */
+export type FramesRef = string & { readonly __framesRef: never };
 
 export type ClaimResult =
   /** This request holds the lock now and must run the handler. */
@@ -13,11 +28,56 @@ export type ClaimResult =
   /**
    * Another request holds the lock: it has run for `runningForMs` (by the
    * store's clock, so every api instance agrees), and the lock frees in
-   * `expiresInMs` unless that request renews it.
+   * `expiresInMs` unless that request renews it. `frames` names where its
+   * answer can be followed while it runs, on a store that keeps frames.
    */
-  | { readonly outcome: 'in-progress'; readonly fingerprint: string; readonly runningForMs: number; readonly expiresInMs: number }
+  | {
+      readonly outcome: 'in-progress';
+      readonly fingerprint: string;
+      readonly runningForMs: number;
+      readonly expiresInMs: number;
+      readonly frames?: FramesRef;
+    }
   /** A finished answer is stored for this key. */
   | { readonly outcome: 'completed'; readonly fingerprint: string; readonly response: StoredResponse };
+
+/**
+ * What a follower of a running (or finished) request sees, in order: the
+ * head once the answer starts streaming, its frames, then the end. `end`
+ * without a head means the request finished with a whole answer, or was
+ * freed, without streaming: claim again to find out which. `gone`: the
+ * request died (its lock expired) or its frames expired.
+ */
+export type FrameEvent =
+  | { readonly kind: 'head'; readonly head: StoredHead }
+  | { readonly kind: 'frame'; readonly data: string }
+  | { readonly kind: 'end'; readonly outcome: 'completed' | 'aborted' }
+  | { readonly kind: 'gone' };
+
+/**
+ * The frame log of a store: a running request's streamed answer, written as
+ * it is produced, which any api instance can follow while it runs and replay
+ * once it is complete. Writes are conditional on the running request's token
+ * like every other change to a record.
+ */
+export interface IdempotencyFrameLog {
+  /** Our running request starts streaming its answer with `head`. False if the lock is no longer ours. */
+  begin(key: string, token: string, head: StoredHead): Promise<boolean>;
+  /** Appends frames in order. False if the lock is no longer ours. */
+  append(key: string, token: string, frames: readonly string[]): Promise<boolean>;
+  /**
+   * Our streamed answer is whole: the record becomes completed (its frames
+   * kept `resultTtlMs`), and its followers see `end: completed`. False if the
+   * lock is no longer ours.
+   */
+  complete(key: string, token: string, fingerprint: string, resultTtlMs: number): Promise<boolean>;
+  /**
+   * Every event of the frames at `ref` from the first, then the live ones as
+   * they are written, until the end (or `gone`). Ends early, without an
+   * event, when `signal` aborts. Throws when the backend cannot be reached.
+   */
+  follow(ref: FramesRef, signal: AbortSignal): AsyncIterable<FrameEvent>;
+}
 
 /**
  * Where idempotency records live. Every operation that changes a running
@@ -31,10 +91,19 @@ export interface IdempotencyStore {
   claim(key: string, token: string, fingerprint: string, lockTtlMs: number): Promise<ClaimResult>;
   /** Replace our lock by the final answer, kept `resultTtlMs`. False if the lock is no longer ours. */
   complete(key: string, token: string, fingerprint: string, response: StoredResponse, resultTtlMs: number): Promise<boolean>;
-  /** Free the key so a retry runs again. False if the lock is no longer ours. */
+  /**
+   * Free the key so a retry runs again; followers of its frames see `end:
+   * aborted`. False if the lock is no longer ours.
+   */
   release(key: string, token: string): Promise<boolean>;
-  /** Extend our lock to `lockTtlMs` from now. False if the lock is no longer ours. */
+  /** Extend our lock (and our frames) to `lockTtlMs` from now. False if the lock is no longer ours. */
   renew(key: string, token: string, lockTtlMs: number): Promise<boolean>;
+  /**
+   * Streamed answers and following running requests, where the store keeps
+   * them. Without it, a streamed answer is relayed but not stored, and a
+   * duplicate of a running request gets 409.
+   */
+  readonly frames?: IdempotencyFrameLog;
 }
 
 export const IdempotencyStore = Symbol('IdempotencyStore');

@@ -1,15 +1,40 @@
+import { Logger } from '@nestjs/common';
 import { RedisScript } from '@app/redis';
 import type { Redis } from 'ioredis';
-import type { ClaimResult, IdempotencyStore, StoredResponse } from './idempotency-store.interface';
+import type {
+  ClaimResult,
+  FrameEvent,
+  FramesRef,
+  IdempotencyFrameLog,
+  IdempotencyStore,
+  StoredHead,
+  StoredResponse,
+} from './idempotency-store.interface';
+import { RedisStreamWaiter } from './redis-stream-waiter';
 
 /*
- * A record is a hash under `idem:<key>`:
- *   running:   state=running   token=<random>  fp=<sha256>  started=<ms>   TTL = lock TTL
- *   completed: state=completed status headers body fp                    TTL = result TTL
+ * A record is a hash under `idem:<key>` (R):
+ *   running:   state=running   token=<random>  fp=<sha256>  started=<ms>  [head=<json>]   TTL = lock TTL
+ *   completed: state=completed status headers body fp [frames=<F>]                       TTL = result TTL
  * A completed record has no token, so no stale token can match it. `started`
  * and the `now` returned with a running record are both Redis's clock, so how
  * long a request has run is known alike on every api instance.
+ *
+ * A running request's frames are a stream F = `{R}:f:<token>`, one per
+ * attempt, so the frames of an attempt that was freed never mix with the
+ * next one's. Its braces are a Redis Cluster hash tag naming R itself: R and
+ * F share a slot, and one script may touch both. Entries, in order:
+ *   w=1           a follower waits (so that however the request ends, it writes an end marker here)
+ *   h=<head json> the answer starts streaming
+ *   d=<frame>     one frame
+ *   e=completed | aborted
+ * F lives as long as the lock (renewals extend both), then as long as the
+ * result once completed, and a minute once aborted, for its followers to read
+ * the end.
  */
+const ABORTED_FRAMES_TTL_MS = 60_000;
+const PAGE = 256;
+
 const CLAIM = new RedisScript(
   'idempotency-claim',
   `local t = redis.call('TIME')
@@ -23,12 +48,17 @@ end
 return {'existing', redis.call('PTTL', KEYS[1]), now, unpack(rec)}`,
 );
 
+/** KEYS: R, F. The end marker goes to F only if someone follows (F exists). */
 const COMPLETE = new RedisScript(
   'idempotency-complete',
   `if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'state', 'completed', 'fp', ARGV[2], 'status', ARGV[3], 'headers', ARGV[4], 'body', ARGV[5])
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('XADD', KEYS[2], '*', 'e', 'completed')
+  redis.call('PEXPIRE', KEYS[2], ARGV[7])
+end
 return 1`,
 );
 
@@ -36,6 +66,10 @@ const RELEASE = new RedisScript(
   'idempotency-release',
   `if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  redis.call('XADD', KEYS[2], '*', 'e', 'aborted')
+  redis.call('PEXPIRE', KEYS[2], ARGV[2])
+end
 return 1`,
 );
 
@@ -43,21 +77,91 @@ const RENEW = new RedisScript(
   'idempotency-renew',
   `if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
 redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
 return 1`,
 );
 
+const BEGIN_FRAMES = new RedisScript(
+  'idempotency-frames-begin',
+  `if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'head', ARGV[2])
+redis.call('XADD', KEYS[2], '*', 'h', ARGV[2])
+redis.call('PEXPIRE', KEYS[2], math.max(1, redis.call('PTTL', KEYS[1])))
+return 1`,
+);
+
+const APPEND_FRAMES = new RedisScript(
+  'idempotency-frames-append',
+  `if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+for i = 2, #ARGV do redis.call('XADD', KEYS[2], '*', 'd', ARGV[i]) end
+return 1`,
+);
+
+const COMPLETE_FRAMES = new RedisScript(
+  'idempotency-frames-complete',
+  `if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+local head = cjson.decode(redis.call('HGET', KEYS[1], 'head') or '{}')
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'state', 'completed', 'fp', ARGV[2], 'status', head.status or 200,
+  'headers', cjson.encode(head.headers or {}), 'body', '', 'frames', KEYS[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('XADD', KEYS[2], '*', 'e', 'completed')
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return 1`,
+);
+
+/**
+ * A follower registers: while the request runs, a waiter entry makes F exist,
+ * so the request's end (however it ends) is written there. Returns 'live' or
+ * 'frames' (F exists: read it to its end), or 'gone' (no such request, and
+ * no frames: claim again).
+ */
+const WATCH = new RedisScript(
+  'idempotency-frames-watch',
+  `if redis.call('HGET', KEYS[1], 'token') == ARGV[1] then
+  if redis.call('EXISTS', KEYS[2]) == 0 then
+    redis.call('XADD', KEYS[2], '*', 'w', '1')
+    redis.call('PEXPIRE', KEYS[2], math.max(1, redis.call('PTTL', KEYS[1])))
+  end
+  return 'live'
+end
+if redis.call('EXISTS', KEYS[2]) == 1 then return 'frames' end
+return 'gone'`,
+);
+
+export interface RedisIdempotencyStoreOptions {
+  /** Prefix of every record's key. */
+  readonly prefix?: string;
+  /**
+   * The one connection of this process that blocks waiting for frames, made
+   * on first use (default: a duplicate of the client). Closed by `close()`.
+   */
+  readonly blockingClient?: () => Redis;
+  /** How long a follower waits for news before it checks that the request is still alive. */
+  readonly idleCheckMs?: number;
+}
+
 export class RedisIdempotencyStore implements IdempotencyStore {
+  private readonly prefix: string;
+  readonly frames: RedisFrameLog;
+
   constructor(
     private readonly redis: Redis,
-    private readonly prefix = 'idem:',
-  ) {}
+    options: RedisIdempotencyStoreOptions | string = {},
+  ) {
+    const opts = typeof options === 'string' ? { prefix: options } : options;
+    this.prefix = opts.prefix ?? 'idem:';
+    const blockingClient =
+      opts.blockingClient ?? (() => redis.duplicate({ connectionName: `${redis.options.connectionName ?? 'idempotency'}:frames` }));
+    this.frames = new RedisFrameLog(redis, (key) => this.recordKey(key), blockingClient, opts.idleCheckMs ?? 1000);
+  }
+
+  private recordKey(key: string): string {
+    return this.prefix + key;
+  }
 
   async claim(key: string, token: string, fingerprint: string, lockTtlMs: number): Promise<ClaimResult> {
-    const reply = await CLAIM.run<[string, ...(string | number)[]]>(this.redis, [this.prefix + key], [
-      token,
-      fingerprint,
-      lockTtlMs,
-    ]);
+    const reply = await CLAIM.run<[string, ...(string | number)[]]>(this.redis, [this.recordKey(key)], [token, fingerprint, lockTtlMs]);
     if (reply[0] === 'claimed') return { outcome: 'claimed' };
     const pttl = Number(reply[1]);
     const now = Number(reply[2]);
@@ -65,6 +169,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     for (let i = 3; i < reply.length; i += 2) record.set(String(reply[i]), String(reply[i + 1]));
     const fp = record.get('fp') ?? '';
     if (record.get('state') === 'completed') {
+      const frames = record.get('frames');
       return {
         outcome: 'completed',
         fingerprint: fp,
@@ -72,37 +177,148 @@ export class RedisIdempotencyStore implements IdempotencyStore {
           status: Number(record.get('status')),
           headers: JSON.parse(record.get('headers') ?? '{}') as Record<string, string>,
           body: record.get('body') ?? '',
+          ...(frames ? { frames: frames as FramesRef } : {}),
         },
       };
     }
     // A record written before `started` existed has run for an unknown time: 0.
     const started = Number(record.get('started') ?? now);
-    return { outcome: 'in-progress', fingerprint: fp, runningForMs: Math.max(0, now - started), expiresInMs: pttl > 0 ? pttl : lockTtlMs };
+    const holder = record.get('token');
+    return {
+      outcome: 'in-progress',
+      fingerprint: fp,
+      runningForMs: Math.max(0, now - started),
+      expiresInMs: pttl > 0 ? pttl : lockTtlMs,
+      ...(holder ? { frames: framesKey(this.recordKey(key), holder) as FramesRef } : {}),
+    };
   }
 
-  async complete(
-    key: string,
-    token: string,
-    fingerprint: string,
-    response: StoredResponse,
-    resultTtlMs: number,
-  ): Promise<boolean> {
-    const ok = await COMPLETE.run<number>(this.redis, [this.prefix + key], [
+  async complete(key: string, token: string, fingerprint: string, response: StoredResponse, resultTtlMs: number): Promise<boolean> {
+    const r = this.recordKey(key);
+    const ok = await COMPLETE.run<number>(this.redis, [r, framesKey(r, token)], [
       token,
       fingerprint,
       response.status,
       JSON.stringify(response.headers),
       response.body,
       resultTtlMs,
+      ABORTED_FRAMES_TTL_MS,
     ]);
     return ok === 1;
   }
 
   async release(key: string, token: string): Promise<boolean> {
-    return (await RELEASE.run<number>(this.redis, [this.prefix + key], [token])) === 1;
+    const r = this.recordKey(key);
+    return (await RELEASE.run<number>(this.redis, [r, framesKey(r, token)], [token, ABORTED_FRAMES_TTL_MS])) === 1;
   }
 
   async renew(key: string, token: string, lockTtlMs: number): Promise<boolean> {
-    return (await RENEW.run<number>(this.redis, [this.prefix + key], [token, lockTtlMs])) === 1;
+    const r = this.recordKey(key);
+    return (await RENEW.run<number>(this.redis, [r, framesKey(r, token)], [token, lockTtlMs])) === 1;
+  }
+
+  /** Closes the frame log's blocking connection, if one was made. */
+  close(): Promise<void> {
+    return this.frames.close();
+  }
+}
+
+function framesKey(recordKey: string, token: string): string {
+  return `{${recordKey}}:f:${token}`;
+}
+
+/** The frames of RedisIdempotencyStore's records: a stream per attempt, followed through one blocking connection. */
+export class RedisFrameLog implements IdempotencyFrameLog {
+  private readonly logger = new Logger(RedisFrameLog.name);
+  private waiter: RedisStreamWaiter | undefined;
+
+  constructor(
+    private readonly redis: Redis,
+    private readonly recordKey: (key: string) => string,
+    private readonly blockingClient: () => Redis,
+    private readonly idleCheckMs: number,
+  ) {}
+
+  async begin(key: string, token: string, head: StoredHead): Promise<boolean> {
+    const r = this.recordKey(key);
+    const json = JSON.stringify({ status: head.status, headers: head.headers });
+    return (await BEGIN_FRAMES.run<number>(this.redis, [r, framesKey(r, token)], [token, json])) === 1;
+  }
+
+  async append(key: string, token: string, frames: readonly string[]): Promise<boolean> {
+    if (frames.length === 0) return true;
+    const r = this.recordKey(key);
+    return (await APPEND_FRAMES.run<number>(this.redis, [r, framesKey(r, token)], [token, ...frames])) === 1;
+  }
+
+  async complete(key: string, token: string, fingerprint: string, resultTtlMs: number): Promise<boolean> {
+    const r = this.recordKey(key);
+    return (await COMPLETE_FRAMES.run<number>(this.redis, [r, framesKey(r, token)], [token, fingerprint, resultTtlMs])) === 1;
+  }
+
+  async *follow(ref: FramesRef, signal: AbortSignal): AsyncIterable<FrameEvent> {
+    const { record, token } = parseRef(ref);
+    let watched = false;
+    let after = '-';
+    while (!signal.aborted) {
+      const entries = (await this.redis.xrange(ref, after, '+', 'COUNT', PAGE)) as [string, string[]][];
+      for (const [id, fields] of entries) {
+        after = `(${id}`;
+        const event = toEvent(fields);
+        if (event === undefined) continue;
+        yield event;
+        if (event.kind === 'end') return;
+      }
+      if (entries.length === PAGE) continue;
+      if (!watched) {
+        // Registered once caught up; what was written meanwhile is read next.
+        watched = true;
+        const state = await WATCH.run<string>(this.redis, [record, ref], [token]);
+        if (state === 'gone') {
+          yield { kind: 'gone' };
+          return;
+        }
+        continue;
+      }
+      const news = await this.streamWaiter().waitFor(ref, after === '-' ? '0-0' : after.slice(1), this.idleCheckMs, signal);
+      if (news || signal.aborted) continue;
+      // Nothing for a while: the request may have died, its lock and frames expiring with it.
+      if ((await this.redis.exists(ref)) === 0) {
+        yield { kind: 'gone' };
+        return;
+      }
+    }
+  }
+
+  /** Closes the blocking connection, if one was made; followers still waiting fail. */
+  async close(): Promise<void> {
+    const waiter = this.waiter;
+    this.waiter = undefined;
+    await waiter?.close();
+  }
+
+  private streamWaiter(): RedisStreamWaiter {
+    this.waiter ??= new RedisStreamWaiter(this.redis, this.blockingClient, this.logger);
+    return this.waiter;
+  }
+}
+
+function parseRef(ref: FramesRef): { record: string; token: string } {
+  const end = ref.lastIndexOf('}:f:');
+  if (!ref.startsWith('{') || end < 0) throw new Error('not a frames reference of this store');
+  return { record: ref.slice(1, end), token: ref.slice(end + 4) };
+}
+
+function toEvent(fields: string[]): FrameEvent | undefined {
+  const [name, value] = fields;
+  switch (name) {
+    case 'd':
+      return { kind: 'frame', data: value };
+    case 'h':
+      return { kind: 'head', head: JSON.parse(value) as StoredHead };
+    case 'e':
+      return { kind: 'end', outcome: value === 'completed' ? 'completed' : 'aborted' };
+    default:
+      return undefined;
   }
 }

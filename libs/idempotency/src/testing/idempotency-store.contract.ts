@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import type { IdempotencyStore, StoredResponse } from '../idempotency-store.interface';
+import type { ClaimResult, FrameEvent, FramesRef, IdempotencyFrameLog, IdempotencyStore, StoredResponse } from '../idempotency-store.interface';
 
 export interface StoreUnderTest {
   readonly store: IdempotencyStore;
@@ -7,6 +7,26 @@ export interface StoreUnderTest {
 }
 
 const wait = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Every event of a follow, until it ends or `ms` pass (then the events so far, and a 'timeout' marker). */
+async function collect(log: IdempotencyFrameLog, ref: FramesRef, ms = 5000): Promise<(FrameEvent | { kind: 'timeout' })[]> {
+  const out: (FrameEvent | { kind: 'timeout' })[] = [];
+  const stop = new AbortController();
+  const timer = setTimeout(() => stop.abort(), ms);
+  try {
+    for await (const event of log.follow(ref, stop.signal)) out.push(event);
+  } finally {
+    clearTimeout(timer);
+  }
+  if (stop.signal.aborted) out.push({ kind: 'timeout' });
+  return out;
+}
+
+function framesOf(claim: ClaimResult): FramesRef {
+  if (claim.outcome === 'in-progress' && claim.frames) return claim.frames;
+  if (claim.outcome === 'completed' && claim.response.frames) return claim.response.frames;
+  throw new Error(`no frames in ${JSON.stringify(claim)}`);
+}
 
 /**
  * The semantics every IdempotencyStore must have. Run it against each
@@ -139,6 +159,155 @@ export function describeIdempotencyStoreContract(name: string, setup: () => Prom
       await store.complete(k, 't1', 'fp', response, 150);
       await wait(300);
       await expect(store.claim(k, 't2', 'fp', 10_000)).resolves.toEqual({ outcome: 'claimed' });
+    });
+
+    describe('frames (streamed answers)', () => {
+      const head = { status: 200, headers: { 'content-type': 'text/event-stream; charset=utf-8' } };
+      const frames = ['data: {"a":1}\n\n', 'data: naïve ☃ "q"\r\n\r\n', '', 'data: [DONE]\n\n'];
+      let log: IdempotencyFrameLog;
+      beforeAll(() => {
+        if (!store.frames) throw new Error('this store keeps no frames');
+        log = store.frames;
+      });
+
+      it('stores a streamed answer frame by frame and replays it byte for byte, with its head', async () => {
+        const k = key();
+        await store.claim(k, 't1', 'fp', 10_000);
+        await expect(log.begin(k, 't1', head)).resolves.toBe(true);
+        await expect(log.append(k, 't1', frames.slice(0, 2))).resolves.toBe(true);
+        await expect(log.append(k, 't1', frames.slice(2))).resolves.toBe(true);
+        await expect(log.complete(k, 't1', 'fp', 60_000)).resolves.toBe(true);
+        const claim = await store.claim(k, 't2', 'fp', 10_000);
+        expect(claim).toMatchObject({ outcome: 'completed', fingerprint: 'fp', response: { status: 200, headers: head.headers, body: '' } });
+        expect(await collect(log, framesOf(claim))).toEqual([
+          { kind: 'head', head },
+          ...frames.map((data) => ({ kind: 'frame', data })),
+          { kind: 'end', outcome: 'completed' },
+        ]);
+      });
+
+      it('lets a follower read the frames so far, then the live ones, to the end', async () => {
+        const k = key();
+        await store.claim(k, 't1', 'fp', 10_000);
+        await log.begin(k, 't1', head);
+        await log.append(k, 't1', [frames[0]]);
+        const ref = framesOf(await store.claim(k, 't2', 'fp', 10_000));
+        const followed = collect(log, ref);
+        await wait(100);
+        await log.append(k, 't1', [frames[1]]);
+        await wait(100);
+        await log.append(k, 't1', [frames[3]]);
+        await log.complete(k, 't1', 'fp', 60_000);
+        expect(await followed).toEqual([
+          { kind: 'head', head },
+          { kind: 'frame', data: frames[0] },
+          { kind: 'frame', data: frames[1] },
+          { kind: 'frame', data: frames[3] },
+          { kind: 'end', outcome: 'completed' },
+        ]);
+      });
+
+      it('tells a follower that came before the first frame about the head and everything after it', async () => {
+        const k = key();
+        await store.claim(k, 't1', 'fp', 10_000);
+        const followed = collect(log, framesOf(await store.claim(k, 't2', 'fp', 10_000)));
+        await wait(100);
+        await log.begin(k, 't1', head);
+        await log.append(k, 't1', frames);
+        await log.complete(k, 't1', 'fp', 60_000);
+        expect((await followed).map((e) => e.kind)).toEqual(['head', 'frame', 'frame', 'frame', 'frame', 'end']);
+      });
+
+      it('ends followers with aborted when the holder frees the key, and keeps the next attempt apart', async () => {
+        const k = key();
+        await store.claim(k, 't1', 'fp', 10_000);
+        await log.begin(k, 't1', head);
+        await log.append(k, 't1', [frames[0]]);
+        const followed = collect(log, framesOf(await store.claim(k, 't2', 'fp', 10_000)));
+        await wait(100);
+        await expect(store.release(k, 't1')).resolves.toBe(true);
+        expect(await followed).toEqual([{ kind: 'head', head }, { kind: 'frame', data: frames[0] }, { kind: 'end', outcome: 'aborted' }]);
+        await expect(store.claim(k, 't3', 'fp', 10_000)).resolves.toEqual({ outcome: 'claimed' });
+        await log.begin(k, 't3', head);
+        await log.append(k, 't3', [frames[1]]);
+        await log.complete(k, 't3', 'fp', 60_000);
+        const replayed = await collect(log, framesOf(await store.claim(k, 't4', 'fp', 10_000)));
+        expect(replayed).toEqual([{ kind: 'head', head }, { kind: 'frame', data: frames[1] }, { kind: 'end', outcome: 'completed' }]);
+      });
+
+      it('tells a follower at once when the request ends with a whole answer instead', async () => {
+        const k = key();
+        await store.claim(k, 't1', 'fp', 10_000);
+        const started = Date.now();
+        const followed = collect(log, framesOf(await store.claim(k, 't2', 'fp', 10_000)));
+        await wait(100);
+        await store.complete(k, 't1', 'fp', response, 60_000);
+        expect(await followed).toEqual([{ kind: 'end', outcome: 'completed' }]);
+        expect(Date.now() - started).toBeLessThan(900);
+        await expect(store.claim(k, 't3', 'fp', 10_000)).resolves.toMatchObject({ outcome: 'completed', response });
+      });
+
+      it('says gone to a follower of a request that ended before it came, or that died', async () => {
+        const k = key();
+        await store.claim(k, 't1', 'fp', 10_000);
+        const ref = framesOf(await store.claim(k, 't2', 'fp', 10_000));
+        await store.release(k, 't1');
+        expect(await collect(log, ref)).toEqual([{ kind: 'gone' }]);
+
+        const dying = key();
+        await store.claim(dying, 't1', 'fp', 300);
+        await log.begin(dying, 't1', head);
+        await log.append(dying, 't1', [frames[0]]);
+        const events = await collect(log, framesOf(await store.claim(dying, 't2', 'fp', 300)), 8000);
+        expect(events).toEqual([{ kind: 'head', head }, { kind: 'frame', data: frames[0] }, { kind: 'gone' }]);
+      });
+
+      it('keeps the frames of a renewed lock past its first TTL', async () => {
+        const k = key();
+        await store.claim(k, 't1', 'fp', 300);
+        await log.begin(k, 't1', head);
+        await log.append(k, 't1', [frames[0]]);
+        await wait(200);
+        await store.renew(k, 't1', 1000);
+        await wait(200);
+        await log.complete(k, 't1', 'fp', 60_000);
+        const events = await collect(log, framesOf(await store.claim(k, 't2', 'fp', 300)));
+        expect(events.map((e) => e.kind)).toEqual(['head', 'frame', 'end']);
+      });
+
+      it('refuses frames from a token that is not the holder', async () => {
+        const k = key();
+        await store.claim(k, 'holder', 'fp', 10_000);
+        await expect(log.begin(k, 'intruder', head)).resolves.toBe(false);
+        await expect(log.append(k, 'intruder', frames)).resolves.toBe(false);
+        await expect(log.complete(k, 'intruder', 'fp', 60_000)).resolves.toBe(false);
+        await expect(store.claim(k, 'other', 'fp', 10_000)).resolves.toMatchObject({ outcome: 'in-progress' });
+      });
+
+      it('stops following, without an event, when the signal aborts', async () => {
+        const k = key();
+        await store.claim(k, 't1', 'fp', 10_000);
+        await log.begin(k, 't1', head);
+        const started = Date.now();
+        expect(await collect(log, framesOf(await store.claim(k, 't2', 'fp', 10_000)), 300)).toEqual([{ kind: 'head', head }, { kind: 'timeout' }]);
+        expect(Date.now() - started).toBeLessThan(1500);
+      });
+
+      it('serves many followers at once, each its own frames', async () => {
+        const keys = Array.from({ length: 40 }, () => key());
+        for (const k of keys) {
+          await store.claim(k, 't1', 'fp', 10_000);
+          await log.begin(k, 't1', head);
+        }
+        const followed = Promise.all(keys.map(async (k) => collect(log, framesOf(await store.claim(k, 't2', 'fp', 10_000)))));
+        await wait(200);
+        await Promise.all(keys.map(async (k, i) => {
+          await log.append(k, 't1', [`data: ${i}\n\n`]);
+          await log.complete(k, 't1', 'fp', 60_000);
+        }));
+        const all = await followed;
+        all.forEach((events, i) => expect(events).toEqual([{ kind: 'head', head }, { kind: 'frame', data: `data: ${i}\n\n` }, { kind: 'end', outcome: 'completed' }]));
+      });
     });
 
     it('keeps keys apart', async () => {
