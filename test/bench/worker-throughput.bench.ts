@@ -1,4 +1,5 @@
 import { jobIdFor, JOBS_STREAM, SummaryJobQueue } from '@app/jobs';
+import { LlmClient } from '@app/llm';
 import { REDIS_CLIENT } from '@app/redis';
 import { Test } from '@nestjs/testing';
 import { Redis } from 'ioredis';
@@ -6,7 +7,6 @@ import { Client } from 'pg';
 import { randomUUID } from 'node:crypto';
 import { DataSource } from 'typeorm';
 import { StreamsConsumer } from '../../apps/worker/src/consumer/streams.consumer';
-import { LlmClient } from '../../apps/worker/src/llm/llm-client.interface';
 import { loadWorkerConfig } from '../../apps/worker/src/worker.config';
 import { WorkerModule } from '../../apps/worker/src/worker.module';
 

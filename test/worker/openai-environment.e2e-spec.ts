@@ -1,4 +1,4 @@
-import { OpenAiLlmClient } from '../../apps/worker/src/llm/openai-llm.client';
+import { OpenAiLlmClient } from '@app/llm';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
 
 /**

@@ -1,5 +1,4 @@
-import { classifyLlmError } from '../../apps/worker/src/llm/llm-error.classifier';
-import { OpenAiLlmClient } from '../../apps/worker/src/llm/openai-llm.client';
+import { classifyLlmError, OpenAiLlmClient } from '@app/llm';
 import { DeadlineExceededError, NonRetryableError, RetryError } from '../../apps/worker/src/retry/retry.errors';
 import { RetryPolicy } from '../../apps/worker/src/retry/retry-policy.service';
 import { monotonicClock, realSleep, type RetryPolicyOptions } from '../../apps/worker/src/retry/retry-policy.tokens';

@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { Counter, Histogram, Registry } from 'prom-client';
-import type { LlmErrorKind } from './llm/llm.errors';
+import type { LlmErrorKind } from '@app/llm';
 
 const JOB_OUTCOMES = ['done', 'duplicate', 'transient', 'dead_lettered'] as const;
 const LLM_ERROR_KINDS: readonly LlmErrorKind[] = ['timeout', 'connection', 'rate_limited', 'server', 'conflict', 'client', 'empty_answer', 'unknown'];

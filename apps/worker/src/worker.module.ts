@@ -2,6 +2,7 @@ import { DynamicModule, Module } from '@nestjs/common';
 import { APP_FILTER } from '@nestjs/core';
 import { HealthModule } from '@app/health';
 import { CONSUMER_GROUP, DEAD_LETTER_STREAM, JOBS_STREAM, JobsModule } from '@app/jobs';
+import { LlmModule } from '@app/llm';
 import { LoggingModule, MetricsModule } from '@app/observability';
 import { PersistenceModule } from '@app/persistence';
 import { ProblemDetailsFilter } from '@app/problem';
@@ -12,7 +13,6 @@ import { QueueGauges } from './consumer/queue.gauges';
 import { StreamsConsumer } from './consumer/streams.consumer';
 import { STREAMS_CONSUMER_OPTIONS, type StreamsConsumerOptions } from './consumer/streams-consumer.options';
 import { SummaryJobHandler } from './jobs/summary-job.handler';
-import { LlmModule } from './llm/llm.module';
 import { RetryPolicy } from './retry/retry-policy.service';
 import {
   monotonicClock,

@@ -1,8 +1,7 @@
 import { Injectable, Logger } from '@nestjs/common';
 import { SummaryWriter, type WriteOutcome } from '@app/persistence';
 import type { SummaryJob } from '@app/jobs';
-import { classifyLlmError } from '../llm/llm-error.classifier';
-import { InjectLlmClient, type LlmClient } from '../llm/llm-client.interface';
+import { classifyLlmError, InjectLlmClient, type LlmClient } from '@app/llm';
 import { RetryError } from '../retry/retry.errors';
 import { RetryPolicy } from '../retry/retry-policy.service';
 import { PermanentJobError, TransientJobError } from './job.errors';

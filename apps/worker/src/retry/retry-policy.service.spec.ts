@@ -1,6 +1,5 @@
 import { getEventListeners, setMaxListeners } from 'node:events';
-import type { LlmErrorClass } from '../llm/llm.errors';
-import { CallTimeoutError } from '../llm/llm.errors';
+import { CallTimeoutError, type LlmErrorClass } from '@app/llm';
 import { DeadlineExceededError, NonRetryableError, RetriesExhaustedError, RetryCancelledError } from './retry.errors';
 import { RetryPolicy } from './retry-policy.service';
 import { realSleep, type RetryPolicyOptions, type Sleep } from './retry-policy.tokens';

@@ -1,5 +1,5 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { CallTimeoutError, type LlmErrorClass } from '../llm/llm.errors';
+import { CallTimeoutError, type LlmErrorClass } from '@app/llm';
 import {
   DeadlineExceededError,
   NonRetryableError,

@@ -1,4 +1,4 @@
-import type { LlmErrorClass } from '../llm/llm.errors';
+import type { LlmErrorClass } from '@app/llm';
 
 /** Base of what RetryPolicy throws: how many attempts were made, and what the last one was. */
 export abstract class RetryError extends Error {

@@ -1,10 +1,11 @@
 import { DynamicModule, Module } from '@nestjs/common';
 import { FakeLlmClient } from './fake-llm.client';
 import { LlmClient } from './llm-client.interface';
+import type { LlmProvider } from './llm-provider.settings';
 import { OpenAiLlmClient } from './openai-llm.client';
 
 export interface LlmModuleOptions {
-  readonly provider: 'openai' | 'fake';
+  readonly provider: LlmProvider;
   readonly apiKey?: string;
   readonly baseUrl?: string;
   readonly model: string;

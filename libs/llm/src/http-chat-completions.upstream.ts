@@ -1,0 +1,133 @@
+import {
+  Agent as HttpAgent,
+  request as httpRequest,
+  type IncomingHttpHeaders,
+  type IncomingMessage,
+  type OutgoingHttpHeaders,
+  type RequestOptions,
+} from 'node:http';
+import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
+import {
+  abortedBeforeHead,
+  type ChatCompletionsUpstream,
+  type UpstreamRequest,
+  type UpstreamResponse,
+  UpstreamUnreachableError,
+} from './chat-completions.upstream';
+
+export interface HttpChatCompletionsUpstreamOptions {
+  readonly apiKey: string;
+  /** The provider's API root, as OPENAI_BASE_URL names it; default https://api.openai.com/v1. */
+  readonly baseUrl?: string;
+  /** Connections open to the provider at most (kept alive between calls); default 256. */
+  readonly maxSockets?: number;
+}
+
+export const DEFAULT_OPENAI_BASE_URL = 'https://api.openai.com/v1';
+
+const RELAYED_HEADERS = new Set(['content-type', 'retry-after', 'retry-after-ms', 'x-should-retry', 'x-request-id', 'openai-processing-ms']);
+
+/** The provider's response headers the gateway passes on (UpstreamResponse.headers). */
+export function relayedHeaders(headers: IncomingHttpHeaders): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const name in headers) {
+    const value = headers[name];
+    if (typeof value === 'string' && (RELAYED_HEADERS.has(name) || name.startsWith('x-ratelimit-'))) out[name] = value;
+  }
+  return out;
+}
+
+/**
+ * The provider's chat completions over plain node:http(s), bytes relayed as
+ * they are: no SDK, no fetch, so a call costs one request on a kept-alive
+ * socket and the response's IncomingMessage is the body (its backpressure
+ * reaches the provider's socket).
+ */
+export class HttpChatCompletionsUpstream implements ChatCompletionsUpstream {
+  private readonly agent: HttpAgent;
+  private readonly request: typeof httpRequest;
+  private readonly target: RequestOptions;
+  private readonly authorization: string;
+
+  constructor(options: HttpChatCompletionsUpstreamOptions) {
+    const url = new URL(options.baseUrl ?? DEFAULT_OPENAI_BASE_URL);
+    if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error(`the provider's URL must be http or https, got "${url.protocol}"`);
+    url.pathname = `${url.pathname.replace(/\/+$/, '')}/chat/completions`;
+    const agentOptions = { keepAlive: true, maxSockets: options.maxSockets ?? 256 };
+    const https = url.protocol === 'https:';
+    this.agent = https ? new HttpsAgent(agentOptions) : new HttpAgent(agentOptions);
+    this.request = https ? httpsRequest : httpRequest;
+    this.target = {
+      protocol: url.protocol,
+      // An IPv6 literal without its brackets, as node:http wants it.
+      hostname: url.hostname.replace(/^\[(.*)\]$/, '$1'),
+      port: url.port === '' ? undefined : Number(url.port),
+      path: `${url.pathname}${url.search}`,
+      method: 'POST',
+      agent: this.agent,
+    };
+    this.authorization = `Bearer ${options.apiKey}`;
+  }
+
+  send({ body, idempotencyKey, signal }: UpstreamRequest): Promise<UpstreamResponse> {
+    if (signal.aborted) return Promise.reject(abortedBeforeHead(signal));
+    const headers: OutgoingHttpHeaders = {
+      authorization: this.authorization,
+      'content-type': 'application/json',
+      accept: 'application/json, text/event-stream',
+      'content-length': body.length,
+    };
+    if (idempotencyKey !== undefined) headers['idempotency-key'] = idempotencyKey;
+    return this.attempt(body, headers, signal, true);
+  }
+
+  /** Ends every connection, those in use included: for shutdown, once no call is running. */
+  close(): void {
+    this.agent.destroy();
+  }
+
+  /**
+   * One request. A kept-alive socket the provider closed while it sat idle
+   * fails with ECONNRESET before anything is answered; that request is sent
+   * once more on a new connection, as node:http's documentation advises,
+   * instead of being a 502 for an idle moment.
+   */
+  private attempt(body: Buffer, headers: OutgoingHttpHeaders, signal: AbortSignal, mayRetry: boolean): Promise<UpstreamResponse> {
+    return new Promise((resolve, reject) => {
+      const req = this.request({ ...this.target, headers });
+      let res: IncomingMessage | undefined;
+      const onAbort = (): void => {
+        if (res !== undefined) {
+          // The body's iteration throws the reason.
+          res.destroy(signal.reason as Error);
+        } else {
+          req.destroy();
+          reject(abortedBeforeHead(signal));
+        }
+      };
+      signal.addEventListener('abort', onAbort, { once: true });
+      const forget = (): void => signal.removeEventListener('abort', onAbort);
+
+      req.once('response', (message: IncomingMessage) => {
+        res = message;
+        // A break before anyone reads would otherwise be an uncaught 'error';
+        // the body's iterator still sees it (the stream keeps it as `errored`).
+        message.on('error', () => undefined);
+        message.once('close', forget);
+        resolve({ status: message.statusCode ?? 502, headers: relayedHeaders(message.headers), body: message });
+      });
+      req.on('error', (err: NodeJS.ErrnoException) => {
+        // After the head a break reaches the caller through the body.
+        if (res !== undefined) return;
+        forget();
+        if (signal.aborted) return;
+        if (mayRetry && req.reusedSocket && err.code === 'ECONNRESET') {
+          resolve(this.attempt(body, headers, signal, false));
+          return;
+        }
+        reject(new UpstreamUnreachableError(err));
+      });
+      req.end(body);
+    });
+  }
+}

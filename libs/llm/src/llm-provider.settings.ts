@@ -1,0 +1,19 @@
+import { ConfigFieldError, env } from '@app/config';
+
+export type LlmProvider = 'openai' | 'fake';
+
+/**
+ * The model provider's variables, shared by every app that calls it (the
+ * worker's summaries, the api's gateway): spread into the app's schema.
+ */
+export const llmProviderEnv = {
+  llmProvider: env.custom('LLM_PROVIDER', (raw, all): LlmProvider => {
+    const value = raw ?? (all.OPENAI_API_KEY?.trim() ? 'openai' : 'fake');
+    if (value !== 'openai' && value !== 'fake') throw new ConfigFieldError(`must be openai or fake, got "${value}"`);
+    if (value === 'openai' && !all.OPENAI_API_KEY?.trim()) throw new ConfigFieldError('is openai but OPENAI_API_KEY is unset');
+    return value;
+  }),
+  openaiApiKey: env.optionalString('OPENAI_API_KEY'),
+  openaiBaseUrl: env.optionalUrl('OPENAI_BASE_URL', ['http:', 'https:']),
+  openaiModel: env.string('OPENAI_MODEL', 'gpt-4.1-mini'),
+};
