@@ -31,3 +31,17 @@ export const IdempotencyContext = createParamDecorator(
   (_: unknown, ctx: ExecutionContext): IdempotencyRequestContext | undefined =>
     getIdempotencyContext(ctx.switchToHttp().getRequest<object>()),
 );
+
+const OUTCOME = Symbol('idempotency:outcome');
+
+/** What the idempotency layer did with a request, for a route's own metrics. */
+export type IdempotencyRequestOutcome = 'new' | 'replayed' | 'attached' | 'in_progress' | 'mismatch' | 'key_invalid' | 'store_unavailable';
+
+export function setIdempotencyOutcome(request: object, outcome: IdempotencyRequestOutcome): void {
+  Object.defineProperty(request, OUTCOME, { value: outcome, configurable: true, writable: true });
+}
+
+/** Undefined for a request the idempotency layer did not handle (no key, or a route without @Idempotent()). */
+export function idempotencyOutcomeOf(request: object): IdempotencyRequestOutcome | undefined {
+  return (request as { [OUTCOME]?: IdempotencyRequestOutcome })[OUTCOME];
+}

@@ -13,9 +13,9 @@ import { PROBLEM_CONTENT_TYPE, toProblem } from '@app/problem';
 import type { Request, Response as ExpressResponse } from 'express';
 import { createHash, randomUUID } from 'node:crypto';
 import { compile } from 'path-to-regexp';
-import { isObservable, lastValueFrom, Observable, of, from } from 'rxjs';
+import { isObservable, lastValueFrom, map, Observable, of, from } from 'rxjs';
 import { fingerprintBody } from './canonical-json';
-import { IdempotencyRequestContext, setIdempotencyContext } from './idempotency-context';
+import { IdempotencyRequestContext, type IdempotencyRequestOutcome, setIdempotencyContext, setIdempotencyOutcome } from './idempotency-context';
 import { IDEMPOTENCY_KEY_HEADER, parseIdempotencyKey } from './idempotency-key';
 import {
   IdempotencyInProgressException,
@@ -25,10 +25,19 @@ import {
 } from './idempotency.errors';
 import { IdempotencyMetrics } from './idempotency.metrics';
 import { IDEMPOTENCY_MODULE_OPTIONS, type IdempotencyModuleOptions } from './idempotency.module-definition';
-import { assertValidIdempotentOptions, IdempotentMetadata, type IdempotentOptions } from './idempotent.decorator';
-import { ClaimResult, IdempotencyStore, InjectIdempotencyStore, StoredResponse } from './idempotency-store.interface';
+import { assertValidIdempotentOptions, type IdempotencyErrorFormat, IdempotentMetadata, type IdempotentOptions } from './idempotent.decorator';
+import {
+  ClaimResult,
+  type FrameEvent,
+  type FramesRef,
+  type IdempotencyFrameLog,
+  IdempotencyStore,
+  InjectIdempotencyStore,
+  StoredResponse,
+} from './idempotency-store.interface';
 import { LockLease } from './lock-lease';
 import { HandlerDurations, retryAfterSeconds } from './retry-after';
+import { FrameChannel, framesResponse, isWebResponse, StreamedAnswer } from './streamed-answer';
 
 export const DEFAULT_LOCK_TTL_MS = 10_000;
 export const DEFAULT_RESULT_TTL_MS = 86_400_000;
@@ -52,12 +61,24 @@ const NULL_BODY_STATUSES = new Set([204, 205, 304]);
  */
 const TRANSIENT_4XX = new Set([408, 409, 425, 429]);
 
+/** Duplicates following running requests in this process, at most; more get the 409. */
+export const MAX_FOLLOWERS = 1000;
+/** A re-claim after a followed request ended finds it settled; a few rounds cover a takeover race. */
+const MAX_FOLLOW_ROUNDS = 4;
+
 interface RouteSettings {
   readonly required: boolean;
   readonly lockTtlMs: number;
   readonly resultTtlMs: number;
   readonly maxStoredBodyBytes: number;
+  readonly stores: (status: number) => boolean;
+  readonly attachWaitMs: number | undefined;
+  readonly errors: IdempotencyErrorFormat | undefined;
 }
+
+type InProgress = Extract<ClaimResult, { outcome: 'in-progress' }>;
+
+const storesByDefault = (status: number): boolean => status < 500 && !TRANSIENT_4XX.has(status);
 
 interface Attempt {
   readonly context: IdempotencyRequestContext;
@@ -111,12 +132,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
     try {
       key = parseIdempotencyKey(req.headersDistinct[IDEMPOTENCY_KEY_HEADER]);
     } catch (err) {
-      this.metrics.count('key_invalid');
+      this.outcome(req, 'key_invalid');
       throw err;
     }
     if (key === undefined) {
-      if (!settings.required) return next.handle();
-      this.metrics.count('key_invalid');
+      if (!settings.required) return next.handle().pipe(map((value: unknown) => withNativeContentType(res, this.unrecorded(value, settings))));
+      this.outcome(req, 'key_invalid');
       throw new IdempotencyKeyMissingException();
     }
 
@@ -144,31 +165,157 @@ export class IdempotencyInterceptor implements NestInterceptor {
     try {
       claim = await this.store.claim(ctx.operation, attempt.token, ctx.fingerprint, settings.lockTtlMs);
     } catch (err) {
-      this.metrics.count('store_unavailable');
+      this.outcome(req, 'store_unavailable');
       this.logger.warn(`idempotency store unavailable, refusing ${method} ${path}: ${errorText(err)}`);
       throw new IdempotencyStoreUnavailableException();
     }
 
     switch (claim.outcome) {
       case 'completed':
-        if (claim.fingerprint !== ctx.fingerprint) return this.mismatch();
-        this.metrics.count('replayed');
-        return of(this.replay(claim.response));
+        if (claim.fingerprint !== ctx.fingerprint) return this.mismatch(req);
+        this.outcome(req, 'replayed');
+        return of(withNativeContentType(res, this.replay(claim.response, this.store.frames, settings)));
       case 'in-progress':
-        if (claim.fingerprint !== ctx.fingerprint) return this.mismatch();
-        this.metrics.count('in_progress');
-        throw new IdempotencyInProgressException(retryAfterSeconds(claim, this.durations.typical(attempt.handler)));
+        if (claim.fingerprint !== ctx.fingerprint) return this.mismatch(req);
+        if (settings.attachWaitMs !== undefined && this.store.frames && claim.frames && this.followers < MAX_FOLLOWERS) {
+          return from(this.follow(this.store.frames, claim, next, req, res, attempt)).pipe(map((v) => withNativeContentType(res, v)));
+        }
+        return this.inProgress(req, claim, attempt);
       case 'claimed':
-        this.metrics.count('new');
+        this.outcome(req, 'new');
         // Subscribed here, not by the caller: the handler's outcome is recorded
         // even if the client goes away meanwhile, so the key is never released
         // under a handler that is still running.
-        return from(this.run(next, req, res, attempt));
+        return from(this.run(next, req, res, attempt)).pipe(map((v) => withNativeContentType(res, v)));
     }
   }
 
-  private mismatch(): never {
-    this.metrics.count('mismatch');
+  private followers = 0;
+
+  private outcome(req: Request, outcome: IdempotencyRequestOutcome): void {
+    this.metrics.count(outcome);
+    setIdempotencyOutcome(req, outcome);
+  }
+
+  private inProgress(req: Request, claim: InProgress, attempt: Attempt): never {
+    this.outcome(req, 'in_progress');
+    throw new IdempotencyInProgressException(retryAfterSeconds(claim, this.durations.typical(attempt.handler)));
+  }
+
+  /**
+   * A duplicate of a running request: follows it, on whichever instance it
+   * runs, until its answer starts (attached: its frames so far, then the live
+   * ones) or it ends (claimed again: its stored answer, or the key is free and
+   * this request runs it). Waits at most the route's `attach.waitMs` for
+   * either, then answers 409 as an unattached duplicate would.
+   */
+  private async follow(
+    log: IdempotencyFrameLog,
+    first: InProgress,
+    next: CallHandler,
+    req: Request,
+    res: ExpressResponse,
+    attempt: Attempt,
+  ): Promise<unknown> {
+    const { context: ctx, settings } = attempt;
+    this.followers++;
+    let left = false;
+    const leave = (): void => {
+      if (left) return;
+      left = true;
+      this.followers--;
+    };
+    let handedOver = false;
+    // The caller going away ends the following (and its place among the
+    // followers, even if its stream was never read); the running request goes on.
+    const gone = new AbortController();
+    res.once('close', () => {
+      gone.abort();
+      leave();
+    });
+    try {
+      let claim: ClaimResult = first;
+      for (let round = 0; round < MAX_FOLLOW_ROUNDS; round++) {
+        if (claim.outcome === 'completed') {
+          if (claim.fingerprint !== ctx.fingerprint) return this.mismatch(req);
+          this.outcome(req, 'attached');
+          return this.replay(claim.response, log, settings);
+        }
+        if (claim.outcome === 'claimed') {
+          this.outcome(req, 'new');
+          return await this.run(next, req, res, attempt);
+        }
+        if (claim.fingerprint !== ctx.fingerprint) return this.mismatch(req);
+        if (!claim.frames) return this.inProgress(req, claim, attempt);
+        const waiting = new AbortController();
+        const timer = setTimeout(() => waiting.abort(), settings.attachWaitMs);
+        const events = log.follow(claim.frames, AbortSignal.any([gone.signal, waiting.signal]))[Symbol.asyncIterator]();
+        let firstEvent: IteratorResult<FrameEvent>;
+        try {
+          firstEvent = await events.next();
+        } finally {
+          clearTimeout(timer);
+        }
+        if (firstEvent.done) {
+          if (gone.signal.aborted) return undefined; // nobody to answer
+          return this.inProgress(req, claim, attempt);
+        }
+        if (firstEvent.value.kind === 'head') {
+          this.outcome(req, 'attached');
+          handedOver = true;
+          // Only the caller going away stops it from here; the waiting timer is cleared.
+          return this.attached(firstEvent.value.head, events, settings, leave);
+        }
+        // It ended without streaming (a whole answer, or freed), or died: look again.
+        await events.return?.();
+        claim = await this.store.claim(ctx.operation, attempt.token, ctx.fingerprint, settings.lockTtlMs);
+      }
+      return this.inProgress(req, first, attempt);
+    } catch (err) {
+      if (err instanceof HttpException) throw err;
+      this.outcome(req, 'store_unavailable');
+      this.logger.warn(`idempotency: following a running request failed (key ${attempt.keyHash}): ${errorText(err)}`);
+      throw new IdempotencyStoreUnavailableException();
+    } finally {
+      if (!handedOver) leave();
+    }
+  }
+
+  /** The running answer's frames, from the first, as a response that ends as that answer ends. */
+  private attached(
+    head: { status: number; headers: Readonly<Record<string, string>> },
+    events: AsyncIterator<FrameEvent>,
+    settings: RouteSettings,
+    done: () => void,
+  ): Response {
+    const headers = this.replayHeadersOf(head);
+    const logger = this.logger;
+    async function* frames(): AsyncGenerator<string> {
+      try {
+        for (;;) {
+          const step = await events.next();
+          if (step.done) return; // the caller went away
+          const event = step.value;
+          if (event.kind === 'frame') yield event.data;
+          else if (event.kind === 'end' && event.outcome === 'completed') return;
+          else if (event.kind === 'end' || event.kind === 'gone') {
+            yield* brokenEnd(settings);
+            return;
+          }
+        }
+      } catch (err) {
+        logger.warn(`idempotency: following a streamed answer failed: ${errorText(err)}`);
+        yield* brokenEnd(settings);
+      } finally {
+        done();
+        await events.return?.();
+      }
+    }
+    return framesResponse(head.status, headers, frames());
+  }
+
+  private mismatch(req: Request): never {
+    this.outcome(req, 'mismatch');
     throw new IdempotencyKeyReusedException();
   }
 
@@ -193,16 +340,174 @@ export class IdempotencyInterceptor implements NestInterceptor {
       await this.settleFailure(err, req, res, attempt, lease.lost);
       throw err;
     }
+    if (body instanceof StreamedAnswer) return this.record(body, res, attempt, lease, started);
     lease.stop();
     this.durations.record(attempt.handler, performance.now() - started);
+    if (isWebResponse(body)) return this.settleWebResponse(body, attempt, lease.lost);
     await this.settleSuccess(body, res, attempt, lease.lost);
     return body;
+  }
+
+  /** A handler's web Response: its status, allowlisted headers and whole body, stored like any answer. */
+  private async settleWebResponse(response: Response, attempt: Attempt, lost: boolean): Promise<Response> {
+    if (!attempt.settings.stores(response.status)) {
+      await this.release(attempt, lost);
+      return response;
+    }
+    let text: string;
+    try {
+      text = await response.text();
+    } catch (err) {
+      await this.release(attempt, lost);
+      throw err;
+    }
+    const headers = this.pickHeaders(Object.fromEntries(response.headers));
+    const contentType = response.headers.get('content-type');
+    if (contentType !== null) headers['content-type'] = contentType;
+    await this.complete(attempt, { status: response.status, headers, body: text }, lost);
+    return new Response(NULL_BODY_STATUSES.has(response.status) ? null : text, { status: response.status, headers: response.headers });
+  }
+
+  /**
+   * A streamed answer: each frame goes to the caller and to the store as it
+   * comes (appends batched, one in flight at a time, so the store never
+   * holds the answer back), and the record is complete, or freed, before the
+   * caller's stream ends. The frames are read here, not by the caller: one
+   * who goes away stops nothing, and the answer is stored for its retry.
+   */
+  private record(answer: StreamedAnswer, res: ExpressResponse, attempt: Attempt, lease: LockLease, started: number): Response {
+    const { context: ctx, settings } = attempt;
+    const headers = this.pickHeaders(answer.headers);
+    const contentType = Object.entries(answer.headers).find(([name]) => name.toLowerCase() === 'content-type')?.[1];
+    if (contentType !== undefined) headers['content-type'] = contentType;
+    const channel = new FrameChannel();
+    // A caller that goes away (even before its stream was first read) holds nothing back.
+    res.once('close', () => channel.detach());
+    const log = this.store.frames;
+    let storing = settings.stores(answer.status) && log !== undefined;
+    let settled = false;
+    let pending: string[] = [];
+    let inFlight: Promise<void> | undefined;
+    let began: Promise<boolean> | undefined;
+    let size = 0;
+
+    const stopStoring = async (why: string | undefined): Promise<void> => {
+      storing = false;
+      lease.stop();
+      if (why) {
+        this.logger.warn(`idempotency: ${why}; not stored, key ${attempt.keyHash} released`);
+        this.metrics.count('not_stored');
+      }
+      if (!settled) {
+        settled = true;
+        await this.release(attempt, lease.lost);
+      }
+    };
+    const flush = (): void => {
+      if (!storing || inFlight || pending.length === 0 || !log) return;
+      const batch = pending;
+      pending = [];
+      inFlight = (async () => {
+        try {
+          if (!(await began) || !(await log.append(ctx.operation, attempt.token, batch))) {
+            if (!lease.lost) this.lockLost(attempt, 'append refused');
+            storing = false;
+          }
+        } catch (err) {
+          this.metrics.count('store_unavailable');
+          this.logger.error(`idempotency: could not store the frames (key ${attempt.keyHash}): ${errorText(err)}`);
+          await stopStoring(undefined);
+        } finally {
+          inFlight = undefined;
+          flush();
+        }
+      })();
+    };
+    const drained = async (): Promise<void> => {
+      while (inFlight) await inFlight;
+    };
+
+    if (!log && settings.stores(answer.status)) {
+      this.logger.warn(`idempotency: the store keeps no frames, so a streamed answer is not stored; key ${attempt.keyHash} released`);
+      this.metrics.count('not_stored');
+    }
+    if (storing && log) {
+      began = log.begin(ctx.operation, attempt.token, { status: answer.status, headers }).catch((err: unknown) => {
+        this.metrics.count('store_unavailable');
+        this.logger.error(`idempotency: could not store the frames (key ${attempt.keyHash}): ${errorText(err)}`);
+        return false;
+      });
+    }
+
+    const pump = async (): Promise<void> => {
+      let broken: unknown;
+      try {
+        for await (const frame of answer.frames) {
+          if (storing) {
+            size += Buffer.byteLength(frame);
+            if (size > settings.maxStoredBodyBytes) {
+              void stopStoring(`a streamed answer exceeds ${settings.maxStoredBodyBytes} bytes`);
+            } else {
+              pending.push(frame);
+              flush();
+            }
+          }
+          await channel.push(frame);
+        }
+      } catch (err) {
+        broken = err ?? new Error('the stream broke');
+      }
+      lease.stop();
+      await drained();
+      if (broken === undefined && storing && log && (await began)) {
+        try {
+          settled = true;
+          const ours = await log.complete(ctx.operation, attempt.token, ctx.fingerprint, settings.resultTtlMs);
+          if (!ours && !lease.lost) this.lockLost(attempt, 'finalise refused');
+        } catch (err) {
+          this.metrics.count('store_unavailable');
+          this.logger.error(`idempotency: could not store the answer (key ${attempt.keyHash}): ${errorText(err)}`);
+        }
+      } else if (!settled) {
+        settled = true;
+        await this.release(attempt, lease.lost);
+      }
+      this.durations.record(attempt.handler, performance.now() - started);
+      if (broken !== undefined) {
+        this.logger.warn(`idempotency: a streamed answer broke before its end (key ${attempt.keyHash}): ${errorText(broken)}`);
+        for (const frame of brokenEnd(settings)) await channel.push(frame);
+        if (!settings.errors) {
+          channel.fail(broken);
+          return;
+        }
+      }
+      channel.end();
+    };
+    void pump();
+    return framesResponse(answer.status, new Headers(answer.headers), channel);
+  }
+
+  /** A value for a caller without a key: a streamed answer is sent as it is, unrecorded. */
+  private unrecorded(value: unknown, settings: RouteSettings): unknown {
+    if (!(value instanceof StreamedAnswer)) return value;
+    const answer = value;
+    const logger = this.logger;
+    async function* frames(): AsyncGenerator<string> {
+      try {
+        yield* answer.frames;
+      } catch (err) {
+        logger.warn(`a streamed answer broke before its end: ${errorText(err)}`);
+        if (!settings.errors) throw err;
+        yield settings.errors.brokenStreamFrame();
+      }
+    }
+    return framesResponse(answer.status, new Headers(answer.headers), frames());
   }
 
   private async settleSuccess(body: unknown, res: ExpressResponse, attempt: Attempt, lost: boolean): Promise<void> {
     if (res.headersSent) return this.notStoredAlreadySent(attempt, lost);
     const status = res.statusCode;
-    if (status >= 500 || TRANSIENT_4XX.has(status)) return this.release(attempt, lost);
+    if (!attempt.settings.stores(status)) return this.release(attempt, lost);
     let serialised: ReturnType<typeof serialiseBody>;
     try {
       serialised = serialiseBody(body);
@@ -231,9 +536,16 @@ export class IdempotencyInterceptor implements NestInterceptor {
     if (isRejectedByPipes(req)) return this.release(attempt, lost);
     if (res.headersSent) return this.notStoredAlreadySent(attempt, lost);
     const status = err instanceof HttpException ? err.getStatus() : 500;
-    if (status >= 400 && status < 500 && !TRANSIENT_4XX.has(status)) {
+    if (status >= 400 && status < 500 && attempt.settings.stores(status)) {
       // The handler's own business answer: stored and replayed like a success,
       // with the same header allowlist (a problem may carry Set-Cookie too).
+      if (attempt.settings.errors) {
+        const rendered = attempt.settings.errors.render(err);
+        const contentType = Object.entries(rendered.headers).find(([name]) => name.toLowerCase() === 'content-type')?.[1];
+        const headers = { ...this.pickHeaders(rendered.headers), ...(contentType ? { 'content-type': contentType } : {}) };
+        if (!attempt.settings.stores(rendered.status)) return this.release(attempt, lost);
+        return this.complete(attempt, { status: rendered.status, headers, body: rendered.body }, lost);
+      }
       const problem = toProblem(err);
       const headers = { ...this.pickHeaders(problem.headers), 'content-type': PROBLEM_CONTENT_TYPE };
       return this.complete(attempt, { status: problem.status, headers, body: JSON.stringify(problem.body) }, lost);
@@ -298,7 +610,15 @@ export class IdempotencyInterceptor implements NestInterceptor {
     );
   }
 
-  private replay(stored: StoredResponse): Response {
+  private replay(stored: StoredResponse, log: IdempotencyFrameLog | undefined, settings: RouteSettings): Response {
+    const headers = this.replayHeadersOf(stored);
+    if (stored.frames) return this.replayFrames(stored, stored.frames, headers, log, settings);
+    const empty = NULL_BODY_STATUSES.has(stored.status) || stored.body === '';
+    if (!empty) headers.set('content-length', String(Buffer.byteLength(stored.body)));
+    return new Response(empty ? null : stored.body, { status: stored.status, headers });
+  }
+
+  private replayHeadersOf(stored: { readonly headers: Readonly<Record<string, string>> }): Headers {
     // The allowlist again: the record may have been written by another version
     // (or by hand), and Set-Cookie must never come back from a store.
     const headers = new Headers(this.pickHeaders(stored.headers));
@@ -307,9 +627,37 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const contentType = stored.headers['content-type'];
     if (contentType !== undefined) headers.set('content-type', contentType);
     headers.set('idempotent-replayed', 'true');
-    const empty = NULL_BODY_STATUSES.has(stored.status) || stored.body === '';
-    if (!empty) headers.set('content-length', String(Buffer.byteLength(stored.body)));
-    return new Response(empty ? null : stored.body, { status: stored.status, headers });
+    return headers;
+  }
+
+  /** A stored streamed answer, frame by frame as it is read from the store, never whole in memory. */
+  private replayFrames(
+    stored: StoredResponse,
+    ref: FramesRef,
+    headers: Headers,
+    log: IdempotencyFrameLog | undefined,
+    settings: RouteSettings,
+  ): Response {
+    const logger = this.logger;
+    const stop = new AbortController();
+    async function* frames(): AsyncGenerator<string> {
+      try {
+        if (!log) throw new Error('the store keeps no frames');
+        for await (const event of log.follow(ref, stop.signal)) {
+          if (event.kind === 'frame') yield event.data;
+          else if (event.kind === 'end' && event.outcome === 'completed') return;
+          else if (event.kind === 'end' || event.kind === 'gone') break;
+        }
+        throw new Error('its frames are gone');
+      } catch (err) {
+        logger.warn(`idempotency: replaying a streamed answer failed: ${errorText(err)}`);
+        yield* brokenEnd(settings);
+        if (!settings.errors) throw err;
+      } finally {
+        stop.abort();
+      }
+    }
+    return framesResponse(stored.status, headers, frames());
   }
 
   private pickHeaders(all: Readonly<Record<string, number | string | string[] | undefined>>): Record<string, string> {
@@ -328,8 +676,31 @@ export class IdempotencyInterceptor implements NestInterceptor {
       lockTtlMs: route.lockTtlMs ?? this.options.lockTtlMs ?? DEFAULT_LOCK_TTL_MS,
       resultTtlMs: route.resultTtlMs ?? this.options.resultTtlMs ?? DEFAULT_RESULT_TTL_MS,
       maxStoredBodyBytes: route.maxStoredBodyBytes ?? this.options.maxStoredBodyBytes ?? DEFAULT_MAX_STORED_BODY_BYTES,
+      stores: route.storesStatus ?? storesByDefault,
+      attachWaitMs: route.attach?.waitMs,
+      errors: route.errors,
     };
   }
+}
+
+/**
+ * A web Response's Content-Type, set on the response as it is: Nest copies a
+ * Response's headers through Express's res.set(), which adds a charset to
+ * `application/json` and `text/*` types, and a relayed or replayed answer
+ * must keep the exact Content-Type it had.
+ */
+function withNativeContentType(res: ExpressResponse, value: unknown): unknown {
+  if (!isWebResponse(value)) return value;
+  const contentType = value.headers.get('content-type');
+  if (contentType === null || res.headersSent) return value;
+  res.setHeader('Content-Type', contentType);
+  value.headers.delete('content-type');
+  return value;
+}
+
+/** The broken-stream frame of a route that has one; without, the stream is cut (the caller sees it fail). */
+function* brokenEnd(settings: RouteSettings): Generator<string> {
+  if (settings.errors) yield settings.errors.brokenStreamFrame();
 }
 
 function normalisePath(path: string): string {

@@ -4,6 +4,7 @@ import { Counter, Registry } from 'prom-client';
 export const IDEMPOTENCY_OUTCOMES = [
   'new',
   'replayed',
+  'attached',
   'in_progress',
   'mismatch',
   'key_invalid',

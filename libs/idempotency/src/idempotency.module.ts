@@ -1,4 +1,4 @@
-import { Module, Provider } from '@nestjs/common';
+import { Inject, Module, OnApplicationShutdown, Provider } from '@nestjs/common';
 import { APP_INTERCEPTOR, DiscoveryModule } from '@nestjs/core';
 import { IdempotencyInterceptor } from './idempotency.interceptor';
 import { IdempotencyMetrics } from './idempotency.metrics';
@@ -32,4 +32,13 @@ const storeProvider: Provider = {
   ],
   exports: [IdempotencyStore, IdempotencyInterceptor],
 })
-export class IdempotencyModule extends ConfigurableModuleClass {}
+export class IdempotencyModule extends ConfigurableModuleClass implements OnApplicationShutdown {
+  constructor(@Inject(IdempotencyStore) private readonly store: IdempotencyStore & { close?: () => Promise<void> }) {
+    super();
+  }
+
+  /** A store's own connections (the Redis store's blocking one for following frames). */
+  async onApplicationShutdown(): Promise<void> {
+    await this.store.close?.();
+  }
+}

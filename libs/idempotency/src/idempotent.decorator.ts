@@ -13,6 +13,28 @@ export interface IdempotentOptions {
   readonly resultTtlMs?: number;
   /** Answers larger than this are not stored; the key is released instead. */
   readonly maxStoredBodyBytes?: number;
+  /**
+   * Which finished answers are stored, by status; the others free the key.
+   * Default: all but 5xx and the "not now" 4xx (408, 409, 425, 429).
+   */
+  readonly storesStatus?: (status: number) => boolean;
+  /**
+   * A duplicate of a request that is still running follows it instead of
+   * getting a 409: a streamed answer from its first frame, live, and a whole
+   * answer once it is stored, from whichever instance runs it. It waits at
+   * most `waitMs` for the answer to start, then gets the 409.
+   */
+  readonly attach?: { readonly waitMs: number };
+  /** How this route's errors look when they are stored or end a stream. Default: problem+json, and a cut stream. */
+  readonly errors?: IdempotencyErrorFormat;
+}
+
+/** A route's own error format, for the answers the idempotency layer writes itself. */
+export interface IdempotencyErrorFormat {
+  /** A business error of the handler, as it is stored and replayed. */
+  render(exception: unknown): { readonly status: number; readonly headers: Readonly<Record<string, string>>; readonly body: string };
+  /** The last frame every caller of a streamed answer gets when it broke before its end. */
+  brokenStreamFrame(): string;
 }
 
 /** The timer that renews a lock runs every half lock TTL; Node's timers take at most this many ms. */
@@ -27,7 +49,7 @@ const UNITS = { lockTtlMs: 'milliseconds', resultTtlMs: 'milliseconds', maxStore
  * leaving a lock that never expires.
  */
 export function assertValidIdempotentOptions(
-  options: Pick<IdempotentOptions, keyof typeof UNITS | 'required'> | undefined,
+  options: Pick<IdempotentOptions, keyof typeof UNITS | 'required'> | IdempotentOptions | undefined,
   where: string,
 ): void {
   if (options === undefined) return;
@@ -41,6 +63,17 @@ export function assertValidIdempotentOptions(
     if (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0) {
       throw new Error(`${where}: ${name} must be a positive whole number of ${UNITS[name]}, got ${String(value)}`);
     }
+  }
+  const { attach, storesStatus, errors } = options as IdempotentOptions;
+  if (attach !== undefined) {
+    const waitMs: unknown = (attach as { waitMs?: unknown } | null)?.waitMs;
+    if (typeof waitMs !== 'number' || !Number.isSafeInteger(waitMs) || waitMs <= 0 || waitMs > MAX_LOCK_TTL_MS) {
+      throw new Error(`${where}: attach.waitMs must be a positive whole number of milliseconds, got ${String(waitMs)}`);
+    }
+  }
+  if (storesStatus !== undefined && typeof storesStatus !== 'function') throw new Error(`${where}: storesStatus must be a function`);
+  if (errors !== undefined && (typeof errors?.render !== 'function' || typeof errors?.brokenStreamFrame !== 'function')) {
+    throw new Error(`${where}: errors must have render() and brokenStreamFrame()`);
   }
   if (options.lockTtlMs !== undefined && options.lockTtlMs > MAX_LOCK_TTL_MS) {
     throw new Error(`${where}: lockTtlMs must be at most ${MAX_LOCK_TTL_MS} (about 24 days), got ${options.lockTtlMs}`);

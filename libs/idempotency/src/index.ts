@@ -10,3 +10,4 @@ export * from './idempotency-key';
 export * from './idempotency.errors';
 export * from './canonical-json';
 export * from './idempotency.metrics';
+export { StreamedAnswer } from './streamed-answer';

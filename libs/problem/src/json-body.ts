@@ -17,6 +17,15 @@ class UnsupportedCharsetError extends Error {
 export interface JsonBodyOptions extends JsonLimits {
   /** The largest body accepted, in bytes, after decompression. */
   readonly maxBytes: number;
+  /** Paths (exact, as Express matches a mount) whose bodies may be larger, e.g. a model's whole conversation. */
+  readonly largerBodies?: readonly { readonly path: string; readonly maxBytes: number }[];
+}
+
+const RAW_BODY = Symbol('problem:raw-body');
+
+/** The bytes of the request's JSON body as the client sent them (after decompression), once parsed. */
+export function rawBodyOf(req: object): Buffer | undefined {
+  return (req as { [RAW_BODY]?: Buffer })[RAW_BODY];
 }
 
 /**
@@ -26,21 +35,23 @@ export interface JsonBodyOptions extends JsonLimits {
  * as problem+json once the request has been logged and counted.
  */
 export function useJsonBody(app: NestExpressApplication, options: JsonBodyOptions): void {
-  const { maxBytes, ...limits } = options;
+  const { maxBytes, largerBodies = [], ...limits } = options;
   assertValidJsonLimits(limits);
+  const verify = (req: IncomingMessage, _res: ServerResponse, buf: Buffer, charset: string): void => {
+    // The scan reads UTF-8; the parser would decode any utf-* after it (UTF-7
+    // hides every bracket from a byte scan). JSON between systems is UTF-8
+    // (RFC 8259), so anything else is a 415.
+    if (charset !== 'utf-8' && charset !== 'utf8') throw new UnsupportedCharsetError();
+    const exceeded = scanJsonLimits(buf, limits);
+    if (exceeded) throw new JsonLimitError(exceeded);
+    // A reference, not a copy: a proxying route sends the bytes on unchanged.
+    Object.defineProperty(req, RAW_BODY, { value: buf, configurable: true });
+  };
   // express.json itself, not app.useBodyParser: Nest's typing of the latter
   // leaves out `verify`, the one hook that sees the bytes before JSON.parse.
-  app.use(express.json({
-    limit: maxBytes,
-    verify: (_req: IncomingMessage, _res: ServerResponse, buf: Buffer, charset: string) => {
-      // The scan reads UTF-8; the parser would decode any utf-* after it (UTF-7
-      // hides every bracket from a byte scan). JSON between systems is UTF-8
-      // (RFC 8259), so anything else is a 415.
-      if (charset !== 'utf-8' && charset !== 'utf8') throw new UnsupportedCharsetError();
-      const exceeded = scanJsonLimits(buf, limits);
-      if (exceeded) throw new JsonLimitError(exceeded);
-    },
-  }));
+  // A body parsed by the first parser that matches is left alone by the rest.
+  for (const route of largerBodies) app.use(route.path, express.json({ limit: route.maxBytes, verify }));
+  app.use(express.json({ limit: maxBytes, verify }));
   app.use(bodyParserErrorHandler);
   app.useGlobalGuards(new BodyRejectionGuard());
 }
