@@ -8,7 +8,21 @@ export type ModelReply =
   /** Accepts the request and never answers. */
   | { readonly kind: 'hang' }
   /** Sends 200 headers, then one byte every `everyMs`, for ever. */
-  | { readonly kind: 'drip'; readonly everyMs: number };
+  | { readonly kind: 'drip'; readonly everyMs: number }
+  /**
+   * A server-sent event stream: `events` written one at a time, `everyMs`
+   * apart (each waiting for `gate(i)` when given), then the connection ends
+   * (or is destroyed after `breakAfter` events, a provider that dies mid-stream).
+   */
+  | {
+      readonly kind: 'stream';
+      readonly events: readonly string[];
+      readonly everyMs?: number;
+      readonly breakAfter?: number;
+      readonly gate?: (index: number) => Promise<void>;
+    }
+  /** The exact bytes given, as the whole answer. */
+  | { readonly kind: 'raw'; readonly status: number; readonly headers: Record<string, string>; readonly body: string };
 
 export interface SeenRequest {
   readonly n: number;
@@ -16,8 +30,25 @@ export interface SeenRequest {
   readonly userText: string;
   /** The request's headers, names in lower case. */
   readonly headers: Readonly<Record<string, string | string[] | undefined>>;
+  /** The request body's bytes as received. */
+  readonly rawBody: Buffer;
   /** Whether the client hung up before the server finished. */
   closedEarly: boolean;
+}
+
+/** An OpenAI chat.completion.chunk stream for `content`, one chunk per word, with the usage chunk. */
+export function completionEvents(content: string, options: { id?: string; model?: string; usage?: boolean } = {}): string[] {
+  const id = options.id ?? 'chatcmpl-stream-1';
+  const base = { id, object: 'chat.completion.chunk', created: 1_700_000_000, model: options.model ?? 'gpt-test' };
+  const usageNull = options.usage ? { usage: null } : {};
+  const chunk = (choices: unknown[], extra: object = usageNull) => `data: ${JSON.stringify({ ...base, choices, ...extra })}\n\n`;
+  const words = content.split(/(?<= )/);
+  const events = [chunk([{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }])];
+  for (const word of words) events.push(chunk([{ index: 0, delta: { content: word }, finish_reason: null }]));
+  events.push(chunk([{ index: 0, delta: {}, finish_reason: 'stop' }]));
+  if (options.usage) events.push(chunk([], { usage: { prompt_tokens: 11, completion_tokens: words.length, total_tokens: 11 + words.length } }));
+  events.push('data: [DONE]\n\n');
+  return events;
 }
 
 /**
@@ -63,7 +94,8 @@ export class FakeOpenAiServer {
       res.writeHead(404).end();
       return;
     }
-    const body = JSON.parse(Buffer.concat(chunks).toString('utf8')) as {
+    const rawBody = Buffer.concat(chunks);
+    const body = JSON.parse(rawBody.toString('utf8')) as {
       model: string;
       messages: { role: string; content: string }[];
     };
@@ -72,6 +104,7 @@ export class FakeOpenAiServer {
       model: body.model,
       userText: body.messages.find((m) => m.role === 'user')?.content ?? '',
       headers: { ...req.headers },
+      rawBody,
       closedEarly: false,
     };
     this.requests.push(seen);
@@ -95,6 +128,7 @@ export class FakeOpenAiServer {
             created: Math.floor(Date.now() / 1000),
             model: body.model,
             choices: [{ index: 0, finish_reason: 'stop', message: { role: 'assistant', content: reply.content } }],
+            usage: { prompt_tokens: 7, completion_tokens: 5, total_tokens: 12 },
           }),
         );
         return;
@@ -105,6 +139,25 @@ export class FakeOpenAiServer {
         return;
       case 'hang':
         return;
+      case 'raw':
+        res.writeHead(reply.status, reply.headers).end(reply.body);
+        return;
+      case 'stream': {
+        res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
+        for (let i = 0; i < reply.events.length; i++) {
+          if (reply.breakAfter !== undefined && i === reply.breakAfter) {
+            res.destroy();
+            return;
+          }
+          if (reply.gate) await reply.gate(i);
+          else if (reply.everyMs && i > 0) await new Promise((r) => setTimeout(r, reply.everyMs));
+          if (res.destroyed) return;
+          // Flushed one by one, so that a break after them comes after them on the wire too.
+          await new Promise<void>((resolve) => res.write(reply.events[i], () => resolve()));
+        }
+        res.end();
+        return;
+      }
       case 'drip': {
         res.writeHead(200, { 'content-type': 'application/json' });
         res.write('{"id":"chatcmpl-drip",');

@@ -18,7 +18,23 @@ describe('api configuration', () => {
       adminApiKey: 'demo-admin-key',
       idempotencyLockTtlMs: 10_000,
       idempotencyResultTtlMs: 86_400_000,
+      llmProvider: 'fake',
+      openaiApiKey: undefined,
+      openaiBaseUrl: undefined,
+      openaiModel: 'gpt-4.1-mini',
+      gatewayTimeoutMs: 300_000,
     });
+  });
+
+  it('forwards the gateway to the provider the worker uses: openai once OPENAI_API_KEY is set', () => {
+    expect(loadApiConfig({ OPENAI_API_KEY: 'sk-x', OPENAI_BASE_URL: 'http://127.0.0.1:9/v1' })).toMatchObject({
+      llmProvider: 'openai',
+      openaiApiKey: 'sk-x',
+      openaiBaseUrl: 'http://127.0.0.1:9/v1',
+    });
+    expect(problemsOf({ LLM_PROVIDER: 'openai' })).toEqual(['LLM_PROVIDER']);
+    expect(() => loadApiConfig({ LLM_PROVIDER: 'openai' })).toThrow(/LLM_PROVIDER.*OPENAI_API_KEY is unset/);
+    expect(problemsOf({ GATEWAY_TIMEOUT_S: '0' })).toEqual(['GATEWAY_TIMEOUT_S']);
   });
 
   it('parses API_KEYS into tenants, several keys per tenant allowed', () => {

@@ -1,5 +1,6 @@
 import { httpServerEnv } from '@app/http';
 import { commonEnv, ConfigFieldError, ConfigOf, type Env, env, parseConfig, processEnv } from '@app/config';
+import { llmProviderEnv } from '@app/llm';
 import { QUERY_TIMEOUT_MS } from '@app/persistence';
 import { parseApiKeys } from './auth/api-keys';
 
@@ -12,6 +13,8 @@ export const apiEnvSchema = {
   adminApiKey: env.custom('ADMIN_API_KEY', (raw, all) => parseAdminKey(raw, all)),
   idempotencyLockTtlMs: env.secondsAsMs('IDEMPOTENCY_LOCK_TTL_S', 10, { min: 1, max: 3600 }),
   idempotencyResultTtlMs: env.secondsAsMs('IDEMPOTENCY_RESULT_TTL_S', 86400, { min: 60, max: 30 * 86400 }),
+  ...llmProviderEnv,
+  gatewayTimeoutMs: env.secondsAsMs('GATEWAY_TIMEOUT_S', 300, { min: 1, max: 3600 }),
 };
 
 export type ApiConfig = ConfigOf<typeof apiEnvSchema>;

@@ -10,6 +10,7 @@ import type { Redis } from 'ioredis';
 import type { ApiConfig } from './api.config';
 import { AdminModule } from './admin/admin.module';
 import { AuthModule } from './auth/auth.module';
+import { GatewayModule } from './gateway/gateway.module';
 import { requireTenant } from './auth/principal';
 import { SummariesModule } from './summaries/summaries.module';
 
@@ -35,6 +36,11 @@ export class ApiModule {
           }),
         }),
         SummariesModule,
+        GatewayModule.forRoot({
+          timeoutMs: config.gatewayTimeoutMs,
+          tenants: [...new Set(config.apiKeys.map((entry) => entry.tenant))],
+          provider: { provider: config.llmProvider, apiKey: config.openaiApiKey, baseUrl: config.openaiBaseUrl },
+        }),
         AdminModule.forRoot(config.adminApiKey),
       ],
       providers: [

@@ -4,6 +4,7 @@ import { createHttpApp } from '@app/http';
 import { useJsonBody } from '@app/problem';
 import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
 import { Logger } from 'nestjs-pino';
+import { GATEWAY_MAX_BODY_BYTES, GATEWAY_PATH } from './gateway/chat-completions.controller';
 import { ADMIN_KEY_AUTH, TENANT_KEY_AUTH } from './openapi';
 
 export const MAX_BODY_BYTES = 1024 * 1024;
@@ -24,12 +25,19 @@ export const MAX_JSON_VALUES = 20_000;
 export function configureApiApp(app: NestExpressApplication): NestExpressApplication {
   app.useLogger(app.get(Logger));
   app.disable('x-powered-by');
-  useJsonBody(app, { maxBytes: MAX_BODY_BYTES, maxDepth: MAX_JSON_DEPTH, maxMembers: MAX_JSON_MEMBERS, maxValues: MAX_JSON_VALUES });
+  useJsonBody(app, {
+    maxBytes: MAX_BODY_BYTES,
+    // A model's whole conversation (images as data URLs too) is larger than any job of ours.
+    largerBodies: [{ path: `/${GATEWAY_PATH}`, maxBytes: GATEWAY_MAX_BODY_BYTES }],
+    maxDepth: MAX_JSON_DEPTH,
+    maxMembers: MAX_JSON_MEMBERS,
+    maxValues: MAX_JSON_VALUES,
+  });
   const document = SwaggerModule.createDocument(
     app,
     new DocumentBuilder()
       .setTitle('LLM workflows API')
-      .setDescription('Summarisation jobs behind idempotent POSTs. Errors are application/problem+json (RFC 9457).')
+      .setDescription('Summarisation jobs behind idempotent POSTs, and an OpenAI-compatible chat completions gateway whose retries never bill twice. Errors are application/problem+json (RFC 9457), except on the gateway, which answers in OpenAI\'s error envelope.')
       .setVersion('1')
       .addBearerAuth({ type: 'http', scheme: 'bearer', description: 'An API key from API_KEYS; it names the tenant' }, TENANT_KEY_AUTH)
       .addBearerAuth({ type: 'http', scheme: 'bearer', description: 'ADMIN_API_KEY, for the /admin endpoints only; tenant keys get 401' }, ADMIN_KEY_AUTH)

@@ -1,0 +1,211 @@
+import { Body, Controller, HttpCode, Inject, Post, Req, UseFilters, UseGuards } from '@nestjs/common';
+import { ApiBearerAuth, ApiBody, ApiOkResponse, ApiOperation, ApiResponse, ApiTags } from '@nestjs/swagger';
+import { IdempotencyContext, Idempotent, type IdempotencyRequestContext, StreamedAnswer } from '@app/idempotency';
+import { uuidV5 } from '@app/jobs';
+import {
+  type ChatCompletionsUpstream,
+  InjectChatCompletionsUpstream,
+  isDoneEvent,
+  sseEvents,
+  UpstreamTimeoutError,
+  UpstreamUnreachableError,
+  usageOf,
+  type UpstreamResponse,
+} from '@app/llm';
+import { rawBodyOf } from '@app/problem';
+import type { Request } from 'express';
+import { ApiKeyGuard } from '../auth/api-key.guard';
+import { Tenant } from '../auth/principal';
+import { TENANT_KEY_AUTH } from '../openapi';
+import { type ChatCompletionRequest, ChatCompletionRequestPipe } from './chat-completion-request.pipe';
+import { GatewayMetrics } from './gateway.metrics';
+import { GATEWAY_OPTIONS, type GatewayOptions } from './gateway.options';
+import { markGatewayRun } from './gateway-calls.middleware';
+import { openAiErrorFormat, OpenAiErrorException, OpenAiErrorFilter } from './openai-errors';
+
+export const GATEWAY_PATH = 'v1/chat/completions';
+/** A whole conversation, images as data URLs included, fits; OpenAI's own limit is larger still. */
+export const GATEWAY_MAX_BODY_BYTES = 10 * 1024 * 1024;
+/** The largest answer stored for replay; a larger one is relayed and not stored. */
+export const GATEWAY_MAX_STORED_BYTES = 4 * 1024 * 1024;
+/** How long a duplicate waits for the running call's answer to start before it gets 409. */
+export const GATEWAY_ATTACH_WAIT_MS = 30_000;
+/** An upstream error body is relayed whole; past this it is cut (error bodies are a few hundred bytes). */
+const MAX_ERROR_BODY_BYTES = 1024 * 1024;
+/** The provider's idempotency keys are ours, one namespace for all tenants: each operation gets its own. */
+const UPSTREAM_KEY_NAMESPACE = '6f1d7c8e-52a4-4c1b-9a43-0b1e7f3d2a91';
+
+class StreamBrokenError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'StreamBrokenError';
+  }
+}
+
+const is2xx = (status: number): boolean => status >= 200 && status < 300;
+
+/**
+ * The OpenAI Chat Completions API in front of the configured provider, bytes
+ * in and bytes out, with Idempotency-Key: a retry with the key gets the first
+ * call's answer (its SSE events, for a stream) and never a second completion,
+ * also while that call still runs on another instance.
+ */
+@ApiTags('gateway')
+@ApiBearerAuth(TENANT_KEY_AUTH)
+@Controller(GATEWAY_PATH)
+@UseGuards(ApiKeyGuard)
+@UseFilters(OpenAiErrorFilter)
+export class ChatCompletionsController {
+  constructor(
+    @InjectChatCompletionsUpstream() private readonly upstream: ChatCompletionsUpstream,
+    @Inject(GATEWAY_OPTIONS) private readonly options: GatewayOptions,
+    private readonly metrics: GatewayMetrics,
+  ) {}
+
+  @Post()
+  @HttpCode(200)
+  @Idempotent({
+    required: false,
+    storesStatus: is2xx,
+    attach: { waitMs: GATEWAY_ATTACH_WAIT_MS },
+    errors: openAiErrorFormat,
+    maxStoredBodyBytes: GATEWAY_MAX_STORED_BYTES,
+  })
+  @ApiOperation({
+    summary: 'Create a chat completion (OpenAI-compatible), safe to retry with Idempotency-Key',
+    description:
+      'The OpenAI Chat Completions request and answer, relayed to the configured provider unchanged. With an Idempotency-Key, ' +
+      'a retry with the same body gets the stored answer (for stream: true the same server-sent events, through data: [DONE]) with ' +
+      'Idempotent-Replayed: true and no second upstream call; a retry while the first call runs is attached to it. ' +
+      'Errors of the gateway itself are OpenAI error objects ({"error": {"message", "type", "code"}}).',
+  })
+  @ApiBody({
+    description: 'A Chat Completions request: model, messages, stream and any other parameter, sent upstream as it is.',
+    schema: {
+      type: 'object',
+      required: ['model', 'messages'],
+      additionalProperties: true,
+      properties: {
+        model: { type: 'string' },
+        messages: { type: 'array', minItems: 1, items: { type: 'object' } },
+        stream: { type: 'boolean' },
+        stream_options: { type: 'object', properties: { include_usage: { type: 'boolean' } } },
+      },
+    },
+  })
+  @ApiOkResponse({
+    description:
+      'The provider’s answer as it sent it: a chat.completion (application/json) or, for stream: true, text/event-stream chunks ending in data: [DONE]. ' +
+      'A replay or an attached retry carries Idempotent-Replayed: true.',
+    content: { 'application/json': { schema: { type: 'object' } }, 'text/event-stream': { schema: { type: 'string' } } },
+  })
+  @ApiResponse({ status: 502, description: 'The provider is unreachable; nothing was stored.' })
+  @ApiResponse({ status: 504, description: 'The provider did not answer within GATEWAY_TIMEOUT_S; nothing was stored.' })
+  @ApiResponse({ status: 429, description: 'The provider’s own answer (any non-2xx is passed through with its body and Retry-After); nothing was stored.' })
+  async create(
+    @Body(ChatCompletionRequestPipe) body: ChatCompletionRequest,
+    @Req() req: Request,
+    @Tenant() tenant: string,
+    @IdempotencyContext() idempotency: IdempotencyRequestContext | undefined,
+  ): Promise<Response | StreamedAnswer> {
+    markGatewayRun(req);
+    const keyed = idempotency !== undefined;
+    const stream = body.stream === true;
+    // The whole call, a whole stream included; not the caller's socket, so a
+    // caller that goes away leaves a keyed call to finish and be stored.
+    const signal = AbortSignal.timeout(this.options.timeoutMs);
+    const sent = performance.now();
+    let upstream: UpstreamResponse;
+    try {
+      upstream = await this.upstream.send({
+        body: rawBodyOf(req) ?? Buffer.from(JSON.stringify(body)),
+        json: body,
+        idempotencyKey: idempotency ? uuidV5(idempotency.operation, UPSTREAM_KEY_NAMESPACE) : undefined,
+        signal,
+      });
+    } catch (err) {
+      throw this.unreachable(err);
+    }
+    if (!is2xx(upstream.status)) {
+      const bytes = await this.readWhole(upstream, MAX_ERROR_BODY_BYTES, sent, stream).catch(() => Buffer.alloc(0));
+      this.metrics.call('upstream_error');
+      return new Response(bytes, { status: upstream.status, headers: upstream.headers });
+    }
+    if ((upstream.headers['content-type'] ?? '').toLowerCase().startsWith('text/event-stream')) {
+      return new StreamedAnswer(upstream.status, upstream.headers, this.relayEvents(upstream, tenant, keyed, sent));
+    }
+    let bytes: Buffer;
+    try {
+      bytes = await this.readWhole(upstream, Number.POSITIVE_INFINITY, sent, stream);
+    } catch (err) {
+      this.metrics.call(signal.aborted ? 'upstream_timeout' : 'broken_stream');
+      throw signal.aborted
+        ? new OpenAiErrorException(504, 'upstream_timeout', this.timeoutMessage())
+        : new OpenAiErrorException(502, 'upstream_broken', `The model provider’s answer broke off: ${(err as Error).message}. Nothing was stored.`);
+    }
+    const usage = usageOf(bytes.toString('utf8'));
+    if (usage) this.metrics.usage(tenant, usage);
+    this.metrics.call(keyed ? 'new' : 'forwarded');
+    return new Response(bytes, { status: upstream.status, headers: upstream.headers });
+  }
+
+  /**
+   * The provider's events, each exactly as it sent it, counting the tokens
+   * of its usage chunk. Ends after `data: [DONE]`; a stream that ends before
+   * it, or breaks, throws, so the answer is not stored and its callers get
+   * the broken-stream event.
+   */
+  private async *relayEvents(upstream: UpstreamResponse, tenant: string, keyed: boolean, sent: number): AsyncGenerator<string> {
+    let done = false;
+    let first = true;
+    try {
+      for await (const event of sseEvents(upstream.body)) {
+        if (first) {
+          first = false;
+          this.metrics.firstByteAt('upstream', true, (performance.now() - sent) / 1000);
+        }
+        const usage = usageOf(event);
+        if (usage) this.metrics.usage(tenant, usage);
+        yield event;
+        if (isDoneEvent(event)) {
+          done = true;
+          break;
+        }
+      }
+    } catch (err) {
+      this.metrics.call('broken_stream');
+      throw err;
+    }
+    if (!done) {
+      this.metrics.call('broken_stream');
+      throw new StreamBrokenError('the provider’s stream ended before data: [DONE]');
+    }
+    this.metrics.call(keyed ? 'new' : 'forwarded');
+  }
+
+  private async readWhole(upstream: UpstreamResponse, maxBytes: number, sent: number, stream: boolean): Promise<Buffer> {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const chunk of upstream.body) {
+      if (size === 0) this.metrics.firstByteAt('upstream', stream, (performance.now() - sent) / 1000);
+      size += chunk.length;
+      if (size > maxBytes) break;
+      chunks.push(chunk);
+    }
+    return Buffer.concat(chunks);
+  }
+
+  private unreachable(err: unknown): OpenAiErrorException {
+    if (err instanceof UpstreamTimeoutError) {
+      this.metrics.call('upstream_timeout');
+      return new OpenAiErrorException(504, 'upstream_timeout', this.timeoutMessage());
+    }
+    this.metrics.call('upstream_unreachable');
+    const why = err instanceof UpstreamUnreachableError ? err.message : 'the model provider is unreachable';
+    return new OpenAiErrorException(502, 'upstream_unreachable', `${why}. Nothing was stored; retry with the same Idempotency-Key.`);
+  }
+
+  private timeoutMessage(): string {
+    return `The model provider did not answer within ${this.options.timeoutMs / 1000} s. Nothing was stored; retry with the same Idempotency-Key.`;
+  }
+}

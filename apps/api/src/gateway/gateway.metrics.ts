@@ -1,0 +1,70 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { Counter, Histogram, Registry } from 'prom-client';
+import type { TokenUsage } from '@app/llm';
+import { GATEWAY_OPTIONS, type GatewayOptions } from './gateway.options';
+
+export const GATEWAY_OUTCOMES = [
+  'forwarded',
+  'new',
+  'replayed',
+  'attached',
+  'upstream_error',
+  'broken_stream',
+  'upstream_unreachable',
+  'upstream_timeout',
+  'rejected',
+] as const;
+export type GatewayOutcome = (typeof GATEWAY_OUTCOMES)[number];
+
+/**
+ * The gateway's figures: calls by outcome, tokens per tenant (only for calls
+ * that went upstream: a replay or an attached duplicate costs none), and the
+ * time to the first byte upstream against the caller's.
+ */
+@Injectable()
+export class GatewayMetrics {
+  private readonly calls: Counter<'outcome'>;
+  private readonly tokens: Counter<'tenant' | 'kind'>;
+  private readonly firstByte: Histogram<'side' | 'stream'>;
+
+  constructor(registry: Registry, @Inject(GATEWAY_OPTIONS) options: GatewayOptions) {
+    this.calls = new Counter({
+      name: 'gateway_calls_total',
+      help: 'POST /v1/chat/completions by outcome: forwarded (no key), new, replayed, attached, upstream_error (passed through), broken_stream, upstream_unreachable, upstream_timeout, rejected (the gateway refused it)',
+      labelNames: ['outcome'],
+      registers: [registry],
+    });
+    this.tokens = new Counter({
+      name: 'gateway_tokens_total',
+      help: 'Tokens the provider reported in usage for calls that went upstream, per tenant; kind is prompt or completion',
+      labelNames: ['tenant', 'kind'],
+      registers: [registry],
+    });
+    this.firstByte = new Histogram({
+      name: 'gateway_first_byte_seconds',
+      help: 'Time to the first byte of the answer body: side=upstream from the call to the provider, side=caller from the request arriving',
+      labelNames: ['side', 'stream'],
+      buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
+      registers: [registry],
+    });
+    for (const outcome of GATEWAY_OUTCOMES) this.calls.inc({ outcome }, 0);
+    // Tenants are bounded by API_KEYS: every series exists from the start.
+    for (const tenant of options.tenants) {
+      this.tokens.inc({ tenant, kind: 'prompt' }, 0);
+      this.tokens.inc({ tenant, kind: 'completion' }, 0);
+    }
+  }
+
+  call(outcome: GatewayOutcome): void {
+    this.calls.inc({ outcome });
+  }
+
+  usage(tenant: string, usage: TokenUsage): void {
+    this.tokens.inc({ tenant, kind: 'prompt' }, usage.prompt_tokens);
+    this.tokens.inc({ tenant, kind: 'completion' }, usage.completion_tokens);
+  }
+
+  firstByteAt(side: 'upstream' | 'caller', stream: boolean, seconds: number): void {
+    this.firstByte.observe({ side, stream: String(stream) }, seconds);
+  }
+}

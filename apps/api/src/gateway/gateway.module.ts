@@ -1,0 +1,23 @@
+import { DynamicModule, MiddlewareConsumer, Module, NestModule } from '@nestjs/common';
+import { ChatCompletionsUpstreamModule, type ChatCompletionsUpstreamModuleOptions } from '@app/llm';
+import { ChatCompletionsController } from './chat-completions.controller';
+import { GatewayCallsMiddleware } from './gateway-calls.middleware';
+import { GatewayMetrics } from './gateway.metrics';
+import { GATEWAY_OPTIONS, type GatewayOptions } from './gateway.options';
+
+/** POST /v1/chat/completions: the OpenAI-compatible gateway to the configured provider. */
+@Module({})
+export class GatewayModule implements NestModule {
+  static forRoot(options: GatewayOptions & { readonly provider: ChatCompletionsUpstreamModuleOptions }): DynamicModule {
+    return {
+      module: GatewayModule,
+      imports: [ChatCompletionsUpstreamModule.forRoot(options.provider)],
+      controllers: [ChatCompletionsController],
+      providers: [{ provide: GATEWAY_OPTIONS, useValue: { timeoutMs: options.timeoutMs, tenants: options.tenants } }, GatewayMetrics],
+    };
+  }
+
+  configure(consumer: MiddlewareConsumer): void {
+    consumer.apply(GatewayCallsMiddleware).forRoutes(ChatCompletionsController);
+  }
+}

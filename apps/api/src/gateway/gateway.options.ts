@@ -1,0 +1,8 @@
+export interface GatewayOptions {
+  /** The longest one upstream call (a whole stream) may take. */
+  readonly timeoutMs: number;
+  /** The tenants of API_KEYS: the bounded label set of the token counter. */
+  readonly tenants: readonly string[];
+}
+
+export const GATEWAY_OPTIONS = 'gateway:options';

@@ -1,0 +1,121 @@
+import { ArgumentsHost, Catch, ExceptionFilter, HttpException, HttpStatus, Logger } from '@nestjs/common';
+import type { IdempotencyErrorFormat } from '@app/idempotency';
+import { PROBLEM_TYPE_PREFIX, ProblemException, toProblem } from '@app/problem';
+import type { Response } from 'express';
+
+/** OpenAI's error object, as its SDKs read it. */
+export interface OpenAiErrorBody {
+  readonly error: { readonly message: string; readonly type: string; readonly param: string | null; readonly code: string };
+}
+
+/** An error of the gateway itself, already in OpenAI's shape. */
+export class OpenAiErrorException extends HttpException {
+  constructor(
+    status: number,
+    readonly code: string,
+    message: string,
+    readonly headers: Readonly<Record<string, string>> = {},
+    readonly param: string | null = null,
+  ) {
+    super(message, status);
+  }
+}
+
+/** OpenAI's `type` for a status: what its SDKs and users group errors by. */
+function typeFor(status: number): string {
+  if (status === HttpStatus.UNAUTHORIZED) return 'authentication_error';
+  if (status === HttpStatus.TOO_MANY_REQUESTS) return 'rate_limit_error';
+  if (status >= 500) return 'server_error';
+  return 'invalid_request_error';
+}
+
+/** Codes that OpenAI's own clients know by another name. */
+const CODE_RENAMES: Readonly<Record<string, string>> = { unauthorized: 'invalid_api_key' };
+
+/** The stable name of a problem type: its last segment, snake_cased (`idempotency-key-reused` → `idempotency_key_reused`). */
+function codeOfProblemType(type: string): string {
+  const name = (type.startsWith(PROBLEM_TYPE_PREFIX) ? type.slice(PROBLEM_TYPE_PREFIX.length) : (type.split(/[:/]/).pop() ?? type)).replace(/-/g, '_');
+  return CODE_RENAMES[name] ?? name;
+}
+
+export interface RenderedOpenAiError {
+  readonly status: number;
+  readonly headers: Readonly<Record<string, string>>;
+  readonly body: OpenAiErrorBody;
+}
+
+/**
+ * Any error of the gateway route as OpenAI's envelope: the same status and
+ * headers (Retry-After, plus the `retry-after-ms` OpenAI's SDKs prefer) that
+ * the problem+json answer would have, `code` the stable name of the case.
+ */
+export function toOpenAiError(exception: unknown): RenderedOpenAiError {
+  if (exception instanceof OpenAiErrorException) {
+    const status = exception.getStatus();
+    return {
+      status,
+      headers: withRetryAfterMs(exception.headers),
+      body: { error: { message: exception.message, type: typeFor(status), param: exception.param, code: exception.code } },
+    };
+  }
+  const problem = toProblem(exception);
+  const detail = problem.body.detail;
+  const errors = (problem.body as { errors?: unknown }).errors;
+  const fields = Array.isArray(errors)
+    ? errors.map((e: { field?: unknown; messages?: unknown }) => `${String(e.field)}: ${Array.isArray(e.messages) ? e.messages.join(', ') : ''}`).join('; ')
+    : '';
+  const message = [problem.body.title, detail, fields].filter((part) => part).join('. ');
+  return {
+    status: problem.status,
+    headers: withRetryAfterMs(problem.headers),
+    body: { error: { message, type: typeFor(problem.status), param: null, code: codeOfProblemType(problem.body.type) } },
+  };
+}
+
+function withRetryAfterMs(headers: Readonly<Record<string, string>>): Record<string, string> {
+  const out: Record<string, string> = { ...headers };
+  const retryAfter = Object.entries(headers).find(([name]) => name.toLowerCase() === 'retry-after')?.[1];
+  if (retryAfter !== undefined && /^\d+$/.test(retryAfter)) out['retry-after-ms'] = String(Number(retryAfter) * 1000);
+  return out;
+}
+
+/** The last event of a stream the gateway could not finish: the SDKs raise it as an APIError. */
+export const BROKEN_STREAM_EVENT = `data: ${JSON.stringify({
+  error: {
+    message: 'The model provider’s stream ended before data: [DONE]. Nothing was stored; retry with the same Idempotency-Key.',
+    type: 'server_error',
+    param: null,
+    code: 'stream_broken',
+  },
+})}\n\n`;
+
+/** How the idempotency layer writes the gateway's answers: OpenAI's envelope, and the broken-stream event. */
+export const openAiErrorFormat: IdempotencyErrorFormat = {
+  render: (exception) => {
+    const { status, headers, body } = toOpenAiError(exception);
+    return { status, headers: { ...headers, 'content-type': 'application/json' }, body: JSON.stringify(body) };
+  },
+  brokenStreamFrame: () => BROKEN_STREAM_EVENT,
+};
+
+/** Renders every error of the gateway's routes in OpenAI's envelope instead of problem+json. */
+@Catch()
+export class OpenAiErrorFilter implements ExceptionFilter {
+  private readonly logger = new Logger(OpenAiErrorFilter.name);
+
+  catch(exception: unknown, host: ArgumentsHost): void {
+    if (host.getType() !== 'http') throw exception;
+    const res = host.switchToHttp().getResponse<Response>();
+    const { status, headers, body } = toOpenAiError(exception);
+    if (!(exception instanceof HttpException)) {
+      this.logger.error(exception instanceof Error ? exception : String(exception));
+    } else if (status >= 500) {
+      this.logger.warn(`${status} ${body.error.code}: ${body.error.message}`);
+    }
+    if (res.headersSent) {
+      res.destroy();
+      return;
+    }
+    res.status(status).set(headers).type('application/json').send(JSON.stringify(body));
+  }
+}

@@ -1,0 +1,385 @@
+import type { Redis } from 'ioredis';
+import OpenAI, { APIError } from 'openai';
+import { randomUUID } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import { bearer, type ApiHarness, startApi, TENANT_A, TENANT_B } from '../support/api-harness';
+import { type AppProcess, startAppProcess } from '../support/app-process';
+import { completionEvents, FakeOpenAiServer, type ModelReply } from '../support/fake-openai-server';
+import { eventually, freePort, freshRedis, sleep, testDatabaseUrl, testRedisUrl } from '../support/infra';
+
+/** Polls until `condition` holds. */
+const until = (condition: () => boolean, what = 'the condition') => eventually(() => (condition() ? true : undefined), 5000, what);
+import { metricValue } from '../support/metrics';
+
+/**
+ * POST /v1/chat/completions with the official `openai` SDK as the client,
+ * pointed at the api, and a local HTTP server playing the provider, SSE
+ * included. Effects asserted: upstream calls, the bytes each side saw,
+ * records in Redis, token counters.
+ */
+describe('the gateway: POST /v1/chat/completions', () => {
+  let provider: FakeOpenAiServer;
+  let api: ApiHarness;
+  let apiUrl: string;
+  let redis: Redis;
+  const key = () => `gw-${randomUUID()}`;
+  const sdk = (tenant: { key: string } = TENANT_A, url = apiUrl) => new OpenAI({ apiKey: tenant.key, baseURL: `${url}/v1`, maxRetries: 0 });
+  const ask = (text: string) => ({ model: 'gpt-test', messages: [{ role: 'user' as const, content: text }] });
+  /** The provider's answer per user text; a stream by default for stream requests. */
+  let replies: Map<string, ModelReply | (() => ModelReply | Promise<ModelReply>)>;
+
+  async function post(body: unknown, headers: Record<string, string> = {}, tenant: { key: string } = TENANT_A, url = apiUrl): Promise<globalThis.Response> {
+    return fetch(`${url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: bearer(tenant), 'content-type': 'application/json', ...headers },
+      body: typeof body === 'string' ? body : JSON.stringify(body),
+    });
+  }
+
+  beforeAll(async () => {
+    redis = await freshRedis();
+    replies = new Map();
+    provider = await new FakeOpenAiServer(async (_n, text) => {
+      const reply = replies.get(text);
+      if (reply === undefined) return { kind: 'complete', content: `Echo: ${text}` };
+      return typeof reply === 'function' ? reply() : reply;
+    }).start();
+    api = await startApi({ env: { LLM_PROVIDER: 'openai', OPENAI_API_KEY: 'sk-upstream', OPENAI_BASE_URL: provider.baseUrl } });
+    await api.app.listen(0, '127.0.0.1');
+    apiUrl = `http://127.0.0.1:${(api.server.address() as AddressInfo).port}`;
+  });
+  afterAll(async () => {
+    await provider.stop();
+    await api.close();
+    redis.disconnect();
+  });
+
+  describe('without streaming', () => {
+    it('replays the stored answer byte for byte, with one upstream call that carried a key of its own', async () => {
+      const k = key();
+      const body = { ...ask('non-stream replay'), temperature: 0.2 };
+      const first = await sdk().chat.completions.create(body, { headers: { 'Idempotency-Key': k } }).withResponse();
+      const again = await post(body, { 'idempotency-key': k });
+      const calls = provider.requests.filter((r) => r.userText === 'non-stream replay');
+      expect(calls).toHaveLength(1);
+      expect(first.data.choices[0].message.content).toBe('Echo: non-stream replay');
+      expect(first.response.headers.get('idempotent-replayed')).toBeNull();
+      expect(again.status).toBe(200);
+      expect(again.headers.get('idempotent-replayed')).toBe('true');
+      expect(again.headers.get('content-type')).toBe('application/json');
+      expect(JSON.parse(await again.text())).toEqual(first.data);
+      // The provider gets an Idempotency-Key of its own for the operation:
+      // stable for the tenant's key, never the raw key (tenants share our account).
+      const upstreamKey = calls[0].headers['idempotency-key'];
+      expect(upstreamKey).toMatch(/^[0-9a-f-]{36}$/);
+      expect(calls[0].headers.authorization).toBe('Bearer sk-upstream');
+    });
+
+    it('sends the body upstream exactly as the client wrote it', async () => {
+      const raw = '{ "messages" : [{"content":"raw bytes ☃","role":"user"}],\n "model":"gpt-test", "x_custom": [1, 2.50, null] }';
+      const res = await post(raw, { 'idempotency-key': key() });
+      expect(res.status).toBe(200);
+      const seen = provider.requests.find((r) => r.userText === 'raw bytes ☃');
+      expect(seen?.rawBody.toString('utf8')).toBe(raw);
+    });
+
+    it('keeps the keys of different tenants apart, upstream too', async () => {
+      const k = key();
+      const a = await post(ask('tenant keys'), { 'idempotency-key': k }, TENANT_A);
+      const b = await post(ask('tenant keys'), { 'idempotency-key': k }, TENANT_B);
+      expect(a.headers.get('idempotent-replayed')).toBeNull();
+      expect(b.headers.get('idempotent-replayed')).toBeNull();
+      const calls = provider.requests.filter((r) => r.userText === 'tenant keys');
+      expect(calls).toHaveLength(2);
+      expect(calls[0].headers['idempotency-key']).not.toBe(calls[1].headers['idempotency-key']);
+    });
+
+    it('forwards a call without a key every time, and keeps no record', async () => {
+      const before = (await redis.keys('idem:*')).length;
+      await sdk().chat.completions.create(ask('no key'));
+      await sdk().chat.completions.create(ask('no key'));
+      expect(provider.requests.filter((r) => r.userText === 'no key')).toHaveLength(2);
+      expect(provider.requests.filter((r) => r.userText === 'no key').every((r) => r.headers['idempotency-key'] === undefined)).toBe(true);
+      expect((await redis.keys('idem:*')).length).toBe(before);
+    });
+
+    it('gives a duplicate that arrives while the call runs that call’s answer, with one upstream call', async () => {
+      const k = key();
+      replies.set('slow answer', { kind: 'complete', content: 'slow but once', delayMs: 600 });
+      const first = post(ask('slow answer'), { 'idempotency-key': k });
+      await until(() => provider.requests.some((r) => r.userText === 'slow answer'));
+      const duplicate = await sdk().chat.completions.create(ask('slow answer'), { headers: { 'Idempotency-Key': k } }).withResponse();
+      expect(duplicate.response.headers.get('idempotent-replayed')).toBe('true');
+      expect(duplicate.data.choices[0].message.content).toBe('slow but once');
+      expect(await (await first).json()).toEqual(duplicate.data);
+      expect(provider.requests.filter((r) => r.userText === 'slow answer')).toHaveLength(1);
+    });
+
+    it('answers a key reused with another body, or stream instead of not, 422 in OpenAI’s envelope', async () => {
+      const k = key();
+      await sdk().chat.completions.create(ask('reuse me'), { headers: { 'Idempotency-Key': k } });
+      const changed = sdk().chat.completions.create({ ...ask('reuse me'), temperature: 1 }, { headers: { 'Idempotency-Key': k } });
+      await expect(changed).rejects.toMatchObject({ status: 422, code: 'idempotency_key_reused', type: 'invalid_request_error' });
+      const streamed = sdk().chat.completions.create({ ...ask('reuse me'), stream: true }, { headers: { 'Idempotency-Key': k } });
+      await expect(streamed).rejects.toBeInstanceOf(OpenAI.UnprocessableEntityError);
+      expect(provider.requests.filter((r) => r.userText === 'reuse me')).toHaveLength(1);
+    });
+
+    it('passes a provider 429 through, stores nothing, and lets the retry run', async () => {
+      const k = key();
+      let n = 0;
+      replies.set('rate limited', () => (++n === 1 ? { kind: 'error', status: 429, headers: { 'retry-after': '7', 'x-ratelimit-remaining-requests': '0' } } : { kind: 'complete', content: 'second time lucky' }));
+      const limited = await post(ask('rate limited'), { 'idempotency-key': k });
+      expect(limited.status).toBe(429);
+      expect(limited.headers.get('retry-after')).toBe('7');
+      expect(limited.headers.get('x-ratelimit-remaining-requests')).toBe('0');
+      expect(await limited.json()).toEqual({ error: { message: 'fake error 429', type: 'fake', code: null } });
+      await expect(redis.exists(`idem:${TENANT_A.tenant}:POST:/v1/chat/completions:${k}`)).resolves.toBe(0);
+      const retried = await sdk().chat.completions.create(ask('rate limited'), { headers: { 'Idempotency-Key': k } });
+      expect(retried.choices[0].message.content).toBe('second time lucky');
+      expect(provider.requests.filter((r) => r.userText === 'rate limited')).toHaveLength(2);
+    });
+
+    it('counts the tokens of a call once, not for its replays', async () => {
+      const tokens = () => metricValue(api.server, 'gateway_tokens_total', { tenant: TENANT_B.tenant, kind: 'completion' });
+      const before = await tokens();
+      const k = key();
+      await post(ask('count my tokens'), { 'idempotency-key': k }, TENANT_B);
+      await post(ask('count my tokens'), { 'idempotency-key': k }, TENANT_B);
+      expect((await tokens()) - before).toBe(5);
+      await expect(metricValue(api.server, 'gateway_calls_total', { outcome: 'replayed' })).resolves.toBeGreaterThan(0);
+    });
+  });
+
+  describe('streaming', () => {
+    const streamOf = (text: string) => ({ ...ask(text), stream: true as const, stream_options: { include_usage: true } });
+
+    it('replays a stream as the same events in order, through data: [DONE], parsed by the SDK', async () => {
+      const k = key();
+      const events = completionEvents('Streams are stored event by event.', { id: 'chatcmpl-replay', usage: true });
+      replies.set('stream replay', { kind: 'stream', events });
+      const first = await post(streamOf('stream replay'), { 'idempotency-key': k });
+      expect(first.headers.get('content-type')).toBe('text/event-stream; charset=utf-8');
+      expect(await first.text()).toBe(events.join(''));
+      const stream = await sdk().chat.completions.create(streamOf('stream replay'), { headers: { 'Idempotency-Key': k } });
+      const chunks = [];
+      for await (const chunk of stream) chunks.push(chunk);
+      expect(chunks.map((c) => c.id)).toEqual(Array(events.length - 1).fill('chatcmpl-replay'));
+      expect(chunks.map((c) => c.choices[0]?.delta.content ?? '').join('')).toBe('Streams are stored event by event.');
+      expect(chunks.at(-1)?.usage).toEqual({ prompt_tokens: 11, completion_tokens: 6, total_tokens: 17 });
+      const raw = await post(streamOf('stream replay'), { 'idempotency-key': k });
+      expect(raw.headers.get('idempotent-replayed')).toBe('true');
+      expect(await raw.text()).toBe(events.join(''));
+      expect(provider.requests.filter((r) => r.userText === 'stream replay')).toHaveLength(1);
+    });
+
+    it('ends the caller’s stream with an error event when the provider’s breaks, and leaves the key free', async () => {
+      const k = key();
+      let n = 0;
+      const events = completionEvents('broken then whole');
+      replies.set('broken stream', () => (++n === 1 ? { kind: 'stream', events, breakAfter: 3 } : { kind: 'stream', events }));
+      const stream = await sdk().chat.completions.create(streamOf('broken stream'), { headers: { 'Idempotency-Key': k } });
+      const seen: string[] = [];
+      let error: unknown;
+      try {
+        for await (const chunk of stream) seen.push(chunk.choices[0]?.delta.content ?? '');
+      } catch (err) {
+        error = err;
+      }
+      expect(error).toBeInstanceOf(APIError);
+      expect((error as APIError).message).toMatch(/before data: \[DONE\]/);
+      expect(seen.length).toBe(3);
+      await expect(redis.exists(`idem:${TENANT_A.tenant}:POST:/v1/chat/completions:${k}`)).resolves.toBe(0);
+      const retry = await post(streamOf('broken stream'), { 'idempotency-key': k });
+      expect(retry.headers.get('idempotent-replayed')).toBeNull();
+      expect(await retry.text()).toBe(events.join(''));
+      expect(provider.requests.filter((r) => r.userText === 'broken stream')).toHaveLength(2);
+    });
+
+    it('attaches a duplicate that arrives mid-stream: the events so far, then the live ones, from one upstream call', async () => {
+      const k = key();
+      const events = completionEvents('one call, two callers, the same stream of words', { usage: true });
+      let release!: () => void;
+      const held = new Promise<void>((r) => (release = r));
+      replies.set('attach me', { kind: 'stream', events, gate: (i) => (i === 3 ? held : Promise.resolve()) });
+      const first = post(streamOf('attach me'), { 'idempotency-key': k }).then(async (r) => ({ headers: r.headers, text: await r.text() }));
+      await until(() => provider.requests.some((r) => r.userText === 'attach me'));
+      await sleep(100);
+      const duplicate = post(streamOf('attach me'), { 'idempotency-key': k }).then(async (r) => ({ headers: r.headers, text: await r.text() }));
+      await sleep(200);
+      release();
+      const [a, b] = await Promise.all([first, duplicate]);
+      expect(a.text).toBe(events.join(''));
+      expect(b.text).toBe(events.join(''));
+      expect(b.headers.get('idempotent-replayed')).toBe('true');
+      expect(provider.requests.filter((r) => r.userText === 'attach me')).toHaveLength(1);
+    });
+
+    it('keeps the upstream call running for a caller that aborts after two chunks; its retry gets the whole stream', async () => {
+      const k = key();
+      const events = completionEvents('the caller left but the model kept talking');
+      let release!: () => void;
+      const held = new Promise<void>((r) => (release = r));
+      replies.set('abort me', { kind: 'stream', events, gate: (i) => (i === 2 ? held : Promise.resolve()) });
+      const controller = new AbortController();
+      const stream = await sdk().chat.completions.create(streamOf('abort me'), { headers: { 'Idempotency-Key': k }, signal: controller.signal });
+      let read = 0;
+      for await (const _chunk of stream) {
+        if (++read === 2) {
+          controller.abort();
+          break;
+        }
+      }
+      await sleep(100);
+      release();
+      const seen = provider.requests.find((r) => r.userText === 'abort me');
+      // The retry may arrive while the call still runs: it is attached, and gets the same events.
+      const retry = await post(streamOf('abort me'), { 'idempotency-key': k });
+      expect(retry.headers.get('idempotent-replayed')).toBe('true');
+      expect(await retry.text()).toBe(events.join(''));
+      expect(seen?.closedEarly).toBe(false);
+      expect(provider.requests.filter((r) => r.userText === 'abort me')).toHaveLength(1);
+    });
+
+    it('counts a stream’s tokens once, from its usage chunk, not for a replay or an attached duplicate', async () => {
+      const prompt = () => metricValue(api.server, 'gateway_tokens_total', { tenant: TENANT_B.tenant, kind: 'prompt' });
+      const before = await prompt();
+      const k = key();
+      replies.set('stream tokens', { kind: 'stream', events: completionEvents('a b c', { usage: true }) });
+      await (await post(streamOf('stream tokens'), { 'idempotency-key': k }, TENANT_B)).text();
+      await (await post(streamOf('stream tokens'), { 'idempotency-key': k }, TENANT_B)).text();
+      expect((await prompt()) - before).toBe(11);
+    });
+  });
+
+  describe('across api processes', () => {
+    let other: AppProcess;
+    beforeAll(async () => {
+      other = await startAppProcess('api', freePort(61), {
+        REDIS_URL: testRedisUrl(),
+        DATABASE_URL: testDatabaseUrl(),
+        API_KEYS: `${TENANT_A.tenant}:${TENANT_A.key},${TENANT_B.tenant}:${TENANT_B.key}`,
+        LOG_LEVEL: 'warn',
+        LLM_PROVIDER: 'openai',
+        OPENAI_API_KEY: 'sk-upstream',
+        OPENAI_BASE_URL: provider.baseUrl,
+      });
+    }, 60_000);
+    afterAll(async () => {
+      other.kill('SIGTERM');
+      await other.exited;
+    });
+
+    it('attaches a duplicate that reaches another api process to the running stream', async () => {
+      const k = key();
+      const events = completionEvents('a retry on another pod reads the same stream', { usage: true });
+      let release!: () => void;
+      const held = new Promise<void>((r) => (release = r));
+      replies.set('other pod', { kind: 'stream', events, gate: (i) => (i === 2 ? held : Promise.resolve()) });
+      const first = post(streamOf('other pod'), { 'idempotency-key': k }).then((r) => r.text());
+      await until(() => provider.requests.some((r) => r.userText === 'other pod'));
+      await sleep(100);
+      const stream = await sdk(TENANT_A, other.url).chat.completions.create(streamOf('other pod'), { headers: { 'Idempotency-Key': k } });
+      const chunks: string[] = [];
+      const reading = (async () => {
+        for await (const chunk of stream) chunks.push(JSON.stringify(chunk));
+      })();
+      await sleep(200);
+      release();
+      await reading;
+      expect(await first).toBe(events.join(''));
+      expect(chunks.map((c) => `data: ${c}\n\n`)).toEqual(events.slice(0, -1));
+      expect(provider.requests.filter((r) => r.userText === 'other pod')).toHaveLength(1);
+    });
+
+    function streamOf(text: string) {
+      return { ...ask(text), stream: true as const, stream_options: { include_usage: true } };
+    }
+  });
+
+  describe('the gateway’s own errors, in OpenAI’s envelope', () => {
+    it('401 for a missing or unknown key, as the SDK’s AuthenticationError', async () => {
+      await expect(sdk({ key: 'not-a-key-0123456789' }).chat.completions.create(ask('who am i'))).rejects.toMatchObject({
+        status: 401,
+        code: 'invalid_api_key',
+      });
+      const res = await fetch(`${apiUrl}/v1/chat/completions`, { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } });
+      expect(res.headers.get('content-type')).toMatch(/^application\/json/);
+      expect(await res.json()).toMatchObject({ error: { type: 'authentication_error', code: 'invalid_api_key' } });
+      expect(provider.requests.some((r) => r.userText === 'who am i')).toBe(false);
+    });
+
+    it('400 for a body it cannot relay, with no upstream call and no record', async () => {
+      const k = key();
+      for (const body of [{ model: 'gpt-test' }, { model: 'gpt-test', messages: [] }, { ...ask('bad stream'), stream: 'yes' }, [1, 2], '{"model":']) {
+        const res = await post(body, { 'idempotency-key': k });
+        expect(res.status).toBe(400);
+        expect((await res.json()) as unknown).toMatchObject({ error: { type: 'invalid_request_error' } });
+      }
+      await expect(redis.exists(`idem:${TENANT_A.tenant}:POST:/v1/chat/completions:${k}`)).resolves.toBe(0);
+      expect(provider.requests.some((r) => r.userText === 'bad stream')).toBe(false);
+    });
+
+    it('400 for a malformed Idempotency-Key', async () => {
+      const res = await post(ask('bad key'), { 'idempotency-key': 'short' });
+      expect(res.status).toBe(400);
+      expect(await res.json()).toMatchObject({ error: { code: 'idempotency_key_invalid' } });
+    });
+
+    it('502 when the provider is unreachable, nothing stored', async () => {
+      const dead = await startApi({ env: { LLM_PROVIDER: 'openai', OPENAI_API_KEY: 'sk', OPENAI_BASE_URL: `http://127.0.0.1:${freePort(62)}/v1` } });
+      try {
+        await dead.app.listen(0, '127.0.0.1');
+        const url = `http://127.0.0.1:${(dead.server.address() as AddressInfo).port}`;
+        const k = key();
+        await expect(sdk(TENANT_A, url).chat.completions.create(ask('nobody home'), { headers: { 'Idempotency-Key': k } })).rejects.toMatchObject({
+          status: 502,
+          code: 'upstream_unreachable',
+        });
+        await expect(redis.exists(`idem:${TENANT_A.tenant}:POST:/v1/chat/completions:${k}`)).resolves.toBe(0);
+      } finally {
+        await dead.close();
+      }
+    });
+
+    it('504 after GATEWAY_TIMEOUT_S, nothing stored', async () => {
+      replies.set('never answers', { kind: 'hang' });
+      const slow = await startApi({ env: { LLM_PROVIDER: 'openai', OPENAI_API_KEY: 'sk', OPENAI_BASE_URL: provider.baseUrl, GATEWAY_TIMEOUT_S: '1' } });
+      try {
+        await slow.app.listen(0, '127.0.0.1');
+        const url = `http://127.0.0.1:${(slow.server.address() as AddressInfo).port}`;
+        const k = key();
+        await expect(sdk(TENANT_A, url).chat.completions.create(ask('never answers'), { headers: { 'Idempotency-Key': k } })).rejects.toMatchObject({
+          status: 504,
+          code: 'upstream_timeout',
+        });
+        await expect(redis.exists(`idem:${TENANT_A.tenant}:POST:/v1/chat/completions:${k}`)).resolves.toBe(0);
+      } finally {
+        await slow.close();
+      }
+    });
+  });
+
+  describe('the built-in model (LLM_PROVIDER=fake)', () => {
+    it('answers the SDK offline, streaming included, and replays by key', async () => {
+      const fake = await startApi({ env: { LLM_PROVIDER: 'fake' } });
+      try {
+        await fake.app.listen(0, '127.0.0.1');
+        const url = `http://127.0.0.1:${(fake.server.address() as AddressInfo).port}`;
+        const completion = await sdk(TENANT_A, url).chat.completions.create(ask('hello offline'));
+        expect(completion.choices[0].message.content).toContain('hello offline');
+        const k = key();
+        const body = { ...ask('stream offline'), stream: true as const };
+        const stream = await sdk(TENANT_A, url).chat.completions.create(body, { headers: { 'Idempotency-Key': k } });
+        let text = '';
+        for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? '';
+        expect(text).toContain('stream offline');
+        const replay = await post(body, { 'idempotency-key': k }, TENANT_A, url);
+        expect(replay.headers.get('idempotent-replayed')).toBe('true');
+        expect(await replay.text()).toMatch(/data: \[DONE\]\n\n$/);
+      } finally {
+        await fake.close();
+      }
+    });
+  });
+});
