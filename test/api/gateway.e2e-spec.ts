@@ -360,14 +360,29 @@ describe('the gateway: POST /v1/chat/completions', () => {
     });
   });
 
+  it('is documented in OpenAPI: the optional key, both answer types, errors in OpenAI’s envelope', async () => {
+    const doc = (await (await fetch(`${apiUrl}/docs/openapi.json`)).json()) as {
+      paths: Record<string, { post: { parameters?: { name: string; required?: boolean }[]; responses: Record<string, { content?: Record<string, unknown> }> } }>;
+    };
+    const op = doc.paths['/v1/chat/completions'].post;
+    expect(op.parameters?.find((p) => p.name === 'Idempotency-Key')?.required).toBe(false);
+    expect(Object.keys(op.responses['200'].content ?? {})).toEqual(['application/json', 'text/event-stream']);
+    for (const status of ['400', '401', '409', '422', '502', '504']) {
+      expect({ status, types: Object.keys(op.responses[status]?.content ?? {}) }).toEqual({ status, types: ['application/json'] });
+    }
+  });
+
   describe('the built-in model (LLM_PROVIDER=fake)', () => {
     it('answers the SDK offline, streaming included, and replays by key', async () => {
       const fake = await startApi({ env: { LLM_PROVIDER: 'fake' } });
       try {
         await fake.app.listen(0, '127.0.0.1');
         const url = `http://127.0.0.1:${(fake.server.address() as AddressInfo).port}`;
-        const completion = await sdk(TENANT_A, url).chat.completions.create(ask('hello offline'));
+        const { data: completion, response } = await sdk(TENANT_A, url).chat.completions.create(ask('hello offline')).withResponse();
         expect(completion.choices[0].message.content).toContain('hello offline');
+        // X-Request-Id is ours on every answer; the provider's own id is kept beside it.
+        expect(response.headers.get('x-upstream-request-id')).toMatch(/^req_/);
+        expect(response.headers.get('x-request-id')).not.toBe(response.headers.get('x-upstream-request-id'));
         const k = key();
         const body = { ...ask('stream offline'), stream: true as const };
         const stream = await sdk(TENANT_A, url).chat.completions.create(body, { headers: { 'Idempotency-Key': k } });

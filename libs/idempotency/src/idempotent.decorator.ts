@@ -1,7 +1,7 @@
 import { applyDecorators } from '@nestjs/common';
 import { PATH_METADATA } from '@nestjs/common/constants';
 import { Reflector } from '@nestjs/core';
-import { ApiHeader } from '@nestjs/swagger';
+import { ApiHeader, ApiResponse } from '@nestjs/swagger';
 import { ApiProblemResponse } from '@app/problem';
 
 export interface IdempotentOptions {
@@ -118,6 +118,11 @@ export function Idempotent(options?: IdempotentOptions): MethodDecorator & Class
 
 /** The OpenAPI description of what @Idempotent() adds to a route. */
 function documentation(options: IdempotentOptions | undefined): MethodDecorator {
+  // A route with its own error format documents its errors' schema itself; here only what they mean.
+  const respond = options?.errors
+    ? (status: number, description: string, headers?: Record<string, { description: string; schema: { type: 'integer' } }>) =>
+        ApiResponse({ status, description, ...(headers ? { headers } : {}) })
+    : ApiProblemResponse;
   return applyDecorators(
     ApiHeader({
       name: 'Idempotency-Key',
@@ -127,11 +132,11 @@ function documentation(options: IdempotentOptions | undefined): MethodDecorator 
         'bare or as a Structured Field string ("..."). The same key and body get the same answer, with Idempotent-Replayed: true.',
       schema: { type: 'string', minLength: 16, maxLength: 128 },
     }),
-    ApiProblemResponse(400, 'The Idempotency-Key is missing or malformed, or the body is invalid. Nothing was done.'),
-    ApiProblemResponse(409, 'A request with this key is still running. Retry after Retry-After seconds to get its answer.', {
+    respond(400, 'The Idempotency-Key is missing or malformed, or the body is invalid. Nothing was done.'),
+    respond(409, 'A request with this key is still running. Retry after Retry-After seconds to get its answer.', {
       'Retry-After': { description: 'Seconds until the running request’s lock frees', schema: { type: 'integer' } },
     }),
-    ApiProblemResponse(422, 'This key was already used with a different body.'),
-    ApiProblemResponse(503, 'The request cannot be made safe to retry right now; nothing was done. Retry with the same key.'),
+    respond(422, 'This key was already used with a different body.'),
+    respond(503, 'The request cannot be made safe to retry right now; nothing was done. Retry with the same key.'),
   ) as MethodDecorator;
 }

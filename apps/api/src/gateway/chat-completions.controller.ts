@@ -1,5 +1,5 @@
 import { Body, Controller, HttpCode, Inject, Post, Req, UseFilters, UseGuards } from '@nestjs/common';
-import { ApiBearerAuth, ApiBody, ApiOkResponse, ApiOperation, ApiResponse, ApiTags } from '@nestjs/swagger';
+import { ApiBearerAuth, ApiBody, ApiOkResponse, ApiOperation, ApiTags } from '@nestjs/swagger';
 import { IdempotencyContext, Idempotent, type IdempotencyRequestContext, StreamedAnswer } from '@app/idempotency';
 import { uuidV5 } from '@app/jobs';
 import {
@@ -21,7 +21,7 @@ import { type ChatCompletionRequest, ChatCompletionRequestPipe } from './chat-co
 import { GatewayMetrics } from './gateway.metrics';
 import { GATEWAY_OPTIONS, type GatewayOptions } from './gateway.options';
 import { markGatewayRun } from './gateway-calls.middleware';
-import { openAiErrorFormat, OpenAiErrorException, OpenAiErrorFilter } from './openai-errors';
+import { ApiOpenAiErrors, openAiErrorFormat, OpenAiErrorException, OpenAiErrorFilter } from './openai-errors';
 
 export const GATEWAY_PATH = 'v1/chat/completions';
 /** A whole conversation, images as data URLs included, fits; OpenAI's own limit is larger still. */
@@ -43,6 +43,16 @@ class StreamBrokenError extends Error {
 }
 
 const is2xx = (status: number): boolean => status >= 200 && status < 300;
+
+/**
+ * The provider's headers as the caller gets them. Its request id moves to
+ * `x-upstream-request-id`: `X-Request-Id` is ours, on every answer, and the
+ * one to quote to us; the provider's is the one to quote to the provider.
+ */
+function relayed(headers: Readonly<Record<string, string>>): Record<string, string> {
+  const { 'x-request-id': upstreamId, ...rest } = headers;
+  return upstreamId === undefined ? rest : { ...rest, 'x-upstream-request-id': upstreamId };
+}
 
 /**
  * The OpenAI Chat Completions API in front of the configured provider, bytes
@@ -99,9 +109,16 @@ export class ChatCompletionsController {
       'A replay or an attached retry carries Idempotent-Replayed: true.',
     content: { 'application/json': { schema: { type: 'object' } }, 'text/event-stream': { schema: { type: 'string' } } },
   })
-  @ApiResponse({ status: 502, description: 'The provider is unreachable; nothing was stored.' })
-  @ApiResponse({ status: 504, description: 'The provider did not answer within GATEWAY_TIMEOUT_S; nothing was stored.' })
-  @ApiResponse({ status: 429, description: 'The provider’s own answer (any non-2xx is passed through with its body and Retry-After); nothing was stored.' })
+  @ApiOpenAiErrors({
+    400: 'The body is not a Chat Completions request, or the Idempotency-Key is malformed. Nothing was done.',
+    401: 'No or unknown API key.',
+    409: 'A call with this key is still running and has not started answering within 30 s; retry after Retry-After (retry-after-ms).',
+    422: 'This key was already used with a different body (another prompt, model, parameter, or stream flag).',
+    429: 'The provider’s own answer, passed through (so is any non-2xx, with its body and Retry-After); nothing was stored.',
+    502: 'The provider is unreachable; nothing was stored.',
+    503: 'The call cannot be made safe to retry right now (the idempotency store is unreachable); nothing was sent upstream.',
+    504: 'The provider did not answer within GATEWAY_TIMEOUT_S; nothing was stored.',
+  })
   async create(
     @Body(ChatCompletionRequestPipe) body: ChatCompletionRequest,
     @Req() req: Request,
@@ -129,10 +146,10 @@ export class ChatCompletionsController {
     if (!is2xx(upstream.status)) {
       const bytes = await this.readWhole(upstream, MAX_ERROR_BODY_BYTES, sent, stream).catch(() => Buffer.alloc(0));
       this.metrics.call('upstream_error');
-      return new Response(bytes, { status: upstream.status, headers: upstream.headers });
+      return new Response(bytes, { status: upstream.status, headers: relayed(upstream.headers) });
     }
     if ((upstream.headers['content-type'] ?? '').toLowerCase().startsWith('text/event-stream')) {
-      return new StreamedAnswer(upstream.status, upstream.headers, this.relayEvents(upstream, tenant, keyed, sent));
+      return new StreamedAnswer(upstream.status, relayed(upstream.headers), this.relayEvents(upstream, tenant, keyed, sent));
     }
     let bytes: Buffer;
     try {
@@ -146,7 +163,7 @@ export class ChatCompletionsController {
     const usage = usageOf(bytes.toString('utf8'));
     if (usage) this.metrics.usage(tenant, usage);
     this.metrics.call(keyed ? 'new' : 'forwarded');
-    return new Response(bytes, { status: upstream.status, headers: upstream.headers });
+    return new Response(bytes, { status: upstream.status, headers: relayed(upstream.headers) });
   }
 
   /**

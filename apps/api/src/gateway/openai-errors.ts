@@ -1,4 +1,5 @@
-import { ArgumentsHost, Catch, ExceptionFilter, HttpException, HttpStatus, Logger } from '@nestjs/common';
+import { applyDecorators, ArgumentsHost, Catch, ExceptionFilter, HttpException, HttpStatus, Logger } from '@nestjs/common';
+import { ApiResponse } from '@nestjs/swagger';
 import type { IdempotencyErrorFormat } from '@app/idempotency';
 import { PROBLEM_TYPE_PREFIX, ProblemException, toProblem } from '@app/problem';
 import type { Response } from 'express';
@@ -118,4 +119,32 @@ export class OpenAiErrorFilter implements ExceptionFilter {
     }
     res.status(status).set(headers).type('application/json').send(JSON.stringify(body));
   }
+}
+
+type SchemaObject = NonNullable<Extract<Parameters<typeof ApiResponse>[0], { schema?: unknown }>['schema']>;
+
+const OPENAI_ERROR_SCHEMA: SchemaObject = {
+  type: 'object',
+  required: ['error'],
+  properties: {
+    error: {
+      type: 'object',
+      required: ['message', 'type', 'code'],
+      properties: {
+        message: { type: 'string' },
+        type: { type: 'string', example: 'invalid_request_error' },
+        param: { type: 'string', nullable: true },
+        code: { type: 'string', example: 'idempotency_key_reused' },
+      },
+    },
+  },
+};
+
+/** OpenAPI: these answers are OpenAI error objects, not problem+json. */
+export function ApiOpenAiErrors(descriptions: Readonly<Record<number, string>>): MethodDecorator {
+  return applyDecorators(
+    ...Object.entries(descriptions).map(([status, description]) =>
+      ApiResponse({ status: Number(status), description, content: { 'application/json': { schema: OPENAI_ERROR_SCHEMA } } }),
+    ),
+  ) as MethodDecorator;
 }
