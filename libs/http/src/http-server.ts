@@ -52,6 +52,7 @@ export function configureHttpServer(server: Server, settings: HttpServerSettings
       registers: [registry],
     });
   for (const status of ['400', '408', '431']) refusals.inc({ status }, 0);
+  drainKeepAliveOnClose(server);
 
   server.on('clientError', (err: NodeJS.ErrnoException, socket: Duplex) => {
     // The response of the request on this socket, if its headers were read
@@ -82,5 +83,36 @@ export function configureHttpServer(server: Server, settings: HttpServerSettings
       { req: { id, method: req?.method, url: req?.url }, status, code: err.code },
       `request refused by the HTTP parser: ${status} ${STATUS_CODES[status]}`,
     );
+  });
+}
+
+/** How often a closing server closes the keep-alive connections that have gone idle. */
+const CLOSE_IDLE_EVERY_MS = 100;
+
+/**
+ * A server that is closing ends every keep-alive connection once its
+ * response is over. Node's close() closes only the connections idle at that
+ * moment; one whose answer finishes a moment later (a long request that the
+ * drain waited for, a response sent while the app drained) stays open until
+ * HTTP_KEEP_ALIVE_TIMEOUT_S, 65 s, which a load balancer's pooled connection
+ * always hits, and the server's close (so the process's exit) waits for it,
+ * past the pod's grace period. So: answers sent from the first close() on
+ * say `Connection: close`, and idle connections are closed every 100 ms
+ * until the server has closed.
+ */
+function drainKeepAliveOnClose(server: Server): void {
+  let closing = false;
+  const close = server.close.bind(server);
+  server.close = ((callback?: (err?: Error) => void) => {
+    if (!closing) {
+      closing = true;
+      const timer = setInterval(() => server.closeIdleConnections(), CLOSE_IDLE_EVERY_MS);
+      timer.unref();
+      server.once('close', () => clearInterval(timer));
+    }
+    return close(callback);
+  }) as Server['close'];
+  server.on('request', (_req: IncomingMessage, res: ServerResponse) => {
+    if (closing && !res.headersSent) res.shouldKeepAlive = false;
   });
 }
