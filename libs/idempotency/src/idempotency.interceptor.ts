@@ -37,7 +37,7 @@ import {
 } from './idempotency-store.interface';
 import { LockLease } from './lock-lease';
 import { HandlerDurations, retryAfterSeconds } from './retry-after';
-import { FrameChannel, framesResponse, isWebResponse, StreamedAnswer } from './streamed-answer';
+import { FrameChannel, framesResponse, isWebResponse, onceClosed, StreamedAnswer } from './streamed-answer';
 
 export const DEFAULT_LOCK_TTL_MS = 10_000;
 export const DEFAULT_RESULT_TTL_MS = 86_400_000;
@@ -229,10 +229,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
     // The caller going away ends the following (and its place among the
     // followers, even if its stream was never read); the running request goes on.
     const gone = new AbortController();
-    res.once('close', () => {
+    onceClosed(res, () => {
       gone.abort();
       leave();
     });
+    let runIt = false;
     try {
       let claim: ClaimResult = first;
       for (let round = 0; round < MAX_FOLLOW_ROUNDS; round++) {
@@ -242,8 +243,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
           return this.replay(claim.response, log, settings);
         }
         if (claim.outcome === 'claimed') {
-          this.outcome(req, 'new');
-          return await this.run(next, req, res, attempt);
+          runIt = true;
+          break;
         }
         if (claim.fingerprint !== ctx.fingerprint) return this.mismatch(req);
         if (!claim.frames) return this.inProgress(req, claim, attempt);
@@ -270,7 +271,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         await events.return?.();
         claim = await this.store.claim(ctx.operation, attempt.token, ctx.fingerprint, settings.lockTtlMs);
       }
-      return this.inProgress(req, first, attempt);
+      if (!runIt) return this.inProgress(req, first, attempt);
     } catch (err) {
       if (err instanceof HttpException) throw err;
       this.outcome(req, 'store_unavailable');
@@ -279,6 +280,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
     } finally {
       if (!handedOver) leave();
     }
+    // The key was freed while this one followed: it runs, as a first request
+    // would (errors of the handler are its own, not the store's).
+    this.outcome(req, 'new');
+    return this.run(next, req, res, attempt);
   }
 
   /** The running answer's frames, from the first, as a response that ends as that answer ends. */
@@ -311,7 +316,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
         await events.return?.();
       }
     }
-    return framesResponse(head.status, headers, frames());
+    return framesResponse(head.status, headers, frames(), () => {
+      done();
+      void events.return?.();
+    });
   }
 
   private mismatch(req: Request): never {
@@ -380,18 +388,25 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const headers = this.pickHeaders(answer.headers);
     const contentType = Object.entries(answer.headers).find(([name]) => name.toLowerCase() === 'content-type')?.[1];
     if (contentType !== undefined) headers['content-type'] = contentType;
-    const channel = new FrameChannel();
-    // A caller that goes away (even before its stream was first read) holds nothing back.
-    res.once('close', () => channel.detach());
+    // A caller that falls far behind is cut (its retry follows the stored
+    // frames at its own pace); one that went away, even before its stream was
+    // first read, is dropped: neither holds the recording back.
+    const channel = new FrameChannel(() => {
+      this.logger.warn(`idempotency: a caller fell too far behind a streamed answer and was cut (key ${attempt.keyHash})`);
+      res.destroy();
+    });
+    onceClosed(res, () => channel.detach());
     const log = this.store.frames;
     let storing = settings.stores(answer.status) && log !== undefined;
     let settled = false;
     let pending: string[] = [];
     let inFlight: Promise<void> | undefined;
     let began: Promise<boolean> | undefined;
+    let beginFailed = false;
+    let releasing: Promise<void> | undefined;
     let size = 0;
 
-    const stopStoring = async (why: string | undefined): Promise<void> => {
+    const stopStoring = (why: string | undefined): Promise<void> => {
       storing = false;
       lease.stop();
       if (why) {
@@ -400,8 +415,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
       }
       if (!settled) {
         settled = true;
-        await this.release(attempt, lease.lost);
+        releasing = this.release(attempt, lease.lost);
       }
+      return releasing ?? Promise.resolve();
     };
     const flush = (): void => {
       if (!storing || inFlight || pending.length === 0 || !log) return;
@@ -410,7 +426,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
       inFlight = (async () => {
         try {
           if (!(await began) || !(await log.append(ctx.operation, attempt.token, batch))) {
-            if (!lease.lost) this.lockLost(attempt, 'append refused');
+            // Refused: the lock is not ours any more, unless we stopped storing ourselves meanwhile.
+            if (storing && !beginFailed && !lease.lost) this.lockLost(attempt, 'append refused');
             storing = false;
           }
         } catch (err) {
@@ -433,6 +450,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     }
     if (storing && log) {
       began = log.begin(ctx.operation, attempt.token, { status: answer.status, headers }).catch((err: unknown) => {
+        beginFailed = true;
         this.metrics.count('store_unavailable');
         this.logger.error(`idempotency: could not store the frames (key ${attempt.keyHash}): ${errorText(err)}`);
         return false;
@@ -452,13 +470,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
               flush();
             }
           }
-          await channel.push(frame);
+          channel.push(frame);
         }
       } catch (err) {
         broken = err ?? new Error('the stream broke');
       }
       lease.stop();
       await drained();
+      await releasing;
       if (broken === undefined && storing && log && (await began)) {
         try {
           settled = true;
@@ -475,7 +494,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       this.durations.record(attempt.handler, performance.now() - started);
       if (broken !== undefined) {
         this.logger.warn(`idempotency: a streamed answer broke before its end (key ${attempt.keyHash}): ${errorText(broken)}`);
-        for (const frame of brokenEnd(settings)) await channel.push(frame);
+        for (const frame of brokenEnd(settings)) channel.push(frame);
         if (!settings.errors) {
           channel.fail(broken);
           return;
@@ -484,7 +503,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       channel.end();
     };
     void pump();
-    return framesResponse(answer.status, new Headers(answer.headers), channel);
+    return framesResponse(answer.status, new Headers(answer.headers), channel, () => channel.detach());
   }
 
   /** A value for a caller without a key: a streamed answer is sent as it is, unrecorded. */

@@ -10,4 +10,4 @@ export * from './idempotency-key';
 export * from './idempotency.errors';
 export * from './canonical-json';
 export * from './idempotency.metrics';
-export { StreamedAnswer } from './streamed-answer';
+export { onceClosed, StreamedAnswer } from './streamed-answer';

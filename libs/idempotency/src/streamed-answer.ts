@@ -23,30 +23,37 @@ export function isWebResponse(value: unknown): value is Response {
 }
 
 /**
- * The frames for the caller: in order, at the caller's pace (a writer waits
- * while more than `highWaterBytes` are unread), and dropped once the caller
- * stops reading, so a caller that went away never holds the writer back.
+ * The frames for one caller, in order, at the caller's pace. The writer (the
+ * recording) never waits for the caller: a caller that falls more than
+ * `highWaterBytes` behind is cut (`onOverflow`; it can retry and follow the
+ * stored frames at its own pace), and one that went away is dropped. So a
+ * slow or vanished caller never holds the recording, its lock or the
+ * provider's socket.
  */
 export class FrameChannel implements AsyncIterable<string> {
   private readonly queue: string[] = [];
+  private head = 0;
   private queuedBytes = 0;
   private ended = false;
   private failure: unknown;
   private detached = false;
   private wakeReader: (() => void) | undefined;
-  private wakeWriter: (() => void) | undefined;
 
-  constructor(private readonly highWaterBytes = 1024 * 1024) {}
+  constructor(
+    private readonly onOverflow: () => void = () => undefined,
+    private readonly highWaterBytes = 4 * 1024 * 1024,
+  ) {}
 
-  /** Resolves when the caller can take more. */
-  async push(frame: string): Promise<void> {
+  push(frame: string): void {
     if (this.detached || this.ended) return;
     this.queue.push(frame);
     this.queuedBytes += frame.length;
-    this.wake();
-    while (this.queuedBytes > this.highWaterBytes && !this.detached) {
-      await new Promise<void>((r) => (this.wakeWriter = r));
+    if (this.queuedBytes > this.highWaterBytes) {
+      this.detach();
+      this.onOverflow();
+      return;
     }
+    this.wake();
   }
 
   end(): void {
@@ -60,21 +67,26 @@ export class FrameChannel implements AsyncIterable<string> {
     this.end();
   }
 
-  /** The caller is gone: frames are dropped from now on, and no writer waits. */
+  /** The caller is gone: frames are dropped from now on. */
   detach(): void {
     this.detached = true;
     this.queue.length = 0;
+    this.head = 0;
     this.queuedBytes = 0;
-    this.releaseWriter();
+    this.wake();
   }
 
   async *[Symbol.asyncIterator](): AsyncGenerator<string> {
     try {
       for (;;) {
-        if (this.queue.length > 0) {
-          const frame = this.queue.shift()!;
+        if (this.detached) return;
+        if (this.head < this.queue.length) {
+          const frame = this.queue[this.head++];
           this.queuedBytes -= frame.length;
-          if (this.queuedBytes <= this.highWaterBytes) this.releaseWriter();
+          if (this.head === this.queue.length) {
+            this.queue.length = 0;
+            this.head = 0;
+          }
           yield frame;
           continue;
         }
@@ -94,15 +106,47 @@ export class FrameChannel implements AsyncIterable<string> {
     this.wakeReader = undefined;
     wake?.();
   }
-
-  private releaseWriter(): void {
-    const wake = this.wakeWriter;
-    this.wakeWriter = undefined;
-    wake?.();
-  }
 }
 
-/** A web Response whose body is `frames`, for Nest to send as they come. */
-export function framesResponse(status: number, headers: Headers, frames: AsyncIterable<string>): Response {
-  return new Response(ReadableStream.from(frames) as ReadableStream<never>, { status, headers });
+/**
+ * A web Response whose body is `frames`, for Nest to send as they come.
+ * `onCancel` runs when the body is cancelled (the caller went away), also
+ * before its first read, when a generator's own `finally` would not run.
+ */
+export function framesResponse(status: number, headers: Headers, frames: AsyncIterable<string>, onCancel?: () => void): Response {
+  const iterator = frames[Symbol.asyncIterator]();
+  let cancelled = false;
+  const cancel = (): void => {
+    if (cancelled) return;
+    cancelled = true;
+    onCancel?.();
+  };
+  const body = new ReadableStream<string>({
+    async pull(controller) {
+      try {
+        const step = await iterator.next();
+        if (step.done) {
+          controller.close();
+          cancel();
+        } else controller.enqueue(step.value);
+      } catch (err) {
+        cancel();
+        controller.error(err);
+      }
+    },
+    async cancel() {
+      cancel();
+      await iterator.return?.();
+    },
+  }, { highWaterMark: 0 });
+  return new Response(body as ReadableStream<never>, { status, headers });
+}
+
+/** Runs `fn` once the response is closed (sent, or the caller went away), at once if it already is. */
+export function onceClosed(
+  res: { readonly destroyed: boolean; readonly closed?: boolean; readonly socket?: { readonly destroyed: boolean } | null; once(event: 'close', fn: () => void): unknown },
+  fn: () => void,
+): void {
+  if (res.destroyed || res.closed || res.socket?.destroyed) fn();
+  else res.once('close', fn);
 }
