@@ -2,6 +2,7 @@ import type { Redis } from 'ioredis';
 import OpenAI, { APIError } from 'openai';
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
+import { BROKEN_STREAM_EVENT } from '../../apps/api/src/gateway/openai-errors';
 import { bearer, type ApiHarness, startApi, TENANT_A, TENANT_B } from '../support/api-harness';
 import { type AppProcess, startAppProcess } from '../support/app-process';
 import { completionEvents, FakeOpenAiServer, type ModelReply } from '../support/fake-openai-server';
@@ -68,6 +69,9 @@ describe('the gateway: POST /v1/chat/completions', () => {
       expect(again.headers.get('idempotent-replayed')).toBe('true');
       expect(again.headers.get('content-type')).toBe('application/json');
       expect(JSON.parse(await again.text())).toEqual(first.data);
+      const raw = await post(body, { 'idempotency-key': k });
+      const original = JSON.stringify(first.data);
+      expect(await raw.text()).toBe(original); // the fake provider's bytes are JSON.stringify's
       // The provider gets an Idempotency-Key of its own for the operation:
       // stable for the tenant's key, never the raw key (tenants share our account).
       const upstreamKey = calls[0].headers['idempotency-key'];
@@ -81,6 +85,21 @@ describe('the gateway: POST /v1/chat/completions', () => {
       expect(res.status).toBe(200);
       const seen = provider.requests.find((r) => r.userText === 'raw bytes ☃');
       expect(seen?.rawBody.toString('utf8')).toBe(raw);
+    });
+
+    it('takes bodies over 1 MiB (up to 10) from a tenant only', async () => {
+      const big = { ...ask('big body'), metadata: { padding: 'x'.repeat(2 * 1024 * 1024) } };
+      const anonymous = await fetch(`${apiUrl}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: 'Bearer not-a-key-0123456789' },
+        body: JSON.stringify(big),
+      });
+      expect(anonymous.status).toBe(413);
+      expect(await anonymous.json()).toMatchObject({ error: { code: 'payload_too_large' } });
+      expect(provider.requests.some((r) => r.userText === 'big body')).toBe(false);
+      const tenant = await post(big, { 'idempotency-key': key() });
+      expect(tenant.status).toBe(200);
+      expect(provider.requests.find((r) => r.userText === 'big body')?.rawBody.length).toBe(Buffer.byteLength(JSON.stringify(big)));
     });
 
     it('keeps the keys of different tenants apart, upstream too', async () => {
@@ -241,6 +260,72 @@ describe('the gateway: POST /v1/chat/completions', () => {
       expect(provider.requests.filter((r) => r.userText === 'abort me')).toHaveLength(1);
     });
 
+    it('stores the stream of a caller that went away before its first chunk; the retry gets it whole', async () => {
+      const k = key();
+      const events = completionEvents('nobody was there for the first word');
+      let release!: () => void;
+      const held = new Promise<void>((r) => (release = r));
+      replies.set('left early', { kind: 'stream', events, gate: (i) => (i === 0 ? held : Promise.resolve()) });
+      const controller = new AbortController();
+      const abandoned = post(streamOf('left early'), { 'idempotency-key': k }).catch(() => undefined);
+      void abandoned;
+      const leaving = fetch(`${apiUrl}/v1/chat/completions`, {
+        method: 'POST',
+        signal: controller.signal,
+        headers: { authorization: bearer(TENANT_A), 'content-type': 'application/json', 'idempotency-key': `${k}-2` },
+        body: JSON.stringify(streamOf('left early')),
+      }).catch(() => undefined);
+      await until(() => provider.requests.filter((r) => r.userText === 'left early').length === 2);
+      controller.abort();
+      await leaving;
+      await sleep(200);
+      release();
+      await abandoned;
+      const retry = await post(streamOf('left early'), { 'idempotency-key': `${k}-2` });
+      expect(retry.headers.get('idempotent-replayed')).toBe('true');
+      expect(await retry.text()).toBe(events.join(''));
+      expect(provider.requests.filter((r) => r.userText === 'left early')).toHaveLength(2);
+      expect(provider.requests.filter((r) => r.userText === 'left early').every((r) => !r.closedEarly)).toBe(true);
+    });
+
+    it('ends the provider’s stream when a caller without a key goes away', async () => {
+      let release!: () => void;
+      const held = new Promise<void>((r) => (release = r));
+      replies.set('keyless leaves', { kind: 'stream', events: completionEvents('not for anyone'), gate: (i) => (i === 0 ? held : Promise.resolve()) });
+      const controller = new AbortController();
+      const leaving = post(streamOf('keyless leaves'), {}).catch(() => undefined);
+      void leaving;
+      const request = fetch(`${apiUrl}/v1/chat/completions`, {
+        method: 'POST',
+        signal: controller.signal,
+        headers: { authorization: bearer(TENANT_A), 'content-type': 'application/json' },
+        body: JSON.stringify({ ...streamOf('keyless leaves'), user: 'the one that leaves' }),
+      }).catch(() => undefined);
+      await until(() => provider.requests.filter((r) => r.userText === 'keyless leaves').length === 2);
+      controller.abort();
+      await request;
+      await until(() => provider.requests.filter((r) => r.userText === 'keyless leaves').some((r) => r.closedEarly), 'the provider call to be closed');
+      release();
+    });
+
+    it('ends an attached caller’s stream with the error event too when the provider’s breaks', async () => {
+      const k = key();
+      let release!: () => void;
+      const held = new Promise<void>((r) => (release = r));
+      const events = completionEvents('this stream will not make it to the end');
+      replies.set('attached break', { kind: 'stream', events, breakAfter: 4, gate: (i) => (i === 3 ? held : Promise.resolve()) });
+      const first = post(streamOf('attached break'), { 'idempotency-key': k }).then((r) => r.text());
+      await until(() => provider.requests.some((r) => r.userText === 'attached break'));
+      await sleep(100);
+      const attached = post(streamOf('attached break'), { 'idempotency-key': k }).then((r) => r.text());
+      await sleep(200);
+      release();
+      const expected = events.slice(0, 4).join('') + BROKEN_STREAM_EVENT;
+      expect(await first).toBe(expected);
+      expect(await attached).toBe(expected);
+      await expect(redis.exists(`idem:${TENANT_A.tenant}:POST:/v1/chat/completions:${k}`)).resolves.toBe(0);
+    });
+
     it('counts a stream’s tokens once, from its usage chunk, not for a replay or an attached duplicate', async () => {
       const prompt = () => metricValue(api.server, 'gateway_tokens_total', { tenant: TENANT_B.tenant, kind: 'prompt' });
       const before = await prompt();
@@ -295,6 +380,39 @@ describe('the gateway: POST /v1/chat/completions', () => {
     function streamOf(text: string) {
       return { ...ask(text), stream: true as const, stream_options: { include_usage: true } };
     }
+  });
+
+  describe('an api stopping while a stream runs', () => {
+    it('refuses new calls, gives the running one HTTP_REQUEST_TIMEOUT_S, then cuts it: stream_broken, key freed, exit 0', async () => {
+      const stopping = await startAppProcess('api', freePort(63), {
+        REDIS_URL: testRedisUrl(),
+        DATABASE_URL: testDatabaseUrl(),
+        API_KEYS: `${TENANT_A.tenant}:${TENANT_A.key}`,
+        LOG_LEVEL: 'warn',
+        LLM_PROVIDER: 'openai',
+        OPENAI_API_KEY: 'sk-upstream',
+        OPENAI_BASE_URL: provider.baseUrl,
+        HTTP_REQUEST_TIMEOUT_S: '1',
+      });
+      const k = key();
+      const held = new Promise<void>(() => undefined); // never released: the provider stalls mid-stream
+      replies.set('stopping pod', { kind: 'stream', events: completionEvents('cut short by a shutdown'), gate: (i) => (i === 2 ? held : Promise.resolve()) });
+      const streamed = post({ ...ask('stopping pod'), stream: true }, { 'idempotency-key': k }, TENANT_A, stopping.url).then((r) => r.text());
+      await until(() => provider.requests.some((r) => r.userText === 'stopping pod'));
+      await sleep(200);
+      stopping.kill('SIGTERM');
+      await sleep(200);
+      const during = await post(ask('arrives while stopping'), { 'idempotency-key': key() }, TENANT_A, stopping.url).catch(() => undefined);
+      if (during) {
+        expect(during.status).toBe(503);
+        expect(await during.json()).toMatchObject({ error: { code: 'shutting_down' } });
+      }
+      const text = await streamed;
+      expect(text.endsWith(`${BROKEN_STREAM_EVENT}`)).toBe(true);
+      await expect(stopping.exited).resolves.toEqual({ code: 0, signal: null });
+      await expect(redis.exists(`idem:${TENANT_A.tenant}:POST:/v1/chat/completions:${k}`)).resolves.toBe(0);
+      expect(provider.requests.some((r) => r.userText === 'arrives while stopping')).toBe(false);
+    }, 30_000);
   });
 
   describe('the gateway’s own errors, in OpenAI’s envelope', () => {

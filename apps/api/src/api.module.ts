@@ -38,6 +38,8 @@ export class ApiModule {
         SummariesModule,
         GatewayModule.forRoot({
           timeoutMs: config.gatewayTimeoutMs,
+          // Within the api's drain (apiDrainMs), which the manifests' grace periods cover.
+          drainMs: config.httpRequestTimeoutMs,
           tenants: [...new Set(config.apiKeys.map((entry) => entry.tenant))],
           provider: { provider: config.llmProvider, apiKey: config.openaiApiKey, baseUrl: config.openaiBaseUrl },
         }),

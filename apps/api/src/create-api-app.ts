@@ -5,6 +5,7 @@ import { useJsonBody } from '@app/problem';
 import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
 import { Logger } from 'nestjs-pino';
 import { GATEWAY_MAX_BODY_BYTES, GATEWAY_PATH } from './gateway/chat-completions.controller';
+import { ApiKeyGuard } from './auth/api-key.guard';
 import { ADMIN_KEY_AUTH, TENANT_KEY_AUTH } from './openapi';
 
 export const MAX_BODY_BYTES = 1024 * 1024;
@@ -25,10 +26,12 @@ export const MAX_JSON_VALUES = 20_000;
 export function configureApiApp(app: NestExpressApplication): NestExpressApplication {
   app.useLogger(app.get(Logger));
   app.disable('x-powered-by');
+  const keys = app.get(ApiKeyGuard);
   useJsonBody(app, {
     maxBytes: MAX_BODY_BYTES,
-    // A model's whole conversation (images as data URLs too) is larger than any job of ours.
-    largerBodies: [{ path: `/${GATEWAY_PATH}`, maxBytes: GATEWAY_MAX_BODY_BYTES }],
+    // A model's whole conversation (images as data URLs too) is larger than
+    // any job of ours; only a tenant's request gets to send that much.
+    largerBodies: [{ path: `/${GATEWAY_PATH}`, maxBytes: GATEWAY_MAX_BODY_BYTES, when: (req) => keys.tenantOf(req) !== undefined }],
     maxDepth: MAX_JSON_DEPTH,
     maxMembers: MAX_JSON_MEMBERS,
     maxValues: MAX_JSON_VALUES,

@@ -5,7 +5,7 @@ export interface UpstreamRequest {
   readonly body: Buffer;
   /** The same body, parsed (the fake model reads it; the HTTP upstream ignores it). */
   readonly json: unknown;
-  /** The client's Idempotency-Key, passed on as the provider's `Idempotency-Key` header. */
+  /** Sent as the provider's `Idempotency-Key` header: the gateway's key for the operation. */
   readonly idempotencyKey?: string;
   /** Ends the call (the gateway's own timeout or shutdown); never the caller's socket. */
   readonly signal: AbortSignal;

@@ -18,7 +18,12 @@ export interface JsonBodyOptions extends JsonLimits {
   /** The largest body accepted, in bytes, after decompression. */
   readonly maxBytes: number;
   /** Paths (exact, as Express matches a mount) whose bodies may be larger, e.g. a model's whole conversation. */
-  readonly largerBodies?: readonly { readonly path: string; readonly maxBytes: number }[];
+  readonly largerBodies?: readonly {
+    readonly path: string;
+    readonly maxBytes: number;
+    /** Only for requests this accepts (e.g. an authenticated caller); the others get the common limit. */
+    readonly when?: (req: IncomingMessage) => boolean;
+  }[];
 }
 
 const RAW_BODY = Symbol('problem:raw-body');
@@ -50,7 +55,11 @@ export function useJsonBody(app: NestExpressApplication, options: JsonBodyOption
   // express.json itself, not app.useBodyParser: Nest's typing of the latter
   // leaves out `verify`, the one hook that sees the bytes before JSON.parse.
   // A body parsed by the first parser that matches is left alone by the rest.
-  for (const route of largerBodies) app.use(route.path, express.json({ limit: route.maxBytes, verify }));
+  for (const route of largerBodies) {
+    const parse = express.json({ limit: route.maxBytes, verify });
+    const when = route.when;
+    app.use(route.path, when ? (req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void) => (when(req) ? parse(req, res, next) : next()) : parse);
+  }
   app.use(express.json({ limit: maxBytes, verify }));
   app.use(bodyParserErrorHandler);
   app.useGlobalGuards(new BodyRejectionGuard());

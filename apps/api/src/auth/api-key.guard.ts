@@ -28,14 +28,25 @@ export class ApiKeyGuard implements CanActivate {
     const req = context.switchToHttp().getRequest<Request>();
     const presented = bearerToken(req);
     if (presented === undefined) throw unauthorized('Send one Authorization: Bearer <api key> header.');
+    const tenant = this.tenantOfKey(presented);
+    if (tenant === undefined) throw unauthorized('The API key is not valid.');
+    setPrincipal(req, { tenant });
+    return true;
+  }
+
+  /** The tenant of the request's API key, or undefined; for what must know before the guards run. */
+  tenantOf(req: IncomingMessage): string | undefined {
+    const presented = bearerToken(req);
+    return presented === undefined ? undefined : this.tenantOfKey(presented);
+  }
+
+  private tenantOfKey(presented: string): string | undefined {
     const given = digest(presented);
     let tenant: string | undefined;
     for (const key of this.keys) {
       if (timingSafeEqual(key.digest, given) && tenant === undefined) tenant = key.tenant;
     }
-    if (tenant === undefined) throw unauthorized('The API key is not valid.');
-    setPrincipal(req, { tenant });
-    return true;
+    return tenant;
   }
 }
 

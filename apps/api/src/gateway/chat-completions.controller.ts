@@ -1,6 +1,6 @@
-import { Body, Controller, HttpCode, Inject, Post, Req, UseFilters, UseGuards } from '@nestjs/common';
+import { Body, Controller, HttpCode, Inject, Post, Req, Res, UseFilters, UseGuards } from '@nestjs/common';
 import { ApiBearerAuth, ApiBody, ApiOkResponse, ApiOperation, ApiTags } from '@nestjs/swagger';
-import { IdempotencyContext, Idempotent, type IdempotencyRequestContext, StreamedAnswer } from '@app/idempotency';
+import { IdempotencyContext, Idempotent, onceClosed, type IdempotencyRequestContext, StreamedAnswer } from '@app/idempotency';
 import { uuidV5 } from '@app/jobs';
 import {
   type ChatCompletionsUpstream,
@@ -10,14 +10,16 @@ import {
   UpstreamTimeoutError,
   UpstreamUnreachableError,
   usageOf,
+  type TokenUsage,
   type UpstreamResponse,
 } from '@app/llm';
 import { rawBodyOf } from '@app/problem';
-import type { Request } from 'express';
+import type { Request, Response as ExpressResponse } from 'express';
 import { ApiKeyGuard } from '../auth/api-key.guard';
 import { Tenant } from '../auth/principal';
 import { TENANT_KEY_AUTH } from '../openapi';
 import { type ChatCompletionRequest, ChatCompletionRequestPipe } from './chat-completion-request.pipe';
+import { GatewayCalls } from './gateway-calls';
 import { GatewayMetrics } from './gateway.metrics';
 import { GATEWAY_OPTIONS, type GatewayOptions } from './gateway.options';
 import { markGatewayRun } from './gateway-calls.middleware';
@@ -45,6 +47,15 @@ class StreamBrokenError extends Error {
 const is2xx = (status: number): boolean => status >= 200 && status < 300;
 
 /**
+ * The provider's Idempotency-Key for an operation: the same for every retry
+ * of it, never the same for two tenants (they share our provider account)
+ * nor for another body under a key whose record expired.
+ */
+function upstreamKeyOf(idempotency: IdempotencyRequestContext): string {
+  return uuidV5(`${idempotency.operation}\n${idempotency.fingerprint}`, UPSTREAM_KEY_NAMESPACE);
+}
+
+/**
  * The provider's headers as the caller gets them. Its request id moves to
  * `x-upstream-request-id`: `X-Request-Id` is ours, on every answer, and the
  * one to quote to us; the provider's is the one to quote to the provider.
@@ -70,6 +81,7 @@ export class ChatCompletionsController {
     @InjectChatCompletionsUpstream() private readonly upstream: ChatCompletionsUpstream,
     @Inject(GATEWAY_OPTIONS) private readonly options: GatewayOptions,
     private readonly metrics: GatewayMetrics,
+    private readonly calls: GatewayCalls,
   ) {}
 
   @Post()
@@ -124,41 +136,88 @@ export class ChatCompletionsController {
     @Req() req: Request,
     @Tenant() tenant: string,
     @IdempotencyContext() idempotency: IdempotencyRequestContext | undefined,
+    @Res({ passthrough: true }) res: ExpressResponse,
   ): Promise<Response | StreamedAnswer> {
     markGatewayRun(req);
+    if (this.calls.shuttingDown) {
+      this.metrics.call('rejected');
+      throw new OpenAiErrorException(503, 'shutting_down', 'This api instance is shutting down; nothing was sent upstream. Retry.', { 'Retry-After': '1' });
+    }
     const keyed = idempotency !== undefined;
     const stream = body.stream === true;
-    // The whole call, a whole stream included; not the caller's socket, so a
-    // caller that goes away leaves a keyed call to finish and be stored.
-    const signal = AbortSignal.timeout(this.options.timeoutMs);
+    // The whole call, a whole stream included. A keyed call does not belong
+    // to the caller's socket: one that goes away leaves it to finish and be
+    // stored for its retry. A call without a key has nobody to store it for,
+    // so the caller going away ends it. Shutdown cuts either after the drain.
+    // A timer cleared when the call ends, not AbortSignal.timeout(): that one
+    // keeps the call's signal and async context alive for the whole 300 s.
+    const timeout = new AbortController();
+    const timer = setTimeout(() => timeout.abort(new DOMException('The call ran out of time', 'TimeoutError')), this.options.timeoutMs);
+    timer.unref();
+    const signals = [timeout.signal, this.calls.signal];
+    if (!keyed) {
+      const gone = new AbortController();
+      onceClosed(res, () => gone.abort(new Error('the caller went away')));
+      signals.push(gone.signal);
+    }
+    const signal = AbortSignal.any(signals);
+    const endCall = this.calls.begin();
+    const end = (): void => {
+      clearTimeout(timer);
+      endCall();
+    };
+    // Without a key, the caller leaving ends the call (its stream may never be read).
+    if (!keyed) onceClosed(res, end);
     const sent = performance.now();
     let upstream: UpstreamResponse;
     try {
       upstream = await this.upstream.send({
         body: rawBodyOf(req) ?? Buffer.from(JSON.stringify(body)),
         json: body,
-        idempotencyKey: idempotency ? uuidV5(idempotency.operation, UPSTREAM_KEY_NAMESPACE) : undefined,
+        idempotencyKey: idempotency ? upstreamKeyOf(idempotency) : undefined,
         signal,
       });
     } catch (err) {
+      end();
       throw this.unreachable(err);
     }
+    try {
+      return await this.relay(upstream, tenant, keyed, stream, signal, sent, end);
+    } catch (err) {
+      end();
+      throw err;
+    }
+  }
+
+  private async relay(
+    upstream: UpstreamResponse,
+    tenant: string,
+    keyed: boolean,
+    stream: boolean,
+    signal: AbortSignal,
+    sent: number,
+    end: () => void,
+  ): Promise<Response | StreamedAnswer> {
     if (!is2xx(upstream.status)) {
       const bytes = await this.readWhole(upstream, MAX_ERROR_BODY_BYTES, sent, stream).catch(() => Buffer.alloc(0));
+      end();
       this.metrics.call('upstream_error');
       return new Response(bytes, { status: upstream.status, headers: relayed(upstream.headers) });
     }
     if ((upstream.headers['content-type'] ?? '').toLowerCase().startsWith('text/event-stream')) {
-      return new StreamedAnswer(upstream.status, relayed(upstream.headers), this.relayEvents(upstream, tenant, keyed, sent));
+      return new StreamedAnswer(upstream.status, relayed(upstream.headers), this.relayEvents(upstream, tenant, keyed, sent, end));
     }
     let bytes: Buffer;
     try {
       bytes = await this.readWhole(upstream, Number.POSITIVE_INFINITY, sent, stream);
     } catch (err) {
-      this.metrics.call(signal.aborted ? 'upstream_timeout' : 'broken_stream');
-      throw signal.aborted
+      const timedOut = signal.aborted && (signal.reason as { name?: unknown } | undefined)?.name === 'TimeoutError';
+      this.metrics.call(timedOut ? 'upstream_timeout' : 'broken_stream');
+      throw timedOut
         ? new OpenAiErrorException(504, 'upstream_timeout', this.timeoutMessage())
         : new OpenAiErrorException(502, 'upstream_broken', `The model provider’s answer broke off: ${(err as Error).message}. Nothing was stored.`);
+    } finally {
+      end();
     }
     const usage = usageOf(bytes.toString('utf8'));
     if (usage) this.metrics.usage(tenant, usage);
@@ -172,17 +231,18 @@ export class ChatCompletionsController {
    * it, or breaks, throws, so the answer is not stored and its callers get
    * the broken-stream event.
    */
-  private async *relayEvents(upstream: UpstreamResponse, tenant: string, keyed: boolean, sent: number): AsyncGenerator<string> {
+  private async *relayEvents(upstream: UpstreamResponse, tenant: string, keyed: boolean, sent: number, end: () => void): AsyncGenerator<string> {
     let done = false;
     let first = true;
+    // The last usage the stream carried: a provider that repeats running totals is counted once.
+    let usage: TokenUsage | undefined;
     try {
       for await (const event of sseEvents(upstream.body)) {
         if (first) {
           first = false;
           this.metrics.firstByteAt('upstream', true, (performance.now() - sent) / 1000);
         }
-        const usage = usageOf(event);
-        if (usage) this.metrics.usage(tenant, usage);
+        usage = usageOf(event) ?? usage;
         yield event;
         if (isDoneEvent(event)) {
           done = true;
@@ -192,6 +252,10 @@ export class ChatCompletionsController {
     } catch (err) {
       this.metrics.call('broken_stream');
       throw err;
+    } finally {
+      end();
+      // Billed whether or not the stream completed.
+      if (usage) this.metrics.usage(tenant, usage);
     }
     if (!done) {
       this.metrics.call('broken_stream');
@@ -213,6 +277,10 @@ export class ChatCompletionsController {
   }
 
   private unreachable(err: unknown): OpenAiErrorException {
+    if (this.calls.signal.aborted) {
+      this.metrics.call('upstream_unreachable');
+      return new OpenAiErrorException(503, 'shutting_down', 'This api instance is shutting down; nothing was stored. Retry with the same Idempotency-Key.', { 'Retry-After': '1' });
+    }
     if (err instanceof UpstreamTimeoutError) {
       this.metrics.call('upstream_timeout');
       return new OpenAiErrorException(504, 'upstream_timeout', this.timeoutMessage());

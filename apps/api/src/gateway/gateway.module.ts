@@ -1,6 +1,7 @@
 import { DynamicModule, MiddlewareConsumer, Module, NestModule } from '@nestjs/common';
 import { ChatCompletionsUpstreamModule, type ChatCompletionsUpstreamModuleOptions } from '@app/llm';
 import { ChatCompletionsController } from './chat-completions.controller';
+import { GatewayCalls } from './gateway-calls';
 import { GatewayCallsMiddleware } from './gateway-calls.middleware';
 import { GatewayMetrics } from './gateway.metrics';
 import { GATEWAY_OPTIONS, type GatewayOptions } from './gateway.options';
@@ -13,7 +14,11 @@ export class GatewayModule implements NestModule {
       module: GatewayModule,
       imports: [ChatCompletionsUpstreamModule.forRoot(options.provider)],
       controllers: [ChatCompletionsController],
-      providers: [{ provide: GATEWAY_OPTIONS, useValue: { timeoutMs: options.timeoutMs, tenants: options.tenants } }, GatewayMetrics],
+      providers: [
+        { provide: GATEWAY_OPTIONS, useValue: { timeoutMs: options.timeoutMs, drainMs: options.drainMs, tenants: options.tenants } },
+        GatewayMetrics,
+        GatewayCalls,
+      ],
     };
   }
 

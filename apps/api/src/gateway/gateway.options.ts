@@ -1,6 +1,8 @@
 export interface GatewayOptions {
   /** The longest one upstream call (a whole stream) may take. */
   readonly timeoutMs: number;
+  /** On SIGTERM, how long running calls get to finish before they are cut. */
+  readonly drainMs: number;
   /** The tenants of API_KEYS: the bounded label set of the token counter. */
   readonly tenants: readonly string[];
 }

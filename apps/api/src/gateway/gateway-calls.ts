@@ -1,0 +1,63 @@
+import { BeforeApplicationShutdown, Inject, Injectable, Logger } from '@nestjs/common';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { GATEWAY_OPTIONS, type GatewayOptions } from './gateway.options';
+
+/** After the abort, how long the cut calls get to free their keys and end their callers' streams. */
+const SETTLE_MS = 2000;
+
+/**
+ * The upstream calls running in this process, for shutdown: on SIGTERM the
+ * gateway refuses new calls (503, the load balancer sends the retry to
+ * another pod) and gives the running ones `drainMs` to finish and be stored;
+ * then it cuts them, so each frees its key and ends its callers' streams
+ * with the stream_broken event at once, instead of holding the key for a
+ * lock TTL after the pod is killed.
+ */
+@Injectable()
+export class GatewayCalls implements BeforeApplicationShutdown {
+  private readonly logger = new Logger(GatewayCalls.name);
+  private readonly stopping = new AbortController();
+  private running = 0;
+  private onIdle: (() => void) | undefined;
+
+  constructor(@Inject(GATEWAY_OPTIONS) private readonly options: GatewayOptions) {}
+
+  /** Aborts with the reason when the process stops. */
+  get signal(): AbortSignal {
+    return this.stopping.signal;
+  }
+
+  get shuttingDown(): boolean {
+    return this.closing;
+  }
+
+  private closing = false;
+
+  /** Counts a call as running; call the returned function once, when it has ended. */
+  begin(): () => void {
+    this.running++;
+    let ended = false;
+    return () => {
+      if (ended) return;
+      ended = true;
+      this.running--;
+      if (this.running === 0) this.onIdle?.();
+    };
+  }
+
+  async beforeApplicationShutdown(): Promise<void> {
+    this.closing = true;
+    if (this.running === 0) return;
+    this.logger.log(`waiting up to ${this.options.drainMs} ms for ${this.running} gateway call(s) to finish`);
+    const idle = new Promise<void>((resolve) => (this.onIdle = resolve));
+    const stop = new AbortController();
+    await Promise.race([idle, sleep(this.options.drainMs, undefined, { signal: stop.signal }).catch(() => undefined)]);
+    stop.abort();
+    if (this.running === 0) return;
+    this.logger.warn(`cutting ${this.running} gateway call(s) still running after ${this.options.drainMs} ms; their keys are freed`);
+    this.stopping.abort(new Error('the api is shutting down'));
+    const settled = new AbortController();
+    await Promise.race([idle, sleep(SETTLE_MS, undefined, { signal: settled.signal }).catch(() => undefined)]);
+    settled.abort();
+  }
+}
