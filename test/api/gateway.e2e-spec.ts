@@ -192,6 +192,17 @@ describe('the gateway: POST /v1/chat/completions', () => {
       expect(provider.requests.filter((r) => r.userText === 'stream replay')).toHaveLength(1);
     });
 
+    it('keeps the provider’s connection for the next call after a stream ends', async () => {
+      replies.set('one connection', { kind: 'stream', events: completionEvents('reuse the socket'), endAfterMs: 50 });
+      for (let i = 0; i < 3; i++) {
+        expect(await (await post(streamOf('one connection'), { 'idempotency-key': key() })).text()).toMatch(/\[DONE\]\n\n$/);
+        await sleep(150); // the provider ends its body 50 ms after [DONE]
+      }
+      const seen = provider.requests.filter((r) => r.userText === 'one connection');
+      expect(seen).toHaveLength(3);
+      expect(new Set(seen.map((r) => r.connection)).size).toBe(1);
+    });
+
     it('ends the caller’s stream with an error event when the provider’s breaks, and leaves the key free', async () => {
       const k = key();
       let n = 0;

@@ -20,6 +20,8 @@ export type ModelReply =
       readonly everyMs?: number;
       readonly breakAfter?: number;
       readonly gate?: (index: number) => Promise<void>;
+      /** How long after the last event the body ends (a provider that ends its chunked body late). */
+      readonly endAfterMs?: number;
     }
   /** The exact bytes given, as the whole answer. */
   | { readonly kind: 'raw'; readonly status: number; readonly headers: Record<string, string>; readonly body: string };
@@ -32,6 +34,8 @@ export interface SeenRequest {
   readonly headers: Readonly<Record<string, string | string[] | undefined>>;
   /** The request body's bytes as received. */
   readonly rawBody: Buffer;
+  /** Which connection it came on: 1 for the first the server accepted, and so on. */
+  readonly connection: number;
   /** Whether the client hung up before the server finished. */
   closedEarly: boolean;
 }
@@ -61,6 +65,8 @@ export class FakeOpenAiServer {
   readonly requests: SeenRequest[] = [];
   private server: Server | undefined;
   private open = new Set<ServerResponse>();
+  private readonly connections = new WeakMap<object, number>();
+  private connectionCount = 0;
   private active = 0;
   /** Most requests in progress at the same time. */
   peakConcurrency = 0;
@@ -87,6 +93,15 @@ export class FakeOpenAiServer {
     await new Promise<void>((r) => this.server?.close(() => r()) ?? r());
   }
 
+  private connectionOf(socket: object): number {
+    let n = this.connections.get(socket);
+    if (n === undefined) {
+      n = ++this.connectionCount;
+      this.connections.set(socket, n);
+    }
+    return n;
+  }
+
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
@@ -105,6 +120,7 @@ export class FakeOpenAiServer {
       userText: body.messages.find((m) => m.role === 'user')?.content ?? '',
       headers: { ...req.headers },
       rawBody,
+      connection: this.connectionOf(req.socket),
       closedEarly: false,
     };
     this.requests.push(seen);
@@ -155,6 +171,7 @@ export class FakeOpenAiServer {
           // Flushed one by one, so that a break after them comes after them on the wire too.
           await new Promise<void>((resolve) => res.write(reply.events[i], () => resolve()));
         }
+        if (reply.endAfterMs) await new Promise((r) => setTimeout(r, reply.endAfterMs));
         res.end();
         return;
       }

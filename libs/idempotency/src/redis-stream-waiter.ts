@@ -7,8 +7,12 @@ interface Waiter {
   fail(err: unknown): void;
 }
 
-/** How long one XREAD blocks; waiters time out on their own timers. */
-const BLOCK_MS = 1000;
+/**
+ * How long one XREAD blocks; waiters time out on their own timers. Short, as
+ * it also bounds the one wait a join can miss: a CLIENT UNBLOCK that reaches
+ * Redis before the XREAD it was meant for.
+ */
+const BLOCK_MS = 250;
 
 /**
  * Tells waiters when a stream has entries after an id, through one blocking
@@ -22,6 +26,8 @@ export class RedisStreamWaiter {
   private blockingId: number | undefined;
   private connecting: Promise<Redis> | undefined;
   private reading = false;
+  /** The id each stream is read after by the XREAD in flight. */
+  private readonly inFlight = new Map<string, string>();
   private blocked = false;
   private unblockSent = false;
   private closed = false;
@@ -62,9 +68,10 @@ export class RedisStreamWaiter {
       const onAbort = (): void => waiter.finish(false);
       const timer = setTimeout(() => waiter.finish(false), timeoutMs);
       signal.addEventListener('abort', onAbort, { once: true });
-      const isNewStream = set.size === 0;
       set.add(waiter);
-      if (isNewStream) this.changed();
+      // The read in flight covers this waiter only if it watches this stream from as early.
+      const watched = this.inFlight.get(stream);
+      if (watched === undefined || compareIds(after, watched) < 0) this.changed();
     });
   }
 
@@ -94,6 +101,8 @@ export class RedisStreamWaiter {
         const client = await this.connection();
         const streams = [...this.byStream.keys()];
         const ids = streams.map((s) => earliest([...this.byStream.get(s)!].map((w) => w.after)));
+        this.inFlight.clear();
+        streams.forEach((s, i) => this.inFlight.set(s, ids[i]));
         this.blocked = true;
         this.unblockSent = false;
         let reply: [string, unknown[]][] | null;
@@ -101,6 +110,7 @@ export class RedisStreamWaiter {
           reply = (await client.xread('COUNT', 1, 'BLOCK', BLOCK_MS, 'STREAMS', ...streams, ...ids)) as [string, unknown[]][] | null;
         } finally {
           this.blocked = false;
+          this.inFlight.clear();
         }
         for (const [stream] of reply ?? []) {
           for (const w of [...(this.byStream.get(stream) ?? [])]) w.finish(true);

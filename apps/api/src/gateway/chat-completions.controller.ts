@@ -37,6 +37,21 @@ const MAX_ERROR_BODY_BYTES = 1024 * 1024;
 /** The provider's idempotency keys are ours, one namespace for all tenants: each operation gets its own. */
 const UPSTREAM_KEY_NAMESPACE = '6f1d7c8e-52a4-4c1b-9a43-0b1e7f3d2a91';
 
+/** How long the provider may take to end its body after data: [DONE] before the connection is dropped. */
+const DRAIN_AFTER_DONE_MS = 5000;
+
+async function drainAfterDone(events: AsyncIterator<string>, body: AsyncIterable<Buffer>): Promise<void> {
+  // The body itself is destroyed: return() on a generator waits for the read in progress.
+  const timer = setTimeout(() => (body as { destroy?: () => void }).destroy?.(), DRAIN_AFTER_DONE_MS);
+  try {
+    while (!(await events.next()).done);
+  } catch {
+    // A break after [DONE] changes nothing of the answer.
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 class StreamBrokenError extends Error {
   constructor(message: string) {
     super(message);
@@ -236,8 +251,12 @@ export class ChatCompletionsController {
     let first = true;
     // The last usage the stream carried: a provider that repeats running totals is counted once.
     let usage: TokenUsage | undefined;
+    const events = sseEvents(upstream.body)[Symbol.asyncIterator]();
     try {
-      for await (const event of sseEvents(upstream.body)) {
+      for (;;) {
+        const step = await events.next();
+        if (step.done) break;
+        const event = step.value;
         if (first) {
           first = false;
           this.metrics.firstByteAt('upstream', true, (performance.now() - sent) / 1000);
@@ -251,17 +270,24 @@ export class ChatCompletionsController {
       }
     } catch (err) {
       this.metrics.call('broken_stream');
+      await events.return?.().catch(() => undefined);
+      end();
       throw err;
     } finally {
-      end();
       // Billed whether or not the stream completed.
       if (usage) this.metrics.usage(tenant, usage);
     }
     if (!done) {
+      end();
       this.metrics.call('broken_stream');
       throw new StreamBrokenError('the provider’s stream ended before data: [DONE]');
     }
     this.metrics.call(keyed ? 'new' : 'forwarded');
+    // The answer is whole at [DONE]; what the provider sends after it (the
+    // chunked body's end) is read in the background rather than the socket
+    // destroyed, so the next call reuses the connection instead of paying a
+    // new TLS handshake in its time to first token.
+    void drainAfterDone(events, upstream.body).finally(end);
   }
 
   private async readWhole(upstream: UpstreamResponse, maxBytes: number, sent: number, stream: boolean): Promise<Buffer> {
