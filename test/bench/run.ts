@@ -9,6 +9,7 @@ import { Client } from 'pg';
 import { dataSourceOptions } from '@app/persistence';
 import { DataSource } from 'typeorm';
 import { benchApiIdempotency, type BenchResult } from './api-idempotency.bench';
+import { benchGateway, type GatewayBenchResults } from './gateway.bench';
 import { benchHostileInput } from './hostile-input.bench';
 import { benchWorker } from './worker-throughput.bench';
 
@@ -68,6 +69,58 @@ async function main(): Promise<void> {
       'jobs/s': r.jobsPerSecond,
       'Redis round trips/job': r.redisRoundTripsPerJob,
       'PostgreSQL round trips/job': r.postgresRoundTripsPerJob,
+    })),
+  );
+  printGateway(await benchGateway(`${redisBase}/15`, benchDb));
+}
+
+function printGateway(results: GatewayBenchResults): void {
+  console.log('POST /v1/chat/completions against calling the provider directly: one request at a time, medians of 5 alternating rounds');
+  console.table(
+    results.calls.map((r) => ({
+      benchmark: r.side,
+      requests: r.requests,
+      'p50 ms': r.p50Ms,
+      'p99 ms': r.p99Ms,
+      'added p50 ms': r.addedP50Ms ?? '',
+      'added p99 ms': r.addedP99Ms ?? '',
+      'Redis round trips/req': r.redisRoundTripsPerRequest,
+    })),
+  );
+  console.table(
+    results.streams.map((r) => ({
+      benchmark: r.side,
+      streams: r.streams,
+      'TTFT p50 ms': r.ttftP50Ms,
+      'TTFT p99 ms': r.ttftP99Ms,
+      'added TTFT p50 ms': r.addedTtftP50Ms ?? '',
+      'added TTFT p99 ms': r.addedTtftP99Ms ?? '',
+      'last byte p50 ms': r.lastByteP50Ms,
+      'last byte p99 ms': r.lastByteP99Ms,
+      'replay/original': r.replayOverOriginal ?? '',
+      'Redis round trips/req': r.redisRoundTripsPerRequest,
+    })),
+  );
+  console.table(
+    results.throughput.map((r) => ({
+      benchmark: r.side,
+      requests: r.requests,
+      concurrency: r.concurrency,
+      'req/s': r.perSecond,
+      'p50 ms': r.p50Ms,
+    })),
+  );
+  console.log('A large stream sent to slow readers (1 MiB/s each): what the api retains after a full GC, against gathering each whole');
+  console.table(
+    results.memory.map((r) => ({
+      phase: r.phase,
+      readers: r.readers,
+      'stream MB': r.streamMb,
+      'all gathered whole MB': r.gatheredMb,
+      'retained peak MB': r.retainedPeakMb,
+      'RSS growth MB': r.rssGrowthMb,
+      'reader s (p50)': r.readerSeconds,
+      'upstream calls': r.upstreamCalls,
     })),
   );
 }
