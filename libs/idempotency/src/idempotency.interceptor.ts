@@ -388,11 +388,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const headers = this.pickHeaders(answer.headers);
     const contentType = Object.entries(answer.headers).find(([name]) => name.toLowerCase() === 'content-type')?.[1];
     if (contentType !== undefined) headers['content-type'] = contentType;
-    // A caller that falls far behind is cut (its retry follows the stored
-    // frames at its own pace); one that went away, even before its stream was
-    // first read, is dropped: neither holds the recording back.
-    const channel = new FrameChannel(() => {
-      this.logger.warn(`idempotency: a caller fell too far behind a streamed answer and was cut (key ${attempt.keyHash})`);
+    // While stored, the whole answer fits the channel: the caller never holds
+    // the recording back. One too large to store is paced by its caller (a
+    // caller that stalls is cut); one that went away, even before its stream
+    // was first read, is dropped.
+    const channel = new FrameChannel(Math.max(4 * 1024 * 1024, settings.maxStoredBodyBytes), () => {
+      this.logger.warn(`idempotency: a caller read nothing of a streamed answer for 30 s and was cut (key ${attempt.keyHash})`);
       res.destroy();
     });
     onceClosed(res, () => channel.detach());
@@ -470,7 +471,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
               flush();
             }
           }
-          channel.push(frame);
+          await channel.push(frame);
         }
       } catch (err) {
         broken = err ?? new Error('the stream broke');
@@ -494,7 +495,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       this.durations.record(attempt.handler, performance.now() - started);
       if (broken !== undefined) {
         this.logger.warn(`idempotency: a streamed answer broke before its end (key ${attempt.keyHash}): ${errorText(broken)}`);
-        for (const frame of brokenEnd(settings)) channel.push(frame);
+        for (const frame of brokenEnd(settings)) await channel.push(frame);
         if (!settings.errors) {
           channel.fail(broken);
           return;

@@ -1,4 +1,4 @@
-import { Inject, Module, OnApplicationShutdown, Provider } from '@nestjs/common';
+import { BeforeApplicationShutdown, Inject, Module, Provider } from '@nestjs/common';
 import { APP_INTERCEPTOR, DiscoveryModule } from '@nestjs/core';
 import { IdempotencyInterceptor } from './idempotency.interceptor';
 import { IdempotencyMetrics } from './idempotency.metrics';
@@ -32,13 +32,20 @@ const storeProvider: Provider = {
   ],
   exports: [IdempotencyStore, IdempotencyInterceptor],
 })
-export class IdempotencyModule extends ConfigurableModuleClass implements OnApplicationShutdown {
+export class IdempotencyModule extends ConfigurableModuleClass implements BeforeApplicationShutdown {
   constructor(@Inject(IdempotencyStore) private readonly store: IdempotencyStore & { close?: () => Promise<void> }) {
     super();
   }
 
-  /** A store's own connections (the Redis store's blocking one for following frames). */
-  async onApplicationShutdown(): Promise<void> {
+  /**
+   * A store's own connections (the Redis store's blocking one for following
+   * frames), closed as shutdown begins: a duplicate following a request that
+   * runs elsewhere lets go at once (its caller gets the broken-stream frame
+   * or a 409, and its retry reaches another instance) instead of holding the
+   * server's close for as long as that request runs. Recordings of this
+   * instance write on through the store's own client.
+   */
+  async beforeApplicationShutdown(): Promise<void> {
     await this.store.close?.();
   }
 }

@@ -231,6 +231,7 @@ function framesKey(recordKey: string, token: string): string {
 export class RedisFrameLog implements IdempotencyFrameLog {
   private readonly logger = new Logger(RedisFrameLog.name);
   private waiter: RedisStreamWaiter | undefined;
+  private closed = false;
 
   constructor(
     private readonly redis: Redis,
@@ -280,6 +281,11 @@ export class RedisFrameLog implements IdempotencyFrameLog {
         }
         continue;
       }
+      if (this.closed) {
+        // Stopping: nothing waits any more; what was written is read, then the follower lets go.
+        yield { kind: 'gone' };
+        return;
+      }
       const news = await this.streamWaiter().waitFor(ref, after === '-' ? '0-0' : after.slice(1), this.idleCheckMs, signal);
       if (news || signal.aborted) continue;
       // Nothing for a while: the request may have died, its lock and frames expiring with it.
@@ -290,8 +296,13 @@ export class RedisFrameLog implements IdempotencyFrameLog {
     }
   }
 
-  /** Closes the blocking connection, if one was made; followers still waiting fail. */
+  /**
+   * Closes the blocking connection, if one was made: followers still
+   * waiting, and any that would wait from now on, hear `gone`; stored
+   * answers are still read. Writes go on (the store's own client).
+   */
   async close(): Promise<void> {
+    this.closed = true;
     const waiter = this.waiter;
     this.waiter = undefined;
     await waiter?.close();

@@ -77,7 +77,8 @@ export class RedisStreamWaiter {
 
   async close(): Promise<void> {
     this.closed = true;
-    for (const waiters of this.byStream.values()) for (const w of [...waiters]) w.fail(new Error('the stream waiter is closed'));
+    // Told there is nothing (yet): each follower then sees the store closing and lets go.
+    for (const waiters of this.byStream.values()) for (const w of [...waiters]) w.finish(false);
     const client = this.blocking ?? (await this.connecting?.catch(() => undefined));
     client?.disconnect();
   }

@@ -22,38 +22,50 @@ export function isWebResponse(value: unknown): value is Response {
   return Object.prototype.toString.call(value) === '[object Response]';
 }
 
+/** How long a writer waits for a caller that reads nothing, before the caller is cut. */
+const STALLED_CALLER_MS = 30_000;
+
 /**
- * The frames for one caller, in order, at the caller's pace. The writer (the
- * recording) never waits for the caller: a caller that falls more than
- * `highWaterBytes` behind is cut (`onOverflow`; it can retry and follow the
- * stored frames at its own pace), and one that went away is dropped. So a
- * slow or vanished caller never holds the recording, its lock or the
- * provider's socket.
+ * The frames for one caller, in order, at the caller's pace. While the
+ * answer is being stored its whole size is at most the store's cap, which is
+ * below `highWaterBytes`: the caller can never hold the writer (the
+ * recording) back. An answer too large to store is paced by its caller, as a
+ * plain proxy's would be; one that reads nothing for 30 s is cut
+ * (`onStalled`). A caller that went away is dropped, and nobody waits for it.
  */
 export class FrameChannel implements AsyncIterable<string> {
-  private readonly queue: string[] = [];
+  private readonly queue: (string | undefined)[] = [];
   private head = 0;
   private queuedBytes = 0;
   private ended = false;
   private failure: unknown;
   private detached = false;
   private wakeReader: (() => void) | undefined;
+  private wakeWriter: (() => void) | undefined;
 
   constructor(
-    private readonly onOverflow: () => void = () => undefined,
-    private readonly highWaterBytes = 4 * 1024 * 1024,
+    private readonly highWaterBytes: number,
+    private readonly onStalled: () => void = () => undefined,
   ) {}
 
-  push(frame: string): void {
+  /** Resolves at once, or once the caller has taken enough (or was cut, or left). */
+  async push(frame: string): Promise<void> {
     if (this.detached || this.ended) return;
     this.queue.push(frame);
     this.queuedBytes += frame.length;
-    if (this.queuedBytes > this.highWaterBytes) {
-      this.detach();
-      this.onOverflow();
-      return;
-    }
     this.wake();
+    if (this.queuedBytes <= this.highWaterBytes) return;
+    const stalled = setTimeout(() => {
+      this.detach();
+      this.onStalled();
+    }, STALLED_CALLER_MS);
+    try {
+      while (this.queuedBytes > this.highWaterBytes && !this.detached) {
+        await new Promise<void>((r) => (this.wakeWriter = r));
+      }
+    } finally {
+      clearTimeout(stalled);
+    }
   }
 
   end(): void {
@@ -67,13 +79,14 @@ export class FrameChannel implements AsyncIterable<string> {
     this.end();
   }
 
-  /** The caller is gone: frames are dropped from now on. */
+  /** The caller is gone: frames are dropped from now on, and no writer waits. */
   detach(): void {
     this.detached = true;
     this.queue.length = 0;
     this.head = 0;
     this.queuedBytes = 0;
     this.wake();
+    this.releaseWriter();
   }
 
   async *[Symbol.asyncIterator](): AsyncGenerator<string> {
@@ -81,12 +94,15 @@ export class FrameChannel implements AsyncIterable<string> {
       for (;;) {
         if (this.detached) return;
         if (this.head < this.queue.length) {
-          const frame = this.queue[this.head++];
+          const frame = this.queue[this.head] as string;
+          // Not kept once handed out: a caller a little behind holds only what it has not read.
+          this.queue[this.head++] = undefined;
           this.queuedBytes -= frame.length;
           if (this.head === this.queue.length) {
             this.queue.length = 0;
             this.head = 0;
           }
+          if (this.queuedBytes <= this.highWaterBytes) this.releaseWriter();
           yield frame;
           continue;
         }
@@ -104,6 +120,12 @@ export class FrameChannel implements AsyncIterable<string> {
   private wake(): void {
     const wake = this.wakeReader;
     this.wakeReader = undefined;
+    wake?.();
+  }
+
+  private releaseWriter(): void {
+    const wake = this.wakeWriter;
+    this.wakeWriter = undefined;
     wake?.();
   }
 }
