@@ -89,30 +89,35 @@ export function configureHttpServer(server: Server, settings: HttpServerSettings
 /** How often a closing server closes the keep-alive connections that have gone idle. */
 const CLOSE_IDLE_EVERY_MS = 100;
 
+const draining = new WeakSet<Server>();
+
 /**
- * A server that is closing ends every keep-alive connection once its
- * response is over. Node's close() closes only the connections idle at that
- * moment; one whose answer finishes a moment later (a long request that the
- * drain waited for, a response sent while the app drained) stays open until
- * HTTP_KEEP_ALIVE_TIMEOUT_S, 65 s, which a load balancer's pooled connection
- * always hits, and the server's close (so the process's exit) waits for it,
- * past the pod's grace period. So: answers sent from the first close() on
- * say `Connection: close`, and idle connections are closed every 100 ms
- * until the server has closed.
+ * From now on, every answer of the server ends its keep-alive connection
+ * (`Connection: close`), and idle connections are closed every 100 ms until
+ * the server has closed: a client's next request opens a new connection,
+ * which the load balancer sends to an instance that is not stopping. Called
+ * by close(), and by whoever drains before it (the gateway lets its running
+ * calls finish first). Node's close() alone closes only the connections idle
+ * at that moment; one whose answer finishes a moment later stayed open until
+ * HTTP_KEEP_ALIVE_TIMEOUT_S (65 s, which a load balancer's pooled connection
+ * always reaches), and the server's close, so the process's exit, waited for
+ * it, past the pod's grace period.
  */
+export function beginDrain(server: Server): void {
+  if (draining.has(server)) return;
+  draining.add(server);
+  const timer = setInterval(() => server.closeIdleConnections(), CLOSE_IDLE_EVERY_MS);
+  timer.unref();
+  server.once('close', () => clearInterval(timer));
+}
+
 function drainKeepAliveOnClose(server: Server): void {
-  let closing = false;
   const close = server.close.bind(server);
   server.close = ((callback?: (err?: Error) => void) => {
-    if (!closing) {
-      closing = true;
-      const timer = setInterval(() => server.closeIdleConnections(), CLOSE_IDLE_EVERY_MS);
-      timer.unref();
-      server.once('close', () => clearInterval(timer));
-    }
+    beginDrain(server);
     return close(callback);
   }) as Server['close'];
   server.on('request', (_req: IncomingMessage, res: ServerResponse) => {
-    if (closing && !res.headersSent) res.shouldKeepAlive = false;
+    if (draining.has(server) && !res.headersSent) res.shouldKeepAlive = false;
   });
 }
