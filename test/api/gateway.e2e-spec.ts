@@ -198,8 +198,13 @@ describe('the gateway: POST /v1/chat/completions', () => {
         expect(await (await post(streamOf('one connection'), { 'idempotency-key': key() })).text()).toMatch(/\[DONE\]\n\n$/);
         await sleep(150); // the provider ends its body 50 ms after [DONE]
       }
+      // Without a key too: the caller leaving once its answer is whole ends nothing upstream.
+      for (let i = 0; i < 2; i++) {
+        expect(await (await post(streamOf('one connection'), {})).text()).toMatch(/\[DONE\]\n\n$/);
+        await sleep(150);
+      }
       const seen = provider.requests.filter((r) => r.userText === 'one connection');
-      expect(seen).toHaveLength(3);
+      expect(seen).toHaveLength(5);
       expect(new Set(seen.map((r) => r.connection)).size).toBe(1);
     });
 

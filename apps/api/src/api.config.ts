@@ -3,6 +3,7 @@ import { commonEnv, ConfigFieldError, ConfigOf, type Env, env, parseConfig, proc
 import { llmProviderEnv } from '@app/llm';
 import { QUERY_TIMEOUT_MS } from '@app/persistence';
 import { parseApiKeys } from './auth/api-keys';
+import { GATEWAY_SETTLE_MS } from './gateway/gateway.options';
 
 /** Every variable the api reads (INTERFACE.md); the manifests are checked against it. */
 export const apiEnvSchema = {
@@ -19,14 +20,20 @@ export const apiEnvSchema = {
 
 export type ApiConfig = ConfigOf<typeof apiEnvSchema>;
 
+/** On SIGTERM, how long the gateway's running calls get to finish before they are cut. */
+export const gatewayDrainMs = (config: ApiConfig): number => config.httpRequestTimeoutMs;
+
 /**
- * The longest SIGTERM-to-exit of the api: the server stops accepting and
- * waits for the requests in flight. One may still be arriving (up to
- * HTTP_REQUEST_TIMEOUT_S), then wait on PostgreSQL (its query timeout, the
- * longest single wait of any route; Redis commands time out in 2 s). The
- * manifests' grace periods are checked against it.
+ * The longest SIGTERM-to-exit of the api. First the gateway lets its running
+ * calls finish (gatewayDrainMs), then cuts them (they get GATEWAY_SETTLE_MS
+ * to free their keys); then the server stops accepting and waits for the
+ * requests in flight: one may still be arriving (up to HTTP_REQUEST_TIMEOUT_S),
+ * then wait on PostgreSQL (its query timeout, the longest single wait of any
+ * route; Redis commands time out in 2 s). The manifests' grace periods are
+ * checked against it.
  */
-export const apiDrainMs = (config: ApiConfig): number => config.httpRequestTimeoutMs + QUERY_TIMEOUT_MS;
+export const apiDrainMs = (config: ApiConfig): number =>
+  gatewayDrainMs(config) + GATEWAY_SETTLE_MS + config.httpRequestTimeoutMs + QUERY_TIMEOUT_MS;
 
 /** The api's whole configuration, validated once at boot; throws naming every bad variable. */
 export function loadApiConfig(source: Env = processEnv()): ApiConfig {

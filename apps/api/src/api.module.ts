@@ -7,7 +7,7 @@ import { PersistenceModule } from '@app/persistence';
 import { ProblemDetailsFilter, RequestValidationPipe } from '@app/problem';
 import { REDIS_CLIENT, RedisModule } from '@app/redis';
 import type { Redis } from 'ioredis';
-import type { ApiConfig } from './api.config';
+import { type ApiConfig, gatewayDrainMs } from './api.config';
 import { AdminModule } from './admin/admin.module';
 import { AuthModule } from './auth/auth.module';
 import { GatewayModule } from './gateway/gateway.module';
@@ -38,8 +38,8 @@ export class ApiModule {
         SummariesModule,
         GatewayModule.forRoot({
           timeoutMs: config.gatewayTimeoutMs,
-          // Within the api's drain (apiDrainMs), which the manifests' grace periods cover.
-          drainMs: config.httpRequestTimeoutMs,
+          // Part of the api's drain (apiDrainMs), which the manifests' grace periods cover.
+          drainMs: gatewayDrainMs(config),
           tenants: [...new Set(config.apiKeys.map((entry) => entry.tenant))],
           provider: { provider: config.llmProvider, apiKey: config.openaiApiKey, baseUrl: config.openaiBaseUrl },
         }),

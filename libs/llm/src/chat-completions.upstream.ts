@@ -7,7 +7,7 @@ export interface UpstreamRequest {
   readonly json: unknown;
   /** Sent as the provider's `Idempotency-Key` header: the gateway's key for the operation. */
   readonly idempotencyKey?: string;
-  /** Ends the call (the gateway's own timeout or shutdown); never the caller's socket. */
+  /** Ends the call: the gateway's timeout, shutdown, or (for a call without a key) its caller leaving. */
   readonly signal: AbortSignal;
 }
 

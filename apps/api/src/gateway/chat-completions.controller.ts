@@ -52,6 +52,20 @@ async function drainAfterDone(events: AsyncIterator<string>, body: AsyncIterable
   }
 }
 
+/** What a call's handling needs to know of it as it goes. */
+interface CallState {
+  /** The answer is whole: a caller leaving after this ends nothing. */
+  answered: boolean;
+  /** Aborted when a caller without a key went away before that. */
+  readonly gone: AbortSignal;
+}
+
+function shuttingDown(): OpenAiErrorException {
+  return new OpenAiErrorException(503, 'shutting_down', 'This api instance is shutting down; nothing was stored. Retry with the same Idempotency-Key.', {
+    'Retry-After': '1',
+  });
+}
+
 class StreamBrokenError extends Error {
   constructor(message: string) {
     super(message);
@@ -156,6 +170,8 @@ export class ChatCompletionsController {
     markGatewayRun(req);
     if (this.calls.shuttingDown) {
       this.metrics.call('rejected');
+      // Its retry must open a new connection, which reaches another instance.
+      res.shouldKeepAlive = false;
       throw new OpenAiErrorException(503, 'shutting_down', 'This api instance is shutting down; nothing was sent upstream. Retry.', { 'Retry-After': '1' });
     }
     const keyed = idempotency !== undefined;
@@ -169,13 +185,16 @@ export class ChatCompletionsController {
     const timeout = new AbortController();
     const timer = setTimeout(() => timeout.abort(new DOMException('The call ran out of time', 'TimeoutError')), this.options.timeoutMs);
     timer.unref();
-    const signals = [timeout.signal, this.calls.signal];
+    const gone = new AbortController();
+    const call: CallState = { answered: false, gone: gone.signal };
     if (!keyed) {
-      const gone = new AbortController();
-      onceClosed(res, () => gone.abort(new Error('the caller went away')));
-      signals.push(gone.signal);
+      // Until the answer is whole: after it, the rest of the provider's body
+      // is read on (drainAfterDone) to keep its connection.
+      onceClosed(res, () => {
+        if (!call.answered) gone.abort(new Error('the caller went away'));
+      });
     }
-    const signal = AbortSignal.any(signals);
+    const signal = AbortSignal.any([timeout.signal, this.calls.signal, gone.signal]);
     const endCall = this.calls.begin();
     const end = (): void => {
       clearTimeout(timer);
@@ -194,10 +213,10 @@ export class ChatCompletionsController {
       });
     } catch (err) {
       end();
-      throw this.unreachable(err);
+      throw this.unreachable(err, call);
     }
     try {
-      return await this.relay(upstream, tenant, keyed, stream, signal, sent, end);
+      return await this.relay(upstream, tenant, keyed, stream, signal, sent, end, call);
     } catch (err) {
       end();
       throw err;
@@ -212,28 +231,27 @@ export class ChatCompletionsController {
     signal: AbortSignal,
     sent: number,
     end: () => void,
+    call: CallState,
   ): Promise<Response | StreamedAnswer> {
     if (!is2xx(upstream.status)) {
       const bytes = await this.readWhole(upstream, MAX_ERROR_BODY_BYTES, sent, stream).catch(() => Buffer.alloc(0));
+      call.answered = true;
       end();
       this.metrics.call('upstream_error');
       return new Response(bytes, { status: upstream.status, headers: relayed(upstream.headers) });
     }
     if ((upstream.headers['content-type'] ?? '').toLowerCase().startsWith('text/event-stream')) {
-      return new StreamedAnswer(upstream.status, relayed(upstream.headers), this.relayEvents(upstream, tenant, keyed, sent, end));
+      return new StreamedAnswer(upstream.status, relayed(upstream.headers), this.relayEvents(upstream, tenant, keyed, sent, end, call));
     }
     let bytes: Buffer;
     try {
       bytes = await this.readWhole(upstream, Number.POSITIVE_INFINITY, sent, stream);
     } catch (err) {
-      const timedOut = signal.aborted && (signal.reason as { name?: unknown } | undefined)?.name === 'TimeoutError';
-      this.metrics.call(timedOut ? 'upstream_timeout' : 'broken_stream');
-      throw timedOut
-        ? new OpenAiErrorException(504, 'upstream_timeout', this.timeoutMessage())
-        : new OpenAiErrorException(502, 'upstream_broken', `The model provider’s answer broke off: ${(err as Error).message}. Nothing was stored.`);
+      throw this.brokenOff(err, signal, call);
     } finally {
       end();
     }
+    call.answered = true;
     const usage = usageOf(bytes.toString('utf8'));
     if (usage) this.metrics.usage(tenant, usage);
     this.metrics.call(keyed ? 'new' : 'forwarded');
@@ -246,7 +264,14 @@ export class ChatCompletionsController {
    * it, or breaks, throws, so the answer is not stored and its callers get
    * the broken-stream event.
    */
-  private async *relayEvents(upstream: UpstreamResponse, tenant: string, keyed: boolean, sent: number, end: () => void): AsyncGenerator<string> {
+  private async *relayEvents(
+    upstream: UpstreamResponse,
+    tenant: string,
+    keyed: boolean,
+    sent: number,
+    end: () => void,
+    call: CallState,
+  ): AsyncGenerator<string> {
     let done = false;
     let first = true;
     // The last usage the stream carried: a provider that repeats running totals is counted once.
@@ -262,14 +287,16 @@ export class ChatCompletionsController {
           this.metrics.firstByteAt('upstream', true, (performance.now() - sent) / 1000);
         }
         usage = usageOf(event) ?? usage;
-        yield event;
         if (isDoneEvent(event)) {
           done = true;
+          call.answered = true;
+          yield event;
           break;
         }
+        yield event;
       }
     } catch (err) {
-      this.metrics.call('broken_stream');
+      this.metrics.call(call.gone.aborted ? 'caller_gone' : this.calls.signal.aborted ? 'cut_by_shutdown' : 'broken_stream');
       await events.return?.().catch(() => undefined);
       end();
       throw err;
@@ -302,10 +329,32 @@ export class ChatCompletionsController {
     return Buffer.concat(chunks);
   }
 
-  private unreachable(err: unknown): OpenAiErrorException {
+  /** A whole answer that stopped arriving: by the timeout, a shutdown, its caller leaving, or the provider. */
+  private brokenOff(err: unknown, signal: AbortSignal, call: CallState): OpenAiErrorException {
+    if (call.gone.aborted) {
+      this.metrics.call('caller_gone');
+      return new OpenAiErrorException(499, 'caller_gone', 'The caller went away.');
+    }
     if (this.calls.signal.aborted) {
-      this.metrics.call('upstream_unreachable');
-      return new OpenAiErrorException(503, 'shutting_down', 'This api instance is shutting down; nothing was stored. Retry with the same Idempotency-Key.', { 'Retry-After': '1' });
+      this.metrics.call('cut_by_shutdown');
+      return shuttingDown();
+    }
+    if ((signal.reason as { name?: unknown } | undefined)?.name === 'TimeoutError') {
+      this.metrics.call('upstream_timeout');
+      return new OpenAiErrorException(504, 'upstream_timeout', this.timeoutMessage());
+    }
+    this.metrics.call('broken_stream');
+    return new OpenAiErrorException(502, 'upstream_broken', `The model provider’s answer broke off: ${(err as Error).message}. Nothing was stored.`);
+  }
+
+  private unreachable(err: unknown, call: CallState): OpenAiErrorException {
+    if (call.gone.aborted) {
+      this.metrics.call('caller_gone');
+      return new OpenAiErrorException(499, 'caller_gone', 'The caller went away.');
+    }
+    if (this.calls.signal.aborted) {
+      this.metrics.call('cut_by_shutdown');
+      return shuttingDown();
     }
     if (err instanceof UpstreamTimeoutError) {
       this.metrics.call('upstream_timeout');

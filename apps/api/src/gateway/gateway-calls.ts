@@ -1,9 +1,10 @@
 import { BeforeApplicationShutdown, Inject, Injectable, Logger } from '@nestjs/common';
+import { HttpAdapterHost } from '@nestjs/core';
+import { beginDrain } from '@app/http';
+import type { Server } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { GATEWAY_OPTIONS, type GatewayOptions } from './gateway.options';
+import { GATEWAY_OPTIONS, GATEWAY_SETTLE_MS, type GatewayOptions } from './gateway.options';
 
-/** After the abort, how long the cut calls get to free their keys and end their callers' streams. */
-const SETTLE_MS = 2000;
 
 /**
  * The upstream calls running in this process, for shutdown: on SIGTERM the
@@ -20,7 +21,10 @@ export class GatewayCalls implements BeforeApplicationShutdown {
   private running = 0;
   private onIdle: (() => void) | undefined;
 
-  constructor(@Inject(GATEWAY_OPTIONS) private readonly options: GatewayOptions) {}
+  constructor(
+    @Inject(GATEWAY_OPTIONS) private readonly options: GatewayOptions,
+    private readonly adapterHost: HttpAdapterHost,
+  ) {}
 
   /** Aborts with the reason when the process stops. */
   get signal(): AbortSignal {
@@ -47,6 +51,10 @@ export class GatewayCalls implements BeforeApplicationShutdown {
 
   async beforeApplicationShutdown(): Promise<void> {
     this.closing = true;
+    // Every answer from now on closes its connection, so clients (and the
+    // load balancer's pool) reconnect, to an instance that is not stopping.
+    const server = this.adapterHost.httpAdapter?.getHttpServer() as Server | undefined;
+    if (server) beginDrain(server);
     if (this.running === 0) return;
     this.logger.log(`waiting up to ${this.options.drainMs} ms for ${this.running} gateway call(s) to finish`);
     const idle = new Promise<void>((resolve) => (this.onIdle = resolve));
@@ -57,7 +65,7 @@ export class GatewayCalls implements BeforeApplicationShutdown {
     this.logger.warn(`cutting ${this.running} gateway call(s) still running after ${this.options.drainMs} ms; their keys are freed`);
     this.stopping.abort(new Error('the api is shutting down'));
     const settled = new AbortController();
-    await Promise.race([idle, sleep(SETTLE_MS, undefined, { signal: settled.signal }).catch(() => undefined)]);
+    await Promise.race([idle, sleep(GATEWAY_SETTLE_MS, undefined, { signal: settled.signal }).catch(() => undefined)]);
     settled.abort();
   }
 }

@@ -12,6 +12,8 @@ export const GATEWAY_OUTCOMES = [
   'broken_stream',
   'upstream_unreachable',
   'upstream_timeout',
+  'caller_gone',
+  'cut_by_shutdown',
   'rejected',
 ] as const;
 export type GatewayOutcome = (typeof GATEWAY_OUTCOMES)[number];
@@ -30,7 +32,7 @@ export class GatewayMetrics {
   constructor(registry: Registry, @Inject(GATEWAY_OPTIONS) options: GatewayOptions) {
     this.calls = new Counter({
       name: 'gateway_calls_total',
-      help: 'POST /v1/chat/completions by outcome: forwarded (no key), new, replayed, attached, upstream_error (passed through), broken_stream, upstream_unreachable, upstream_timeout, rejected (the gateway refused it)',
+      help: 'POST /v1/chat/completions by outcome: forwarded (no key), new, replayed, attached, upstream_error (passed through), broken_stream, upstream_unreachable, upstream_timeout, caller_gone (a call without a key whose caller left), cut_by_shutdown, rejected (the gateway refused it)',
       labelNames: ['outcome'],
       registers: [registry],
     });

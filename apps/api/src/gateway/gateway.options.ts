@@ -8,3 +8,6 @@ export interface GatewayOptions {
 }
 
 export const GATEWAY_OPTIONS = 'gateway:options';
+
+/** After a shutdown cuts the running calls, how long they get to free their keys and end their callers' streams. */
+export const GATEWAY_SETTLE_MS = 2000;
