@@ -18,6 +18,7 @@ describe('api configuration', () => {
       adminApiKey: 'demo-admin-key',
       idempotencyLockTtlMs: 10_000,
       idempotencyResultTtlMs: 86_400_000,
+      idempotencyStore: 'redis',
       llmProvider: 'fake',
       openaiApiKey: undefined,
       openaiBaseUrl: undefined,
@@ -35,6 +36,11 @@ describe('api configuration', () => {
     expect(problemsOf({ LLM_PROVIDER: 'openai' })).toEqual(['LLM_PROVIDER']);
     expect(() => loadApiConfig({ LLM_PROVIDER: 'openai' })).toThrow(/LLM_PROVIDER.*OPENAI_API_KEY is unset/);
     expect(problemsOf({ GATEWAY_TIMEOUT_S: '0' })).toEqual(['GATEWAY_TIMEOUT_S']);
+  });
+
+  it('keeps idempotency records in Redis unless IDEMPOTENCY_STORE says postgres', () => {
+    expect(loadApiConfig({ IDEMPOTENCY_STORE: 'postgres' }).idempotencyStore).toBe('postgres');
+    expect(problemsOf({ IDEMPOTENCY_STORE: 'Postgres' })).toEqual(['IDEMPOTENCY_STORE']);
   });
 
   it('parses API_KEYS into tenants, several keys per tenant allowed', () => {
@@ -55,6 +61,7 @@ describe('api configuration', () => {
     ['IDEMPOTENCY_LOCK_TTL_S', '-1'],
     ['IDEMPOTENCY_LOCK_TTL_S', '0'],
     ['IDEMPOTENCY_RESULT_TTL_S', 'a day'],
+    ['IDEMPOTENCY_STORE', 'memcached'],
     ['API_KEYS', 'no-colon'],
     ['API_KEYS', 'bad tenant:key'],
     ['API_KEYS', 'a:same,b:same'],

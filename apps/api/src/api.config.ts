@@ -14,6 +14,7 @@ export const apiEnvSchema = {
   adminApiKey: env.custom('ADMIN_API_KEY', (raw, all) => parseAdminKey(raw, all)),
   idempotencyLockTtlMs: env.secondsAsMs('IDEMPOTENCY_LOCK_TTL_S', 10, { min: 1, max: 3600 }),
   idempotencyResultTtlMs: env.secondsAsMs('IDEMPOTENCY_RESULT_TTL_S', 86400, { min: 60, max: 30 * 86400 }),
+  idempotencyStore: env.oneOf('IDEMPOTENCY_STORE', 'redis', ['redis', 'postgres']),
   ...llmProviderEnv,
   gatewayTimeoutMs: env.secondsAsMs('GATEWAY_TIMEOUT_S', 300, { min: 1, max: 3600 }),
 };

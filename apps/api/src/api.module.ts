@@ -3,16 +3,30 @@ import { APP_FILTER, APP_PIPE } from '@nestjs/core';
 import { HealthModule } from '@app/health';
 import { IdempotencyModule, RedisIdempotencyStore } from '@app/idempotency';
 import { LoggingModule, MetricsModule } from '@app/observability';
-import { PersistenceModule } from '@app/persistence';
+import { PersistenceModule, PostgresIdempotencyStore } from '@app/persistence';
 import { ProblemDetailsFilter, RequestValidationPipe } from '@app/problem';
 import { REDIS_CLIENT, RedisModule } from '@app/redis';
 import type { Redis } from 'ioredis';
+import { DataSource } from 'typeorm';
 import { type ApiConfig, gatewayDrainMs } from './api.config';
 import { AdminModule } from './admin/admin.module';
 import { AuthModule } from './auth/auth.module';
 import { GatewayModule } from './gateway/gateway.module';
 import { requireTenant } from './auth/principal';
 import { SummariesModule } from './summaries/summaries.module';
+
+/**
+ * IDEMPOTENCY_STORE. The PostgreSQL store runs on the api's own DataSource:
+ * its pool, timeouts and readiness check already cover PostgreSQL, so the
+ * store adds one connection per process (its LISTEN), not a second pool. Its
+ * sweep starts here and stops with the store (IdempotencyModule closes it).
+ */
+function idempotencyStore(config: ApiConfig, redis: Redis, dataSource: DataSource): RedisIdempotencyStore | PostgresIdempotencyStore {
+  if (config.idempotencyStore === 'redis') return new RedisIdempotencyStore(redis);
+  const store = new PostgresIdempotencyStore(dataSource, { listenApplicationName: 'api-idempotency-listen' });
+  store.startSweeping();
+  return store;
+}
 
 @Module({})
 export class ApiModule {
@@ -27,9 +41,9 @@ export class ApiModule {
         HealthModule,
         AuthModule.forRoot(config.apiKeys),
         IdempotencyModule.forRootAsync({
-          inject: [REDIS_CLIENT],
-          useFactory: (redis: Redis) => ({
-            store: new RedisIdempotencyStore(redis),
+          inject: [REDIS_CLIENT, DataSource],
+          useFactory: (redis: Redis, dataSource: DataSource) => ({
+            store: idempotencyStore(config, redis, dataSource),
             scope: requireTenant,
             lockTtlMs: config.idempotencyLockTtlMs,
             resultTtlMs: config.idempotencyResultTtlMs,

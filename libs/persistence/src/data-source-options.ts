@@ -3,10 +3,11 @@ import { Outbox } from './entities/outbox.entity';
 import { Summary } from './entities/summary.entity';
 import { InitialSchema1764460800000 } from './migrations/1764460800000-initial-schema';
 import { OutboxParkedIndex1764547200000 } from './migrations/1764547200000-outbox-parked-index';
+import { IdempotencyKeys1764633600000 } from './migrations/1764633600000-idempotency-keys';
 
 export const ENTITIES = [Summary, Outbox];
 /** Listed, not globbed: the apps are bundled, so there is no directory to scan. */
-export const MIGRATIONS = [InitialSchema1764460800000, OutboxParkedIndex1764547200000];
+export const MIGRATIONS = [InitialSchema1764460800000, OutboxParkedIndex1764547200000, IdempotencyKeys1764633600000];
 
 /** The longest the client waits for one query's answer: what bounds a request that reads PostgreSQL. */
 export const QUERY_TIMEOUT_MS = 20_000;

@@ -6,3 +6,4 @@ export * from './outbox-channel';
 export * from './repositories/summary.repository';
 export * from './summary-writer.service';
 export * from './repositories/outbox-admin.repository';
+export * from './idempotency/postgres-idempotency.store';

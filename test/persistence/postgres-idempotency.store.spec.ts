@@ -1,0 +1,223 @@
+import { describeIdempotencyStoreContract } from '@app/idempotency/testing/idempotency-store.contract';
+import { PostgresIdempotencyStore } from '@app/persistence';
+import type { FramesRef } from '@app/idempotency';
+import { randomUUID } from 'node:crypto';
+import { Pool } from 'pg';
+import type { DataSource } from 'typeorm';
+import { eventually, freePort, sleep, testDatabaseUrl, testDataSource } from '../support/infra';
+
+const newPool = (max = 10) => new Pool({ connectionString: testDatabaseUrl(), max, application_name: 'idempotency-test' });
+
+describeIdempotencyStoreContract('PostgresIdempotencyStore', async () => {
+  const pool = newPool();
+  const store = new PostgresIdempotencyStore(pool);
+  return {
+    store,
+    teardown: async () => {
+      await store.close();
+      await pool.end();
+    },
+  };
+});
+
+describe('PostgresIdempotencyStore on PostgreSQL', () => {
+  let ds: DataSource;
+  let store: PostgresIdempotencyStore;
+  const key = () => `tenant-a:POST:/v1/things:${randomUUID()}`;
+  const rowOf = async (k: string) => (await ds.query(`SELECT * FROM idempotency_keys WHERE key = $1`, [k]))[0];
+  const count = async (sql: string, params: unknown[] = []) => Number((await ds.query(sql, params))[0].n);
+
+  beforeAll(async () => {
+    ds = await testDataSource();
+    // The api builds it on its TypeORM DataSource; the contract above runs it on a plain Pool.
+    store = new PostgresIdempotencyStore(ds, { idleCheckMs: 200 });
+  });
+  afterAll(async () => {
+    await store.close();
+    await ds.destroy();
+  });
+
+  it('keeps a running row with its lock, then the completed answer with the result TTL, on the database clock', async () => {
+    const k = key();
+    await store.claim(k, 'tok', 'fp', 30_000);
+    const running = await rowOf(k);
+    expect(running).toMatchObject({ state: 'running', token: 'tok', fingerprint: 'fp', status: null, body: null });
+    const [{ lock_s, expires_s }] = await ds.query(
+      `SELECT extract(epoch FROM locked_until - now()) AS lock_s, extract(epoch FROM expires_at - now()) AS expires_s FROM idempotency_keys WHERE key = $1`,
+      [k],
+    );
+    expect(Number(lock_s)).toBeGreaterThan(29);
+    expect(Number(expires_s)).toBeCloseTo(Number(lock_s), 0);
+
+    await store.complete(k, 'tok', 'fp', { status: 202, headers: { location: '/x' }, body: '{"a":1}' }, 86_400_000);
+    expect(await rowOf(k)).toMatchObject({
+      state: 'completed',
+      token: null,
+      fingerprint: 'fp',
+      status: 202,
+      headers: { location: '/x' },
+      body: '{"a":1}',
+      streamed: false,
+      locked_until: null,
+    });
+    const [{ ttl_s }] = await ds.query(`SELECT extract(epoch FROM expires_at - now()) AS ttl_s FROM idempotency_keys WHERE key = $1`, [k]);
+    expect(Number(ttl_s)).toBeGreaterThan(86_399);
+    // No one followed and nothing streamed: no frame log at all.
+    expect(await count(`SELECT count(*) AS n FROM idempotency_frames WHERE attempt = $1`, [running.attempt])).toBe(0);
+  });
+
+  it('keeps a streamed answer as a frame log under its attempt, living as long as the record', async () => {
+    const k = key();
+    await store.claim(k, 'tok', 'fp', 30_000);
+    const head = { status: 200, headers: { 'content-type': 'text/event-stream' } };
+    await store.frames.begin(k, 'tok', head);
+    await store.frames.append(k, 'tok', ['data: 1\n\n', 'data: [DONE]\n\n']);
+    await store.frames.complete(k, 'tok', 'fp', 3_600_000);
+    const row = await rowOf(k);
+    expect(row).toMatchObject({ state: 'completed', status: 200, headers: head.headers, body: '', streamed: true });
+    const log = await ds.query(
+      `SELECT seq, kind, data, extract(epoch FROM expires_at - now()) > 3599 AS lives FROM idempotency_frames WHERE attempt = $1 ORDER BY seq`,
+      [row.attempt],
+    );
+    expect(log).toEqual([
+      { seq: 0, kind: 'open', data: null, lives: true },
+      { seq: 1, kind: 'head', data: JSON.stringify(head), lives: null },
+      { seq: 2, kind: 'frame', data: 'data: 1\n\n', lives: null },
+      { seq: 3, kind: 'frame', data: 'data: [DONE]\n\n', lives: null },
+      { seq: 4, kind: 'end', data: 'completed', lives: null },
+    ]);
+  });
+
+  it('takes over a stale lock in the one claim statement: one winner of many, and the old holder is shut out', async () => {
+    const k = key();
+    await store.claim(k, 'old', 'fp', 100);
+    const before = await rowOf(k);
+    await sleep(200);
+    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => store.claim(k, `new-${i}`, 'fp2', 10_000)));
+    expect(results.filter((r) => r.outcome === 'claimed')).toHaveLength(1);
+    expect(results.filter((r) => r.outcome === 'in-progress')).toHaveLength(19);
+    const winner = results.findIndex((r) => r.outcome === 'claimed');
+    const after = await rowOf(k);
+    expect(after).toMatchObject({ state: 'running', token: `new-${winner}`, fingerprint: 'fp2' });
+    expect(after.attempt).not.toBe(before.attempt);
+    expect(after.started_at.getTime()).toBeGreaterThan(before.started_at.getTime());
+    await expect(store.renew(k, 'old', 10_000)).resolves.toBe(false);
+    await expect(store.release(k, 'old')).resolves.toBe(false);
+    await expect(store.complete(k, `new-${winner}`, 'fp2', { status: 200, headers: {}, body: 'ok' }, 60_000)).resolves.toBe(true);
+  });
+
+  it('follows through one LISTEN connection per store, however many follow', async () => {
+    const keys = Array.from({ length: 10 }, () => key());
+    const refs: FramesRef[] = [];
+    for (const k of keys) {
+      await store.claim(k, 't1', 'fp', 10_000);
+      const c = await store.claim(k, 't2', 'fp', 10_000);
+      if (c.outcome !== 'in-progress' || !c.frames) throw new Error('expected frames');
+      refs.push(c.frames);
+    }
+    const stop = new AbortController();
+    const followed = refs.map(async (ref) => {
+      const events = [];
+      for await (const e of store.frames.follow(ref, stop.signal)) events.push(e);
+      return events;
+    });
+    await sleep(200);
+    expect(await count(`SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = 'idempotency-listen' AND datname = current_database()`)).toBe(1);
+    await Promise.all(keys.map((k) => store.release(k, 't1')));
+    for (const events of await Promise.all(followed)) expect(events).toEqual([{ kind: 'end', outcome: 'aborted' }]);
+    stop.abort();
+  });
+
+  describe('the sweep', () => {
+    beforeEach(() => ds.query('TRUNCATE idempotency_keys, idempotency_frames'));
+
+    async function seed(expired: number, live: number): Promise<void> {
+      await ds.query(
+        `INSERT INTO idempotency_keys (key, fingerprint, state, attempt, status, headers, body, started_at, expires_at)
+         SELECT 'sweep:' || i, 'fp', 'completed', gen_random_uuid(), 200, '{}', 'b', now(),
+                CASE WHEN i <= $1::int THEN now() - interval '1 second' ELSE now() + interval '1 hour' END
+         FROM generate_series(1, $1::int + $2::int) AS i`,
+        [expired, live],
+      );
+    }
+
+    it('deletes expired rows in batches of the given size and leaves live ones', async () => {
+      await seed(1200, 30);
+      // A running row whose holder died is expired too; a live lock is not.
+      await store.claim('sweep:dead', 'd', 'fp', 50);
+      await store.claim('sweep:alive', 'a', 'fp', 60_000);
+      await sleep(100);
+      expect((await store.sweepExpired(500)).keys).toBe(500);
+      expect((await store.sweepExpired(500)).keys).toBe(500);
+      expect((await store.sweepExpired(500)).keys).toBe(201);
+      expect((await store.sweepExpired(500)).keys).toBe(0);
+      expect(await count(`SELECT count(*) AS n FROM idempotency_keys`)).toBe(31);
+      expect(await rowOf('sweep:alive')).toMatchObject({ state: 'running' });
+    });
+
+    it("deletes a log once it expired: a dead holder's, a freed attempt's a minute on, a stored answer's with it", async () => {
+      const head = { status: 200, headers: {} };
+      // Died mid-stream: its log lives as long as its lock.
+      await store.claim('sweep:dead', 't', 'fp', 50);
+      await store.frames.begin('sweep:dead', 't', head);
+      await store.frames.append('sweep:dead', 't', ['a', 'b']);
+      // Freed mid-stream: its log (with the end marker) stays a minute for its followers.
+      await store.claim('sweep:freed', 't', 'fp', 10_000);
+      await store.frames.begin('sweep:freed', 't', head);
+      await store.release('sweep:freed', 't');
+      // Completed: its log lives with the record.
+      await store.claim('sweep:done', 't', 'fp', 10_000);
+      await store.frames.begin('sweep:done', 't', head);
+      await store.frames.complete('sweep:done', 't', 'fp', 60_000);
+      await sleep(100);
+      expect(await store.sweepExpired(500)).toEqual({ keys: 1, frameLogs: 1 });
+      expect(await count(`SELECT count(*) AS n FROM idempotency_frames`)).toBe(6); // freed and done: open, head, end each
+      await ds.query(`UPDATE idempotency_frames SET expires_at = now() - interval '1 second' WHERE seq = 0`);
+      await ds.query(`UPDATE idempotency_keys SET expires_at = now() - interval '1 second'`);
+      expect(await store.sweepExpired(1)).toEqual({ keys: 1, frameLogs: 1 });
+      expect(await store.sweepExpired(1)).toEqual({ keys: 0, frameLogs: 1 });
+      expect(await count(`SELECT count(*) AS n FROM idempotency_frames`)).toBe(0);
+    });
+
+    it('sweeps periodically once started, until closed', async () => {
+      const pool = newPool(2);
+      const sweeper = new PostgresIdempotencyStore(pool, { sweepIntervalMs: 50, sweepBatch: 100 });
+      try {
+        await seed(450, 5);
+        sweeper.startSweeping();
+        await eventually(async () => ((await count(`SELECT count(*) AS n FROM idempotency_keys`)) === 5 ? true : undefined), 5000, 'the sweep');
+        await sweeper.close();
+        await ds.query(`UPDATE idempotency_keys SET expires_at = now() - interval '1 second'`);
+        await sleep(200);
+        expect(await count(`SELECT count(*) AS n FROM idempotency_keys`)).toBe(5);
+      } finally {
+        await sweeper.close();
+        await pool.end();
+      }
+    });
+  });
+
+  it('fails closed: every operation rejects when PostgreSQL cannot be reached', async () => {
+    const pool = new Pool({ connectionString: `postgres://postgres@127.0.0.1:${freePort(7)}/nowhere`, connectionTimeoutMillis: 1000 });
+    pool.on('error', () => undefined);
+    const down = new PostgresIdempotencyStore(pool);
+    const k = key();
+    try {
+      await expect(down.claim(k, 't', 'fp', 1000)).rejects.toThrow();
+      await expect(down.complete(k, 't', 'fp', { status: 200, headers: {}, body: '' }, 1000)).rejects.toThrow();
+      await expect(down.release(k, 't')).rejects.toThrow();
+      await expect(down.renew(k, 't', 1000)).rejects.toThrow();
+      await expect(down.frames.begin(k, 't', { status: 200, headers: {} })).rejects.toThrow();
+      await expect(down.frames.append(k, 't', ['x'])).rejects.toThrow();
+      await expect(down.frames.complete(k, 't', 'fp', 1000)).rejects.toThrow();
+      const follow = async () => {
+        for await (const _ of down.frames.follow(`${randomUUID()}:${k}` as FramesRef, new AbortController().signal)) void _;
+      };
+      await expect(follow()).rejects.toThrow();
+      await expect(down.sweepExpired()).rejects.toThrow();
+    } finally {
+      await down.close();
+      await pool.end();
+    }
+  });
+});
