@@ -1,0 +1,107 @@
+import { describeIdempotentRoute, type RouteHold } from '@app/idempotency/testing/idempotent-route.conformance';
+import { JOBS_STREAM, SummaryJobQueue, type SummaryJob } from '@app/jobs';
+import { REDIS_CLIENT } from '@app/redis';
+import type { Redis } from 'ioredis';
+import type { AddressInfo } from 'node:net';
+import { bearer, startApi, TENANT_A } from '../support/api-harness';
+import { FakeOpenAiServer } from '../support/fake-openai-server';
+import { freshRedis } from '../support/infra';
+
+/** A gate the next run waits at: `reached` when a run arrives, the run goes on at release(). */
+class NextRunGate {
+  private pending: { arrived: () => void; released: Promise<void> } | undefined;
+
+  hold(): RouteHold {
+    let arrived!: () => void;
+    let release!: () => void;
+    const reached = new Promise<void>((r) => (arrived = r));
+    const released = new Promise<void>((r) => (release = r));
+    this.pending = { arrived, released };
+    return { reached, release };
+  }
+
+  /** Called by the held dependency: waits if a hold is pending, once. */
+  async pass(): Promise<void> {
+    const held = this.pending;
+    if (!held) return;
+    this.pending = undefined;
+    held.arrived();
+    await held.released;
+  }
+}
+
+/**
+ * The real queue, with a gate before the enqueue: the handler has claimed its
+ * key and waits, as it would on a slow Redis, and then enqueues for real.
+ */
+class GatedSummaryJobQueue extends SummaryJobQueue {
+  constructor(
+    redis: Redis,
+    private readonly gate: NextRunGate,
+  ) {
+    super(redis);
+  }
+
+  override async enqueue(job: SummaryJob): Promise<string> {
+    await this.gate.pass();
+    return super.enqueue(job);
+  }
+}
+
+describeIdempotentRoute('POST /v1/summaries', async () => {
+  const redis = await freshRedis();
+  const gate = new NextRunGate();
+  const api = await startApi({
+    override: (b) => b.overrideProvider(SummaryJobQueue).useFactory({ factory: (r: Redis) => new GatedSummaryJobQueue(r, gate), inject: [REDIS_CLIENT] }),
+  });
+  return {
+    server: api.server,
+    method: 'POST',
+    path: '/v1/summaries',
+    headers: { authorization: bearer(TENANT_A) },
+    body: { text: 'The quick brown fox jumps over the lazy dog.', notify: 'ops@example.com' },
+    otherBody: { text: 'Something else entirely.', notify: 'ops@example.com' },
+    invalidBody: { text: 'The quick brown fox.', notify: 'not-an-email' },
+    successStatus: 202,
+    hold: () => gate.hold(),
+    effects: () => redis.xlen(JOBS_STREAM),
+    errors: 'problem',
+    teardown: async () => {
+      await api.close();
+      redis.disconnect();
+    },
+  };
+});
+
+describeIdempotentRoute(
+  'POST /v1/chat/completions (the gateway)',
+  async () => {
+    await (await freshRedis()).quit();
+    const gate = new NextRunGate();
+    const provider = await new FakeOpenAiServer(async (_n, text) => {
+      await gate.pass();
+      return { kind: 'complete', content: `Echo: ${text}` };
+    }).start();
+    const api = await startApi({ env: { LLM_PROVIDER: 'openai', OPENAI_API_KEY: 'sk', OPENAI_BASE_URL: provider.baseUrl } });
+    await api.app.listen(0, '127.0.0.1');
+    const body = { model: 'gpt-test', messages: [{ role: 'user', content: 'conformance' }], temperature: 0.2 };
+    return {
+      server: `http://127.0.0.1:${(api.server.address() as AddressInfo).port}`,
+      method: 'POST',
+      path: '/v1/chat/completions',
+      headers: { authorization: bearer(TENANT_A) },
+      body,
+      otherBody: { ...body, temperature: 0.9 },
+      invalidBody: { model: 'm' },
+      successStatus: 200,
+      hold: () => gate.hold(),
+      effects: async () => provider.calls,
+      errors: 'openai',
+      teardown: async () => {
+        await provider.stop();
+        await api.close();
+      },
+    };
+  },
+  { whileRunning: 'attached', keyRequired: false },
+);
