@@ -16,16 +16,22 @@ import { requireTenant } from './auth/principal';
 import { SummariesModule } from './summaries/summaries.module';
 
 /**
- * IDEMPOTENCY_STORE. The PostgreSQL store runs on the api's own DataSource:
- * its pool, timeouts and readiness check already cover PostgreSQL, so the
- * store adds one connection per process (its LISTEN), not a second pool. Its
- * sweep starts here and stops with the store (IdempotencyModule closes it).
+ * Both stores, by name, for routes that choose one (`@Idempotent({ store:
+ * 'postgres' })`: a route that finalises its record in its own transaction);
+ * IDEMPOTENCY_STORE picks the default for every other route. The PostgreSQL
+ * store runs on the api's own DataSource: its pool, timeouts and readiness
+ * check already cover PostgreSQL, so the store adds one connection per
+ * process (its LISTEN, opened when a duplicate first follows a running
+ * request), not a second pool. Its sweep starts here and stops with the store
+ * (IdempotencyModule closes every store).
  */
-function idempotencyStore(config: ApiConfig, redis: Redis, dataSource: DataSource): RedisIdempotencyStore | PostgresIdempotencyStore {
-  if (config.idempotencyStore === 'redis') return new RedisIdempotencyStore(redis);
-  const store = new PostgresIdempotencyStore(dataSource, { listenApplicationName: 'api-idempotency-listen' });
-  store.startSweeping();
-  return store;
+function idempotencyStores(config: ApiConfig, redis: Redis, dataSource: DataSource) {
+  const stores = {
+    redis: new RedisIdempotencyStore(redis),
+    postgres: new PostgresIdempotencyStore(dataSource, { listenApplicationName: 'api-idempotency-listen' }),
+  };
+  stores.postgres.startSweeping();
+  return { store: stores[config.idempotencyStore], stores };
 }
 
 @Module({})
@@ -43,7 +49,7 @@ export class ApiModule {
         IdempotencyModule.forRootAsync({
           inject: [REDIS_CLIENT, DataSource],
           useFactory: (redis: Redis, dataSource: DataSource) => ({
-            store: idempotencyStore(config, redis, dataSource),
+            ...idempotencyStores(config, redis, dataSource),
             scope: requireTenant,
             lockTtlMs: config.idempotencyLockTtlMs,
             resultTtlMs: config.idempotencyResultTtlMs,

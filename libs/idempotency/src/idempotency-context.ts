@@ -35,7 +35,7 @@ export const IdempotencyContext = createParamDecorator(
 const OUTCOME = Symbol('idempotency:outcome');
 
 /** What the idempotency layer did with a request, for a route's own metrics. */
-export type IdempotencyRequestOutcome = 'new' | 'replayed' | 'attached' | 'in_progress' | 'mismatch' | 'key_invalid' | 'store_unavailable';
+export type IdempotencyRequestOutcome = 'new' | 'replayed' | 'attached' | 'recovered' | 'in_progress' | 'mismatch' | 'key_invalid' | 'store_unavailable';
 
 export function setIdempotencyOutcome(request: object, outcome: IdempotencyRequestOutcome): void {
   Object.defineProperty(request, OUTCOME, { value: outcome, configurable: true, writable: true });
@@ -45,3 +45,35 @@ export function setIdempotencyOutcome(request: object, outcome: IdempotencyReque
 export function idempotencyOutcomeOf(request: object): IdempotencyRequestOutcome | undefined {
   return (request as { [OUTCOME]?: IdempotencyRequestOutcome })[OUTCOME];
 }
+
+/** The running request's record, for a handler that finalises it inside its own transaction. */
+export interface PendingIdempotencyRecord {
+  /**
+   * Stores the answer as part of `tx`, the handler's own open transaction
+   * (an EntityManager for a PostgreSQL store): the answer commits with the
+   * effect's rows, or neither does. Return the same body with the same
+   * status from the handler. Throws IdempotencyLockLostError when another
+   * request holds the key now: let it roll the transaction back.
+   */
+  completeWithin(tx: unknown, answer: { readonly status: number; readonly body: unknown; readonly headers?: Readonly<Record<string, string>> }): Promise<void>;
+}
+
+/** The lock is not this request's any more: another request took the key over. */
+export class IdempotencyLockLostError extends Error {
+  constructor() {
+    super('the idempotency lock is no longer this request\'s: another request holds the key');
+    this.name = 'IdempotencyLockLostError';
+  }
+}
+
+const PENDING = Symbol('idempotency:pending');
+
+export function setPendingRecord(request: object, record: PendingIdempotencyRecord): void {
+  Object.defineProperty(request, PENDING, { value: record, configurable: true });
+}
+
+/** The running request's record, or undefined on a request without a key (or that is not the one running). */
+export const IdempotencyRecord = createParamDecorator(
+  (_: unknown, ctx: ExecutionContext): PendingIdempotencyRecord | undefined =>
+    (ctx.switchToHttp().getRequest<object>() as { [PENDING]?: PendingIdempotencyRecord })[PENDING],
+);

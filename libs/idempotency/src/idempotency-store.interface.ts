@@ -23,8 +23,13 @@ export interface StoredHead {
 export type FramesRef = string & { readonly __framesRef: never };
 
 export type ClaimResult =
-  /** This request holds the lock now and must run the handler. */
-  | { readonly outcome: 'claimed' }
+  /**
+   * This request holds the lock now and must run the handler. `tookOver`:
+   * the key was held by a request whose lock expired (it died, or stalled),
+   * so its effect may have happened; set by stores that can tell (a Redis
+   * record vanishes with its lock, so the Redis store never sets it).
+   */
+  | { readonly outcome: 'claimed'; readonly tookOver?: boolean }
   /**
    * Another request holds the lock: it has run for `runningForMs` (by the
    * store's clock, so every api instance agrees), and the lock frees in
@@ -91,6 +96,13 @@ export interface IdempotencyStore {
   claim(key: string, token: string, fingerprint: string, lockTtlMs: number): Promise<ClaimResult>;
   /** Replace our lock by the final answer, kept `resultTtlMs`. False if the lock is no longer ours. */
   complete(key: string, token: string, fingerprint: string, response: StoredResponse, resultTtlMs: number): Promise<boolean>;
+  /**
+   * complete(), inside the caller's own open transaction `tx` (store
+   * specific: an EntityManager for a PostgreSQL store), so the answer commits
+   * with the effect's rows or not at all. Stores that share no database with
+   * the handler leave it out.
+   */
+  completeWithin?(tx: unknown, key: string, token: string, fingerprint: string, response: StoredResponse, resultTtlMs: number): Promise<boolean>;
   /**
    * Free the key so a retry runs again; followers of its frames see `end:
    * aborted`. False if the lock is no longer ours.

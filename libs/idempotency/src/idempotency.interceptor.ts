@@ -7,7 +7,7 @@ import {
   Logger,
   NestInterceptor,
 } from '@nestjs/common';
-import { Reflector } from '@nestjs/core';
+import { ModuleRef, Reflector } from '@nestjs/core';
 import { isRejectedByPipes } from '@nestjs/core/internal';
 import { PROBLEM_CONTENT_TYPE, toProblem } from '@app/problem';
 import type { Request, Response as ExpressResponse } from 'express';
@@ -15,7 +15,14 @@ import { createHash, randomUUID } from 'node:crypto';
 import { compile } from 'path-to-regexp';
 import { isObservable, lastValueFrom, map, Observable, of, from } from 'rxjs';
 import { fingerprintBody } from './canonical-json';
-import { IdempotencyRequestContext, type IdempotencyRequestOutcome, setIdempotencyContext, setIdempotencyOutcome } from './idempotency-context';
+import {
+  IdempotencyLockLostError,
+  IdempotencyRequestContext,
+  type IdempotencyRequestOutcome,
+  setIdempotencyContext,
+  setIdempotencyOutcome,
+  setPendingRecord,
+} from './idempotency-context';
 import { IDEMPOTENCY_KEY_HEADER, parseIdempotencyKey } from './idempotency-key';
 import {
   IdempotencyInProgressException,
@@ -25,7 +32,14 @@ import {
 } from './idempotency.errors';
 import { IdempotencyMetrics } from './idempotency.metrics';
 import { IDEMPOTENCY_MODULE_OPTIONS, type IdempotencyModuleOptions } from './idempotency.module-definition';
-import { assertValidIdempotentOptions, type IdempotencyErrorFormat, IdempotentMetadata, type IdempotentOptions } from './idempotent.decorator';
+import {
+  assertValidIdempotentOptions,
+  type IdempotencyErrorFormat,
+  type IdempotencyRecovery,
+  IdempotentMetadata,
+  type IdempotentOptions,
+  type RecoveredAnswer,
+} from './idempotent.decorator';
 import {
   ClaimResult,
   type FrameEvent,
@@ -74,6 +88,8 @@ interface RouteSettings {
   readonly stores: (status: number) => boolean;
   readonly attachWaitMs: number | undefined;
   readonly errors: IdempotencyErrorFormat | undefined;
+  readonly store: IdempotencyStore;
+  readonly recover: IdempotentOptions['recover'];
 }
 
 type InProgress = Extract<ClaimResult, { outcome: 'in-progress' }>;
@@ -108,8 +124,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
     @InjectIdempotencyStore() private readonly store: IdempotencyStore,
     @Inject(IDEMPOTENCY_MODULE_OPTIONS) private readonly options: IdempotencyModuleOptions,
     private readonly metrics: IdempotencyMetrics,
+    private readonly moduleRef: ModuleRef,
   ) {
-    assertValidIdempotentOptions(options, 'IdempotencyModule options');
+    const { lockTtlMs, resultTtlMs, maxStoredBodyBytes } = options;
+    assertValidIdempotentOptions({ lockTtlMs, resultTtlMs, maxStoredBodyBytes }, 'IdempotencyModule options');
     this.replayHeaders = new Set(
       (options.replayHeaders ?? DEFAULT_REPLAY_HEADERS).map((h) => h.toLowerCase()).filter((h) => !NEVER_REPLAYED.has(h)),
     );
@@ -163,7 +181,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
     let claim: ClaimResult;
     try {
-      claim = await this.store.claim(ctx.operation, attempt.token, ctx.fingerprint, settings.lockTtlMs);
+      claim = await settings.store.claim(ctx.operation, attempt.token, ctx.fingerprint, settings.lockTtlMs);
     } catch (err) {
       this.outcome(req, 'store_unavailable');
       this.logger.warn(`idempotency store unavailable, refusing ${method} ${path}: ${errorText(err)}`);
@@ -174,14 +192,17 @@ export class IdempotencyInterceptor implements NestInterceptor {
       case 'completed':
         if (claim.fingerprint !== ctx.fingerprint) return this.mismatch(req);
         this.outcome(req, 'replayed');
-        return of(withNativeContentType(res, this.replay(claim.response, this.store.frames, settings)));
+        return of(withNativeContentType(res, this.replay(claim.response, settings.store.frames, settings)));
       case 'in-progress':
         if (claim.fingerprint !== ctx.fingerprint) return this.mismatch(req);
-        if (settings.attachWaitMs !== undefined && this.store.frames && claim.frames && this.followers < MAX_FOLLOWERS) {
-          return from(this.follow(this.store.frames, claim, next, req, res, attempt)).pipe(map((v) => withNativeContentType(res, v)));
+        if (settings.attachWaitMs !== undefined && settings.store.frames && claim.frames && this.followers < MAX_FOLLOWERS) {
+          return from(this.follow(settings.store.frames, claim, next, req, res, attempt)).pipe(map((v) => withNativeContentType(res, v)));
         }
         return this.inProgress(req, claim, attempt);
       case 'claimed':
+        if (claim.tookOver && settings.recover) {
+          return from(this.recoverThenRun(settings.recover, next, req, res, attempt)).pipe(map((v) => withNativeContentType(res, v)));
+        }
         this.outcome(req, 'new');
         // Subscribed here, not by the caller: the handler's outcome is recorded
         // even if the client goes away meanwhile, so the key is never released
@@ -191,6 +212,40 @@ export class IdempotencyInterceptor implements NestInterceptor {
   }
 
   private followers = 0;
+
+  /**
+   * The key's earlier request died holding it: its effect may have happened.
+   * The route's recovery looks up what it really did; an answer found is
+   * stored and sent as the handler's would be, and the handler does not run.
+   * Nothing found: the handler runs. The recovery failing (the outcome cannot
+   * be known yet) frees the key, and its error is the answer.
+   */
+  private async recoverThenRun(
+    recovery: NonNullable<RouteSettings['recover']>,
+    next: CallHandler,
+    req: Request,
+    res: ExpressResponse,
+    attempt: Attempt,
+  ): Promise<unknown> {
+    const hook = this.moduleRef.get(recovery as never, { strict: false }) as IdempotencyRecovery;
+    let answer: RecoveredAnswer | undefined;
+    try {
+      answer = await hook.recover(attempt.context, req);
+    } catch (err) {
+      await this.release(attempt, false);
+      throw err;
+    }
+    if (answer === undefined) {
+      this.outcome(req, 'new');
+      return this.run(next, req, res, attempt);
+    }
+    this.outcome(req, 'recovered');
+    const text = JSON.stringify(answer.body) ?? '';
+    const headers = { ...this.pickHeaders(answer.headers ?? {}), 'content-type': 'application/json; charset=utf-8' };
+    if (attempt.settings.stores(answer.status)) await this.complete(attempt, { status: answer.status, headers, body: text }, false);
+    else await this.release(attempt, false);
+    return new Response(NULL_BODY_STATUSES.has(answer.status) ? null : text, { status: answer.status, headers: { ...(answer.headers ?? {}), ...headers } });
+  }
 
   private outcome(req: Request, outcome: IdempotencyRequestOutcome): void {
     this.metrics.count(outcome);
@@ -269,7 +324,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         }
         // It ended without streaming (a whole answer, or freed), or died: look again.
         await events.return?.();
-        claim = await this.store.claim(ctx.operation, attempt.token, ctx.fingerprint, settings.lockTtlMs);
+        claim = await settings.store.claim(ctx.operation, attempt.token, ctx.fingerprint, settings.lockTtlMs);
       }
       if (!runIt) return this.inProgress(req, first, attempt);
     } catch (err) {
@@ -330,7 +385,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
   private async run(next: CallHandler, req: Request, res: ExpressResponse, attempt: Attempt): Promise<unknown> {
     const { operation } = attempt.context;
     const lease = new LockLease(
-      this.store,
+      attempt.settings.store,
       operation,
       attempt.token,
       attempt.settings.lockTtlMs,
@@ -338,6 +393,23 @@ export class IdempotencyInterceptor implements NestInterceptor {
       (err) => this.logger.warn(`idempotency lock renewal failed (key ${attempt.keyHash}): ${errorText(err)}`),
     );
     const started = performance.now();
+    let completedWithin = false;
+    setPendingRecord(req, {
+      completeWithin: async (tx, answer) => {
+        const store = attempt.settings.store;
+        if (!store.completeWithin) throw new Error('Idempotency: this route\'s store cannot finalise inside a transaction (use a PostgreSQL store)');
+        if (completedWithin) throw new Error('Idempotency: the record was already finalised');
+        const text = JSON.stringify(answer.body) ?? '';
+        const headers = { ...this.pickHeaders(answer.headers ?? {}), 'content-type': 'application/json; charset=utf-8' };
+        const ours = await store.completeWithin(tx, attempt.context.operation, attempt.token, attempt.context.fingerprint,
+          { status: answer.status, headers, body: text }, attempt.settings.resultTtlMs);
+        // Refused: another request holds the key now. Throwing rolls the effect back with it.
+        if (!ours) throw new IdempotencyLockLostError();
+        completedWithin = true;
+        // Renewing would wait on the transaction's row lock, then find the record completed.
+        lease.stop();
+      },
+    });
     let body: unknown;
     try {
       body = await lastValueFrom(next.handle(), { defaultValue: undefined });
@@ -347,6 +419,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
       if (!isRejectedByPipes(req)) this.durations.record(attempt.handler, performance.now() - started);
       await this.settleFailure(err, req, res, attempt, lease.lost);
       throw err;
+    }
+    if (completedWithin) {
+      // Stored with the handler's own transaction: nothing more to store.
+      lease.stop();
+      this.durations.record(attempt.handler, performance.now() - started);
+      return body;
     }
     if (body instanceof StreamedAnswer) return this.record(body, res, attempt, lease, started);
     lease.stop();
@@ -397,7 +475,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       res.destroy();
     });
     onceClosed(res, () => channel.detach());
-    const log = this.store.frames;
+    const log = settings.store.frames;
     let storing = settings.stores(answer.status) && log !== undefined;
     let settled = false;
     let pending: string[] = [];
@@ -597,7 +675,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       return this.release(attempt, lost);
     }
     try {
-      const ours = await this.store.complete(
+      const ours = await attempt.settings.store.complete(
         attempt.context.operation,
         attempt.token,
         attempt.context.fingerprint,
@@ -615,7 +693,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
   private async release(attempt: Attempt, lost: boolean): Promise<void> {
     this.metrics.count('released');
     try {
-      const ours = await this.store.release(attempt.context.operation, attempt.token);
+      const ours = await attempt.settings.store.release(attempt.context.operation, attempt.token);
       if (!ours && !lost) this.lockLost(attempt, 'release refused');
     } catch (err) {
       this.logger.error(`idempotency: could not release key ${attempt.keyHash}: ${errorText(err)}`);
@@ -699,7 +777,17 @@ export class IdempotencyInterceptor implements NestInterceptor {
       stores: route.storesStatus ?? storesByDefault,
       attachWaitMs: route.attach?.waitMs,
       errors: route.errors,
+      store: this.storeNamed(route.store),
+      recover: route.recover,
     };
+  }
+
+  /** The module's store, or one of its named stores (IdempotentRoutesValidator checks the names at start-up). */
+  private storeNamed(name: string | undefined): IdempotencyStore {
+    if (name === undefined) return this.store;
+    const store = this.options.stores?.[name];
+    if (!store) throw new Error(`Idempotency: no store named "${name}" in IdempotencyModule's stores`);
+    return store;
   }
 }
 

@@ -5,6 +5,7 @@ export const IDEMPOTENCY_OUTCOMES = [
   'new',
   'replayed',
   'attached',
+  'recovered',
   'in_progress',
   'mismatch',
   'key_invalid',

@@ -5,6 +5,8 @@ import type { IdempotencyStore } from './idempotency-store.interface';
 export interface IdempotencyModuleOptions {
   /** Where records live, e.g. `new RedisIdempotencyStore(redis)`. */
   readonly store: IdempotencyStore;
+  /** Further stores by name, for routes that say `@Idempotent({ store: name })`. */
+  readonly stores?: Readonly<Record<string, IdempotencyStore>>;
   /**
    * The principal a key belongs to (a tenant), taken from what the guards
    * established, never from a header the client picks. Records of different

@@ -2,7 +2,7 @@ import { BeforeApplicationShutdown, Inject, Module, Provider } from '@nestjs/com
 import { APP_INTERCEPTOR, DiscoveryModule } from '@nestjs/core';
 import { IdempotencyInterceptor } from './idempotency.interceptor';
 import { IdempotencyMetrics } from './idempotency.metrics';
-import { IDEMPOTENCY_MODULE_OPTIONS, IdempotencyModuleOptions, ConfigurableModuleClass } from './idempotency.module-definition';
+import { IDEMPOTENCY_MODULE_OPTIONS, type IdempotencyModuleOptions, ConfigurableModuleClass } from './idempotency.module-definition';
 import { IdempotencyStore } from './idempotency-store.interface';
 import { IdempotentRoutesValidator } from './idempotent-routes.validator';
 
@@ -33,7 +33,10 @@ const storeProvider: Provider = {
   exports: [IdempotencyStore, IdempotencyInterceptor],
 })
 export class IdempotencyModule extends ConfigurableModuleClass implements BeforeApplicationShutdown {
-  constructor(@Inject(IdempotencyStore) private readonly store: IdempotencyStore & { close?: () => Promise<void> }) {
+  constructor(
+    @Inject(IdempotencyStore) private readonly store: IdempotencyStore & { close?: () => Promise<void> },
+    @Inject(IDEMPOTENCY_MODULE_OPTIONS) private readonly options: IdempotencyModuleOptions,
+  ) {
     super();
   }
 
@@ -46,6 +49,7 @@ export class IdempotencyModule extends ConfigurableModuleClass implements Before
    * instance write on through the store's own client.
    */
   async beforeApplicationShutdown(): Promise<void> {
-    await this.store.close?.();
+    const stores = new Set<IdempotencyStore & { close?: () => Promise<void> }>([this.store, ...Object.values(this.options.stores ?? {})]);
+    await Promise.all([...stores].map((store) => store.close?.()));
   }
 }

@@ -1,9 +1,10 @@
-import { Injectable, OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, OnModuleInit } from '@nestjs/common';
 import { PATH_METADATA, ROUTE_ARGS_METADATA } from '@nestjs/common/constants';
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum';
 import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { ContextUtils } from '@nestjs/core/internal';
 import { assertValidIdempotentOptions, IdempotentMetadata, type IdempotentOptions } from './idempotent.decorator';
+import { IDEMPOTENCY_MODULE_OPTIONS, type IdempotencyModuleOptions } from './idempotency.module-definition';
 
 /**
  * Refuses, at start-up, @Idempotent() routes the interceptor cannot protect,
@@ -24,6 +25,7 @@ export class IdempotentRoutesValidator implements OnModuleInit {
     private readonly discovery: DiscoveryService,
     private readonly scanner: MetadataScanner,
     private readonly reflector: Reflector,
+    @Inject(IDEMPOTENCY_MODULE_OPTIONS) private readonly options: IdempotencyModuleOptions,
   ) {}
 
   onModuleInit(): void {
@@ -43,6 +45,10 @@ export class IdempotentRoutesValidator implements OnModuleInit {
           assertValidIdempotentOptions(options, where);
         } catch (err) {
           problems.push((err as Error).message);
+        }
+        if (options.store !== undefined && !this.options.stores?.[options.store]) {
+          const known = Object.keys(this.options.stores ?? {});
+          problems.push(`${where}: no store named "${options.store}" (IdempotencyModule's stores: ${known.length ? known.join(', ') : 'none'})`);
         }
         if (this.handlesResponseItself(instance, name)) {
           problems.push(

@@ -27,6 +27,33 @@ export interface IdempotentOptions {
   readonly attach?: { readonly waitMs: number };
   /** How this route's errors look when they are stored or end a stream. Default: problem+json, and a cut stream. */
   readonly errors?: IdempotencyErrorFormat;
+  /** The name of one of the module's `stores`, for this route's records; default the module's `store`. */
+  readonly store?: string;
+  /**
+   * Runs before a request re-runs a key whose earlier request died holding
+   * it (its lock expired; stores that can tell, e.g. PostgreSQL): it may look
+   * up what that request really did and answer from it, instead of doing it
+   * again. A provider class, resolved from the app.
+   */
+  readonly recover?: abstract new (...args: never[]) => IdempotencyRecovery;
+}
+
+/** The answer a recovery found for a request that died: stored and sent like the handler's own. */
+export interface RecoveredAnswer {
+  readonly status: number;
+  readonly body: unknown;
+  readonly headers?: Readonly<Record<string, string>>;
+}
+
+/** A route's recovery hook (IdempotentOptions.recover). */
+export interface IdempotencyRecovery {
+  /**
+   * The real outcome of the earlier request with this operation, or
+   * undefined when it did nothing (the handler then runs). Throw (e.g. a
+   * 503 ProblemException) when it cannot be known yet: the key is freed and
+   * the client retries.
+   */
+  recover(context: import('./idempotency-context').IdempotencyRequestContext, request: import('express').Request): Promise<RecoveredAnswer | undefined>;
 }
 
 /** A route's own error format, for the answers the idempotency layer writes itself. */
@@ -72,6 +99,9 @@ export function assertValidIdempotentOptions(
     }
   }
   if (storesStatus !== undefined && typeof storesStatus !== 'function') throw new Error(`${where}: storesStatus must be a function`);
+  const { store, recover } = options as IdempotentOptions;
+  if (store !== undefined && (typeof store !== 'string' || store.length === 0)) throw new Error(`${where}: store must be a store's name`);
+  if (recover !== undefined && typeof recover !== 'function') throw new Error(`${where}: recover must be a provider class`);
   if (errors !== undefined && (typeof errors?.render !== 'function' || typeof errors?.brokenStreamFrame !== 'function')) {
     throw new Error(`${where}: errors must have render() and brokenStreamFrame()`);
   }

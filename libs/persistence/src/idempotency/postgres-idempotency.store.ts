@@ -85,7 +85,9 @@ WITH existing AS (
   UNION ALL
   SELECT * FROM existing WHERE NOT EXISTS (SELECT 1 FROM ins)
 )
-SELECT attempt = $5::uuid AS claimed, state, fingerprint, attempt, status, headers, body, streamed,
+SELECT attempt = $5::uuid AS claimed,
+       EXISTS (SELECT 1 FROM existing e WHERE e.state = 'running') AS took_over_running,
+       state, fingerprint, attempt, status, headers, body, streamed,
        GREATEST(0, floor(extract(epoch FROM clock_timestamp() - started_at) * 1000))::float8 AS running_for_ms,
        GREATEST(0, floor(extract(epoch FROM locked_until - clock_timestamp()) * 1000))::float8 AS expires_in_ms
 FROM found`;
@@ -235,6 +237,8 @@ export interface SweepResult {
 
 interface ClaimRow {
   claimed: boolean;
+  /** With `claimed`: the row it took was a running request's whose lock had expired. */
+  took_over_running?: boolean;
   state: 'running' | 'completed';
   fingerprint: string;
   attempt: string;
@@ -248,7 +252,7 @@ interface ClaimRow {
 
 /** What a claim found, as the contract says it (pure: the row is the only fact). */
 export function claimResultOf(row: ClaimRow, key: string): ClaimResult {
-  if (row.claimed) return { outcome: 'claimed' };
+  if (row.claimed) return row.took_over_running ? { outcome: 'claimed', tookOver: true } : { outcome: 'claimed' };
   if (row.state === 'completed') {
     return {
       outcome: 'completed',
@@ -330,6 +334,35 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       ENDED_FRAMES_TTL_MS,
     ]);
     return rows.length === 1;
+  }
+
+  /**
+   * complete(), as part of the caller's transaction: `tx` is a TypeORM
+   * EntityManager or QueryRunner (anything with `query(sql, params)`) of an
+   * open transaction on this database. The answer is stored if, and only
+   * if, that transaction commits, together with the effect's rows.
+   */
+  async completeWithin(
+    tx: unknown,
+    key: string,
+    token: string,
+    fingerprint: string,
+    response: StoredResponse,
+    resultTtlMs: number,
+  ): Promise<boolean> {
+    const runner = tx as { query?: (sql: string, params: unknown[]) => Promise<unknown> };
+    if (typeof runner?.query !== 'function') throw new TypeError('completeWithin needs an EntityManager or QueryRunner of an open transaction');
+    const rows = (await runner.query(COMPLETE_SQL, [
+      key,
+      token,
+      fingerprint,
+      response.status,
+      JSON.stringify(response.headers),
+      response.body,
+      resultTtlMs,
+      ENDED_FRAMES_TTL_MS,
+    ])) as unknown[];
+    return Array.isArray(rows) && rows.length === 1;
   }
 
   async release(key: string, token: string): Promise<boolean> {

@@ -1,0 +1,172 @@
+import { Body, Controller, HttpCode, Injectable, Module, Post, UseGuards } from '@nestjs/common';
+import {
+  IdempotencyContext,
+  type IdempotencyRecovery,
+  IdempotencyRecord,
+  type IdempotencyRequestContext,
+  Idempotent,
+  type PendingIdempotencyRecord,
+  type RecoveredAnswer,
+} from '@app/idempotency';
+import { IsBoolean, IsInt, IsOptional, Min } from 'class-validator';
+import { randomUUID } from 'node:crypto';
+import request from 'supertest';
+import { DataSource } from 'typeorm';
+import { ApiKeyGuard } from '../../apps/api/src/auth/api-key.guard';
+import { type ApiHarness, bearer, startApi, TENANT_A } from '../support/api-harness';
+
+class PayDto {
+  @IsInt() @Min(1) amount!: number;
+  /** Throws after the answer was stored in the transaction: the whole transaction rolls back. */
+  @IsOptional() @IsBoolean() failAfterStore?: boolean;
+}
+
+let runs = 0;
+
+/** The effect's table, in the same database as the records. */
+const EFFECTS = 'test_tx_effects';
+
+/** Looks up what a request that died did, in the effect's own table. */
+@Injectable()
+class PaymentRecovery implements IdempotencyRecovery {
+  recoveries = 0;
+  constructor(private readonly db: DataSource) {}
+
+  async recover(ctx: IdempotencyRequestContext): Promise<RecoveredAnswer | undefined> {
+    this.recoveries++;
+    const rows = (await this.db.query(`SELECT payment_id, amount FROM ${EFFECTS} WHERE operation = $1`, [ctx.operation])) as {
+      payment_id: string;
+      amount: number;
+    }[];
+    return rows[0] ? { status: 201, body: { payment_id: rows[0].payment_id, amount: rows[0].amount, recovered: true } } : undefined;
+  }
+}
+
+@Controller('test/payments')
+@UseGuards(ApiKeyGuard)
+class PaymentsController {
+  constructor(private readonly db: DataSource) {}
+
+  /** The effect's row and the stored answer commit in one transaction, or neither does. */
+  @Post()
+  @HttpCode(201)
+  @Idempotent({ store: 'postgres', recover: PaymentRecovery })
+  async pay(
+    @Body() body: PayDto,
+    @IdempotencyContext() ctx: IdempotencyRequestContext,
+    @IdempotencyRecord() record: PendingIdempotencyRecord,
+  ): Promise<{ payment_id: string; amount: number }> {
+    runs++;
+    const answer = { payment_id: randomUUID(), amount: body.amount };
+    await this.db.transaction(async (tx) => {
+      await tx.query(`INSERT INTO ${EFFECTS} (operation, payment_id, amount) VALUES ($1, $2, $3)`, [ctx.operation, answer.payment_id, body.amount]);
+      await record.completeWithin(tx, { status: 201, body: answer });
+      if (body.failAfterStore) throw new Error('the handler failed after storing its answer');
+    });
+    return answer;
+  }
+}
+
+@Module({ controllers: [PaymentsController], providers: [PaymentRecovery] })
+class PaymentsModule {}
+
+describe('an @Idempotent() route that finalises its record in its own transaction, with a recovery hook', () => {
+  let api: ApiHarness;
+  let db: DataSource;
+  const key = () => `tx-${randomUUID()}`;
+  const operation = (k: string) => `${TENANT_A.tenant}:POST:/test/payments:${k}`;
+  const pay = (k: string, body: object) =>
+    request(api.server).post('/test/payments').set('authorization', bearer(TENANT_A)).set('idempotency-key', k).send(body);
+  const effects = async (k: string) => Number((await db.query(`SELECT count(*) AS n FROM ${EFFECTS} WHERE operation = $1`, [operation(k)]))[0].n);
+  const record = async (k: string) => (await db.query(`SELECT state, status, body FROM idempotency_keys WHERE key = $1`, [operation(k)]))[0] as
+    | { state: string; status: number; body: string }
+    | undefined;
+
+  beforeAll(async () => {
+    api = await startApi({ imports: [PaymentsModule] });
+    db = api.app.get(DataSource);
+    await db.query(`CREATE TABLE IF NOT EXISTS ${EFFECTS} (operation text PRIMARY KEY, payment_id uuid NOT NULL, amount integer NOT NULL)`);
+  });
+  afterAll(async () => {
+    await db.query(`DROP TABLE IF EXISTS ${EFFECTS}`);
+    await api.close();
+  });
+
+  it('commits the effect and the stored answer together, and replays it', async () => {
+    const k = key();
+    const before = runs;
+    const first = await pay(k, { amount: 500 }).expect(201);
+    expect(await effects(k)).toBe(1);
+    expect(await record(k)).toMatchObject({ state: 'completed', status: 201 });
+    expect(JSON.parse((await record(k))!.body)).toEqual(first.body);
+    const again = await pay(k, { amount: 500 }).expect(201);
+    expect(again.headers['idempotent-replayed']).toBe('true');
+    expect(again.body).toEqual(first.body);
+    expect(runs).toBe(before + 1);
+  });
+
+  it('rolls both back when the handler fails after storing: no effect, no answer, and the retry runs', async () => {
+    const k = key();
+    await pay(k, { amount: 700, failAfterStore: true }).expect(500);
+    expect(await effects(k)).toBe(0);
+    expect(await record(k)).toBeUndefined();
+    const retry = await pay(k, { amount: 700, failAfterStore: true }).expect(500);
+    expect(retry.headers['idempotent-replayed']).toBeUndefined();
+    // Nothing was stored: the key is free, and the corrected request runs for real.
+    await pay(k, { amount: 700 }).expect(201);
+    expect(await effects(k)).toBe(1);
+  });
+
+  it('answers from the recovery hook when the earlier request died after its effect, without running the handler', async () => {
+    const k = key();
+    const paymentId = randomUUID();
+    // A request that paid and died before its commit of the answer: the effect is there, its lock expired.
+    await db.query(`INSERT INTO ${EFFECTS} (operation, payment_id, amount) VALUES ($1, $2, 900)`, [operation(k), paymentId]);
+    await db.query(
+      `INSERT INTO idempotency_keys (key, fingerprint, state, token, attempt, started_at, locked_until, expires_at)
+       VALUES ($1, $2, 'running', 'dead', $3, now() - interval '1 minute', now() - interval '1 second', now() - interval '1 second')`,
+      [operation(k), 'any', randomUUID()],
+    );
+    const recovery = api.app.get(PaymentRecovery);
+    const recoveries = recovery.recoveries;
+    const before = runs;
+    const answer = await pay(k, { amount: 900 }).expect(201);
+    expect(answer.body).toEqual({ payment_id: paymentId, amount: 900, recovered: true });
+    expect(runs).toBe(before);
+    expect(recovery.recoveries).toBe(recoveries + 1);
+    expect(await effects(k)).toBe(1);
+    expect(await record(k)).toMatchObject({ state: 'completed', status: 201 });
+    const replay = await pay(k, { amount: 900 }).expect(201);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.body).toEqual(answer.body);
+  });
+
+  it('runs the handler after a dead request that did nothing (the recovery finds no effect)', async () => {
+    const k = key();
+    await db.query(
+      `INSERT INTO idempotency_keys (key, fingerprint, state, token, attempt, started_at, locked_until, expires_at)
+       VALUES ($1, $2, 'running', 'dead', $3, now() - interval '1 minute', now() - interval '1 second', now() - interval '1 second')`,
+      [operation(k), 'any', randomUUID()],
+    );
+    const before = runs;
+    const answer = await pay(k, { amount: 300 }).expect(201);
+    expect(answer.body).toMatchObject({ amount: 300 });
+    expect(answer.body.recovered).toBeUndefined();
+    expect(runs).toBe(before + 1);
+    expect(await effects(k)).toBe(1);
+  });
+
+  it('refuses a route naming a store the module does not have, at start-up', async () => {
+    @Controller('test/nowhere')
+    class NowhereController {
+      @Post()
+      @Idempotent({ store: 'nowhere' })
+      go(): object {
+        return {};
+      }
+    }
+    @Module({ controllers: [NowhereController] })
+    class NowhereModule {}
+    await expect(startApi({ imports: [NowhereModule] })).rejects.toThrow(/no store named "nowhere" \(IdempotencyModule's stores: redis, postgres\)/);
+  });
+});
