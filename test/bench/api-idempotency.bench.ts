@@ -19,10 +19,12 @@ export interface BenchResult {
   readonly redisRoundTripsPerRequest: number;
 }
 
-const KEY = 'bench-0123456789abcdefghij';
+/** The tenant key the api benches boot with (API_KEYS `bench:<KEY>`). */
+export const KEY = 'bench-0123456789abcdefghij';
 const body = JSON.stringify({ text: 'Benchmarks measure; tests assert.', notify: 'bench@example.com' });
 
-async function drive(
+/** POSTs `total` summaries, `concurrency` at a time, each with keyFor(i); the latencies in ms, sorted. */
+export async function drive(
   url: string,
   total: number,
   concurrency: number,

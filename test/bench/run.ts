@@ -11,6 +11,7 @@ import { DataSource } from 'typeorm';
 import { benchApiIdempotency, type BenchResult } from './api-idempotency.bench';
 import { benchGateway, type GatewayBenchResults } from './gateway.bench';
 import { benchHostileInput } from './hostile-input.bench';
+import { benchIdempotencyStores } from './idempotency-stores.bench';
 import { benchWorker } from './worker-throughput.bench';
 
 const redisBase = (process.env.REDIS_URL ?? 'redis://127.0.0.1:6379').replace(/\/\d*$/, '');
@@ -49,6 +50,21 @@ async function main(): Promise<void> {
   console.log(`node ${process.version}, ${require('node:os').cpus().length} cpus`);
   const benchDb = await benchDatabase();
   print(await benchApiIdempotency(`${redisBase}/15`, benchDb));
+  console.log('POST /v1/summaries by idempotency store (IDEMPOTENCY_STORE): medians of alternating rounds, round trips over all of them');
+  console.table(
+    (await benchIdempotencyStores(`${redisBase}/15`, benchDb)).map((r) => ({
+      store: r.store,
+      request: r.phase,
+      'rounds x requests': `${r.rounds} x ${r.requestsPerRound}`,
+      concurrency: r.concurrency,
+      'req/s': r.perSecond,
+      'req/s min-max': `${r.perSecondMin}-${r.perSecondMax}`,
+      'p50 ms': r.p50Ms,
+      'p99 ms': r.p99Ms,
+      'Redis round trips/req': r.redisRoundTripsPerRequest,
+      'PostgreSQL round trips/req': r.postgresRoundTripsPerRequest,
+    })),
+  );
   console.log('Hostile bodies, one at a time: latency and the longest event-loop block while they ran');
   console.table(
     (await benchHostileInput(`${redisBase}/15`, benchDb)).map((r) => ({
