@@ -5,6 +5,7 @@ import {
   IdempotencyRecord,
   type IdempotencyRequestContext,
   Idempotent,
+  IdempotencyOutcomeUnknownException,
   type PendingIdempotencyRecord,
   type RecoveredAnswer,
 } from '@app/idempotency';
@@ -17,6 +18,8 @@ import { type ApiHarness, bearer, startApi, TENANT_A } from '../support/api-harn
 
 class PayDto {
   @IsInt() @Min(1) amount!: number;
+  /** The provider did not answer: the outcome is unknown. */
+  @IsOptional() @IsBoolean() unknownOutcome?: boolean;
   /** Throws after the answer was stored in the transaction: the whole transaction rolls back. */
   @IsOptional() @IsBoolean() failAfterStore?: boolean;
 }
@@ -30,10 +33,13 @@ const EFFECTS = 'test_tx_effects';
 @Injectable()
 class PaymentRecovery implements IdempotencyRecovery {
   recoveries = 0;
+  /** The provider cannot be asked right now: the outcome stays unknown. */
+  unavailable = false;
   constructor(private readonly db: DataSource) {}
 
   async recover(ctx: IdempotencyRequestContext): Promise<RecoveredAnswer | undefined> {
     this.recoveries++;
+    if (this.unavailable) throw new IdempotencyOutcomeUnknownException('The provider cannot be asked right now.');
     const rows = (await this.db.query(`SELECT payment_id, amount FROM ${EFFECTS} WHERE operation = $1`, [ctx.operation])) as {
       payment_id: string;
       amount: number;
@@ -57,6 +63,7 @@ class PaymentsController {
     @IdempotencyRecord() record: PendingIdempotencyRecord,
   ): Promise<{ payment_id: string; amount: number }> {
     runs++;
+    if (body.unknownOutcome) throw new IdempotencyOutcomeUnknownException('The provider did not answer in time.');
     const answer = { payment_id: randomUUID(), amount: body.amount };
     await this.db.transaction(async (tx) => {
       await tx.query(`INSERT INTO ${EFFECTS} (operation, payment_id, amount) VALUES ($1, $2, $3)`, [ctx.operation, answer.payment_id, body.amount]);
@@ -148,12 +155,40 @@ describe('an @Idempotent() route that finalises its record in its own transactio
        VALUES ($1, $2, 'running', 'dead', $3, now() - interval '1 minute', now() - interval '1 second', now() - interval '1 second')`,
       [operation(k), 'any', randomUUID()],
     );
+    const recovery = api.app.get(PaymentRecovery);
+    const recoveries = recovery.recoveries;
     const before = runs;
     const answer = await pay(k, { amount: 300 }).expect(201);
     expect(answer.body).toMatchObject({ amount: 300 });
     expect(answer.body.recovered).toBeUndefined();
+    expect(recovery.recoveries).toBe(recoveries + 1);
     expect(runs).toBe(before + 1);
     expect(await effects(k)).toBe(1);
+  });
+
+  it('keeps a key whose outcome is unknown for the next request to recover, never simply freed', async () => {
+    const k = key();
+    const recovery = api.app.get(PaymentRecovery);
+    // The handler cannot tell what the provider did: 503, and the key stays a dead request's.
+    const unknown = await pay(k, { amount: 400, unknownOutcome: true }).expect(503);
+    expect(unknown.headers['retry-after']).toBe('1');
+    expect(await record(k)).toMatchObject({ state: 'running' });
+    // The retry takes the key over knowingly: the recovery looks first; the provider cannot be asked either.
+    recovery.unavailable = true;
+    const recoveries = recovery.recoveries;
+    const before = runs;
+    try {
+      await pay(k, { amount: 400, unknownOutcome: true }).expect(503);
+    } finally {
+      recovery.unavailable = false;
+    }
+    expect(recovery.recoveries).toBe(recoveries + 1);
+    expect(runs).toBe(before);
+    expect(await record(k)).toMatchObject({ state: 'running' });
+    // Once it can be asked and finds nothing, the request runs (here: pays).
+    await pay(k, { amount: 400, unknownOutcome: true }).expect(503); // this run, too, could not tell
+    expect(recovery.recoveries).toBe(recoveries + 2);
+    expect(runs).toBe(before + 1);
   });
 
   it('refuses a route naming a store the module does not have, at start-up', async () => {

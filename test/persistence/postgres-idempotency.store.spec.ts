@@ -47,7 +47,8 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
       [k],
     );
     expect(Number(lock_s)).toBeGreaterThan(29);
-    expect(Number(expires_s)).toBeCloseTo(Number(lock_s), 0);
+    // The row outlives the lock by a day: a request that died is known as such to the next.
+    expect(Number(expires_s) - Number(lock_s)).toBeCloseTo(86_400, 0);
 
     await store.complete(k, 'tok', 'fp', { status: 202, headers: { location: '/x' }, body: '{"a":1}' }, 86_400_000);
     expect(await rowOf(k)).toMatchObject({
@@ -143,16 +144,21 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
 
     it('deletes expired rows in batches of the given size and leaves live ones', async () => {
       await seed(1200, 30);
-      // A running row whose holder died is expired too; a live lock is not.
+      // A running row whose holder died stays a day (the next request must
+      // know it takes over), as a live lock does.
       await store.claim('sweep:dead', 'd', 'fp', 50);
       await store.claim('sweep:alive', 'a', 'fp', 60_000);
       await sleep(100);
       expect((await store.sweepExpired(500)).keys).toBe(500);
       expect((await store.sweepExpired(500)).keys).toBe(500);
-      expect((await store.sweepExpired(500)).keys).toBe(201);
+      expect((await store.sweepExpired(500)).keys).toBe(200);
       expect((await store.sweepExpired(500)).keys).toBe(0);
-      expect(await count(`SELECT count(*) AS n FROM idempotency_keys`)).toBe(31);
+      expect(await count(`SELECT count(*) AS n FROM idempotency_keys`)).toBe(32);
       expect(await rowOf('sweep:alive')).toMatchObject({ state: 'running' });
+      expect(await rowOf('sweep:dead')).toMatchObject({ state: 'running' });
+      // A day on, it goes.
+      await ds.query(`UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE key = 'sweep:dead'`);
+      expect((await store.sweepExpired(500)).keys).toBe(1);
     });
 
     it("deletes a log once it expired: a dead holder's, a freed attempt's a minute on, a stored answer's with it", async () => {
@@ -170,12 +176,14 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
       await store.frames.begin('sweep:done', 't', head);
       await store.frames.complete('sweep:done', 't', 'fp', 60_000);
       await sleep(100);
-      expect(await store.sweepExpired(500)).toEqual({ keys: 1, frameLogs: 1 });
+      // The dead holder's log goes with its lock; its row stays (a day) for the next request to know.
+      expect(await store.sweepExpired(500)).toEqual({ keys: 0, frameLogs: 1 });
       expect(await count(`SELECT count(*) AS n FROM idempotency_frames`)).toBe(6); // freed and done: open, head, end each
       await ds.query(`UPDATE idempotency_frames SET expires_at = now() - interval '1 second' WHERE seq = 0`);
       await ds.query(`UPDATE idempotency_keys SET expires_at = now() - interval '1 second'`);
       expect(await store.sweepExpired(1)).toEqual({ keys: 1, frameLogs: 1 });
-      expect(await store.sweepExpired(1)).toEqual({ keys: 0, frameLogs: 1 });
+      expect(await store.sweepExpired(1)).toEqual({ keys: 1, frameLogs: 1 });
+      expect(await store.sweepExpired(1)).toEqual({ keys: 0, frameLogs: 0 });
       expect(await count(`SELECT count(*) AS n FROM idempotency_frames`)).toBe(0);
     });
 
@@ -219,5 +227,22 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
       await down.close();
       await pool.end();
     }
+  });
+
+  it('says it took over a request that died, and not a fresh key or an expired answer; abandon leaves the key as a dead one', async () => {
+    const fresh = key();
+    await expect(store.claim(fresh, 't1', 'fp', 100)).resolves.toEqual({ outcome: 'claimed' });
+    await new Promise((r) => setTimeout(r, 250));
+    await expect(store.claim(fresh, 't2', 'fp', 10_000)).resolves.toEqual({ outcome: 'claimed', tookOver: true });
+    const answered = key();
+    await store.claim(answered, 't1', 'fp', 10_000);
+    await store.complete(answered, 't1', 'fp', { status: 200, headers: {}, body: '{}' }, 100);
+    await new Promise((r) => setTimeout(r, 250));
+    await expect(store.claim(answered, 't2', 'fp', 10_000)).resolves.toEqual({ outcome: 'claimed' });
+    const given = key();
+    await store.claim(given, 't1', 'fp', 10_000);
+    await expect(store.abandon(given, 't1')).resolves.toBe(true);
+    await expect(store.abandon(given, 't1')).resolves.toBe(false);
+    await expect(store.claim(given, 't2', 'fp', 10_000)).resolves.toEqual({ outcome: 'claimed', tookOver: true });
   });
 });

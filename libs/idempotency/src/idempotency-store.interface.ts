@@ -108,6 +108,13 @@ export interface IdempotencyStore {
    * aborted`. False if the lock is no longer ours.
    */
   release(key: string, token: string): Promise<boolean>;
+  /**
+   * Give up the key without knowing what our request did: the lock ends now
+   * and the record stays, so the next request with the key takes it over
+   * knowingly (`tookOver`) and the route's recovery can look the outcome up.
+   * Stores that cannot tell a takeover leave it out; release() serves then.
+   */
+  abandon?(key: string, token: string): Promise<boolean>;
   /** Extend our lock (and our frames) to `lockTtlMs` from now. False if the lock is no longer ours. */
   renew(key: string, token: string, lockTtlMs: number): Promise<boolean>;
   /**

@@ -7,6 +7,7 @@ export const IdempotencyProblemTypes = {
   inProgress: `${PROBLEM_TYPE_PREFIX}idempotency-request-in-progress`,
   keyReused: `${PROBLEM_TYPE_PREFIX}idempotency-key-reused`,
   storeUnavailable: `${PROBLEM_TYPE_PREFIX}idempotency-store-unavailable`,
+  outcomeUnknown: `${PROBLEM_TYPE_PREFIX}outcome-unknown`,
 } as const;
 
 export class IdempotencyKeyMissingException extends ProblemException {
@@ -62,6 +63,25 @@ export class IdempotencyStoreUnavailableException extends ProblemException {
       status: HttpStatus.SERVICE_UNAVAILABLE,
       detail: 'The idempotency store is unreachable; nothing was done. Retry with the same key.',
       headers: { 'Retry-After': '1' },
+    });
+  }
+}
+
+/**
+ * Thrown by a handler that cannot tell whether its effect happened (a
+ * payment provider that did not answer in time): a 503 with Retry-After, and
+ * the key is not freed but left as a dead request's, so the next request
+ * with it takes it over knowingly and the route's recovery looks the outcome
+ * up before anything is done again.
+ */
+export class IdempotencyOutcomeUnknownException extends ProblemException {
+  constructor(detail: string, retryAfterSeconds = 1) {
+    super({
+      type: IdempotencyProblemTypes.outcomeUnknown,
+      title: 'The outcome is not known yet',
+      status: HttpStatus.SERVICE_UNAVAILABLE,
+      detail,
+      headers: { 'Retry-After': String(retryAfterSeconds) },
     });
   }
 }

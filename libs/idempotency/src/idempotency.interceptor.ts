@@ -28,6 +28,7 @@ import {
   IdempotencyInProgressException,
   IdempotencyKeyMissingException,
   IdempotencyKeyReusedException,
+  IdempotencyOutcomeUnknownException,
   IdempotencyStoreUnavailableException,
 } from './idempotency.errors';
 import { IdempotencyMetrics } from './idempotency.metrics';
@@ -227,13 +228,23 @@ export class IdempotencyInterceptor implements NestInterceptor {
     res: ExpressResponse,
     attempt: Attempt,
   ): Promise<unknown> {
-    const hook = this.moduleRef.get(recovery as never, { strict: false }) as IdempotencyRecovery;
+    // The lookup may take a while (a provider's timeout): the lock is renewed meanwhile.
+    const lease = this.leaseFor(attempt);
     let answer: RecoveredAnswer | undefined;
     try {
+      const hook = this.moduleRef.get(recovery as never, { strict: false }) as IdempotencyRecovery;
       answer = await hook.recover(attempt.context, req);
     } catch (err) {
-      await this.release(attempt, false);
+      lease.stop();
+      // Still unknown: the key stays a dead request's, for the next one to recover.
+      await this.abandon(attempt, lease.lost);
       throw err;
+    }
+    lease.stop();
+    if (lease.lost) {
+      // Another request took the key over while this one looked: it is that one's now.
+      this.outcome(req, 'in_progress');
+      throw new IdempotencyInProgressException(1);
     }
     if (answer === undefined) {
       this.outcome(req, 'new');
@@ -243,8 +254,35 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const text = JSON.stringify(answer.body) ?? '';
     const headers = { ...this.pickHeaders(answer.headers ?? {}), 'content-type': 'application/json; charset=utf-8' };
     if (attempt.settings.stores(answer.status)) await this.complete(attempt, { status: answer.status, headers, body: text }, false);
-    else await this.release(attempt, false);
+    else await this.abandon(attempt, false);
     return new Response(NULL_BODY_STATUSES.has(answer.status) ? null : text, { status: answer.status, headers: { ...(answer.headers ?? {}), ...headers } });
+  }
+
+  /** Renews the attempt's lock while it runs; `quiet()` true: a refusal is expected (the record was completed in a transaction). */
+  private leaseFor(attempt: Attempt, quiet: () => boolean = () => false): LockLease {
+    return new LockLease(
+      attempt.settings.store,
+      attempt.context.operation,
+      attempt.token,
+      attempt.settings.lockTtlMs,
+      () => {
+        if (!quiet()) this.lockLost(attempt, 'renewal refused');
+      },
+      (err) => this.logger.warn(`idempotency lock renewal failed (key ${attempt.keyHash}): ${errorText(err)}`),
+    );
+  }
+
+  /** Gives the key up as a request whose outcome is unknown: abandoned where the store can mark it (tookOver for the next), else released. */
+  private async abandon(attempt: Attempt, lost: boolean): Promise<void> {
+    const store = attempt.settings.store;
+    if (!store.abandon) return this.release(attempt, lost);
+    this.metrics.count('released');
+    try {
+      const ours = await store.abandon(attempt.context.operation, attempt.token);
+      if (!ours && !lost) this.lockLost(attempt, 'abandon refused');
+    } catch (err) {
+      this.logger.error(`idempotency: could not give up key ${attempt.keyHash}: ${errorText(err)}`);
+    }
   }
 
   private outcome(req: Request, outcome: IdempotencyRequestOutcome): void {
@@ -289,6 +327,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       leave();
     });
     let runIt = false;
+    let tookOver = false;
     try {
       let claim: ClaimResult = first;
       for (let round = 0; round < MAX_FOLLOW_ROUNDS; round++) {
@@ -299,6 +338,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         }
         if (claim.outcome === 'claimed') {
           runIt = true;
+          tookOver = claim.tookOver === true;
           break;
         }
         if (claim.fingerprint !== ctx.fingerprint) return this.mismatch(req);
@@ -336,7 +376,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
       if (!handedOver) leave();
     }
     // The key was freed while this one followed: it runs, as a first request
-    // would (errors of the handler are its own, not the store's).
+    // would (errors of the handler are its own, not the store's), recovering
+    // first if the one it followed died.
+    if (tookOver && settings.recover) return this.recoverThenRun(settings.recover, next, req, res, attempt);
     this.outcome(req, 'new');
     return this.run(next, req, res, attempt);
   }
@@ -384,30 +426,30 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
   private async run(next: CallHandler, req: Request, res: ExpressResponse, attempt: Attempt): Promise<unknown> {
     const { operation } = attempt.context;
-    const lease = new LockLease(
-      attempt.settings.store,
-      operation,
-      attempt.token,
-      attempt.settings.lockTtlMs,
-      () => this.lockLost(attempt, 'renewal refused'),
-      (err) => this.logger.warn(`idempotency lock renewal failed (key ${attempt.keyHash}): ${errorText(err)}`),
-    );
+    let completing = false;
+    const lease = this.leaseFor(attempt, () => completing);
     const started = performance.now();
-    let completedWithin = false;
+    let completedWithin: StoredResponse | undefined;
     setPendingRecord(req, {
       completeWithin: async (tx, answer) => {
         const store = attempt.settings.store;
         if (!store.completeWithin) throw new Error('Idempotency: this route\'s store cannot finalise inside a transaction (use a PostgreSQL store)');
-        if (completedWithin) throw new Error('Idempotency: the record was already finalised');
+        if (!attempt.settings.stores(answer.status)) throw new Error(`Idempotency: a ${answer.status} answer is not stored on this route; finalise only answers it stores`);
         const text = JSON.stringify(answer.body) ?? '';
+        if (Buffer.byteLength(text) > attempt.settings.maxStoredBodyBytes) throw new Error('Idempotency: the answer is over the route\'s maxStoredBodyBytes');
         const headers = { ...this.pickHeaders(answer.headers ?? {}), 'content-type': 'application/json; charset=utf-8' };
-        const ours = await store.completeWithin(tx, attempt.context.operation, attempt.token, attempt.context.fingerprint,
-          { status: answer.status, headers, body: text }, attempt.settings.resultTtlMs);
+        const stored: StoredResponse = { status: answer.status, headers, body: text };
+        // From here a renewal may wait on the transaction's row lock and then
+        // find the record completed: that refusal is expected, not a lost lock.
+        completing = true;
+        const ours = await store.completeWithin(tx, attempt.context.operation, attempt.token, attempt.context.fingerprint, stored, attempt.settings.resultTtlMs);
         // Refused: another request holds the key now. Throwing rolls the effect back with it.
-        if (!ours) throw new IdempotencyLockLostError();
-        completedWithin = true;
-        // Renewing would wait on the transaction's row lock, then find the record completed.
-        lease.stop();
+        if (!ours) {
+          completing = false;
+          throw new IdempotencyLockLostError();
+        }
+        // May be called again if the transaction is retried: the last call is the answer.
+        completedWithin = stored;
       },
     });
     let body: unknown;
@@ -421,10 +463,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
       throw err;
     }
     if (completedWithin) {
-      // Stored with the handler's own transaction: nothing more to store.
+      // Stored with the handler's own transaction: nothing more to store, and
+      // what is sent is exactly what was stored, so the first answer and its
+      // replays are one.
       lease.stop();
       this.durations.record(attempt.handler, performance.now() - started);
-      return body;
+      const sent = completedWithin;
+      return new Response(NULL_BODY_STATUSES.has(sent.status) ? null : sent.body, { status: sent.status, headers: sent.headers });
     }
     if (body instanceof StreamedAnswer) return this.record(body, res, attempt, lease, started);
     lease.stop();
@@ -632,6 +677,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
     // A pipe (validation) refused the request: the handler never ran, so a
     // corrected retry with the same key must run for real.
     if (isRejectedByPipes(req)) return this.release(attempt, lost);
+    // The handler does not know what its effect did (a provider that timed out):
+    // the key stays a dead request's, so the next request recovers first.
+    if (err instanceof IdempotencyOutcomeUnknownException) return this.abandon(attempt, lost);
     if (res.headersSent) return this.notStoredAlreadySent(attempt, lost);
     const status = err instanceof HttpException ? err.getStatus() : 500;
     if (status >= 400 && status < 500 && attempt.settings.stores(status)) {

@@ -46,6 +46,14 @@ const DEFAULT_SWEEP_INTERVAL_MS = 60_000;
 /** The most batches one periodic sweep deletes; the rest waits for the next. */
 const MAX_BATCHES_PER_SWEEP = 20;
 
+/**
+ * How long the row of a running request outlives its lock: a request that
+ * died leaves its marker for this long, so the next request with the key
+ * knows it takes over (tookOver) and the route's recovery can look up what
+ * the dead one did, rather than a swept row making it look new.
+ */
+const DEAD_RETENTION = '1 day';
+
 /** The lock is ours: $1 key, $2 token. */
 const OURS = `key = $1 AND token = $2 AND state = 'running' AND locked_until > now()`;
 /** A row another claim may take over: its lock expired before it completed, or it expired. */
@@ -75,7 +83,7 @@ WITH existing AS (
   SELECT * FROM idempotency_keys WHERE key = $1
 ), ins AS (
   INSERT INTO idempotency_keys AS k (key, fingerprint, state, token, attempt, started_at, locked_until, expires_at)
-  SELECT $1, $3, 'running', $2, $5::uuid, now(), now() + $4::float8 * interval '1 millisecond', now() + $4::float8 * interval '1 millisecond'
+  SELECT $1, $3, 'running', $2, $5::uuid, now(), now() + $4::float8 * interval '1 millisecond', now() + $4::float8 * interval '1 millisecond' + interval '${DEAD_RETENTION}'
   WHERE NOT EXISTS (SELECT 1 FROM existing e WHERE NOT ${FREE('e')})
   ON CONFLICT (key) DO UPDATE SET
     ${CLAIM_COLUMNS.map((c) => `${c} = CASE WHEN ${FREE('k')} THEN excluded.${c} ELSE k.${c} END`).join(',\n    ')}
@@ -123,9 +131,13 @@ WITH freed AS (
 )
 SELECT (SELECT pg_notify('${CHANNEL}', attempt::text) FROM ended) AS notified FROM freed`;
 
+/** The lock ends now; the row stays, so the next claim takes it over knowingly. */
+const ABANDON_SQL = `
+UPDATE idempotency_keys SET locked_until = now() WHERE ${OURS} RETURNING 1`;
+
 const RENEW_SQL = `
 WITH renewed AS (
-  UPDATE idempotency_keys SET locked_until = now() + $3::float8 * interval '1 millisecond', expires_at = now() + $3::float8 * interval '1 millisecond'
+  UPDATE idempotency_keys SET locked_until = now() + $3::float8 * interval '1 millisecond', expires_at = now() + $3::float8 * interval '1 millisecond' + interval '${DEAD_RETENTION}'
   WHERE ${OURS}
   RETURNING attempt, locked_until
 ), frames AS (
@@ -350,8 +362,12 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     response: StoredResponse,
     resultTtlMs: number,
   ): Promise<boolean> {
-    const runner = tx as { query?: (sql: string, params: unknown[]) => Promise<unknown> };
-    if (typeof runner?.query !== 'function') throw new TypeError('completeWithin needs an EntityManager or QueryRunner of an open transaction');
+    const runner = tx as { query?: (sql: string, params: unknown[]) => Promise<unknown>; isTransactionActive?: boolean; queryRunner?: { isTransactionActive?: boolean } };
+    // An EntityManager of dataSource.transaction() carries its QueryRunner; a QueryRunner is one.
+    const active = runner?.queryRunner?.isTransactionActive ?? runner?.isTransactionActive;
+    if (typeof runner?.query !== 'function' || active !== true) {
+      throw new TypeError('completeWithin needs the EntityManager or QueryRunner of an open transaction (dataSource.transaction(tx => ...))');
+    }
     const rows = (await runner.query(COMPLETE_SQL, [
       key,
       token,
@@ -363,6 +379,11 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       ENDED_FRAMES_TTL_MS,
     ])) as unknown[];
     return Array.isArray(rows) && rows.length === 1;
+  }
+
+  /** The request gives up without knowing its outcome: its lock ends now and its row stays (tookOver for the next). */
+  async abandon(key: string, token: string): Promise<boolean> {
+    return (await this.query(ABANDON_SQL, [key, token])).length === 1;
   }
 
   async release(key: string, token: string): Promise<boolean> {
