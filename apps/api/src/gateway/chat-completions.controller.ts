@@ -331,14 +331,8 @@ export class ChatCompletionsController {
 
   /** A whole answer that stopped arriving: by the timeout, a shutdown, its caller leaving, or the provider. */
   private brokenOff(err: unknown, signal: AbortSignal, call: CallState): OpenAiErrorException {
-    if (call.gone.aborted) {
-      this.metrics.call('caller_gone');
-      return new OpenAiErrorException(499, 'caller_gone', 'The caller went away.');
-    }
-    if (this.calls.signal.aborted) {
-      this.metrics.call('cut_by_shutdown');
-      return shuttingDown();
-    }
+    const ended = this.endedHere(call);
+    if (ended) return ended;
     if ((signal.reason as { name?: unknown } | undefined)?.name === 'TimeoutError') {
       this.metrics.call('upstream_timeout');
       return new OpenAiErrorException(504, 'upstream_timeout', this.timeoutMessage());
@@ -348,6 +342,19 @@ export class ChatCompletionsController {
   }
 
   private unreachable(err: unknown, call: CallState): OpenAiErrorException {
+    const ended = this.endedHere(call);
+    if (ended) return ended;
+    if (err instanceof UpstreamTimeoutError) {
+      this.metrics.call('upstream_timeout');
+      return new OpenAiErrorException(504, 'upstream_timeout', this.timeoutMessage());
+    }
+    this.metrics.call('upstream_unreachable');
+    const why = err instanceof UpstreamUnreachableError ? err.message : 'the model provider is unreachable';
+    return new OpenAiErrorException(502, 'upstream_unreachable', `${why}. Nothing was stored; retry with the same Idempotency-Key.`);
+  }
+
+  /** The call was ended on our side, not the provider's: its keyless caller left, or a shutdown cut it. Counted as such. */
+  private endedHere(call: CallState): OpenAiErrorException | undefined {
     if (call.gone.aborted) {
       this.metrics.call('caller_gone');
       return new OpenAiErrorException(499, 'caller_gone', 'The caller went away.');
@@ -356,13 +363,7 @@ export class ChatCompletionsController {
       this.metrics.call('cut_by_shutdown');
       return shuttingDown();
     }
-    if (err instanceof UpstreamTimeoutError) {
-      this.metrics.call('upstream_timeout');
-      return new OpenAiErrorException(504, 'upstream_timeout', this.timeoutMessage());
-    }
-    this.metrics.call('upstream_unreachable');
-    const why = err instanceof UpstreamUnreachableError ? err.message : 'the model provider is unreachable';
-    return new OpenAiErrorException(502, 'upstream_unreachable', `${why}. Nothing was stored; retry with the same Idempotency-Key.`);
+    return undefined;
   }
 
   private timeoutMessage(): string {
