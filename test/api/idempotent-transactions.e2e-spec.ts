@@ -204,4 +204,31 @@ describe('an @Idempotent() route that finalises its record in its own transactio
     class NowhereModule {}
     await expect(startApi({ imports: [NowhereModule] })).rejects.toThrow(/no store named "nowhere" \(IdempotencyModule's stores: redis, postgres\)/);
   });
+
+  it('refuses, at start-up, a recovery hook that is no provider, or on a store that cannot tell a request died', async () => {
+    class NotProvided implements IdempotencyRecovery {
+      recover(): Promise<undefined> {
+        return Promise.resolve(undefined);
+      }
+    }
+    @Controller('test/unrecoverable')
+    class UnrecoverableController {
+      @Post('a')
+      @Idempotent({ store: 'postgres', recover: NotProvided })
+      a(): object {
+        return {};
+      }
+
+      @Post('b')
+      @Idempotent({ store: 'redis', recover: PaymentRecovery })
+      b(): object {
+        return {};
+      }
+    }
+    @Module({ controllers: [UnrecoverableController], providers: [PaymentRecovery] })
+    class UnrecoverableModule {}
+    const failure = startApi({ imports: [UnrecoverableModule] });
+    await expect(failure).rejects.toThrow(/UnrecoverableController\.a: recover names NotProvided, which is not a provider of the app/);
+    await expect(failure).rejects.toThrow(/UnrecoverableController\.b: recover needs a store that can tell a request that died/);
+  });
 });

@@ -1,7 +1,7 @@
 import { Inject, Injectable, OnModuleInit } from '@nestjs/common';
 import { PATH_METADATA, ROUTE_ARGS_METADATA } from '@nestjs/common/constants';
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum';
-import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
+import { DiscoveryService, MetadataScanner, ModuleRef, Reflector } from '@nestjs/core';
 import { ContextUtils } from '@nestjs/core/internal';
 import { assertValidIdempotentOptions, IdempotentMetadata, type IdempotentOptions } from './idempotent.decorator';
 import { IDEMPOTENCY_MODULE_OPTIONS, type IdempotencyModuleOptions } from './idempotency.module-definition';
@@ -26,6 +26,7 @@ export class IdempotentRoutesValidator implements OnModuleInit {
     private readonly scanner: MetadataScanner,
     private readonly reflector: Reflector,
     @Inject(IDEMPOTENCY_MODULE_OPTIONS) private readonly options: IdempotencyModuleOptions,
+    private readonly moduleRef: ModuleRef,
   ) {}
 
   onModuleInit(): void {
@@ -46,10 +47,12 @@ export class IdempotentRoutesValidator implements OnModuleInit {
         } catch (err) {
           problems.push((err as Error).message);
         }
-        if (options.store !== undefined && !this.options.stores?.[options.store]) {
-          const known = Object.keys(this.options.stores ?? {});
+        const stores = this.options.stores ?? {};
+        if (options.store !== undefined && !Object.hasOwn(stores, options.store)) {
+          const known = Object.keys(stores);
           problems.push(`${where}: no store named "${options.store}" (IdempotencyModule's stores: ${known.length ? known.join(', ') : 'none'})`);
         }
+        if (options.recover !== undefined) problems.push(...this.recoveryProblems(options, where));
         if (this.handlesResponseItself(instance, name)) {
           problems.push(
             `${where}: the handler takes @Res() or @Next() without { passthrough: true }, so it sends its answer itself ` +
@@ -59,6 +62,26 @@ export class IdempotentRoutesValidator implements OnModuleInit {
       }
     }
     if (problems.length > 0) throw new Error(`Idempotency: ${problems.join('\n')}`);
+  }
+
+  /**
+   * A recovery hook needs a provider the app can resolve (found per request,
+   * after the claim, it would leave the key locked for a lock TTL), and a
+   * store that can tell a takeover and keep an unknown outcome (`abandon`):
+   * on one that cannot (Redis), it would never run.
+   */
+  private recoveryProblems(options: IdempotentOptions, where: string): string[] {
+    const problems: string[] = [];
+    const store = options.store !== undefined ? this.options.stores?.[options.store] : this.options.store;
+    if (store && !store.abandon) {
+      problems.push(`${where}: recover needs a store that can tell a request that died (e.g. PostgreSQL); this route's store cannot, so it would never run`);
+    }
+    try {
+      this.moduleRef.get(options.recover as never, { strict: false });
+    } catch {
+      problems.push(`${where}: recover names ${options.recover?.name ?? 'a class'}, which is not a provider of the app`);
+    }
+    return problems;
   }
 
   /** Nest's RouterExecutionContext.isResponseHandled. */
