@@ -1,0 +1,3 @@
+export * from './payments-provider';
+export * from './http-payments.provider';
+export * from './fake-payments.provider';
