@@ -89,6 +89,14 @@ describe('an @Idempotent() route that finalises its record in its own transactio
     | { state: string; status: number; body: string }
     | undefined;
 
+  /** The record a request leaves that died holding `k`: running, its lock expired. */
+  const diedHolding = (k: string) =>
+    db.query(
+      `INSERT INTO idempotency_keys (key, fingerprint, state, token, attempt, started_at, locked_until, expires_at)
+       VALUES ($1, $2, 'running', 'dead', $3, now() - interval '1 minute', now() - interval '1 second', now() - interval '1 second')`,
+      [operation(k), 'any', randomUUID()],
+    );
+
   beforeAll(async () => {
     api = await startApi({ imports: [PaymentsModule] });
     db = api.app.get(DataSource);
@@ -129,11 +137,7 @@ describe('an @Idempotent() route that finalises its record in its own transactio
     const paymentId = randomUUID();
     // A request that paid and died before its commit of the answer: the effect is there, its lock expired.
     await db.query(`INSERT INTO ${EFFECTS} (operation, payment_id, amount) VALUES ($1, $2, 900)`, [operation(k), paymentId]);
-    await db.query(
-      `INSERT INTO idempotency_keys (key, fingerprint, state, token, attempt, started_at, locked_until, expires_at)
-       VALUES ($1, $2, 'running', 'dead', $3, now() - interval '1 minute', now() - interval '1 second', now() - interval '1 second')`,
-      [operation(k), 'any', randomUUID()],
-    );
+    await diedHolding(k);
     const recovery = api.app.get(PaymentRecovery);
     const recoveries = recovery.recoveries;
     const before = runs;
@@ -150,11 +154,7 @@ describe('an @Idempotent() route that finalises its record in its own transactio
 
   it('runs the handler after a dead request that did nothing (the recovery finds no effect)', async () => {
     const k = key();
-    await db.query(
-      `INSERT INTO idempotency_keys (key, fingerprint, state, token, attempt, started_at, locked_until, expires_at)
-       VALUES ($1, $2, 'running', 'dead', $3, now() - interval '1 minute', now() - interval '1 second', now() - interval '1 second')`,
-      [operation(k), 'any', randomUUID()],
-    );
+    await diedHolding(k);
     const recovery = api.app.get(PaymentRecovery);
     const recoveries = recovery.recoveries;
     const before = runs;

@@ -1,48 +1,10 @@
 import { HttpChatCompletionsUpstream, UpstreamTimeoutError, UpstreamUnreachableError, type UpstreamRequest } from '@app/llm';
 import { once } from 'node:events';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo, Socket } from 'node:net';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
+import { RecordingServer } from '../support/recording-server';
 
-interface Seen {
-  readonly method: string | undefined;
-  readonly url: string | undefined;
-  readonly headers: IncomingMessage['headers'];
-  readonly body: Buffer;
-  readonly socket: Socket;
-}
-
-/** A local provider: `handle` answers each request after its body has arrived. */
-class ProviderServer {
-  readonly seen: Seen[] = [];
-  readonly connections: Socket[] = [];
-  handle: (res: ServerResponse, seen: Seen) => unknown = (res) => res.end('{}');
-  private readonly server: Server = createServer((req, res) => void this.receive(req, res));
-
-  async start(): Promise<this> {
-    this.server.on('connection', (socket: Socket) => this.connections.push(socket));
-    this.server.listen(0, '127.0.0.1');
-    await once(this.server, 'listening');
-    return this;
-  }
-
-  get baseUrl(): string {
-    return `http://127.0.0.1:${(this.server.address() as AddressInfo).port}/v1`;
-  }
-
-  async stop(): Promise<void> {
-    this.server.closeAllConnections();
-    await new Promise((resolve) => this.server.close(resolve));
-  }
-
-  private async receive(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const chunks: Buffer[] = [];
-    for await (const chunk of req) chunks.push(chunk as Buffer);
-    const seen = { method: req.method, url: req.url, headers: req.headers, body: Buffer.concat(chunks), socket: req.socket };
-    this.seen.push(seen);
-    await this.handle(res, seen);
-  }
-}
 
 async function readAll(body: AsyncIterable<Buffer>): Promise<Buffer> {
   const chunks: Buffer[] = [];
@@ -59,12 +21,12 @@ const request = (overrides: Partial<UpstreamRequest> = {}): UpstreamRequest => (
 });
 
 describe('HttpChatCompletionsUpstream against a local provider', () => {
-  let provider: ProviderServer;
+  let provider: RecordingServer;
   let upstream: HttpChatCompletionsUpstream;
 
   beforeEach(async () => {
-    provider = await new ProviderServer().start();
-    upstream = new HttpChatCompletionsUpstream({ apiKey: 'sk-test', baseUrl: `${provider.baseUrl}/` });
+    provider = await new RecordingServer((res) => res.end('{}')).start();
+    upstream = new HttpChatCompletionsUpstream({ apiKey: 'sk-test', baseUrl: `${provider.url('/v1')}/` });
   });
   afterEach(async () => {
     upstream.close();

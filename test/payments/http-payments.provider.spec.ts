@@ -1,44 +1,7 @@
 import { HttpPaymentsProvider, PaymentOutcomeUnknownError, type PayoutRequest } from '@app/payments';
-import { once } from 'node:events';
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { ServerResponse } from 'node:http';
+import { RecordingServer } from '../support/recording-server';
 
-interface Seen {
-  readonly method: string | undefined;
-  readonly url: string | undefined;
-  readonly headers: IncomingMessage['headers'];
-  readonly body: string;
-}
-
-/** A local payment provider: `handle` answers each request once its body has arrived. */
-class ProviderServer {
-  readonly seen: Seen[] = [];
-  handle: (res: ServerResponse, seen: Seen) => void = (res) => res.writeHead(500).end();
-  private readonly server: Server = createServer((req, res) => void this.receive(req, res));
-
-  async start(): Promise<this> {
-    this.server.listen(0, '127.0.0.1');
-    await once(this.server, 'listening');
-    return this;
-  }
-
-  get baseUrl(): string {
-    return `http://127.0.0.1:${(this.server.address() as AddressInfo).port}/v1`;
-  }
-
-  async stop(): Promise<void> {
-    this.server.closeAllConnections();
-    await new Promise((resolve) => this.server.close(resolve));
-  }
-
-  private async receive(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const chunks: Buffer[] = [];
-    for await (const chunk of req) chunks.push(chunk as Buffer);
-    const seen = { method: req.method, url: req.url, headers: req.headers, body: Buffer.concat(chunks).toString() };
-    this.seen.push(seen);
-    this.handle(res, seen);
-  }
-}
 
 const json = (res: ServerResponse, status: number, body: unknown): void => {
   res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
@@ -59,12 +22,12 @@ async function unknown(call: Promise<unknown>): Promise<PaymentOutcomeUnknownErr
 }
 
 describe('HttpPaymentsProvider against a local provider', () => {
-  let provider: ProviderServer;
+  let provider: RecordingServer;
   let payments: HttpPaymentsProvider;
 
   beforeEach(async () => {
-    provider = await new ProviderServer().start();
-    payments = new HttpPaymentsProvider({ baseUrl: provider.baseUrl, timeoutMs: TIMEOUT_MS });
+    provider = await new RecordingServer().start();
+    payments = new HttpPaymentsProvider({ baseUrl: provider.url('/v1'), timeoutMs: TIMEOUT_MS });
   });
   afterEach(() => provider.stop());
 
@@ -81,7 +44,7 @@ describe('HttpPaymentsProvider against a local provider', () => {
       expect(seen.url).toBe('/v1/payouts');
       expect(seen.headers['idempotency-key']).toBe(REFERENCE);
       expect(seen.headers['content-type']).toBe('application/json');
-      expect(seen.body).toBe(JSON.stringify({ reference: REFERENCE, order_id: 'ord_42', amount: 1250, currency: 'EUR' }));
+      expect(seen.body.toString()).toBe(JSON.stringify({ reference: REFERENCE, order_id: 'ord_42', amount: 1250, currency: 'EUR' }));
     });
 
     it('any 2xx with a payout id is paid, its reference filled in when the provider leaves it out', async () => {
@@ -137,8 +100,8 @@ describe('HttpPaymentsProvider against a local provider', () => {
     });
 
     it('a refused connection is unknown (connection)', async () => {
-      const closed = await new ProviderServer().start();
-      const baseUrl = closed.baseUrl;
+      const closed = await new RecordingServer().start();
+      const baseUrl = closed.url('/v1');
       await closed.stop();
       const nowhere = new HttpPaymentsProvider({ baseUrl, timeoutMs: TIMEOUT_MS });
       const err = await unknown(nowhere.payout(REQUEST, live()));
@@ -197,7 +160,7 @@ describe('HttpPaymentsProvider against a local provider', () => {
 
   it('a trailing slash on the base URL is not doubled', async () => {
     provider.handle = (res) => json(res, 404, {});
-    await new HttpPaymentsProvider({ baseUrl: `${provider.baseUrl}/`, timeoutMs: TIMEOUT_MS }).lookup('r', live());
+    await new HttpPaymentsProvider({ baseUrl: `${provider.url('/v1')}/`, timeoutMs: TIMEOUT_MS }).lookup('r', live());
     expect(provider.seen[0].url).toBe('/v1/payouts?reference=r');
   });
 });

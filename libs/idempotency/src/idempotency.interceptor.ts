@@ -251,11 +251,16 @@ export class IdempotencyInterceptor implements NestInterceptor {
       return this.run(next, req, res, attempt);
     }
     this.outcome(req, 'recovered');
-    const text = JSON.stringify(answer.body) ?? '';
-    const headers = { ...this.pickHeaders(answer.headers ?? {}), 'content-type': 'application/json; charset=utf-8' };
-    if (attempt.settings.stores(answer.status)) await this.complete(attempt, { status: answer.status, headers, body: text }, false);
+    const stored = this.jsonAnswer(answer);
+    if (attempt.settings.stores(stored.status)) await this.complete(attempt, stored, false);
     else await this.abandon(attempt, false);
-    return new Response(NULL_BODY_STATUSES.has(answer.status) ? null : text, { status: answer.status, headers: { ...(answer.headers ?? {}), ...headers } });
+    return asResponse(stored);
+  }
+
+  /** An answer a route gave the library itself (recovered, finalised in a transaction), as it is stored: JSON, allowlisted headers. */
+  private jsonAnswer(answer: RecoveredAnswer): StoredResponse {
+    const headers = { ...this.pickHeaders(answer.headers ?? {}), 'content-type': 'application/json; charset=utf-8' };
+    return { status: answer.status, headers, body: JSON.stringify(answer.body) ?? '' };
   }
 
   /** Renews the attempt's lock while it runs; `quiet()` true: a refusal is expected (the record was completed in a transaction). */
@@ -435,10 +440,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
         const store = attempt.settings.store;
         if (!store.completeWithin) throw new Error('Idempotency: this route\'s store cannot finalise inside a transaction (use a PostgreSQL store)');
         if (!attempt.settings.stores(answer.status)) throw new Error(`Idempotency: a ${answer.status} answer is not stored on this route; finalise only answers it stores`);
-        const text = JSON.stringify(answer.body) ?? '';
-        if (Buffer.byteLength(text) > attempt.settings.maxStoredBodyBytes) throw new Error('Idempotency: the answer is over the route\'s maxStoredBodyBytes');
-        const headers = { ...this.pickHeaders(answer.headers ?? {}), 'content-type': 'application/json; charset=utf-8' };
-        const stored: StoredResponse = { status: answer.status, headers, body: text };
+        const stored = this.jsonAnswer(answer);
+        if (Buffer.byteLength(stored.body) > attempt.settings.maxStoredBodyBytes) throw new Error('Idempotency: the answer is over the route\'s maxStoredBodyBytes');
         // From here a renewal may wait on the transaction's row lock and then
         // find the record completed: that refusal is expected, not a lost lock.
         completing = true;
@@ -468,8 +471,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       // replays are one.
       lease.stop();
       this.durations.record(attempt.handler, performance.now() - started);
-      const sent = completedWithin;
-      return new Response(NULL_BODY_STATUSES.has(sent.status) ? null : sent.body, { status: sent.status, headers: sent.headers });
+      return asResponse(completedWithin);
     }
     if (body instanceof StreamedAnswer) return this.record(body, res, attempt, lease, started);
     lease.stop();
@@ -837,6 +839,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
     if (!store) throw new Error(`Idempotency: no store named "${name}" in IdempotencyModule's stores`);
     return store;
   }
+}
+
+/** A stored answer as the web Response that sends it. */
+function asResponse(stored: StoredResponse): Response {
+  return new Response(NULL_BODY_STATUSES.has(stored.status) ? null : stored.body, { status: stored.status, headers: stored.headers });
 }
 
 /**

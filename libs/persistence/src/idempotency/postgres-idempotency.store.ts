@@ -286,6 +286,11 @@ export function claimResultOf(row: ClaimRow, key: string): ClaimResult {
   };
 }
 
+/** COMPLETE_SQL's parameters, alike on the store's pool and in a caller's transaction. */
+function completeParams(key: string, token: string, fingerprint: string, response: StoredResponse, resultTtlMs: number): unknown[] {
+  return [key, token, fingerprint, response.status, JSON.stringify(response.headers), response.body, resultTtlMs, ENDED_FRAMES_TTL_MS];
+}
+
 /** A frames ref names the attempt and its key (so the liveness check reads the key row by its primary key). */
 function framesRef(attempt: string, key: string): FramesRef {
   return `${attempt}:${key}` as FramesRef;
@@ -335,17 +340,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   }
 
   async complete(key: string, token: string, fingerprint: string, response: StoredResponse, resultTtlMs: number): Promise<boolean> {
-    const rows = await this.query(COMPLETE_SQL, [
-      key,
-      token,
-      fingerprint,
-      response.status,
-      JSON.stringify(response.headers),
-      response.body,
-      resultTtlMs,
-      ENDED_FRAMES_TTL_MS,
-    ]);
-    return rows.length === 1;
+    return (await this.query(COMPLETE_SQL, completeParams(key, token, fingerprint, response, resultTtlMs))).length === 1;
   }
 
   /**
@@ -368,16 +363,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     if (typeof runner?.query !== 'function' || active !== true) {
       throw new TypeError('completeWithin needs the EntityManager or QueryRunner of an open transaction (dataSource.transaction(tx => ...))');
     }
-    const rows = (await runner.query(COMPLETE_SQL, [
-      key,
-      token,
-      fingerprint,
-      response.status,
-      JSON.stringify(response.headers),
-      response.body,
-      resultTtlMs,
-      ENDED_FRAMES_TTL_MS,
-    ])) as unknown[];
+    const rows = (await runner.query(COMPLETE_SQL, completeParams(key, token, fingerprint, response, resultTtlMs))) as unknown[];
     return Array.isArray(rows) && rows.length === 1;
   }
 
