@@ -1,5 +1,5 @@
 import { configProblems, ConfigValidationError } from '@app/config';
-import { loadApiConfig } from './api.config';
+import { apiDrainMs, loadApiConfig } from './api.config';
 import { DEMO_API_KEYS } from './auth/api-keys';
 
 const problemsOf = (env: Record<string, string>) => configProblems(loadApiConfig, env);
@@ -24,7 +24,47 @@ describe('api configuration', () => {
       openaiBaseUrl: undefined,
       openaiModel: 'gpt-4.1-mini',
       gatewayTimeoutMs: 300_000,
+      paymentsUrl: undefined,
+      paymentsTimeoutMs: 10_000,
     });
+  });
+
+  it('pays refunds with the built-in fake unless PAYMENTS_URL names a provider, in production too', () => {
+    expect(loadApiConfig({}).paymentsUrl).toBeUndefined();
+    // Blank is unset, as for every variable.
+    expect(loadApiConfig({ PAYMENTS_URL: '' }).paymentsUrl).toBeUndefined();
+    expect(loadApiConfig({ PAYMENTS_URL: '   ' }).paymentsUrl).toBeUndefined();
+    expect(loadApiConfig({ PAYMENTS_URL: 'https://payments.example.com/v1' }).paymentsUrl).toBe('https://payments.example.com/v1');
+    expect(loadApiConfig({ PAYMENTS_URL: 'http://127.0.0.1:8089' }).paymentsUrl).toBe('http://127.0.0.1:8089');
+    // As LLM_PROVIDER=fake is: production does not force a provider (docker-compose.yml runs the fake with NODE_ENV=production).
+    expect(loadApiConfig({ NODE_ENV: 'production', API_KEYS: 'acme:0123456789abcdef' }).paymentsUrl).toBeUndefined();
+  });
+
+  it.each([
+    ['ftp://x', /PAYMENTS_URL.*must use http: or https:/],
+    ['not a url', /PAYMENTS_URL.*must be a URL/],
+    ['payments.example.com', /PAYMENTS_URL.*must be a URL/],
+    ['/payouts', /PAYMENTS_URL.*must be a URL/],
+  ])('stops the start for PAYMENTS_URL=%s, naming it', (value, message) => {
+    expect(problemsOf({ PAYMENTS_URL: value })).toEqual(['PAYMENTS_URL']);
+    expect(() => loadApiConfig({ PAYMENTS_URL: value })).toThrow(message);
+  });
+
+  it('bounds PAYMENTS_TIMEOUT_S to 1..120 s', () => {
+    expect(loadApiConfig({ PAYMENTS_TIMEOUT_S: '1' }).paymentsTimeoutMs).toBe(1000);
+    expect(loadApiConfig({ PAYMENTS_TIMEOUT_S: '120' }).paymentsTimeoutMs).toBe(120_000);
+    expect(loadApiConfig({ PAYMENTS_TIMEOUT_S: '' }).paymentsTimeoutMs).toBe(10_000);
+    for (const value of ['0', '0.5', '121', '-1', 'ten', '10s']) {
+      expect({ value, problems: problemsOf({ PAYMENTS_TIMEOUT_S: value }) }).toEqual({ value, problems: ['PAYMENTS_TIMEOUT_S'] });
+    }
+  });
+
+  it('drains long enough for a refund in flight: three provider calls and a PostgreSQL query after the last request arrives', () => {
+    // 30 s gateway drain + 2 s settle + 30 s arrival + (3 x 10 s + 20 s PostgreSQL).
+    expect(apiDrainMs(loadApiConfig({}))).toBe(112_000);
+    expect(apiDrainMs(loadApiConfig({ PAYMENTS_TIMEOUT_S: '120' }))).toBe(30_000 + 2_000 + 30_000 + 3 * 120_000 + 20_000);
+    const base = apiDrainMs(loadApiConfig({ PAYMENTS_TIMEOUT_S: '1' }));
+    expect(apiDrainMs(loadApiConfig({ PAYMENTS_TIMEOUT_S: '11' })) - base).toBe(3 * 10_000);
   });
 
   it('forwards the gateway to the provider the worker uses: openai once OPENAI_API_KEY is set', () => {

@@ -17,6 +17,15 @@ export const apiEnvSchema = {
   idempotencyStore: env.oneOf('IDEMPOTENCY_STORE', 'redis', ['redis', 'postgres']),
   ...llmProviderEnv,
   gatewayTimeoutMs: env.secondsAsMs('GATEWAY_TIMEOUT_S', 300, { min: 1, max: 3600 }),
+  /**
+   * POST /v1/refunds's payment provider: its base URL, or unset for the
+   * built-in fake (the quick start). Like LLM_PROVIDER's fake, the fake is
+   * allowed in production too (docker-compose.yml runs NODE_ENV=production);
+   * the manifests are where an environment says which provider it pays with.
+   */
+  paymentsUrl: env.optionalUrl('PAYMENTS_URL', ['http:', 'https:']),
+  /** The longest one call to the payment provider may take; a refund request makes up to three (REFUND_PROVIDER_CALLS). */
+  paymentsTimeoutMs: env.secondsAsMs('PAYMENTS_TIMEOUT_S', 10, { min: 1, max: 120 }),
 };
 
 export type ApiConfig = ConfigOf<typeof apiEnvSchema>;
@@ -25,16 +34,34 @@ export type ApiConfig = ConfigOf<typeof apiEnvSchema>;
 export const gatewayDrainMs = (config: ApiConfig): number => config.httpRequestTimeoutMs;
 
 /**
+ * The provider calls one refund request may make, each up to
+ * PAYMENTS_TIMEOUT_S: the lookup of a key whose earlier request died, the
+ * payout when that found nothing, and the lookup that settles a payout left
+ * unknown.
+ */
+export const REFUND_PROVIDER_CALLS = 3;
+
+/**
+ * The longest a request's handler may wait once its body has arrived: a
+ * refund's, REFUND_PROVIDER_CALLS calls of PAYMENTS_TIMEOUT_S plus
+ * PostgreSQL's query timeout. Every other route waits on PostgreSQL at most
+ * its query timeout (Redis commands time out in 2 s), which is less.
+ */
+export const longestHandlerMs = (config: ApiConfig): number => REFUND_PROVIDER_CALLS * config.paymentsTimeoutMs + QUERY_TIMEOUT_MS;
+
+/**
  * The longest SIGTERM-to-exit of the api. First the gateway lets its running
  * calls finish (gatewayDrainMs), then cuts them (they get GATEWAY_SETTLE_MS
- * to free their keys); then the server stops accepting and waits for the
- * requests in flight: one may still be arriving (up to HTTP_REQUEST_TIMEOUT_S),
- * then wait on PostgreSQL (its query timeout, the longest single wait of any
- * route; Redis commands time out in 2 s). The manifests' grace periods are
- * checked against it.
+ * to free their keys); the server still accepts meanwhile. Then it stops
+ * accepting and waits for the requests in flight: one may still be arriving
+ * (up to HTTP_REQUEST_TIMEOUT_S), then its handler waits up to
+ * longestHandlerMs. A refund in flight when SIGTERM arrives runs in parallel
+ * with the gateway's drain, so the last term covers it too, the one accepted
+ * just before the server stops included: with the defaults 30 + 2 + 30 +
+ * (3 x 10 + 20) = 112 s. The manifests' grace periods are checked against it.
  */
 export const apiDrainMs = (config: ApiConfig): number =>
-  gatewayDrainMs(config) + GATEWAY_SETTLE_MS + config.httpRequestTimeoutMs + QUERY_TIMEOUT_MS;
+  gatewayDrainMs(config) + GATEWAY_SETTLE_MS + config.httpRequestTimeoutMs + longestHandlerMs(config);
 
 /** The api's whole configuration, validated once at boot; throws naming every bad variable. */
 export function loadApiConfig(source: Env = processEnv()): ApiConfig {
