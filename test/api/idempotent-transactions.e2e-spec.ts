@@ -37,14 +37,30 @@ class PaymentRecovery implements IdempotencyRecovery {
   unavailable = false;
   constructor(private readonly db: DataSource) {}
 
-  async recover(ctx: IdempotencyRequestContext): Promise<RecoveredAnswer | undefined> {
+  /** Payments the provider made that no row records yet (a request died between the two), by operation. */
+  readonly atProvider = new Map<string, { payment_id: string; amount: number }>();
+  /** Fails the recovery's transaction after it stored the answer. */
+  failAfterStore = false;
+
+  async recover(ctx: IdempotencyRequestContext, _req: unknown, record: PendingIdempotencyRecord): Promise<RecoveredAnswer | undefined> {
     this.recoveries++;
     if (this.unavailable) throw new IdempotencyOutcomeUnknownException('The provider cannot be asked right now.');
     const rows = (await this.db.query(`SELECT payment_id, amount FROM ${EFFECTS} WHERE operation = $1`, [ctx.operation])) as {
       payment_id: string;
       amount: number;
     }[];
-    return rows[0] ? { status: 201, body: { payment_id: rows[0].payment_id, amount: rows[0].amount, recovered: true } } : undefined;
+    if (rows[0]) return { status: 201, body: { payment_id: rows[0].payment_id, amount: rows[0].amount, recovered: true } };
+    const paid = this.atProvider.get(ctx.operation);
+    if (!paid) return undefined;
+    // Found outside: recorded now, its row and the stored answer in one transaction.
+    const answer = { ...paid, recovered: true };
+    await this.db.transaction(async (tx) => {
+      await tx.query(`INSERT INTO ${EFFECTS} (operation, payment_id, amount) VALUES ($1, $2, $3)`, [ctx.operation, paid.payment_id, paid.amount]);
+      await record.completeWithin(tx, { status: 201, body: answer, headers: { location: `/test/payments/${paid.payment_id}` } });
+      if (this.failAfterStore) throw new Error('the recovery failed after storing its answer');
+    });
+    // Whatever is returned now, what was stored is what is sent.
+    return { status: 200, body: { ignored: true } };
   }
 }
 
@@ -150,6 +166,38 @@ describe('an @Idempotent() route that finalises its record in its own transactio
     const replay = await pay(k, { amount: 900 }).expect(201);
     expect(replay.headers['idempotent-replayed']).toBe('true');
     expect(replay.body).toEqual(answer.body);
+  });
+
+  it('lets a recovery record what it found in its own transaction: its row and the answer commit together, and that answer is sent', async () => {
+    const k = key();
+    const recovery = api.app.get(PaymentRecovery);
+    const paid = { payment_id: randomUUID(), amount: 650 };
+    recovery.atProvider.set(operation(k), paid);
+    await diedHolding(k);
+    const before = runs;
+    try {
+      // The recovery's transaction fails after storing: neither the row nor the answer is kept, and the key stays a dead request's.
+      recovery.failAfterStore = true;
+      await pay(k, { amount: 650 }).expect(500);
+      expect(await effects(k)).toBe(0);
+      expect(await record(k)).toMatchObject({ state: 'running' });
+      recovery.failAfterStore = false;
+
+      const answer = await pay(k, { amount: 650 }).expect(201);
+      expect(answer.body).toEqual({ ...paid, recovered: true });
+      expect(answer.headers.location).toBe(`/test/payments/${paid.payment_id}`);
+      expect(runs).toBe(before);
+      expect(await effects(k)).toBe(1);
+      const stored = await record(k);
+      expect(stored).toMatchObject({ state: 'completed', status: 201 });
+      expect(JSON.parse(stored!.body)).toEqual(answer.body);
+      const replay = await pay(k, { amount: 650 }).expect(201);
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(replay.body).toEqual(answer.body);
+    } finally {
+      recovery.failAfterStore = false;
+      recovery.atProvider.delete(operation(k));
+    }
   });
 
   it('runs the handler after a dead request that did nothing (the recovery finds no effect)', async () => {

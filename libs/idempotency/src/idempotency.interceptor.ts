@@ -19,6 +19,7 @@ import {
   IdempotencyLockLostError,
   IdempotencyRequestContext,
   type IdempotencyRequestOutcome,
+  type PendingIdempotencyRecord,
   setIdempotencyContext,
   setIdempotencyOutcome,
   setPendingRecord,
@@ -229,11 +230,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
     attempt: Attempt,
   ): Promise<unknown> {
     // The lookup may take a while (a provider's timeout): the lock is renewed meanwhile.
-    const lease = this.leaseFor(attempt);
+    const pending = this.pendingRecord(attempt);
+    const lease = this.leaseFor(attempt, () => pending.completing);
     let answer: RecoveredAnswer | undefined;
     try {
       const hook = this.moduleRef.get(recovery as never, { strict: false }) as IdempotencyRecovery;
-      answer = await hook.recover(attempt.context, req);
+      answer = await hook.recover(attempt.context, req, pending.record);
     } catch (err) {
       lease.stop();
       // Still unknown: the key stays a dead request's, for the next one to recover.
@@ -241,6 +243,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
       throw err;
     }
     lease.stop();
+    const completedWithin = pending.completed();
+    if (completedWithin) {
+      // The recovery recorded what it found in its own transaction, answer included: that is the answer.
+      this.outcome(req, 'recovered');
+      return asResponse(completedWithin);
+    }
     if (lease.lost) {
       // Another request took the key over while this one looked: it is that one's now.
       this.outcome(req, 'in_progress');
@@ -429,21 +437,23 @@ export class IdempotencyInterceptor implements NestInterceptor {
     throw new IdempotencyKeyReusedException();
   }
 
-  private async run(next: CallHandler, req: Request, res: ExpressResponse, attempt: Attempt): Promise<unknown> {
-    const { operation } = attempt.context;
+  /**
+   * The attempt's record as a handler (or a recovery) finalises it inside its
+   * own transaction. `completing` is true from the moment it writes the
+   * answer: a renewal may then wait on the transaction's row lock and find
+   * the record completed, a refusal that is expected, not a lost lock.
+   * `completed()` is what was stored, once the call returned.
+   */
+  private pendingRecord(attempt: Attempt): { record: PendingIdempotencyRecord; readonly completing: boolean; completed(): StoredResponse | undefined } {
     let completing = false;
-    const lease = this.leaseFor(attempt, () => completing);
-    const started = performance.now();
     let completedWithin: StoredResponse | undefined;
-    setPendingRecord(req, {
+    const record: PendingIdempotencyRecord = {
       completeWithin: async (tx, answer) => {
         const store = attempt.settings.store;
         if (!store.completeWithin) throw new Error('Idempotency: this route\'s store cannot finalise inside a transaction (use a PostgreSQL store)');
         if (!attempt.settings.stores(answer.status)) throw new Error(`Idempotency: a ${answer.status} answer is not stored on this route; finalise only answers it stores`);
         const stored = this.jsonAnswer(answer);
         if (Buffer.byteLength(stored.body) > attempt.settings.maxStoredBodyBytes) throw new Error('Idempotency: the answer is over the route\'s maxStoredBodyBytes');
-        // From here a renewal may wait on the transaction's row lock and then
-        // find the record completed: that refusal is expected, not a lost lock.
         completing = true;
         const ours = await store.completeWithin(tx, attempt.context.operation, attempt.token, attempt.context.fingerprint, stored, attempt.settings.resultTtlMs);
         // Refused: another request holds the key now. Throwing rolls the effect back with it.
@@ -454,7 +464,22 @@ export class IdempotencyInterceptor implements NestInterceptor {
         // May be called again if the transaction is retried: the last call is the answer.
         completedWithin = stored;
       },
-    });
+    };
+    return {
+      record,
+      get completing() {
+        return completing;
+      },
+      completed: () => completedWithin,
+    };
+  }
+
+  private async run(next: CallHandler, req: Request, res: ExpressResponse, attempt: Attempt): Promise<unknown> {
+    const { operation } = attempt.context;
+    const pending = this.pendingRecord(attempt);
+    const lease = this.leaseFor(attempt, () => pending.completing);
+    const started = performance.now();
+    setPendingRecord(req, pending.record);
     let body: unknown;
     try {
       body = await lastValueFrom(next.handle(), { defaultValue: undefined });
@@ -465,6 +490,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       await this.settleFailure(err, req, res, attempt, lease.lost);
       throw err;
     }
+    const completedWithin = pending.completed();
     if (completedWithin) {
       // Stored with the handler's own transaction: nothing more to store, and
       // what is sent is exactly what was stored, so the first answer and its
@@ -682,6 +708,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
     // The handler does not know what its effect did (a provider that timed out):
     // the key stays a dead request's, so the next request recovers first.
     if (err instanceof IdempotencyOutcomeUnknownException) return this.abandon(attempt, lost);
+    // The handler found the key's operation done with another body (its own
+    // rows outlived the record): a mismatch, not this operation's answer. Not
+    // stored, or the operation's own body would get the 422 from then on.
+    if (err instanceof IdempotencyKeyReusedException) return this.release(attempt, lost);
     if (res.headersSent) return this.notStoredAlreadySent(attempt, lost);
     const status = err instanceof HttpException ? err.getStatus() : 500;
     if (status >= 400 && status < 500 && attempt.settings.stores(status)) {

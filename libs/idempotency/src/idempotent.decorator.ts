@@ -49,11 +49,21 @@ export interface RecoveredAnswer {
 export interface IdempotencyRecovery {
   /**
    * The real outcome of the earlier request with this operation, or
-   * undefined when it did nothing (the handler then runs). Throw (e.g. a
-   * 503 ProblemException) when it cannot be known yet: the key is freed and
-   * the client retries.
+   * undefined when it did nothing (the handler then runs). Throw when it
+   * cannot be known yet (IdempotencyOutcomeUnknownException answers 503 with
+   * Retry-After): the key stays a dead request's, and the next request with
+   * it recovers again.
+   *
+   * A recovery that records what it found in rows of its own can do it as
+   * the handler does: `record.completeWithin(tx, answer)` inside its
+   * transaction, so the rows and the stored answer commit together; then
+   * exactly that answer is sent, whatever the hook returns.
    */
-  recover(context: import('./idempotency-context').IdempotencyRequestContext, request: import('express').Request): Promise<RecoveredAnswer | undefined>;
+  recover(
+    context: import('./idempotency-context').IdempotencyRequestContext,
+    request: import('express').Request,
+    record: import('./idempotency-context').PendingIdempotencyRecord,
+  ): Promise<RecoveredAnswer | undefined>;
 }
 
 /** A route's own error format, for the answers the idempotency layer writes itself. */
