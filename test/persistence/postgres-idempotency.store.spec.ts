@@ -94,17 +94,34 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
     await store.claim(k, 'old', 'fp', 100);
     const before = await rowOf(k);
     await sleep(200);
-    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => store.claim(k, `new-${i}`, 'fp2', 10_000)));
+    const results = await Promise.all(Array.from({ length: 20 }, (_, i) => store.claim(k, `new-${i}`, 'fp', 10_000)));
     expect(results.filter((r) => r.outcome === 'claimed')).toHaveLength(1);
     expect(results.filter((r) => r.outcome === 'in-progress')).toHaveLength(19);
     const winner = results.findIndex((r) => r.outcome === 'claimed');
+    expect(results[winner]).toEqual({ outcome: 'claimed', tookOver: true });
     const after = await rowOf(k);
-    expect(after).toMatchObject({ state: 'running', token: `new-${winner}`, fingerprint: 'fp2' });
+    expect(after).toMatchObject({ state: 'running', token: `new-${winner}`, fingerprint: 'fp' });
     expect(after.attempt).not.toBe(before.attempt);
     expect(after.started_at.getTime()).toBeGreaterThan(before.started_at.getTime());
     await expect(store.renew(k, 'old', 10_000)).resolves.toBe(false);
     await expect(store.release(k, 'old')).resolves.toBe(false);
-    await expect(store.complete(k, `new-${winner}`, 'fp2', { status: 200, headers: {}, body: 'ok' }, 60_000)).resolves.toBe(true);
+    await expect(store.complete(k, `new-${winner}`, 'fp', { status: 200, headers: {}, body: 'ok' }, 60_000)).resolves.toBe(true);
+  });
+
+  it('does not let a claim with another body take over a dead request: it sees the running record and its fingerprint until the row expires', async () => {
+    const k = key();
+    await store.claim(k, 'old', 'fp', 100);
+    await sleep(200);
+    // Whatever the dead request did is this key's: another body must not run under it.
+    await expect(store.claim(k, 'other', 'fp2', 10_000)).resolves.toMatchObject({ outcome: 'in-progress', fingerprint: 'fp' });
+    expect(await rowOf(k)).toMatchObject({ state: 'running', token: 'old', fingerprint: 'fp' });
+    // An abandoned key (outcome unknown) is the same: only its own body takes it over.
+    await expect(store.claim(k, 'same', 'fp', 10_000)).resolves.toEqual({ outcome: 'claimed', tookOver: true });
+    await expect(store.abandon(k, 'same')).resolves.toBe(true);
+    await expect(store.claim(k, 'other', 'fp2', 10_000)).resolves.toMatchObject({ outcome: 'in-progress', fingerprint: 'fp' });
+    // Once the dead row expires (its retention), the key is free for any body.
+    await ds.query(`UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE key = $1`, [k]);
+    await expect(store.claim(k, 'other', 'fp2', 10_000)).resolves.toMatchObject({ outcome: 'claimed' });
   });
 
   it('follows through one LISTEN connection per store, however many follow', async () => {

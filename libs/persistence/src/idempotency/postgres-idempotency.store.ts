@@ -56,8 +56,15 @@ const DEAD_RETENTION = '1 day';
 
 /** The lock is ours: $1 key, $2 token. */
 const OURS = `key = $1 AND token = $2 AND state = 'running' AND locked_until > now()`;
-/** A row another claim may take over: its lock expired before it completed, or it expired. */
-const FREE = (k: string) => `((${k}.state = 'running' AND ${k}.locked_until <= now()) OR ${k}.expires_at <= now())`;
+/**
+ * A row a claim with fingerprint `fp` may take over: it expired, or its
+ * request died (its lock ended before it completed) while asking the same.
+ * A dead request's effect may have happened: a claim with another body is
+ * not let in to run something else under its key (and be answered from what
+ * the dead one did); it sees the running record and its fingerprint, the 422
+ * of any mismatch, until the row expires.
+ */
+const FREE = (k: string, fp: string) => `((${k}.state = 'running' AND ${k}.locked_until <= now() AND ${k}.fingerprint = ${fp}) OR ${k}.expires_at <= now())`;
 /** Every column a claim writes: on a takeover all of them, on a lost race none (each keeps its value). */
 const CLAIM_COLUMNS = [
   'fingerprint', 'state', 'token', 'attempt', 'status', 'headers', 'body', 'streamed',
@@ -84,9 +91,9 @@ WITH existing AS (
 ), ins AS (
   INSERT INTO idempotency_keys AS k (key, fingerprint, state, token, attempt, started_at, locked_until, expires_at)
   SELECT $1, $3, 'running', $2, $5::uuid, now(), now() + $4::float8 * interval '1 millisecond', now() + $4::float8 * interval '1 millisecond' + interval '${DEAD_RETENTION}'
-  WHERE NOT EXISTS (SELECT 1 FROM existing e WHERE NOT ${FREE('e')})
+  WHERE NOT EXISTS (SELECT 1 FROM existing e WHERE NOT ${FREE('e', '$3')})
   ON CONFLICT (key) DO UPDATE SET
-    ${CLAIM_COLUMNS.map((c) => `${c} = CASE WHEN ${FREE('k')} THEN excluded.${c} ELSE k.${c} END`).join(',\n    ')}
+    ${CLAIM_COLUMNS.map((c) => `${c} = CASE WHEN ${FREE('k', 'excluded.fingerprint')} THEN excluded.${c} ELSE k.${c} END`).join(',\n    ')}
   RETURNING k.*
 ), found AS (
   SELECT * FROM ins
