@@ -13,6 +13,7 @@ import { AdminModule } from './admin/admin.module';
 import { AuthModule } from './auth/auth.module';
 import { GatewayModule } from './gateway/gateway.module';
 import { requireTenant } from './auth/principal';
+import { RefundsModule } from './refunds/refunds.module';
 import { SummariesModule } from './summaries/summaries.module';
 
 /**
@@ -56,6 +57,7 @@ export class ApiModule {
           }),
         }),
         SummariesModule,
+        RefundsModule.forRoot({ paymentsUrl: config.paymentsUrl, paymentsTimeoutMs: config.paymentsTimeoutMs }),
         GatewayModule.forRoot({
           timeoutMs: config.gatewayTimeoutMs,
           // Part of the api's drain (apiDrainMs), which the manifests' grace periods cover.

@@ -7,3 +7,4 @@ export * from './repositories/summary.repository';
 export * from './summary-writer.service';
 export * from './repositories/outbox-admin.repository';
 export * from './idempotency/postgres-idempotency.store';
+export * from './refunds/refund.repository';

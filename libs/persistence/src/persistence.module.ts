@@ -2,6 +2,7 @@ import { DynamicModule, Module } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { dataSourceOptions, PersistenceOptions } from './data-source-options';
 import { OutboxAdminRepository } from './repositories/outbox-admin.repository';
+import { RefundRepository } from './refunds/refund.repository';
 import { SummaryRepository } from './repositories/summary.repository';
 import { SummaryWriter } from './summary-writer.service';
 
@@ -23,8 +24,8 @@ export class PersistenceModule {
           retryDelay: 1000,
         }),
       ],
-      providers: [SummaryRepository, OutboxAdminRepository, SummaryWriter],
-      exports: [TypeOrmModule, SummaryRepository, OutboxAdminRepository, SummaryWriter],
+      providers: [SummaryRepository, OutboxAdminRepository, SummaryWriter, RefundRepository],
+      exports: [TypeOrmModule, SummaryRepository, OutboxAdminRepository, SummaryWriter, RefundRepository],
     };
   }
 }

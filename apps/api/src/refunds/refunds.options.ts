@@ -1,0 +1,9 @@
+/** What the refunds route is configured with (PAYMENTS_URL, PAYMENTS_TIMEOUT_S). */
+export interface RefundsOptions {
+  /** The payment provider's base URL; undefined: the built-in fake provider. */
+  readonly paymentsUrl: string | undefined;
+  /** The longest one call to the provider may take. */
+  readonly paymentsTimeoutMs: number;
+}
+
+export const REFUNDS_OPTIONS = Symbol('REFUNDS_OPTIONS');

@@ -1,0 +1,243 @@
+import { IdempotencyProblemTypes } from '@app/idempotency';
+import { Client } from 'pg';
+import { randomUUID } from 'node:crypto';
+import type { DataSource } from 'typeorm';
+import { refundIdFor } from '../../apps/api/src/refunds/refunds.service';
+import { TENANT_A } from '../support/api-harness';
+import { type AppProcess, startAppProcess } from '../support/app-process';
+import { FakePaymentsServer } from '../support/fake-payments-server';
+import { eventually, freePort, sleep, testDatabaseUrl, testDataSource, testRedisUrl } from '../support/infra';
+import { metricValue } from '../support/metrics';
+
+/** Short, so that the key of a request that was killed is free a couple of seconds later. */
+const LOCK_TTL_S = 2;
+
+/**
+ * The built api as an operator runs it, SIGKILLed in the middle of a refund
+ * (no shutdown hook, no release, no rollback it could run itself), then
+ * started again with the same environment. The guarantee: the retry with the
+ * same key finds the payout the dead process made, by lookup, and records
+ * it: one payout at the provider, one `refunds` row, the key completed.
+ *
+ * Where the kill lands is made deterministic, not timed:
+ * - between the provider's answer and the commit: the test holds
+ *   `LOCK TABLE refunds IN ACCESS EXCLUSIVE MODE` in an open transaction, so
+ *   the api's INSERT of the row waits on it; the kill comes once
+ *   pg_stat_activity shows the api's backend waiting on that lock, blocked
+ *   by the test's connection (the provider has answered by then);
+ * - while the payout is at the provider: the fake holds it (gate), the
+ *   payout registered on arrival, the answer never sent before the kill.
+ */
+describe('refunds: the api process killed mid-refund, then restarted', () => {
+  let fake: FakePaymentsServer;
+  let ds: DataSource;
+  let env: Record<string, string>;
+  const port = freePort(94);
+  const procs: AppProcess[] = [];
+
+  beforeAll(async () => {
+    fake = await new FakePaymentsServer().start();
+    ds = await testDataSource();
+    env = {
+      REDIS_URL: testRedisUrl(),
+      DATABASE_URL: testDatabaseUrl(),
+      API_KEYS: `${TENANT_A.tenant}:${TENANT_A.key}`,
+      LOG_LEVEL: 'warn',
+      PAYMENTS_URL: fake.url(),
+      PAYMENTS_TIMEOUT_S: '5',
+      IDEMPOTENCY_LOCK_TTL_S: String(LOCK_TTL_S),
+    };
+  });
+  afterEach(async () => {
+    for (const p of procs.splice(0)) {
+      p.kill('SIGKILL');
+      await p.exited;
+    }
+  });
+  afterAll(async () => {
+    await fake?.stop();
+    await ds?.destroy();
+  });
+
+  const start = async (): Promise<AppProcess> => {
+    const p = await startAppProcess('api', port, env);
+    procs.push(p);
+    return p;
+  };
+  const kill = async (p: AppProcess): Promise<void> => {
+    p.kill('SIGKILL');
+    expect(await p.exited).toEqual({ code: null, signal: 'SIGKILL' });
+  };
+
+  const refundBody = (tag: string) => ({ ticket_id: `T-${tag}`, order_id: `ord-${tag}`, amount: 4200, currency: 'EUR' });
+  const operationOf = (key: string) => `${TENANT_A.tenant}:POST:/v1/refunds:${key}`;
+  const post = (p: AppProcess, key: string, body: object) =>
+    fetch(`${p.url}/v1/refunds`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TENANT_A.key}`, 'content-type': 'application/json', 'idempotency-key': key },
+      body: JSON.stringify(body),
+    });
+  const rowsOf = (refundId: string) =>
+    ds.query(`SELECT refund_id, tenant, ticket_id, order_id, amount, currency, payout_id FROM refunds WHERE refund_id = $1`, [refundId]) as Promise<
+      Record<string, unknown>[]
+    >;
+  const recordOf = async (key: string) =>
+    ((await ds.query(`SELECT state, status, body, token, locked_until FROM idempotency_keys WHERE key = $1`, [operationOf(key)])) as Record<string, unknown>[])[0];
+  const payoutPostsFor = (reference: string) => fake.payoutRequests().filter((r) => (r.body as { reference?: string } | undefined)?.reference === reference);
+  const lookupsFor = (reference: string) =>
+    fake.lookupRequests().filter((r) => new URL(r.path, 'http://fake').searchParams.get('reference') === reference);
+
+  /**
+   * Retries as a client would, same key and body, on the restarted api: 409
+   * (the dead request's lock has not expired yet) until it is free; then the
+   * answer. Every answer before the last must be that 409.
+   */
+  const retryUntilAnswered = async (p: AppProcess, key: string, body: object): Promise<{ res: Response; conflicts: number }> => {
+    const deadline = Date.now() + 20_000;
+    let conflicts = 0;
+    for (;;) {
+      const res = await post(p, key, body);
+      if (res.status !== 409) return { res, conflicts };
+      const problem = (await res.json()) as { type: string };
+      expect(problem.type).toBe(IdempotencyProblemTypes.inProgress);
+      expect(Number(res.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+      conflicts++;
+      if (Date.now() > deadline) throw new Error(`still 409 after ${conflicts} retries: the dead request's lock never expired`);
+      await sleep(200);
+    }
+  };
+
+  /** The effects every scenario ends with: one payout (by lookup), one row, the key completed and replayed. */
+  const expectRecordedOnce = async (p: AppProcess, key: string, body: ReturnType<typeof refundBody>, res: Response): Promise<void> => {
+    const refundId = refundIdFor(operationOf(key));
+    const payouts = fake.payoutsFor(refundId);
+    expect(payouts).toHaveLength(1);
+    expect(payouts[0]).toMatchObject({ reference: refundId, order_id: body.order_id, amount: body.amount, currency: body.currency });
+    // The restarted api did not pay again: the only paying POST is the dead process's.
+    expect(payoutPostsFor(refundId)).toHaveLength(1);
+    // It asked the provider instead.
+    expect(lookupsFor(refundId).length).toBeGreaterThanOrEqual(1);
+
+    expect(res.status).toBe(201);
+    const answer = (await res.json()) as Record<string, unknown>;
+    const expected = { refund_id: refundId, ...body, payout_id: payouts[0].payout_id, status: 'paid' };
+    expect(answer).toEqual(expected);
+    expect(res.headers.get('location')).toBe(`/v1/refunds/${refundId}`);
+
+    expect(await rowsOf(refundId)).toEqual([
+      { refund_id: refundId, tenant: TENANT_A.tenant, ticket_id: body.ticket_id, order_id: body.order_id, amount: body.amount, currency: body.currency, payout_id: payouts[0].payout_id },
+    ]);
+    const record = await recordOf(key);
+    expect(record).toMatchObject({ state: 'completed', status: 201, token: null });
+    expect(JSON.parse(record.body as string)).toEqual(expected);
+    expect(await metricValue(p.url, 'refunds_total', { outcome: 'found' })).toBe(1);
+
+    // And from now on it is a plain replay: nothing more at the provider.
+    const lookups = fake.lookupRequests().length;
+    const replay = await post(p, key, body);
+    expect(replay.status).toBe(201);
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    expect(await replay.json()).toEqual(expected);
+    expect(fake.payoutsFor(refundId)).toHaveLength(1);
+    expect(fake.lookupRequests()).toHaveLength(lookups);
+    expect(await rowsOf(refundId)).toHaveLength(1);
+  };
+
+  it('SIGKILL between the provider’s answer and the commit: the retry on the restarted api finds the payout by lookup; one payout, one row', async () => {
+    const key = `refund-kill-commit-${randomUUID()}`;
+    const body = refundBody(randomUUID().slice(0, 8));
+    const refundId = refundIdFor(operationOf(key));
+    const api = await start();
+
+    // The payout is held at the provider until the test holds the table lock:
+    // the api's read of `refunds` (is it already recorded?) comes before the
+    // payout, and must not be the statement that blocks.
+    let answerPayout!: () => void;
+    const gate = new Promise<void>((resolve) => (answerPayout = resolve));
+    fake.nextPayouts({ kind: 'gate', gate });
+    const arrived = fake.payoutRequests().length;
+    const first = post(api, key, body).then(
+      (r) => r,
+      (err: unknown) => err as Error,
+    );
+    await fake.arrivals(arrived + 1);
+    expect(fake.payoutsFor(refundId)).toHaveLength(1);
+
+    const locker = new Client({ connectionString: testDatabaseUrl(), application_name: 'refunds-process-test-locker' });
+    await locker.connect();
+    try {
+      await locker.query('BEGIN');
+      await locker.query('LOCK TABLE refunds IN ACCESS EXCLUSIVE MODE');
+      const lockerPid = ((await locker.query('SELECT pg_backend_pid() AS pid')).rows[0] as { pid: number }).pid;
+      answerPayout();
+
+      // The provider answered, and the api is now in its commit transaction,
+      // its INSERT of the row waiting on the test's lock.
+      const blocked = await eventually(
+        async () => {
+          const rows = (await ds.query(
+            `SELECT pid FROM pg_stat_activity
+              WHERE datname = current_database() AND application_name = 'api'
+                AND wait_event_type = 'Lock' AND state = 'active' AND query LIKE '%INSERT INTO refunds%'
+                AND $1 = ANY (pg_blocking_pids(pid))`,
+            [lockerPid],
+          )) as { pid: number }[];
+          return rows[0]?.pid;
+        },
+        10_000,
+        "the api's INSERT INTO refunds waiting on the test's lock",
+      );
+      expect(await recordOf(key)).toMatchObject({ state: 'running' });
+
+      await kill(api);
+      // The client saw the connection drop, never an answer.
+      expect(((await first) as Error).message).toBe('fetch failed');
+      await locker.query('ROLLBACK');
+      // The dead process's backend gets the lock, finds its client gone and rolls back.
+      await eventually(
+        async () => (((await ds.query(`SELECT 1 FROM pg_stat_activity WHERE pid = $1`, [blocked])) as unknown[]).length === 0 ? true : undefined),
+        10_000,
+        "the killed api's backend to end",
+      );
+    } finally {
+      await locker.end();
+    }
+    // Paid, not recorded: the money left, the row and the answer did not commit.
+    expect(fake.payoutsFor(refundId)).toHaveLength(1);
+    expect(await rowsOf(refundId)).toEqual([]);
+    expect(await recordOf(key)).toMatchObject({ state: 'running' });
+
+    const restarted = await start();
+    const { res } = await retryUntilAnswered(restarted, key, body);
+    await expectRecordedOnce(restarted, key, body, res);
+  }, 90_000);
+
+  it('SIGKILL while the payout is still at the provider: the restarted api’s retry finds it by lookup; one payout, one row', async () => {
+    const key = `refund-kill-inflight-${randomUUID()}`;
+    const body = refundBody(randomUUID().slice(0, 8));
+    const refundId = refundIdFor(operationOf(key));
+    const api = await start();
+
+    let answerPayout!: () => void;
+    const gate = new Promise<void>((resolve) => (answerPayout = resolve));
+    // Registered on arrival; the 201 is written only after the kill, to a connection that is gone.
+    fake.nextPayouts({ kind: 'gate', gate });
+    const arrived = fake.payoutRequests().length;
+    const first = post(api, key, body).then(
+      (r) => r,
+      (err: unknown) => err as Error,
+    );
+    await fake.arrivals(arrived + 1);
+    expect(fake.payoutsFor(refundId)).toHaveLength(1);
+    expect(await recordOf(key)).toMatchObject({ state: 'running' });
+
+    await kill(api);
+    expect(((await first) as Error).message).toBe('fetch failed');
+    answerPayout();
+    expect(await rowsOf(refundId)).toEqual([]);
+
+    const restarted = await start();
+    const { res } = await retryUntilAnswered(restarted, key, body);
+    await expectRecordedOnce(restarted, key, body, res);
+  }, 90_000);
+});

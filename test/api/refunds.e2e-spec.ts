@@ -1,0 +1,879 @@
+import { ApiClient, idempotencyKey, issueRefund, type Refund, refundKey } from '@app/client';
+import { IdempotencyProblemTypes } from '@app/idempotency';
+import { ProblemTypes } from '@app/problem';
+import { randomUUID } from 'node:crypto';
+import type { AddressInfo } from 'node:net';
+import request from 'supertest';
+import { DataSource } from 'typeorm';
+import { RefundProblemTypes, refundIdFor } from '../../apps/api/src/refunds/refunds.service';
+import { createIssueRefundTool } from '../../libs/client/examples/issue-refund.tool';
+import { type ApiHarness, bearer, startApi, TENANT_A, TENANT_B } from '../support/api-harness';
+import { FakePaymentsServer, type FakePayout } from '../support/fake-payments-server';
+import { eventually } from '../support/infra';
+import { metricValue } from '../support/metrics';
+
+/**
+ * POST /v1/refunds and GET /v1/refunds/<id>, in-process, paying through the
+ * production HttpPaymentsProvider against FakePaymentsServer: a provider that
+ * never dedupes, so every paying POST is a payout and a double payment shows
+ * as two payouts with one reference. Every case asserts the three effects:
+ * the payouts at the fake, the `refunds` rows, and the key's record in
+ * `idempotency_keys`.
+ */
+
+interface RefundBody {
+  ticket_id: string;
+  order_id: string;
+  amount: number;
+  currency: string;
+}
+
+interface RefundRow {
+  refund_id: string;
+  tenant: string;
+  ticket_id: string;
+  order_id: string;
+  amount: number;
+  currency: string;
+  payout_id: string;
+}
+
+interface KeyRecord {
+  state: 'running' | 'completed';
+  status: number | null;
+  body: string | null;
+  /** locked_until <= now(): an abandoned (or dead) request's key, for the next one to take over. */
+  lock_expired: boolean | null;
+}
+
+const PROBLEM_JSON = /^application\/problem\+json/;
+const REFUSAL = { type: 'card-closed', title: 'Card closed', detail: 'the customer card ending 4242 was closed' };
+
+const newKey = (): string => `refund-e2e-${randomUUID()}`;
+const operation = (key: string, tenant: string = TENANT_A.tenant): string => `${tenant}:POST:/v1/refunds:${key}`;
+const refundIdOf = (key: string, tenant: string = TENANT_A.tenant): string => refundIdFor(operation(key, tenant));
+const newBody = (over: Partial<RefundBody> = {}): RefundBody => ({
+  ticket_id: `T-${randomUUID().slice(0, 8)}`,
+  order_id: `ord_${randomUUID().slice(0, 8)}`,
+  amount: 1250,
+  currency: 'EUR',
+  ...over,
+});
+/** The 201 a refund of `body` under `key` answers, paid with `payoutId`. */
+const paidAnswer = (key: string, body: RefundBody, payoutId: string): Refund => ({
+  refund_id: refundIdOf(key),
+  ticket_id: body.ticket_id,
+  order_id: body.order_id,
+  amount: body.amount,
+  currency: body.currency,
+  payout_id: payoutId,
+  status: 'paid',
+});
+
+describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsServer)', () => {
+  let fake: FakePaymentsServer;
+  let api: ApiHarness;
+  let apiUrl: string;
+  let db: DataSource;
+
+  const post = (key: string | undefined, body: unknown, tenant: { key: string } = TENANT_A) => {
+    let req = request(api.server).post('/v1/refunds').set('authorization', bearer(tenant));
+    if (key !== undefined) req = req.set('idempotency-key', key);
+    return req.send(body as object);
+  };
+  const rows = async (refundId: string): Promise<RefundRow[]> =>
+    (await db.query(`SELECT refund_id, tenant, ticket_id, order_id, amount, currency, payout_id FROM refunds WHERE refund_id = $1`, [
+      refundId,
+    ])) as RefundRow[];
+  const record = async (key: string): Promise<KeyRecord | undefined> =>
+    ((await db.query(`SELECT state, status, body, locked_until <= now() AS lock_expired FROM idempotency_keys WHERE key = $1`, [operation(key)])) as KeyRecord[])[0];
+  const client = (over: Partial<ConstructorParameters<typeof ApiClient>[0]> = {}) =>
+    new ApiClient({ baseUrl: apiUrl, apiKey: TENANT_A.key, backoff: { baseMs: 20, capMs: 100 }, ...over });
+
+  /** The one payout of `key`'s refund at the fake, checked against the body it was asked with. */
+  const onePayoutFor = (key: string, body: RefundBody): FakePayout => {
+    const refundId = refundIdOf(key);
+    const payouts = fake.payoutsFor(refundId);
+    expect(payouts).toHaveLength(1);
+    expect(payouts[0]).toMatchObject({
+      reference: refundId,
+      idempotencyKey: refundId,
+      order_id: body.order_id,
+      amount: body.amount,
+      currency: body.currency,
+    });
+    return payouts[0];
+  };
+  /** The one row of `key`'s refund, with that payout. */
+  const oneRowFor = async (key: string, body: RefundBody, payoutId: string): Promise<void> => {
+    expect(await rows(refundIdOf(key))).toEqual([
+      {
+        refund_id: refundIdOf(key),
+        tenant: TENANT_A.tenant,
+        ticket_id: body.ticket_id,
+        order_id: body.order_id,
+        amount: body.amount,
+        currency: body.currency,
+        payout_id: payoutId,
+      },
+    ]);
+  };
+  /** The key's record: completed with the 201 it answered, stored whole. */
+  const completedWith201 = async (key: string, answer: Refund): Promise<void> => {
+    const rec = await record(key);
+    expect(rec).toMatchObject({ state: 'completed', status: 201 });
+    expect(JSON.parse(rec!.body!)).toEqual(answer);
+  };
+  /** The key's record as a request whose outcome is unknown leaves it: running, its lock ended. */
+  const abandoned = async (key: string): Promise<void> => {
+    expect(await record(key)).toMatchObject({ state: 'running', lock_expired: true });
+  };
+  const expectOutcomeUnknown = (res: request.Response): void => {
+    expect(res.status).toBe(503);
+    expect(res.headers['content-type']).toMatch(PROBLEM_JSON);
+    expect(res.body.type).toBe(IdempotencyProblemTypes.outcomeUnknown);
+    expect(res.headers['retry-after']).toMatch(/^\d+$/);
+  };
+  const expectCreated = (res: request.Response, key: string, body: RefundBody, payoutId: string): void => {
+    expect(res.status).toBe(201);
+    expect(res.body).toEqual(paidAnswer(key, body, payoutId));
+    expect(res.headers.location).toBe(`/v1/refunds/${refundIdOf(key)}`);
+  };
+
+  beforeAll(async () => {
+    fake = await new FakePaymentsServer().start();
+    api = await startApi({ env: { PAYMENTS_URL: fake.url(), PAYMENTS_TIMEOUT_S: '1' } });
+    await api.app.listen(0, '127.0.0.1');
+    apiUrl = `http://127.0.0.1:${(api.server.address() as AddressInfo).port}`;
+    db = api.app.get(DataSource);
+  });
+  afterAll(async () => {
+    await api?.close();
+    await fake?.stop();
+  });
+  beforeEach(() => {
+    fake.reset();
+    fake.defaultPayout = { kind: 'pay' };
+    fake.defaultLookup = { kind: 'answer' };
+  });
+
+  describe('a new key', () => {
+    it('pays once (reference = Idempotency-Key = refund_id), records one row with its answer, replays it, and GET reads it', async () => {
+      const key = newKey();
+      const body = newBody({ amount: 4321, currency: 'USD' });
+      const refundId = refundIdOf(key);
+
+      const first = await post(key, body);
+      const payout = onePayoutFor(key, body);
+      expectCreated(first, key, body, payout.payout_id);
+      expect(first.headers['idempotent-replayed']).toBeUndefined();
+      expect(first.body.refund_id).toBe(refundId);
+      // What the provider was sent, as it came.
+      const [sent] = fake.payoutRequests();
+      expect(sent.headers['idempotency-key']).toBe(refundId);
+      expect(sent.headers['content-type']).toMatch(/^application\/json/);
+      expect(sent.body).toEqual({ reference: refundId, order_id: body.order_id, amount: body.amount, currency: body.currency });
+      expect(fake.payoutRequests()).toHaveLength(1);
+      expect(fake.lookupRequests()).toHaveLength(0);
+      await oneRowFor(key, body, payout.payout_id);
+      await completedWith201(key, first.body);
+
+      const replay = await post(key, body);
+      expect(replay.status).toBe(201);
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(replay.body).toEqual(first.body);
+      expect(replay.headers.location).toBe(first.headers.location);
+      expect(fake.payoutRequests()).toHaveLength(1);
+      expect(fake.payouts).toHaveLength(1);
+      expect(await rows(refundId)).toHaveLength(1);
+
+      const own = await request(api.server).get(first.headers.location).set('authorization', bearer(TENANT_A));
+      expect(own.status).toBe(200);
+      expect(own.body).toEqual({ ...first.body, created_at: expect.any(String) });
+      expect(Number.isNaN(Date.parse(own.body.created_at))).toBe(false);
+      const upper = await request(api.server).get(`/v1/refunds/${refundId.toUpperCase()}`).set('authorization', bearer(TENANT_A));
+      expect(upper.status).toBe(200);
+      expect(upper.body.refund_id).toBe(refundId);
+
+      for (const [path, tenant] of [
+        [first.headers.location, TENANT_B],
+        [`/v1/refunds/${randomUUID()}`, TENANT_A],
+        ['/v1/refunds/not-a-uuid', TENANT_A],
+        [`/v1/refunds/${refundId}x`, TENANT_A],
+      ] as const) {
+        const res = await request(api.server).get(path).set('authorization', bearer(tenant));
+        expect({ path, status: res.status }).toEqual({ path, status: 404 });
+        expect(res.headers['content-type']).toMatch(PROBLEM_JSON);
+        expect(res.body.refund_id).toBeUndefined();
+      }
+      const anonymous = await request(api.server).get(first.headers.location);
+      expect(anonymous.status).toBe(401);
+    });
+  });
+
+  describe('a provider slower than PAYMENTS_TIMEOUT_S (it registers the payout on arrival, answers after 1.5 s)', () => {
+    it('the api finds the payout by lookup (201); a retry while it runs gets 409, and after it the stored answer', async () => {
+      const key = newKey();
+      const body = newBody();
+      fake.nextPayouts({ kind: 'pay', delayMs: 1500 });
+
+      const first = post(key, body).then((r) => r);
+      await fake.arrivals(1);
+      const during = await post(key, body);
+      expect(during.status).toBe(409);
+      expect(during.body.type).toBe(IdempotencyProblemTypes.inProgress);
+      expect(during.headers['retry-after']).toMatch(/^[1-9]\d*$/);
+
+      const answer = await first;
+      const payout = onePayoutFor(key, body);
+      expectCreated(answer, key, body, payout.payout_id);
+      // Timed out, then looked up: the one payout the slow answer would have given.
+      expect(fake.lookupRequests()).toHaveLength(1);
+      expect(fake.lookupRequests()[0].path).toBe(`/payouts?reference=${refundIdOf(key)}`);
+      await oneRowFor(key, body, payout.payout_id);
+      await completedWith201(key, answer.body);
+
+      const retry = await post(key, body);
+      expect(retry.status).toBe(201);
+      expect(retry.headers['idempotent-replayed']).toBe('true');
+      expect(retry.body).toEqual(answer.body);
+      expect(fake.payoutRequests()).toHaveLength(1);
+      expect(fake.payouts).toHaveLength(1);
+    });
+
+    it("an ApiClient whose attempts time out first: the client's retry gets the refund, paid once", async () => {
+      const body = newBody();
+      const key = refundKey(body);
+      fake.nextPayouts({ kind: 'pay', delayMs: 1500 });
+
+      // Each attempt gives up after 300 ms, well before the api's own 1 s
+      // timeout and lookup: the first attempt's answer is lost to the client.
+      const result = await issueRefund(client({ attemptTimeoutMs: 300, deadlineMs: 10_000 }), body);
+      const payout = onePayoutFor(key, body);
+      expect(result).toMatchObject({ outcome: 'succeeded', status: 201, replayed: true, location: `/v1/refunds/${refundIdOf(key)}` });
+      expect(result.attempts).toBeGreaterThanOrEqual(2);
+      expect(result.outcome === 'succeeded' && result.body).toEqual(paidAnswer(key, body, payout.payout_id));
+      expect(fake.payoutRequests()).toHaveLength(1);
+      expect(fake.payouts).toHaveLength(1);
+      await oneRowFor(key, body, payout.payout_id);
+      await completedWith201(key, paidAnswer(key, body, payout.payout_id));
+    });
+  });
+
+  describe('a payout whose outcome is unknown', () => {
+    it('dropped before paying: 503 outcome-unknown, nothing paid, key abandoned; the retry looks up, pays once, 201', async () => {
+      const key = newKey();
+      const body = newBody();
+      fake.nextPayouts({ kind: 'drop' });
+
+      const first = await post(key, body);
+      expectOutcomeUnknown(first);
+      expect(first.headers['retry-after']).toBe('1');
+      expect(fake.payoutRequests()).toHaveLength(1);
+      expect(fake.lookupRequests()).toHaveLength(1);
+      expect(fake.payouts).toHaveLength(0);
+      expect(await rows(refundIdOf(key))).toHaveLength(0);
+      await abandoned(key);
+
+      const retry = await post(key, body);
+      const payout = onePayoutFor(key, body);
+      expectCreated(retry, key, body, payout.payout_id);
+      expect(retry.headers['idempotent-replayed']).toBeUndefined();
+      // The recovery's lookup (absent), then the payout with the same reference.
+      expect(fake.lookupRequests()).toHaveLength(2);
+      expect(fake.payoutRequests()).toHaveLength(2);
+      expect(fake.payouts).toHaveLength(1);
+      await oneRowFor(key, body, payout.payout_id);
+      await completedWith201(key, retry.body);
+
+      const replay = await post(key, body);
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(replay.body).toEqual(retry.body);
+      expect(fake.payouts).toHaveLength(1);
+    });
+
+    it('a provider that never answers: 503 with Retry-After = PAYMENTS_TIMEOUT_S, nothing paid; the retry pays once', async () => {
+      const key = newKey();
+      const body = newBody();
+      fake.nextPayouts({ kind: 'hang' });
+
+      const first = await post(key, body);
+      expectOutcomeUnknown(first);
+      expect(first.headers['retry-after']).toBe('1');
+      expect(fake.payouts).toHaveLength(0);
+      expect(await rows(refundIdOf(key))).toHaveLength(0);
+      await abandoned(key);
+
+      const retry = await post(key, body);
+      const payout = onePayoutFor(key, body);
+      expectCreated(retry, key, body, payout.payout_id);
+      expect(fake.payouts).toHaveLength(1);
+      await oneRowFor(key, body, payout.payout_id);
+    });
+
+    it.each([
+      ['pay-then-drop', { kind: 'pay-then-drop' } as const],
+      ['fail 500 after paying', { kind: 'fail', status: 500, pay: true } as const],
+      ['fail 429 after paying', { kind: 'fail', status: 429, pay: true } as const],
+    ])('%s: the lookup at once finds the payout, 201 on the first request, one payout', async (_name, behaviour) => {
+      const key = newKey();
+      const body = newBody();
+      fake.nextPayouts(behaviour);
+
+      const first = await post(key, body);
+      const payout = onePayoutFor(key, body);
+      expectCreated(first, key, body, payout.payout_id);
+      expect(fake.payoutRequests()).toHaveLength(1);
+      expect(fake.lookupRequests()).toHaveLength(1);
+      await oneRowFor(key, body, payout.payout_id);
+      await completedWith201(key, first.body);
+
+      const replay = await post(key, body);
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(replay.body).toEqual(first.body);
+      expect(fake.payouts).toHaveLength(1);
+    });
+
+    it('fail 500 without paying: the lookup finds nothing, 503; the retry pays once', async () => {
+      const key = newKey();
+      const body = newBody();
+      fake.nextPayouts({ kind: 'fail', status: 500 });
+
+      expectOutcomeUnknown(await post(key, body));
+      expect(fake.payouts).toHaveLength(0);
+      await abandoned(key);
+
+      const retry = await post(key, body);
+      const payout = onePayoutFor(key, body);
+      expectCreated(retry, key, body, payout.payout_id);
+      await oneRowFor(key, body, payout.payout_id);
+    });
+  });
+
+  describe('the lookup failing too', () => {
+    it('payout dropped unpaid, lookup failing: 503; with the provider healthy the retry recovers (absent) and pays once', async () => {
+      const key = newKey();
+      const body = newBody();
+      fake.nextPayouts({ kind: 'drop' });
+      fake.nextLookups({ kind: 'fail', status: 503 });
+
+      const first = await post(key, body);
+      expectOutcomeUnknown(first);
+      expect(fake.payouts).toHaveLength(0);
+      expect(await rows(refundIdOf(key))).toHaveLength(0);
+      await abandoned(key);
+
+      const retry = await post(key, body);
+      const payout = onePayoutFor(key, body);
+      expectCreated(retry, key, body, payout.payout_id);
+      expect(fake.lookupRequests()).toHaveLength(2);
+      expect(fake.payoutRequests()).toHaveLength(2);
+      expect(fake.payouts).toHaveLength(1);
+      await oneRowFor(key, body, payout.payout_id);
+      await completedWith201(key, retry.body);
+    });
+
+    it('paid then dropped, lookup failing: 503; the retry recovers the payout by lookup and pays nothing more', async () => {
+      const key = newKey();
+      const body = newBody();
+      fake.nextPayouts({ kind: 'pay-then-drop' });
+      fake.nextLookups({ kind: 'drop' });
+
+      const first = await post(key, body);
+      expectOutcomeUnknown(first);
+      const payout = onePayoutFor(key, body);
+      expect(await rows(refundIdOf(key))).toHaveLength(0);
+      await abandoned(key);
+
+      // Still unknown on the next try: the recovery's lookup fails too, and nothing is paid.
+      fake.nextLookups({ kind: 'fail', status: 502 });
+      expectOutcomeUnknown(await post(key, body));
+      expect(fake.payoutRequests()).toHaveLength(1);
+      await abandoned(key);
+
+      const retry = await post(key, body);
+      expectCreated(retry, key, body, payout.payout_id);
+      expect(fake.payoutRequests()).toHaveLength(1);
+      expect(fake.payouts).toHaveLength(1);
+      expect(fake.lookupRequests()).toHaveLength(3);
+      await oneRowFor(key, body, payout.payout_id);
+      await completedWith201(key, retry.body);
+    });
+  });
+
+  it('20 concurrent requests with one key while the payout is held: one payout, one row, the others 409 (or replays); every retry gets the 201', async () => {
+    const key = newKey();
+    const body = newBody();
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    fake.nextPayouts({ kind: 'gate', gate });
+
+    let settled = 0;
+    const all = Array.from({ length: 20 }, () =>
+      post(key, body).then((res) => {
+        settled++;
+        return res;
+      }),
+    );
+    await fake.arrivals(1);
+    // Every duplicate has had its answer while the payout is held (or the api's
+    // own timeout settled it by lookup first: then the late ones are replays).
+    await eventually(() => (settled >= 19 ? true : undefined), 10_000, '19 duplicates answered');
+    open();
+    const answers = await Promise.all(all);
+
+    const payout = onePayoutFor(key, body);
+    expect(fake.payoutRequests()).toHaveLength(1);
+    const created = answers.filter((r) => r.status === 201 && r.headers['idempotent-replayed'] === undefined);
+    expect(created).toHaveLength(1);
+    expectCreated(created[0], key, body, payout.payout_id);
+    for (const other of answers.filter((r) => r !== created[0])) {
+      if (other.status === 409) {
+        expect(other.body.type).toBe(IdempotencyProblemTypes.inProgress);
+        expect(other.headers['retry-after']).toMatch(/^[1-9]\d*$/);
+      } else {
+        expect(other.status).toBe(201);
+        expect(other.headers['idempotent-replayed']).toBe('true');
+        expect(other.body).toEqual(created[0].body);
+      }
+    }
+    await oneRowFor(key, body, payout.payout_id);
+    await completedWith201(key, created[0].body);
+
+    const retries = await Promise.all(Array.from({ length: 19 }, () => post(key, body).then((r) => r)));
+    for (const retry of retries) {
+      expect(retry.status).toBe(201);
+      expect(retry.headers['idempotent-replayed']).toBe('true');
+      expect(retry.body).toEqual(created[0].body);
+    }
+    expect(fake.payoutRequests()).toHaveLength(1);
+    expect(fake.payouts).toHaveLength(1);
+    expect(await rows(refundIdOf(key))).toHaveLength(1);
+  });
+
+  it('two refunds of one order from two tickets: two keys, two payouts, two rows, two refund ids', async () => {
+    const order = `ord_${randomUUID().slice(0, 8)}`;
+    const one = newBody({ ticket_id: `T-${randomUUID().slice(0, 8)}`, order_id: order, amount: 500 });
+    const two = newBody({ ticket_id: `T-${randomUUID().slice(0, 8)}`, order_id: order, amount: 500 });
+    const keyOne = refundKey(one);
+    const keyTwo = refundKey(two);
+    expect(keyOne).toBe(idempotencyKey('refund', one.ticket_id, order));
+    expect(keyOne).not.toBe(keyTwo);
+
+    const first = await post(keyOne, one);
+    const second = await post(keyTwo, two);
+    const payoutOne = onePayoutFor(keyOne, one);
+    const payoutTwo = onePayoutFor(keyTwo, two);
+    expectCreated(first, keyOne, one, payoutOne.payout_id);
+    expectCreated(second, keyTwo, two, payoutTwo.payout_id);
+    expect(first.body.refund_id).not.toBe(second.body.refund_id);
+    expect(payoutOne.payout_id).not.toBe(payoutTwo.payout_id);
+    expect(fake.payouts).toHaveLength(2);
+    await oneRowFor(keyOne, one, payoutOne.payout_id);
+    await oneRowFor(keyTwo, two, payoutTwo.payout_id);
+    expect(Number((await db.query(`SELECT count(*) AS n FROM refunds WHERE order_id = $1`, [order]))[0].n)).toBe(2);
+  });
+
+  it('the same key with another amount: 422 idempotency-key-reused, no second payout, the row unchanged', async () => {
+    const key = newKey();
+    const body = newBody();
+    const first = await post(key, body);
+    const payout = onePayoutFor(key, body);
+    expectCreated(first, key, body, payout.payout_id);
+
+    const other = await post(key, { ...body, amount: body.amount + 1 });
+    expect(other.status).toBe(422);
+    expect(other.headers['content-type']).toMatch(PROBLEM_JSON);
+    expect(other.body.type).toBe(IdempotencyProblemTypes.keyReused);
+    expect(fake.payoutRequests()).toHaveLength(1);
+    expect(fake.lookupRequests()).toHaveLength(0);
+    await oneRowFor(key, body, payout.payout_id);
+    await completedWith201(key, first.body);
+  });
+
+  it("a refusal: 422 payment-refused naming the provider's reason, stored and replayed without a second call, no row", async () => {
+    const key = newKey();
+    const body = newBody();
+    fake.nextPayouts({ kind: 'refuse', status: 422, body: REFUSAL });
+
+    const first = await post(key, body);
+    expect(first.status).toBe(422);
+    expect(first.headers['content-type']).toMatch(PROBLEM_JSON);
+    expect(first.body.type).toBe(RefundProblemTypes.paymentRefused);
+    expect(first.body.detail).toContain(REFUSAL.detail);
+    expect(first.body.refund_id).toBe(refundIdOf(key));
+    expect(first.body.provider_status).toBe(422);
+    expect(fake.payoutRequests()).toHaveLength(1);
+    expect(fake.lookupRequests()).toHaveLength(0);
+    expect(fake.payouts).toHaveLength(0);
+    expect(await rows(refundIdOf(key))).toHaveLength(0);
+    const rec = await record(key);
+    expect(rec).toMatchObject({ state: 'completed', status: 422 });
+    expect(JSON.parse(rec!.body!)).toEqual(first.body);
+
+    const replay = await post(key, body);
+    expect(replay.status).toBe(422);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.headers['content-type']).toMatch(PROBLEM_JSON);
+    expect(replay.body).toEqual(first.body);
+    expect(fake.payoutRequests()).toHaveLength(1);
+    expect(fake.payouts).toHaveLength(0);
+    expect(await rows(refundIdOf(key))).toHaveLength(0);
+  });
+
+  it("an agent turn re-run: the example tool called twice (fresh clients) pays once, and both replies name the same refund", async () => {
+    const ticketId = `T-${randomUUID().slice(0, 8)}`;
+    const orderId = `ord_${randomUUID().slice(0, 8)}`;
+    const body: RefundBody = { ticket_id: ticketId, order_id: orderId, amount: 2599, currency: 'EUR' };
+    const key = refundKey(body);
+
+    const turn = () => createIssueRefundTool(client(), { currency: 'EUR' })(ticketId, orderId, 2599);
+    const first = await turn();
+    const second = await turn();
+
+    const payout = onePayoutFor(key, body);
+    expect(first).toMatchObject({ status: 'refunded', refund_id: refundIdOf(key), payout_id: payout.payout_id });
+    expect(second).toMatchObject({ status: 'refunded', refund_id: refundIdOf(key), payout_id: payout.payout_id });
+    expect(fake.payoutRequests()).toHaveLength(1);
+    expect(fake.payouts).toHaveLength(1);
+    await oneRowFor(key, body, payout.payout_id);
+    await completedWith201(key, paidAnswer(key, body, payout.payout_id));
+  });
+
+  describe('a refund whose record expired (the idempotency_keys row is gone, the refunds row stays)', () => {
+    const forget = (key: string) => db.query(`DELETE FROM idempotency_keys WHERE key = $1`, [operation(key)]);
+
+    it('the same key and body: 201 from the row, no new payout; another amount: 422, no payout', async () => {
+      const key = newKey();
+      const body = newBody();
+      const first = await post(key, body);
+      const payout = onePayoutFor(key, body);
+      expectCreated(first, key, body, payout.payout_id);
+
+      await forget(key);
+      expect(await record(key)).toBeUndefined();
+      const again = await post(key, body);
+      expectCreated(again, key, body, payout.payout_id);
+      expect(again.body).toEqual(first.body);
+      expect(fake.payoutRequests()).toHaveLength(1);
+      expect(fake.lookupRequests()).toHaveLength(0);
+      await oneRowFor(key, body, payout.payout_id);
+      await completedWith201(key, first.body);
+
+      await forget(key);
+      const other = await post(key, { ...body, amount: body.amount + 100 });
+      expect(other.status).toBe(422);
+      expect(other.body.type).toBe(IdempotencyProblemTypes.keyReused);
+      expect(fake.payoutRequests()).toHaveLength(1);
+      expect(fake.payouts).toHaveLength(1);
+      await oneRowFor(key, body, payout.payout_id);
+    });
+
+    it('after another body was refused under the key, the original body still gets its refund (201 from the row)', async () => {
+      const key = newKey();
+      const body = newBody();
+      const first = await post(key, body);
+      const payout = onePayoutFor(key, body);
+      expectCreated(first, key, body, payout.payout_id);
+
+      await db.query(`DELETE FROM idempotency_keys WHERE key = $1`, [operation(key)]);
+      const other = await post(key, { ...body, amount: body.amount + 100 });
+      expect(other.status).toBe(422);
+      expect(other.body.type).toBe(IdempotencyProblemTypes.keyReused);
+
+      // The refund under this key is the original body's: its retry must be
+      // answered with it, not told that the key was used with another body.
+      const original = await post(key, body);
+      expect({ status: original.status, type: original.body.type }).toEqual({ status: 201, type: undefined });
+      expect(original.body).toEqual(first.body);
+      expect(fake.payoutRequests()).toHaveLength(1);
+      await oneRowFor(key, body, payout.payout_id);
+    });
+  });
+
+  describe('the commit failing after the payout', () => {
+    const TRIGGER = 'refunds_e2e_fail_commit';
+    afterEach(async () => {
+      await db.query(`DROP TRIGGER IF EXISTS ${TRIGGER} ON refunds`);
+      await db.query(`DROP FUNCTION IF EXISTS ${TRIGGER}()`);
+    });
+
+    it('503 outcome-unknown, one payout, no row; once the database takes it, the retry records that payout (201), still one payout', async () => {
+      const key = newKey();
+      const body = newBody({ ticket_id: `T-fail-${randomUUID().slice(0, 8)}` });
+      // Only this test's ticket fails; the literal is made of [A-Za-z0-9-].
+      expect(body.ticket_id).toMatch(/^[A-Za-z0-9-]+$/);
+      await db.query(`CREATE FUNCTION ${TRIGGER}() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN RAISE EXCEPTION 'refunds e2e: the commit fails'; END $$`);
+      await db.query(
+        `CREATE TRIGGER ${TRIGGER} BEFORE INSERT ON refunds FOR EACH ROW WHEN (NEW.ticket_id = '${body.ticket_id}') EXECUTE FUNCTION ${TRIGGER}()`,
+      );
+
+      const first = await post(key, body);
+      expectOutcomeUnknown(first);
+      const payout = onePayoutFor(key, body);
+      expect(await rows(refundIdOf(key))).toHaveLength(0);
+      await abandoned(key);
+
+      await db.query(`DROP TRIGGER ${TRIGGER} ON refunds`);
+      const retry = await post(key, body);
+      expectCreated(retry, key, body, payout.payout_id);
+      expect(fake.payoutRequests()).toHaveLength(1);
+      expect(fake.payouts).toHaveLength(1);
+      await oneRowFor(key, body, payout.payout_id);
+      await completedWith201(key, retry.body);
+    });
+  });
+
+  describe('an abandoned key retried with another body', () => {
+    it('paid then dropped, lookup failing, then the key with another amount: 422, and no row records a payout with an amount it did not pay', async () => {
+      const key = newKey();
+      const body = newBody({ amount: 1250 });
+      fake.nextPayouts({ kind: 'pay-then-drop' });
+      fake.nextLookups({ kind: 'fail' });
+
+      expectOutcomeUnknown(await post(key, body));
+      const payout = onePayoutFor(key, body);
+      await abandoned(key);
+
+      const other = await post(key, { ...body, amount: 99_999 });
+      // The key's operation is the 1250 refund, and it was paid: another body
+      // under the key is a reuse (422), and whatever is recorded must be what was paid.
+      expect({
+        status: other.status,
+        type: other.body.type,
+        payouts: fake.payouts.map((p) => p.amount),
+        rows: (await rows(refundIdOf(key))).map((r) => ({ amount: r.amount, payout_id: r.payout_id })),
+      }).toEqual({
+        status: 422,
+        type: IdempotencyProblemTypes.keyReused,
+        payouts: [1250],
+        rows: [],
+      });
+      // With the key's own body, the retry records the payout that was made.
+      const retry = await post(key, body);
+      expectCreated(retry, key, body, payout.payout_id);
+      expect(fake.payouts).toHaveLength(1);
+      await oneRowFor(key, body, payout.payout_id);
+    });
+
+    it('dropped unpaid, then the key with another amount: 422, nothing paid for the other body', async () => {
+      const key = newKey();
+      const body = newBody({ amount: 1250 });
+      fake.nextPayouts({ kind: 'drop' });
+
+      expectOutcomeUnknown(await post(key, body));
+      expect(fake.payouts).toHaveLength(0);
+      await abandoned(key);
+
+      // The first payout's outcome was unknown (at a real provider it may still
+      // land): paying another amount under the same reference could pay both.
+      const other = await post(key, { ...body, amount: 99_999 });
+      expect({
+        status: other.status,
+        type: other.body.type,
+        payouts: fake.payouts.map((p) => p.amount),
+        rows: (await rows(refundIdOf(key))).map((r) => r.amount),
+      }).toEqual({ status: 422, type: IdempotencyProblemTypes.keyReused, payouts: [], rows: [] });
+    });
+  });
+
+  describe('bad input leaves nothing behind', () => {
+    const cases: [string, Record<string, unknown>, string][] = [
+      ['amount as a string', { amount: '1250' }, 'amount'],
+      ['amount 0', { amount: 0 }, 'amount'],
+      ['amount 1.5', { amount: 1.5 }, 'amount'],
+      ['amount 1000000001', { amount: 1_000_000_001 }, 'amount'],
+      ['amount null', { amount: null }, 'amount'],
+      ['amount -5', { amount: -5 }, 'amount'],
+      ['amount 1e21', { amount: 1e21 }, 'amount'],
+      ["currency 'eur'", { currency: 'eur' }, 'currency'],
+      ["currency 'EURO'", { currency: 'EURO' }, 'currency'],
+      ["ticket_id ''", { ticket_id: '' }, 'ticket_id'],
+      ['ticket_id of 65 characters', { ticket_id: 'T'.repeat(65) }, 'ticket_id'],
+      ['ticket_id an object', { ticket_id: { id: 'T-1' } }, 'ticket_id'],
+      ['an unknown field', { refund_twice: true }, 'refund_twice'],
+      ['order_id with a NUL character', { order_id: 'ord_\u00001' }, 'order_id'],
+      ['order_id missing', { order_id: undefined }, 'order_id'],
+    ];
+
+    it.each(cases)('%s: 400 naming the field; no payout, no row, no record', async (_name, over, field) => {
+      const key = newKey();
+      const body = { ...newBody(), ...over };
+      const res = await post(key, body);
+      expect(res.status).toBe(400);
+      expect(res.headers['content-type']).toMatch(PROBLEM_JSON);
+      expect(res.body.type).toBe(ProblemTypes.validationFailed);
+      expect((res.body.errors as { field: string }[]).map((e) => e.field)).toContain(field);
+      expect(res.body.detail).toContain(field);
+      expect(fake.requests).toHaveLength(0);
+      expect(await rows(refundIdOf(key))).toHaveLength(0);
+      expect(await record(key)).toBeUndefined();
+      // Corrected, the same key runs for real.
+      const fixed = newBody();
+      const ok = await post(key, fixed);
+      expect(ok.status).toBe(201);
+      expect(onePayoutFor(key, fixed).payout_id).toBe(ok.body.payout_id);
+    });
+
+    it('missing or malformed Idempotency-Key: 400 naming the header; no payout, no row, no record', async () => {
+      const recordsBefore = Number((await db.query(`SELECT count(*) AS n FROM idempotency_keys`))[0].n);
+      const refundsBefore = Number((await db.query(`SELECT count(*) AS n FROM refunds`))[0].n);
+
+      const missing = await post(undefined, newBody());
+      expect(missing.status).toBe(400);
+      expect(missing.headers['content-type']).toMatch(PROBLEM_JSON);
+      expect(missing.body.type).toBe(IdempotencyProblemTypes.keyMissing);
+      expect(`${missing.body.title} ${missing.body.detail}`).toContain('Idempotency-Key');
+
+      for (const bad of ['too-short', 'has a space in it here', 'has,a,comma,in,it,here']) {
+        const res = await post(bad, newBody());
+        expect({ bad, status: res.status }).toEqual({ bad, status: 400 });
+        expect(res.headers['content-type']).toMatch(PROBLEM_JSON);
+        expect(res.body.type).toBe(IdempotencyProblemTypes.keyInvalid);
+        expect(res.body.title).toContain('Idempotency-Key');
+        expect(await record(bad)).toBeUndefined();
+      }
+
+      expect(fake.requests).toHaveLength(0);
+      expect(Number((await db.query(`SELECT count(*) AS n FROM idempotency_keys`))[0].n)).toBe(recordsBefore);
+      expect(Number((await db.query(`SELECT count(*) AS n FROM refunds`))[0].n)).toBe(refundsBefore);
+    });
+
+    it('bodies that are not a refund at all are 4xx, never 5xx, and leave nothing behind', async () => {
+      const raw = (key: string, text: string, contentType = 'application/json') =>
+        request(api.server)
+          .post('/v1/refunds')
+          .set('authorization', bearer(TENANT_A))
+          .set('idempotency-key', key)
+          .set('content-type', contentType)
+          .send(text);
+      const bodies: [string, string, string?][] = [
+        ['not JSON', '{"ticket_id": '],
+        ['an array', '[{"ticket_id":"T-1","order_id":"o","amount":1,"currency":"EUR"}]'],
+        ['null', 'null'],
+        ['a number', '1250'],
+        ['empty', ''],
+        ['__proto__ field', '{"ticket_id":"T-1","order_id":"o","amount":1,"currency":"EUR","__proto__":{"x":1}}'],
+        ['amount 1e400', '{"ticket_id":"T-1","order_id":"o","amount":1e400,"currency":"EUR"}'],
+        ['duplicate members', '{"ticket_id":"T-1","order_id":"o","amount":1,"amount":"1","currency":"EUR"}'],
+        ['form-encoded', 'ticket_id=T-1&order_id=o&amount=1&currency=EUR', 'application/x-www-form-urlencoded'],
+        ['text', 'refund please', 'text/plain'],
+      ];
+      for (const [name, text, contentType] of bodies) {
+        const key = newKey();
+        const res = await raw(key, text, contentType);
+        expect({ name, status: res.status, fourXX: res.status >= 400 && res.status < 500 }).toEqual({ name, status: res.status, fourXX: true });
+        expect(res.headers['content-type']).toMatch(PROBLEM_JSON);
+        expect(await rows(refundIdOf(key))).toHaveLength(0);
+        expect(await record(key)).toBeUndefined();
+      }
+      expect(fake.requests).toHaveLength(0);
+    });
+  });
+
+  it('metrics: refunds_total and refund_provider_calls_total move by what the requests did', async () => {
+    const sample = async () => ({
+      paid: await metricValue(api.server, 'refunds_total', { outcome: 'paid' }),
+      found: await metricValue(api.server, 'refunds_total', { outcome: 'found' }),
+      refused: await metricValue(api.server, 'refunds_total', { outcome: 'refused' }),
+      unknown: await metricValue(api.server, 'refunds_total', { outcome: 'unknown' }),
+      payoutPaid: await metricValue(api.server, 'refund_provider_calls_total', { call: 'payout', result: 'paid' }),
+      payoutRefused: await metricValue(api.server, 'refund_provider_calls_total', { call: 'payout', result: 'refused' }),
+      payoutUnknown: await metricValue(api.server, 'refund_provider_calls_total', { call: 'payout', result: 'unknown' }),
+      lookupFound: await metricValue(api.server, 'refund_provider_calls_total', { call: 'lookup', result: 'found' }),
+      lookupAbsent: await metricValue(api.server, 'refund_provider_calls_total', { call: 'lookup', result: 'absent' }),
+      lookupUnknown: await metricValue(api.server, 'refund_provider_calls_total', { call: 'lookup', result: 'unknown' }),
+    });
+    const before = await sample();
+
+    const paidKey = newKey();
+    const paidBody = newBody();
+    expect((await post(paidKey, paidBody)).status).toBe(201); // paid: payout paid
+    expect((await post(paidKey, paidBody)).status).toBe(201); // replay: nothing
+    fake.nextPayouts({ kind: 'pay-then-drop' });
+    expect((await post(newKey(), newBody())).status).toBe(201); // found: payout unknown, lookup found
+    fake.nextPayouts({ kind: 'refuse' });
+    expect((await post(newKey(), newBody())).status).toBe(422); // refused: payout refused
+    const unknownKey = newKey();
+    const unknownBody = newBody();
+    fake.nextPayouts({ kind: 'drop' });
+    expect((await post(unknownKey, unknownBody)).status).toBe(503); // unknown: payout unknown, lookup absent
+    fake.nextLookups({ kind: 'fail' });
+    expect((await post(unknownKey, unknownBody)).status).toBe(503); // unknown: the recovery's lookup unknown
+    expect((await post(unknownKey, unknownBody)).status).toBe(201); // paid: recovery lookup absent, payout paid
+    expect((await post(newKey(), { ...newBody(), amount: '1' })).status).toBe(400); // nothing
+    expect(fake.payouts).toHaveLength(3);
+
+    const after = await sample();
+    expect({
+      paid: after.paid - before.paid,
+      found: after.found - before.found,
+      refused: after.refused - before.refused,
+      unknown: after.unknown - before.unknown,
+      payoutPaid: after.payoutPaid - before.payoutPaid,
+      payoutRefused: after.payoutRefused - before.payoutRefused,
+      payoutUnknown: after.payoutUnknown - before.payoutUnknown,
+      lookupFound: after.lookupFound - before.lookupFound,
+      lookupAbsent: after.lookupAbsent - before.lookupAbsent,
+      lookupUnknown: after.lookupUnknown - before.lookupUnknown,
+    }).toEqual({
+      paid: 2,
+      found: 1,
+      refused: 1,
+      unknown: 2,
+      payoutPaid: 2,
+      payoutRefused: 1,
+      payoutUnknown: 2,
+      lookupFound: 1,
+      lookupAbsent: 2,
+      lookupUnknown: 1,
+    });
+  });
+});
+
+describe('POST /v1/refunds on the quick start (PAYMENTS_URL unset: the built-in fake provider)', () => {
+  let api: ApiHarness;
+  let db: DataSource;
+  const post = (key: string, body: object) =>
+    request(api.server).post('/v1/refunds').set('authorization', bearer(TENANT_A)).set('idempotency-key', key).send(body);
+  const rowsOf = async (refundId: string) => (await db.query(`SELECT amount, payout_id FROM refunds WHERE refund_id = $1`, [refundId])) as RefundRow[];
+  const recordOf = async (key: string) =>
+    ((await db.query(`SELECT state, status FROM idempotency_keys WHERE key = $1`, [operation(key)])) as KeyRecord[])[0];
+
+  beforeAll(async () => {
+    api = await startApi();
+    db = api.app.get(DataSource);
+  });
+  afterAll(() => api?.close());
+
+  it('pays (201), replays, and refuses 2,000,000 with a stored 422 payment-refused', async () => {
+    const key = newKey();
+    const body = newBody({ amount: 1999 });
+    const first = await post(key, body);
+    expect(first.status).toBe(201);
+    expect(first.body).toEqual({ ...paidAnswer(key, body, first.body.payout_id), payout_id: expect.stringMatching(/^po_[0-9a-f]{24}$/) });
+    expect(first.headers.location).toBe(`/v1/refunds/${refundIdOf(key)}`);
+    expect(await rowsOf(refundIdOf(key))).toEqual([{ amount: 1999, payout_id: first.body.payout_id }]);
+    expect(await recordOf(key)).toMatchObject({ state: 'completed', status: 201 });
+
+    const replay = await post(key, body);
+    expect(replay.status).toBe(201);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.body).toEqual(first.body);
+    expect(await rowsOf(refundIdOf(key))).toHaveLength(1);
+
+    const bigKey = newKey();
+    const big = newBody({ amount: 2_000_000 });
+    const refused = await post(bigKey, big);
+    expect(refused.status).toBe(422);
+    expect(refused.body.type).toBe(RefundProblemTypes.paymentRefused);
+    expect(refused.body.detail).toContain('1000000');
+    expect(await rowsOf(refundIdOf(bigKey))).toHaveLength(0);
+    expect(await recordOf(bigKey)).toMatchObject({ state: 'completed', status: 422 });
+    const refusedAgain = await post(bigKey, big);
+    expect(refusedAgain.status).toBe(422);
+    expect(refusedAgain.headers['idempotent-replayed']).toBe('true');
+    expect(refusedAgain.body).toEqual(refused.body);
+  });
+});
