@@ -5,6 +5,7 @@ import type { Redis } from 'ioredis';
 import type { AddressInfo } from 'node:net';
 import { bearer, startApi, TENANT_A } from '../support/api-harness';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
+import { FakePaymentsServer } from '../support/fake-payments-server';
 import { freshRedis } from '../support/infra';
 
 /** A gate the next run waits at: `reached` when a run arrives, the run goes on at release(). */
@@ -105,3 +106,33 @@ describeIdempotentRoute(
   },
   { whileRunning: 'attached', keyRequired: false },
 );
+
+describeIdempotentRoute('POST /v1/refunds (PostgreSQL records, committed with the refund)', async () => {
+  const provider = await new FakePaymentsServer().start();
+  const api = await startApi({ env: { PAYMENTS_URL: provider.url(), PAYMENTS_TIMEOUT_S: '10' } });
+  const body = { ticket_id: 'T-conformance', order_id: 'ord-conformance', amount: 1250, currency: 'EUR' };
+  return {
+    server: api.server,
+    method: 'POST',
+    path: '/v1/refunds',
+    headers: { authorization: bearer(TENANT_A) },
+    body,
+    otherBody: { ...body, amount: 990 },
+    invalidBody: { ...body, amount: '1250' },
+    successStatus: 201,
+    // The provider holds the next payout: the request has claimed its key and waits on the payment.
+    hold: () => {
+      let release!: () => void;
+      const gate = new Promise<void>((r) => (release = r));
+      const arrived = provider.payoutRequests().length + 1;
+      provider.nextPayouts({ kind: 'gate', gate });
+      return { reached: provider.arrivals(arrived), release };
+    },
+    effects: async () => provider.payouts.length,
+    errors: 'problem',
+    teardown: async () => {
+      await api.close();
+      await provider.stop();
+    },
+  };
+});
