@@ -22,6 +22,8 @@ export interface Refund {
   readonly currency: string;
   readonly payout_id: string;
   readonly status: 'paid';
+  /** When the refund was recorded (ISO 8601): in GET's answer only. */
+  readonly created_at?: string;
 }
 
 /**
