@@ -12,6 +12,7 @@ import { benchApiIdempotency, type BenchResult } from './api-idempotency.bench';
 import { benchGateway, type GatewayBenchResults } from './gateway.bench';
 import { benchHostileInput } from './hostile-input.bench';
 import { benchIdempotencyStores } from './idempotency-stores.bench';
+import { benchRefunds } from './refunds.bench';
 import { benchWorker } from './worker-throughput.bench';
 
 const redisBase = (process.env.REDIS_URL ?? 'redis://127.0.0.1:6379').replace(/\/\d*$/, '');
@@ -46,10 +47,24 @@ async function benchDatabase(): Promise<string> {
   return url.toString();
 }
 
+/** BENCH=stores,refunds runs only those parts (api, stores, refunds, hostile, worker, gateway); unset, all. */
+const PARTS = ['api', 'stores', 'refunds', 'hostile', 'worker', 'gateway'] as const;
+const chosen = (process.env.BENCH ?? '').split(',').map((p) => p.trim()).filter(Boolean);
+for (const part of chosen) if (!(PARTS as readonly string[]).includes(part)) throw new Error(`BENCH: no part "${part}" (${PARTS.join(', ')})`);
+const want = (part: (typeof PARTS)[number]): boolean => chosen.length === 0 || chosen.includes(part);
+
 async function main(): Promise<void> {
   console.log(`node ${process.version}, ${require('node:os').cpus().length} cpus`);
   const benchDb = await benchDatabase();
-  print(await benchApiIdempotency(`${redisBase}/15`, benchDb));
+  if (want('api')) print(await benchApiIdempotency(`${redisBase}/15`, benchDb));
+  if (want('stores')) await printStores(benchDb);
+  if (want('refunds')) await printRefunds(benchDb);
+  if (want('hostile')) await printHostile(benchDb);
+  if (want('worker')) await printWorker(benchDb);
+  if (want('gateway')) printGateway(await benchGateway(`${redisBase}/15`, benchDb));
+}
+
+async function printStores(benchDb: string): Promise<void> {
   console.log('POST /v1/summaries by idempotency store (IDEMPOTENCY_STORE): medians of alternating rounds, round trips over all of them');
   console.table(
     (await benchIdempotencyStores(`${redisBase}/15`, benchDb)).map((r) => ({
@@ -65,6 +80,32 @@ async function main(): Promise<void> {
       'PostgreSQL round trips/req': r.postgresRoundTripsPerRequest,
     })),
   );
+}
+
+async function printRefunds(benchDb: string): Promise<void> {
+  console.log('POST /v1/refunds (built-in provider) against the same work without idempotency: medians of alternating rounds, added and / plain the medians of each round against plain, round trips over all of them');
+  console.table(
+    (await benchRefunds(`${redisBase}/15`, benchDb)).map((r) => ({
+      benchmark: r.side,
+      route: r.path,
+      'rounds x requests': `${r.rounds} x ${r.requestsPerRound}`,
+      concurrency: r.concurrency,
+      'req/s': r.perSecond,
+      'req/s min-max': `${r.perSecondMin}-${r.perSecondMax}`,
+      'p50 ms': r.p50Ms,
+      'p50 min-max': `${r.p50MinMs}-${r.p50MaxMs}`,
+      'p99 ms': r.p99Ms,
+      'added p50 ms': r.addedP50Ms ?? '',
+      'added p99 ms': r.addedP99Ms ?? '',
+      'p50 / plain': r.p50OverPlain ?? '',
+      'req/s / plain': r.perSecondOverPlain ?? '',
+      'Redis round trips/req': r.redisRoundTripsPerRequest,
+      'PostgreSQL round trips/req': r.postgresRoundTripsPerRequest,
+    })),
+  );
+}
+
+async function printHostile(benchDb: string): Promise<void> {
   console.log('Hostile bodies, one at a time: latency and the longest event-loop block while they ran');
   console.table(
     (await benchHostileInput(`${redisBase}/15`, benchDb)).map((r) => ({
@@ -78,6 +119,9 @@ async function main(): Promise<void> {
       'loop blocked max ms': r.loopMaxMs,
     })),
   );
+}
+
+async function printWorker(benchDb: string): Promise<void> {
   console.table(
     (await benchWorker(`${redisBase}/15`, benchDb)).map((r) => ({
       benchmark: r.name,
@@ -87,7 +131,6 @@ async function main(): Promise<void> {
       'PostgreSQL round trips/job': r.postgresRoundTripsPerJob,
     })),
   );
-  printGateway(await benchGateway(`${redisBase}/15`, benchDb));
 }
 
 function printGateway(results: GatewayBenchResults): void {
