@@ -30,7 +30,8 @@ export function refundIdFor(operation: string): string {
 
 export const refundLocation = (refundId: string): string => `/v1/refunds/${refundId}`;
 
-const toAnswer = (r: StoredRefund): RefundDto => ({
+/** A recorded refund as the route answers it. */
+export const refundAnswerOf = (r: StoredRefund): RefundDto => ({
   refund_id: r.refundId,
   ticket_id: r.ticketId,
   order_id: r.orderId,
@@ -138,7 +139,7 @@ export class RefundsService {
       throw unavailable('The refund cannot be read right now');
     }
     if (!stored) throw notFound();
-    return { ...toAnswer(stored), created_at: stored.createdAt.toISOString() };
+    return { ...refundAnswerOf(stored), created_at: stored.createdAt.toISOString() };
   }
 
   /** The recorded refund with this id. Unreadable: a 503 before anything is sent to the provider (the key is freed). */
@@ -159,7 +160,7 @@ export class RefundsService {
   private answerFrom(known: StoredRefund, body: CreateRefundDto): RefundDto {
     const same = known.ticketId === body.ticket_id && known.orderId === body.order_id && known.amount === body.amount && known.currency === body.currency;
     if (!same) throw new IdempotencyKeyReusedException();
-    return toAnswer(known);
+    return refundAnswerOf(known);
   }
 
   /** One payout attempt: the payout, or a thrown refusal (422) or unknown outcome (503). */
