@@ -8,6 +8,7 @@ import { type AppProcess, startAppProcess } from '../support/app-process';
 import { FakePaymentsServer } from '../support/fake-payments-server';
 import { eventually, freePort, sleep, testDatabaseUrl, testDataSource, testRedisUrl } from '../support/infra';
 import { metricValue } from '../support/metrics';
+import { keyRecord, lookupsFor, paidAnswer, paidRow, payoutPostsFor, refundOperation, refundRows } from '../support/refunds';
 
 /** Short, so that the key of a request that was killed is free a couple of seconds later. */
 const LOCK_TTL_S = 2;
@@ -70,22 +71,15 @@ describe('refunds: the api process killed mid-refund, then restarted', () => {
   };
 
   const refundBody = (tag: string) => ({ ticket_id: `T-${tag}`, order_id: `ord-${tag}`, amount: 4200, currency: 'EUR' });
-  const operationOf = (key: string) => `${TENANT_A.tenant}:POST:/v1/refunds:${key}`;
+  const operationOf = (key: string) => refundOperation(TENANT_A.tenant, key);
   const post = (p: AppProcess, key: string, body: object) =>
     fetch(`${p.url}/v1/refunds`, {
       method: 'POST',
       headers: { authorization: `Bearer ${TENANT_A.key}`, 'content-type': 'application/json', 'idempotency-key': key },
       body: JSON.stringify(body),
     });
-  const rowsOf = (refundId: string) =>
-    ds.query(`SELECT refund_id, tenant, ticket_id, order_id, amount, currency, payout_id FROM refunds WHERE refund_id = $1`, [refundId]) as Promise<
-      Record<string, unknown>[]
-    >;
-  const recordOf = async (key: string) =>
-    ((await ds.query(`SELECT state, status, body, token, locked_until FROM idempotency_keys WHERE key = $1`, [operationOf(key)])) as Record<string, unknown>[])[0];
-  const payoutPostsFor = (reference: string) => fake.payoutRequests().filter((r) => (r.body as { reference?: string } | undefined)?.reference === reference);
-  const lookupsFor = (reference: string) =>
-    fake.lookupRequests().filter((r) => new URL(r.path, 'http://fake').searchParams.get('reference') === reference);
+  const rowsOf = (refundId: string) => refundRows(ds, refundId);
+  const recordOf = (key: string) => keyRecord(ds, operationOf(key));
 
   /**
    * Retries as a client would, same key and body, on the restarted api: 409
@@ -107,6 +101,27 @@ describe('refunds: the api process killed mid-refund, then restarted', () => {
     }
   };
 
+  /**
+   * Starts the api and sends it `key`'s refund, whose payout the fake holds
+   * (registered on arrival, answered once `answerPayout` is called); returns
+   * once the payout has arrived. `first` settles with the api's answer, or
+   * with the error of a connection that dropped.
+   */
+  const sendWithPayoutHeld = async (key: string, body: ReturnType<typeof refundBody>) => {
+    const api = await start();
+    let answerPayout!: () => void;
+    const gate = new Promise<void>((resolve) => (answerPayout = resolve));
+    fake.nextPayouts({ kind: 'gate', gate });
+    const arrived = fake.payoutRequests().length;
+    const first = post(api, key, body).then(
+      (r) => r,
+      (err: unknown) => err as Error,
+    );
+    await fake.arrivals(arrived + 1);
+    expect(fake.payoutsFor(refundIdFor(operationOf(key)))).toHaveLength(1);
+    return { api, first, answerPayout };
+  };
+
   /** The effects every scenario ends with: one payout (by lookup), one row, the key completed and replayed. */
   const expectRecordedOnce = async (p: AppProcess, key: string, body: ReturnType<typeof refundBody>, res: Response): Promise<void> => {
     const refundId = refundIdFor(operationOf(key));
@@ -114,22 +129,20 @@ describe('refunds: the api process killed mid-refund, then restarted', () => {
     expect(payouts).toHaveLength(1);
     expect(payouts[0]).toMatchObject({ reference: refundId, order_id: body.order_id, amount: body.amount, currency: body.currency });
     // The restarted api did not pay again: the only paying POST is the dead process's.
-    expect(payoutPostsFor(refundId)).toHaveLength(1);
+    expect(payoutPostsFor(fake, refundId)).toHaveLength(1);
     // It asked the provider instead.
-    expect(lookupsFor(refundId).length).toBeGreaterThanOrEqual(1);
+    expect(lookupsFor(fake, refundId).length).toBeGreaterThanOrEqual(1);
 
     expect(res.status).toBe(201);
     const answer = (await res.json()) as Record<string, unknown>;
-    const expected = { refund_id: refundId, ...body, payout_id: payouts[0].payout_id, status: 'paid' };
+    const expected = paidAnswer(refundId, body, payouts[0].payout_id);
     expect(answer).toEqual(expected);
     expect(res.headers.get('location')).toBe(`/v1/refunds/${refundId}`);
 
-    expect(await rowsOf(refundId)).toEqual([
-      { refund_id: refundId, tenant: TENANT_A.tenant, ticket_id: body.ticket_id, order_id: body.order_id, amount: body.amount, currency: body.currency, payout_id: payouts[0].payout_id },
-    ]);
+    expect(await rowsOf(refundId)).toEqual([paidRow(refundId, TENANT_A.tenant, body, payouts[0].payout_id)]);
     const record = await recordOf(key);
     expect(record).toMatchObject({ state: 'completed', status: 201, token: null });
-    expect(JSON.parse(record.body as string)).toEqual(expected);
+    expect(JSON.parse(record!.body!)).toEqual(expected);
     expect(await metricValue(p.url, 'refunds_total', { outcome: 'found' })).toBe(1);
 
     // And from now on it is a plain replay: nothing more at the provider.
@@ -147,21 +160,10 @@ describe('refunds: the api process killed mid-refund, then restarted', () => {
     const key = `refund-kill-commit-${randomUUID()}`;
     const body = refundBody(randomUUID().slice(0, 8));
     const refundId = refundIdFor(operationOf(key));
-    const api = await start();
-
     // The payout is held at the provider until the test holds the table lock:
     // the api's read of `refunds` (is it already recorded?) comes before the
     // payout, and must not be the statement that blocks.
-    let answerPayout!: () => void;
-    const gate = new Promise<void>((resolve) => (answerPayout = resolve));
-    fake.nextPayouts({ kind: 'gate', gate });
-    const arrived = fake.payoutRequests().length;
-    const first = post(api, key, body).then(
-      (r) => r,
-      (err: unknown) => err as Error,
-    );
-    await fake.arrivals(arrived + 1);
-    expect(fake.payoutsFor(refundId)).toHaveLength(1);
+    const { api, first, answerPayout } = await sendWithPayoutHeld(key, body);
 
     const locker = new Client({ connectionString: testDatabaseUrl(), application_name: 'refunds-process-test-locker' });
     await locker.connect();
@@ -216,19 +218,8 @@ describe('refunds: the api process killed mid-refund, then restarted', () => {
     const key = `refund-kill-inflight-${randomUUID()}`;
     const body = refundBody(randomUUID().slice(0, 8));
     const refundId = refundIdFor(operationOf(key));
-    const api = await start();
-
-    let answerPayout!: () => void;
-    const gate = new Promise<void>((resolve) => (answerPayout = resolve));
     // Registered on arrival; the 201 is written only after the kill, to a connection that is gone.
-    fake.nextPayouts({ kind: 'gate', gate });
-    const arrived = fake.payoutRequests().length;
-    const first = post(api, key, body).then(
-      (r) => r,
-      (err: unknown) => err as Error,
-    );
-    await fake.arrivals(arrived + 1);
-    expect(fake.payoutsFor(refundId)).toHaveLength(1);
+    const { api, first, answerPayout } = await sendWithPayoutHeld(key, body);
     expect(await recordOf(key)).toMatchObject({ state: 'running' });
 
     await kill(api);

@@ -1,4 +1,4 @@
-import { ApiClient, idempotencyKey, issueRefund, type Refund, refundKey } from '@app/client';
+import { ApiClient, idempotencyKey, issueRefund, type Refund, refundKey, type RefundRequest } from '@app/client';
 import { IdempotencyProblemTypes } from '@app/idempotency';
 import { ProblemTypes } from '@app/problem';
 import { randomUUID } from 'node:crypto';
@@ -11,6 +11,7 @@ import { type ApiHarness, bearer, startApi, TENANT_A, TENANT_B } from '../suppor
 import { FakePaymentsServer, type FakePayout } from '../support/fake-payments-server';
 import { eventually } from '../support/infra';
 import { metricValue } from '../support/metrics';
+import { keyRecord, paidAnswer, paidRow, refundOperation, refundRows } from '../support/refunds';
 
 /**
  * POST /v1/refunds and GET /v1/refunds/<id>, in-process, paying through the
@@ -21,38 +22,13 @@ import { metricValue } from '../support/metrics';
  * `idempotency_keys`.
  */
 
-interface RefundBody {
-  ticket_id: string;
-  order_id: string;
-  amount: number;
-  currency: string;
-}
-
-interface RefundRow {
-  refund_id: string;
-  tenant: string;
-  ticket_id: string;
-  order_id: string;
-  amount: number;
-  currency: string;
-  payout_id: string;
-}
-
-interface KeyRecord {
-  state: 'running' | 'completed';
-  status: number | null;
-  body: string | null;
-  /** locked_until <= now(): an abandoned (or dead) request's key, for the next one to take over. */
-  lock_expired: boolean | null;
-}
-
 const PROBLEM_JSON = /^application\/problem\+json/;
 const REFUSAL = { type: 'card-closed', title: 'Card closed', detail: 'the customer card ending 4242 was closed' };
 
 const newKey = (): string => `refund-e2e-${randomUUID()}`;
-const operation = (key: string, tenant: string = TENANT_A.tenant): string => `${tenant}:POST:/v1/refunds:${key}`;
+const operation = (key: string, tenant: string = TENANT_A.tenant): string => refundOperation(tenant, key);
 const refundIdOf = (key: string, tenant: string = TENANT_A.tenant): string => refundIdFor(operation(key, tenant));
-const newBody = (over: Partial<RefundBody> = {}): RefundBody => ({
+const newBody = (over: Partial<RefundRequest> = {}): RefundRequest => ({
   ticket_id: `T-${randomUUID().slice(0, 8)}`,
   order_id: `ord_${randomUUID().slice(0, 8)}`,
   amount: 1250,
@@ -60,15 +36,7 @@ const newBody = (over: Partial<RefundBody> = {}): RefundBody => ({
   ...over,
 });
 /** The 201 a refund of `body` under `key` answers, paid with `payoutId`. */
-const paidAnswer = (key: string, body: RefundBody, payoutId: string): Refund => ({
-  refund_id: refundIdOf(key),
-  ticket_id: body.ticket_id,
-  order_id: body.order_id,
-  amount: body.amount,
-  currency: body.currency,
-  payout_id: payoutId,
-  status: 'paid',
-});
+const paidAnswerOf = (key: string, body: RefundRequest, payoutId: string): Refund => paidAnswer(refundIdOf(key), body, payoutId);
 
 describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsServer)', () => {
   let fake: FakePaymentsServer;
@@ -81,17 +49,13 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
     if (key !== undefined) req = req.set('idempotency-key', key);
     return req.send(body as object);
   };
-  const rows = async (refundId: string): Promise<RefundRow[]> =>
-    (await db.query(`SELECT refund_id, tenant, ticket_id, order_id, amount, currency, payout_id FROM refunds WHERE refund_id = $1`, [
-      refundId,
-    ])) as RefundRow[];
-  const record = async (key: string): Promise<KeyRecord | undefined> =>
-    ((await db.query(`SELECT state, status, body, locked_until <= now() AS lock_expired FROM idempotency_keys WHERE key = $1`, [operation(key)])) as KeyRecord[])[0];
+  const rows = (refundId: string) => refundRows(db, refundId);
+  const record = (key: string) => keyRecord(db, operation(key));
   const client = (over: Partial<ConstructorParameters<typeof ApiClient>[0]> = {}) =>
     new ApiClient({ baseUrl: apiUrl, apiKey: TENANT_A.key, backoff: { baseMs: 20, capMs: 100 }, ...over });
 
   /** The one payout of `key`'s refund at the fake, checked against the body it was asked with. */
-  const onePayoutFor = (key: string, body: RefundBody): FakePayout => {
+  const onePayoutFor = (key: string, body: RefundRequest): FakePayout => {
     const refundId = refundIdOf(key);
     const payouts = fake.payoutsFor(refundId);
     expect(payouts).toHaveLength(1);
@@ -105,18 +69,8 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
     return payouts[0];
   };
   /** The one row of `key`'s refund, with that payout. */
-  const oneRowFor = async (key: string, body: RefundBody, payoutId: string): Promise<void> => {
-    expect(await rows(refundIdOf(key))).toEqual([
-      {
-        refund_id: refundIdOf(key),
-        tenant: TENANT_A.tenant,
-        ticket_id: body.ticket_id,
-        order_id: body.order_id,
-        amount: body.amount,
-        currency: body.currency,
-        payout_id: payoutId,
-      },
-    ]);
+  const oneRowFor = async (key: string, body: RefundRequest, payoutId: string): Promise<void> => {
+    expect(await rows(refundIdOf(key))).toEqual([paidRow(refundIdOf(key), TENANT_A.tenant, body, payoutId)]);
   };
   /** The key's record: completed with the 201 it answered, stored whole. */
   const completedWith201 = async (key: string, answer: Refund): Promise<void> => {
@@ -134,10 +88,39 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
     expect(res.body.type).toBe(IdempotencyProblemTypes.outcomeUnknown);
     expect(res.headers['retry-after']).toMatch(/^\d+$/);
   };
-  const expectCreated = (res: request.Response, key: string, body: RefundBody, payoutId: string): void => {
+  const expectCreated = (res: request.Response, key: string, body: RefundRequest, payoutId: string): void => {
     expect(res.status).toBe(201);
-    expect(res.body).toEqual(paidAnswer(key, body, payoutId));
+    expect(res.body).toEqual(paidAnswerOf(key, body, payoutId));
     expect(res.headers.location).toBe(`/v1/refunds/${refundIdOf(key)}`);
+  };
+  /** `res` is the 201 of `key`'s refund, paid once: one payout at the fake, one row with it, the key completed with `res`'s answer. */
+  const expectPaidOnce = async (res: request.Response, key: string, body: RefundRequest): Promise<FakePayout> => {
+    const payout = onePayoutFor(key, body);
+    expectCreated(res, key, body, payout.payout_id);
+    await oneRowFor(key, body, payout.payout_id);
+    await completedWith201(key, res.body);
+    return payout;
+  };
+  /** `res` replays `answer`: the same 201, marked Idempotent-Replayed. */
+  const expectReplay = (res: request.Response, answer: unknown): void => {
+    expect(res.status).toBe(201);
+    expect(res.headers['idempotent-replayed']).toBe('true');
+    expect(res.body).toEqual(answer);
+  };
+  /** `res` is a 503 outcome-unknown and nothing was paid: no payout, no row, the key abandoned. */
+  const expectUnknownUnpaid = async (res: request.Response, key: string): Promise<void> => {
+    expectOutcomeUnknown(res);
+    expect(fake.payouts).toHaveLength(0);
+    expect(await rows(refundIdOf(key))).toHaveLength(0);
+    await abandoned(key);
+  };
+  /** `res` is a 503 outcome-unknown though the payout was made: one payout, no row, the key abandoned. */
+  const expectUnknownPaid = async (res: request.Response, key: string, body: RefundRequest): Promise<FakePayout> => {
+    expectOutcomeUnknown(res);
+    const payout = onePayoutFor(key, body);
+    expect(await rows(refundIdOf(key))).toHaveLength(0);
+    await abandoned(key);
+    return payout;
   };
 
   beforeAll(async () => {
@@ -164,8 +147,7 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       const refundId = refundIdOf(key);
 
       const first = await post(key, body);
-      const payout = onePayoutFor(key, body);
-      expectCreated(first, key, body, payout.payout_id);
+      await expectPaidOnce(first, key, body);
       expect(first.headers['idempotent-replayed']).toBeUndefined();
       expect(first.body.refund_id).toBe(refundId);
       // What the provider was sent, as it came.
@@ -175,13 +157,9 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       expect(sent.body).toEqual({ reference: refundId, order_id: body.order_id, amount: body.amount, currency: body.currency });
       expect(fake.payoutRequests()).toHaveLength(1);
       expect(fake.lookupRequests()).toHaveLength(0);
-      await oneRowFor(key, body, payout.payout_id);
-      await completedWith201(key, first.body);
 
       const replay = await post(key, body);
-      expect(replay.status).toBe(201);
-      expect(replay.headers['idempotent-replayed']).toBe('true');
-      expect(replay.body).toEqual(first.body);
+      expectReplay(replay, first.body);
       expect(replay.headers.location).toBe(first.headers.location);
       expect(fake.payoutRequests()).toHaveLength(1);
       expect(fake.payouts).toHaveLength(1);
@@ -225,18 +203,12 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       expect(during.headers['retry-after']).toMatch(/^[1-9]\d*$/);
 
       const answer = await first;
-      const payout = onePayoutFor(key, body);
-      expectCreated(answer, key, body, payout.payout_id);
+      await expectPaidOnce(answer, key, body);
       // Timed out, then looked up: the one payout the slow answer would have given.
       expect(fake.lookupRequests()).toHaveLength(1);
       expect(fake.lookupRequests()[0].path).toBe(`/payouts?reference=${refundIdOf(key)}`);
-      await oneRowFor(key, body, payout.payout_id);
-      await completedWith201(key, answer.body);
 
-      const retry = await post(key, body);
-      expect(retry.status).toBe(201);
-      expect(retry.headers['idempotent-replayed']).toBe('true');
-      expect(retry.body).toEqual(answer.body);
+      expectReplay(await post(key, body), answer.body);
       expect(fake.payoutRequests()).toHaveLength(1);
       expect(fake.payouts).toHaveLength(1);
     });
@@ -252,11 +224,11 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       const payout = onePayoutFor(key, body);
       expect(result).toMatchObject({ outcome: 'succeeded', status: 201, replayed: true, location: `/v1/refunds/${refundIdOf(key)}` });
       expect(result.attempts).toBeGreaterThanOrEqual(2);
-      expect(result.outcome === 'succeeded' && result.body).toEqual(paidAnswer(key, body, payout.payout_id));
+      expect(result.outcome === 'succeeded' && result.body).toEqual(paidAnswerOf(key, body, payout.payout_id));
       expect(fake.payoutRequests()).toHaveLength(1);
       expect(fake.payouts).toHaveLength(1);
       await oneRowFor(key, body, payout.payout_id);
-      await completedWith201(key, paidAnswer(key, body, payout.payout_id));
+      await completedWith201(key, paidAnswerOf(key, body, payout.payout_id));
     });
   });
 
@@ -267,28 +239,20 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       fake.nextPayouts({ kind: 'drop' });
 
       const first = await post(key, body);
-      expectOutcomeUnknown(first);
+      await expectUnknownUnpaid(first, key);
       expect(first.headers['retry-after']).toBe('1');
       expect(fake.payoutRequests()).toHaveLength(1);
       expect(fake.lookupRequests()).toHaveLength(1);
-      expect(fake.payouts).toHaveLength(0);
-      expect(await rows(refundIdOf(key))).toHaveLength(0);
-      await abandoned(key);
 
       const retry = await post(key, body);
-      const payout = onePayoutFor(key, body);
-      expectCreated(retry, key, body, payout.payout_id);
+      await expectPaidOnce(retry, key, body);
       expect(retry.headers['idempotent-replayed']).toBeUndefined();
       // The recovery's lookup (absent), then the payout with the same reference.
       expect(fake.lookupRequests()).toHaveLength(2);
       expect(fake.payoutRequests()).toHaveLength(2);
       expect(fake.payouts).toHaveLength(1);
-      await oneRowFor(key, body, payout.payout_id);
-      await completedWith201(key, retry.body);
 
-      const replay = await post(key, body);
-      expect(replay.headers['idempotent-replayed']).toBe('true');
-      expect(replay.body).toEqual(retry.body);
+      expectReplay(await post(key, body), retry.body);
       expect(fake.payouts).toHaveLength(1);
     });
 
@@ -298,17 +262,11 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       fake.nextPayouts({ kind: 'hang' });
 
       const first = await post(key, body);
-      expectOutcomeUnknown(first);
+      await expectUnknownUnpaid(first, key);
       expect(first.headers['retry-after']).toBe('1');
-      expect(fake.payouts).toHaveLength(0);
-      expect(await rows(refundIdOf(key))).toHaveLength(0);
-      await abandoned(key);
 
-      const retry = await post(key, body);
-      const payout = onePayoutFor(key, body);
-      expectCreated(retry, key, body, payout.payout_id);
+      await expectPaidOnce(await post(key, body), key, body);
       expect(fake.payouts).toHaveLength(1);
-      await oneRowFor(key, body, payout.payout_id);
     });
 
     it.each([
@@ -321,16 +279,11 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       fake.nextPayouts(behaviour);
 
       const first = await post(key, body);
-      const payout = onePayoutFor(key, body);
-      expectCreated(first, key, body, payout.payout_id);
+      await expectPaidOnce(first, key, body);
       expect(fake.payoutRequests()).toHaveLength(1);
       expect(fake.lookupRequests()).toHaveLength(1);
-      await oneRowFor(key, body, payout.payout_id);
-      await completedWith201(key, first.body);
 
-      const replay = await post(key, body);
-      expect(replay.headers['idempotent-replayed']).toBe('true');
-      expect(replay.body).toEqual(first.body);
+      expectReplay(await post(key, body), first.body);
       expect(fake.payouts).toHaveLength(1);
     });
 
@@ -339,14 +292,8 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       const body = newBody();
       fake.nextPayouts({ kind: 'fail', status: 500 });
 
-      expectOutcomeUnknown(await post(key, body));
-      expect(fake.payouts).toHaveLength(0);
-      await abandoned(key);
-
-      const retry = await post(key, body);
-      const payout = onePayoutFor(key, body);
-      expectCreated(retry, key, body, payout.payout_id);
-      await oneRowFor(key, body, payout.payout_id);
+      await expectUnknownUnpaid(await post(key, body), key);
+      await expectPaidOnce(await post(key, body), key, body);
     });
   });
 
@@ -357,20 +304,12 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       fake.nextPayouts({ kind: 'drop' });
       fake.nextLookups({ kind: 'fail', status: 503 });
 
-      const first = await post(key, body);
-      expectOutcomeUnknown(first);
-      expect(fake.payouts).toHaveLength(0);
-      expect(await rows(refundIdOf(key))).toHaveLength(0);
-      await abandoned(key);
+      await expectUnknownUnpaid(await post(key, body), key);
 
-      const retry = await post(key, body);
-      const payout = onePayoutFor(key, body);
-      expectCreated(retry, key, body, payout.payout_id);
+      await expectPaidOnce(await post(key, body), key, body);
       expect(fake.lookupRequests()).toHaveLength(2);
       expect(fake.payoutRequests()).toHaveLength(2);
       expect(fake.payouts).toHaveLength(1);
-      await oneRowFor(key, body, payout.payout_id);
-      await completedWith201(key, retry.body);
     });
 
     it('paid then dropped, lookup failing: 503; the retry recovers the payout by lookup and pays nothing more', async () => {
@@ -379,25 +318,17 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       fake.nextPayouts({ kind: 'pay-then-drop' });
       fake.nextLookups({ kind: 'drop' });
 
-      const first = await post(key, body);
-      expectOutcomeUnknown(first);
-      const payout = onePayoutFor(key, body);
-      expect(await rows(refundIdOf(key))).toHaveLength(0);
-      await abandoned(key);
+      const payout = await expectUnknownPaid(await post(key, body), key, body);
 
       // Still unknown on the next try: the recovery's lookup fails too, and nothing is paid.
       fake.nextLookups({ kind: 'fail', status: 502 });
-      expectOutcomeUnknown(await post(key, body));
+      expect(await expectUnknownPaid(await post(key, body), key, body)).toEqual(payout);
       expect(fake.payoutRequests()).toHaveLength(1);
-      await abandoned(key);
 
-      const retry = await post(key, body);
-      expectCreated(retry, key, body, payout.payout_id);
+      expect((await expectPaidOnce(await post(key, body), key, body)).payout_id).toBe(payout.payout_id);
       expect(fake.payoutRequests()).toHaveLength(1);
       expect(fake.payouts).toHaveLength(1);
       expect(fake.lookupRequests()).toHaveLength(3);
-      await oneRowFor(key, body, payout.payout_id);
-      await completedWith201(key, retry.body);
     });
   });
 
@@ -422,30 +353,21 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
     open();
     const answers = await Promise.all(all);
 
-    const payout = onePayoutFor(key, body);
-    expect(fake.payoutRequests()).toHaveLength(1);
     const created = answers.filter((r) => r.status === 201 && r.headers['idempotent-replayed'] === undefined);
     expect(created).toHaveLength(1);
-    expectCreated(created[0], key, body, payout.payout_id);
+    await expectPaidOnce(created[0], key, body);
+    expect(fake.payoutRequests()).toHaveLength(1);
     for (const other of answers.filter((r) => r !== created[0])) {
       if (other.status === 409) {
         expect(other.body.type).toBe(IdempotencyProblemTypes.inProgress);
         expect(other.headers['retry-after']).toMatch(/^[1-9]\d*$/);
       } else {
-        expect(other.status).toBe(201);
-        expect(other.headers['idempotent-replayed']).toBe('true');
-        expect(other.body).toEqual(created[0].body);
+        expectReplay(other, created[0].body);
       }
     }
-    await oneRowFor(key, body, payout.payout_id);
-    await completedWith201(key, created[0].body);
 
     const retries = await Promise.all(Array.from({ length: 19 }, () => post(key, body).then((r) => r)));
-    for (const retry of retries) {
-      expect(retry.status).toBe(201);
-      expect(retry.headers['idempotent-replayed']).toBe('true');
-      expect(retry.body).toEqual(created[0].body);
-    }
+    for (const retry of retries) expectReplay(retry, created[0].body);
     expect(fake.payoutRequests()).toHaveLength(1);
     expect(fake.payouts).toHaveLength(1);
     expect(await rows(refundIdOf(key))).toHaveLength(1);
@@ -462,15 +384,11 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
 
     const first = await post(keyOne, one);
     const second = await post(keyTwo, two);
-    const payoutOne = onePayoutFor(keyOne, one);
-    const payoutTwo = onePayoutFor(keyTwo, two);
-    expectCreated(first, keyOne, one, payoutOne.payout_id);
-    expectCreated(second, keyTwo, two, payoutTwo.payout_id);
+    const payoutOne = await expectPaidOnce(first, keyOne, one);
+    const payoutTwo = await expectPaidOnce(second, keyTwo, two);
     expect(first.body.refund_id).not.toBe(second.body.refund_id);
     expect(payoutOne.payout_id).not.toBe(payoutTwo.payout_id);
     expect(fake.payouts).toHaveLength(2);
-    await oneRowFor(keyOne, one, payoutOne.payout_id);
-    await oneRowFor(keyTwo, two, payoutTwo.payout_id);
     expect(Number((await db.query(`SELECT count(*) AS n FROM refunds WHERE order_id = $1`, [order]))[0].n)).toBe(2);
   });
 
@@ -478,8 +396,7 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
     const key = newKey();
     const body = newBody();
     const first = await post(key, body);
-    const payout = onePayoutFor(key, body);
-    expectCreated(first, key, body, payout.payout_id);
+    const payout = await expectPaidOnce(first, key, body);
 
     const other = await post(key, { ...body, amount: body.amount + 1 });
     expect(other.status).toBe(422);
@@ -524,7 +441,7 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
   it("an agent turn re-run: the example tool called twice (fresh clients) pays once, and both replies name the same refund", async () => {
     const ticketId = `T-${randomUUID().slice(0, 8)}`;
     const orderId = `ord_${randomUUID().slice(0, 8)}`;
-    const body: RefundBody = { ticket_id: ticketId, order_id: orderId, amount: 2599, currency: 'EUR' };
+    const body: RefundRequest = { ticket_id: ticketId, order_id: orderId, amount: 2599, currency: 'EUR' };
     const key = refundKey(body);
 
     const turn = () => createIssueRefundTool(client(), { currency: 'EUR' })(ticketId, orderId, 2599);
@@ -537,7 +454,7 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
     expect(fake.payoutRequests()).toHaveLength(1);
     expect(fake.payouts).toHaveLength(1);
     await oneRowFor(key, body, payout.payout_id);
-    await completedWith201(key, paidAnswer(key, body, payout.payout_id));
+    await completedWith201(key, paidAnswerOf(key, body, payout.payout_id));
   });
 
   describe('a refund whose record expired (the idempotency_keys row is gone, the refunds row stays)', () => {
@@ -547,18 +464,15 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       const key = newKey();
       const body = newBody();
       const first = await post(key, body);
-      const payout = onePayoutFor(key, body);
-      expectCreated(first, key, body, payout.payout_id);
+      const payout = await expectPaidOnce(first, key, body);
 
       await forget(key);
       expect(await record(key)).toBeUndefined();
       const again = await post(key, body);
-      expectCreated(again, key, body, payout.payout_id);
+      await expectPaidOnce(again, key, body);
       expect(again.body).toEqual(first.body);
       expect(fake.payoutRequests()).toHaveLength(1);
       expect(fake.lookupRequests()).toHaveLength(0);
-      await oneRowFor(key, body, payout.payout_id);
-      await completedWith201(key, first.body);
 
       await forget(key);
       const other = await post(key, { ...body, amount: body.amount + 100 });
@@ -573,10 +487,9 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       const key = newKey();
       const body = newBody();
       const first = await post(key, body);
-      const payout = onePayoutFor(key, body);
-      expectCreated(first, key, body, payout.payout_id);
+      const payout = await expectPaidOnce(first, key, body);
 
-      await db.query(`DELETE FROM idempotency_keys WHERE key = $1`, [operation(key)]);
+      await forget(key);
       const other = await post(key, { ...body, amount: body.amount + 100 });
       expect(other.status).toBe(422);
       expect(other.body.type).toBe(IdempotencyProblemTypes.keyReused);
@@ -609,19 +522,12 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
         `CREATE TRIGGER ${TRIGGER} BEFORE INSERT ON refunds FOR EACH ROW WHEN (NEW.ticket_id = '${body.ticket_id}') EXECUTE FUNCTION ${TRIGGER}()`,
       );
 
-      const first = await post(key, body);
-      expectOutcomeUnknown(first);
-      const payout = onePayoutFor(key, body);
-      expect(await rows(refundIdOf(key))).toHaveLength(0);
-      await abandoned(key);
+      const payout = await expectUnknownPaid(await post(key, body), key, body);
 
       await db.query(`DROP TRIGGER ${TRIGGER} ON refunds`);
-      const retry = await post(key, body);
-      expectCreated(retry, key, body, payout.payout_id);
+      expect((await expectPaidOnce(await post(key, body), key, body)).payout_id).toBe(payout.payout_id);
       expect(fake.payoutRequests()).toHaveLength(1);
       expect(fake.payouts).toHaveLength(1);
-      await oneRowFor(key, body, payout.payout_id);
-      await completedWith201(key, retry.body);
     });
   });
 
@@ -632,9 +538,7 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       fake.nextPayouts({ kind: 'pay-then-drop' });
       fake.nextLookups({ kind: 'fail' });
 
-      expectOutcomeUnknown(await post(key, body));
-      const payout = onePayoutFor(key, body);
-      await abandoned(key);
+      const payout = await expectUnknownPaid(await post(key, body), key, body);
 
       const other = await post(key, { ...body, amount: 99_999 });
       // The key's operation is the 1250 refund, and it was paid: another body
@@ -651,10 +555,8 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
         rows: [],
       });
       // With the key's own body, the retry records the payout that was made.
-      const retry = await post(key, body);
-      expectCreated(retry, key, body, payout.payout_id);
+      expect((await expectPaidOnce(await post(key, body), key, body)).payout_id).toBe(payout.payout_id);
       expect(fake.payouts).toHaveLength(1);
-      await oneRowFor(key, body, payout.payout_id);
     });
 
     it('dropped unpaid, then the key with another amount: 422, nothing paid for the other body', async () => {
@@ -662,9 +564,7 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       const body = newBody({ amount: 1250 });
       fake.nextPayouts({ kind: 'drop' });
 
-      expectOutcomeUnknown(await post(key, body));
-      expect(fake.payouts).toHaveLength(0);
-      await abandoned(key);
+      await expectUnknownUnpaid(await post(key, body), key);
 
       // The first payout's outcome was unknown (at a real provider it may still
       // land): paying another amount under the same reference could pay both.
@@ -711,9 +611,7 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       expect(await record(key)).toBeUndefined();
       // Corrected, the same key runs for real.
       const fixed = newBody();
-      const ok = await post(key, fixed);
-      expect(ok.status).toBe(201);
-      expect(onePayoutFor(key, fixed).payout_id).toBe(ok.body.payout_id);
+      await expectPaidOnce(await post(key, fixed), key, fixed);
     });
 
     it('missing or malformed Idempotency-Key: 400 naming the header; no payout, no row, no record', async () => {
@@ -837,9 +735,8 @@ describe('POST /v1/refunds on the quick start (PAYMENTS_URL unset: the built-in 
   let db: DataSource;
   const post = (key: string, body: object) =>
     request(api.server).post('/v1/refunds').set('authorization', bearer(TENANT_A)).set('idempotency-key', key).send(body);
-  const rowsOf = async (refundId: string) => (await db.query(`SELECT amount, payout_id FROM refunds WHERE refund_id = $1`, [refundId])) as RefundRow[];
-  const recordOf = async (key: string) =>
-    ((await db.query(`SELECT state, status FROM idempotency_keys WHERE key = $1`, [operation(key)])) as KeyRecord[])[0];
+  const rowsOf = (refundId: string) => refundRows(db, refundId);
+  const recordOf = (key: string) => keyRecord(db, operation(key));
 
   beforeAll(async () => {
     api = await startApi();
@@ -852,9 +749,9 @@ describe('POST /v1/refunds on the quick start (PAYMENTS_URL unset: the built-in 
     const body = newBody({ amount: 1999 });
     const first = await post(key, body);
     expect(first.status).toBe(201);
-    expect(first.body).toEqual({ ...paidAnswer(key, body, first.body.payout_id), payout_id: expect.stringMatching(/^po_[0-9a-f]{24}$/) });
+    expect(first.body).toEqual({ ...paidAnswerOf(key, body, first.body.payout_id), payout_id: expect.stringMatching(/^po_[0-9a-f]{24}$/) });
     expect(first.headers.location).toBe(`/v1/refunds/${refundIdOf(key)}`);
-    expect(await rowsOf(refundIdOf(key))).toEqual([{ amount: 1999, payout_id: first.body.payout_id }]);
+    expect(await rowsOf(refundIdOf(key))).toEqual([paidRow(refundIdOf(key), TENANT_A.tenant, body, first.body.payout_id)]);
     expect(await recordOf(key)).toMatchObject({ state: 'completed', status: 201 });
 
     const replay = await post(key, body);

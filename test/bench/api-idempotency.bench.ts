@@ -3,10 +3,10 @@ import type { NestExpressApplication } from '@nestjs/platform-express';
 import type { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
-import { performance } from 'node:perf_hooks';
 import { loadApiConfig } from '../../apps/api/src/api.config';
 import { ApiModule } from '../../apps/api/src/api.module';
 import { createApiApp } from '../../apps/api/src/create-api-app';
+import { countRedisCommands, type Drive, drive, KEY, ms, timed } from './support';
 
 export interface BenchResult {
   readonly name: string;
@@ -19,36 +19,8 @@ export interface BenchResult {
   readonly redisRoundTripsPerRequest: number;
 }
 
-/** The tenant key the api benches boot with (API_KEYS `bench:<KEY>`). */
-export const KEY = 'bench-0123456789abcdefghij';
-const body = JSON.stringify({ text: 'Benchmarks measure; tests assert.', notify: 'bench@example.com' });
-
-/** POSTs `total` summaries, `concurrency` at a time, each with keyFor(i); the latencies in ms, sorted. */
-export async function drive(
-  url: string,
-  total: number,
-  concurrency: number,
-  keyFor: (i: number) => string,
-): Promise<number[]> {
-  const latencies: number[] = [];
-  let next = 0;
-  const worker = async () => {
-    while (next < total) {
-      const i = next++;
-      const t0 = performance.now();
-      const res = await fetch(url, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', 'idempotency-key': keyFor(i) },
-        body,
-      });
-      await res.arrayBuffer();
-      if (res.status !== 202) throw new Error(`unexpected ${res.status}`);
-      latencies.push(performance.now() - t0);
-    }
-  };
-  await Promise.all(Array.from({ length: concurrency }, worker));
-  return latencies.sort((a, b) => a - b);
-}
+/** A summary request, answered 202 (a first request and its replay alike). */
+export const SUMMARY: Drive = { body: JSON.stringify({ text: 'Benchmarks measure; tests assert.', notify: 'bench@example.com' }), status: 202 };
 
 export async function benchApiIdempotency(redisUrl: string, databaseUrl: string): Promise<BenchResult[]> {
   const config = loadApiConfig({
@@ -64,26 +36,20 @@ export async function benchApiIdempotency(redisUrl: string, databaseUrl: string)
   await redis.flushdb();
 
   let commands = 0;
-  const send = redis.sendCommand.bind(redis);
-  redis.sendCommand = ((...args: Parameters<Redis['sendCommand']>) => {
-    commands++;
-    return send(...args);
-  }) as Redis['sendCommand'];
+  countRedisCommands(redis, () => commands++);
 
   const results: BenchResult[] = [];
   const run = async (name: string, total: number, concurrency: number, keyFor: (i: number) => string) => {
-    await drive(url, 200, concurrency, () => `warmup-${randomUUID()}`);
+    await drive(url, 200, concurrency, () => `warmup-${randomUUID()}`, SUMMARY);
     commands = 0;
-    const t0 = performance.now();
-    const lat = await drive(url, total, concurrency, keyFor);
-    const seconds = (performance.now() - t0) / 1000;
+    const sample = await timed(total, () => drive(url, total, concurrency, keyFor, SUMMARY));
     results.push({
       name,
       requests: total,
       concurrency,
-      perSecond: Math.round(total / seconds),
-      p50Ms: +lat[Math.floor(lat.length * 0.5)].toFixed(2),
-      p99Ms: +lat[Math.floor(lat.length * 0.99)].toFixed(2),
+      perSecond: Math.round(sample.perSecond),
+      p50Ms: ms(sample.p50Ms),
+      p99Ms: ms(sample.p99Ms),
       redisRoundTripsPerRequest: +(commands / total).toFixed(2),
     });
   };
@@ -92,7 +58,7 @@ export async function benchApiIdempotency(redisUrl: string, databaseUrl: string)
     const runId = randomUUID();
     await run('POST /v1/summaries, first request (claim, enqueue, finalise)', 3000, 16, (i) => `first-${runId}-${i}`);
     const replayKey = `replay-${runId}`;
-    await drive(url, 1, 1, () => replayKey);
+    await drive(url, 1, 1, () => replayKey, SUMMARY);
     await run('POST /v1/summaries, replay (one claim script)', 3000, 16, () => replayKey);
   } finally {
     await redis.flushdb();

@@ -11,6 +11,7 @@ import { loadApiConfig } from '../../apps/api/src/api.config';
 import { ApiModule } from '../../apps/api/src/api.module';
 import { createApiApp } from '../../apps/api/src/create-api-app';
 import { completionEvents } from '../support/fake-openai-server';
+import { countRedisCommands, median, ms, orderOf, percentile } from './support';
 
 /*
  * POST /v1/chat/completions against the provider it forwards to, side by
@@ -231,9 +232,6 @@ function call(target: Target, body: Buffer, key: string | undefined, readBytesPe
   });
 }
 
-const percentile = (sorted: readonly number[], q: number): number => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * q))];
-const median = (values: readonly number[]): number => percentile([...values].sort((a, b) => a - b), 0.5);
-const ms = (x: number): number => +x.toFixed(2);
 const mb = (bytes: number): number => +(bytes / 1024 / 1024).toFixed(1);
 
 interface RoundStats {
@@ -258,9 +256,6 @@ interface SideTally {
 
 const tallies = (): Record<Side, SideTally> =>
   Object.fromEntries(SIDES.map((s) => [s, { rounds: [], requests: 0, commands: 0 }])) as unknown as Record<Side, SideTally>;
-
-/** The order of the sides in round `r`: each side takes each place in turn. */
-const orderOf = <T>(sides: readonly T[], r: number): T[] => sides.map((_, i) => sides[(i + r) % sides.length]);
 
 /** Median over rounds of `pick(side) - pick(direct)` in the same round. */
 const added = (t: Record<Side, SideTally>, side: Side, pick: (s: RoundStats) => number): number | undefined =>
@@ -291,11 +286,7 @@ export async function benchGateway(redisUrl: string, databaseUrl: string): Promi
   await redis.flushdb();
 
   let commands = 0;
-  const send = redis.sendCommand.bind(redis);
-  redis.sendCommand = ((...args: Parameters<Redis['sendCommand']>) => {
-    commands++;
-    return send(...args);
-  }) as Redis['sendCommand'];
+  const uncount = countRedisCommands(redis, () => commands++);
 
   const runId = randomUUID();
   let seq = 0;
@@ -501,7 +492,7 @@ export async function benchGateway(redisUrl: string, databaseUrl: string): Promi
 
     return { calls, streams: [...streamRows('stream', stream), ...streamRows(`stream paced ${PACE_MS} ms`, paced)], throughput, memory };
   } finally {
-    redis.sendCommand = send;
+    uncount();
     await redis.flushdb();
     agent.destroy();
     await app.close();

@@ -7,8 +7,6 @@ import type { Response } from 'express';
 import type { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
-import { performance } from 'node:perf_hooks';
-import type { Pool } from 'pg';
 import { DataSource } from 'typeorm';
 import { loadApiConfig } from '../../apps/api/src/api.config';
 import { ApiModule } from '../../apps/api/src/api.module';
@@ -16,8 +14,21 @@ import { ApiKeyGuard } from '../../apps/api/src/auth/api-key.guard';
 import { Tenant } from '../../apps/api/src/auth/principal';
 import { createApiApp } from '../../apps/api/src/create-api-app';
 import { CreateRefundDto, type RefundDto } from '../../apps/api/src/refunds/refund.dto';
-import { refundLocation } from '../../apps/api/src/refunds/refunds.service';
-import { KEY } from './api-idempotency.bench';
+import { refundAnswerOf, refundLocation } from '../../apps/api/src/refunds/refunds.service';
+import {
+  countPostgresStatements,
+  countRedisCommands,
+  type Drive,
+  drive,
+  KEY,
+  median,
+  ms,
+  orderOf,
+  overRounds,
+  type RoundsRow,
+  type Sample,
+  timed,
+} from './support';
 
 /*
  * POST /v1/refunds against the same work without idempotency, in one api,
@@ -37,29 +48,17 @@ import { KEY } from './api-idempotency.bench';
 export type RefundSide = 'new key' | 'plain' | 'replay';
 const SIDES: readonly RefundSide[] = ['new key', 'plain', 'replay'];
 
-export interface RefundBenchRow {
+export interface RefundBenchRow extends RoundsRow {
   readonly side: RefundSide;
   readonly path: string;
-  readonly rounds: number;
-  readonly requestsPerRound: number;
-  readonly concurrency: number;
-  /** Medians over the rounds, and the spread of req/s and p50 over them. */
-  readonly perSecond: number;
-  readonly perSecondMin: number;
-  readonly perSecondMax: number;
-  readonly p50Ms: number;
+  /** The spread of p50 over the rounds. */
   readonly p50MinMs: number;
   readonly p50MaxMs: number;
-  readonly p99Ms: number;
   /** Medians over the rounds of this side's figure minus (latency) or over (both) plain's in the same round; undefined for plain. */
   readonly addedP50Ms: number | undefined;
   readonly addedP99Ms: number | undefined;
   readonly p50OverPlain: number | undefined;
   readonly perSecondOverPlain: number | undefined;
-  /** Commands the api's Redis client sent, over every measured request of every round. */
-  readonly redisRoundTripsPerRequest: number;
-  /** Statements the api sent to PostgreSQL (TypeORM's and the pool's, BEGIN and COMMIT included), over every measured request. */
-  readonly postgresRoundTripsPerRequest: number;
 }
 
 const ROUNDS = 5;
@@ -68,6 +67,8 @@ const CONCURRENCY = 16; // as the other api benches
 const WARMUP = 200;
 const PLAIN_PATH = 'bench/refunds-plain';
 const BODY = JSON.stringify({ ticket_id: 'T-1042', order_id: 'ord_7781', amount: 1250, currency: 'EUR' });
+/** A new refund (either route), or with `replayed` a replay: 201 both. */
+const REFUND: Drive = { body: BODY, status: 201 };
 
 const PLAIN_PAYMENTS = Symbol('bench:plain-payments');
 
@@ -109,15 +110,7 @@ class PlainRefundsController {
       }),
     );
     res.location(refundLocation(refundId));
-    return {
-      refund_id: stored.refundId,
-      ticket_id: stored.ticketId,
-      order_id: stored.orderId,
-      amount: stored.amount,
-      currency: stored.currency,
-      payout_id: stored.payoutId,
-      status: 'paid',
-    };
+    return refundAnswerOf(stored);
   }
 }
 
@@ -134,71 +127,15 @@ class RefundsBenchModule {
   }
 }
 
-interface Sample {
-  readonly perSecond: number;
-  readonly p50Ms: number;
-  readonly p99Ms: number;
-}
-
-/** POSTs `total` refunds, `concurrency` at a time, each with keyFor(i), expecting a 201 (and, if `replayed`, Idempotent-Replayed); the latencies in ms, sorted. */
-async function driveRefunds(url: string, total: number, concurrency: number, keyFor: (i: number) => string, replayed = false): Promise<number[]> {
-  const latencies: number[] = [];
-  let next = 0;
-  const worker = async () => {
-    while (next < total) {
-      const i = next++;
-      const t0 = performance.now();
-      const res = await fetch(url, {
-        method: 'POST',
-        headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', 'idempotency-key': keyFor(i) },
-        body: BODY,
-      });
-      await res.arrayBuffer();
-      if (res.status !== 201) throw new Error(`${url}: unexpected ${res.status}`);
-      if (replayed && res.headers.get('idempotent-replayed') !== 'true') throw new Error(`${url}: not replayed`);
-      latencies.push(performance.now() - t0);
-    }
-  };
-  await Promise.all(Array.from({ length: concurrency }, worker));
-  return latencies.sort((a, b) => a - b);
-}
-
-const percentile = (sorted: readonly number[], q: number): number => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * q))];
-const median = (values: readonly number[]): number => percentile([...values].sort((a, b) => a - b), 0.5);
-const ms = (x: number): number => +x.toFixed(2);
-/** The order of the sides in round `r`: each side takes each place in turn. */
-const orderOf = <T>(sides: readonly T[], r: number): T[] => sides.map((_, i) => sides[(i + r) % sides.length]);
-
-/**
- * Where the api's round trips are counted, only while a measured run is
- * `counting` (not in warm-ups, resets or checks): every command of its Redis
- * client; every statement through TypeORM (its logger's logQuery: the
- * repository's SQL, START TRANSACTION and COMMIT) plus every `pool.query` on
- * the DataSource's pg Pool (the PostgreSQL idempotency store's claim, past
- * TypeORM). pg_stat_statements is not preloaded on this server, and
- * pg_stat_database would count the bench's own resets too.
- */
+/** Counts the api's round trips (countRedisCommands, countPostgresStatements) by side, only while a measured run is `counting` (not in warm-ups, resets or checks). */
 function countRoundTrips(app: NestExpressApplication) {
   const state = { counting: undefined as RefundSide | undefined, redis: tally(), postgres: tally() };
-  const redis = app.get<Redis>(REDIS_CLIENT);
-  const send = redis.sendCommand.bind(redis);
-  redis.sendCommand = ((...args: Parameters<Redis['sendCommand']>) => {
+  countRedisCommands(app.get<Redis>(REDIS_CLIENT), () => {
     if (state.counting) state.redis[state.counting]++;
-    return send(...args);
-  }) as Redis['sendCommand'];
-  const ds = app.get(DataSource);
-  const logger = ds.logger;
-  const logQuery = logger.logQuery.bind(logger);
-  logger.logQuery = (...args: Parameters<typeof logger.logQuery>) => {
+  });
+  countPostgresStatements(app.get(DataSource), () => {
     if (state.counting) state.postgres[state.counting]++;
-    return logQuery(...args);
-  };
-  const pool = (ds.driver as unknown as { master: Pool }).master;
-  const poolQuery = pool.query.bind(pool) as (...args: unknown[]) => unknown;
-  (pool as unknown as { query: (...args: unknown[]) => unknown }).query = (...args: unknown[]) => {
-    if (state.counting) state.postgres[state.counting]++;
-    return poolQuery(...args);
-  };
+  });
   return state;
 }
 
@@ -229,14 +166,12 @@ export async function benchRefunds(redisUrl: string, databaseUrl: string): Promi
   };
 
   const samples: Record<RefundSide, Sample[]> = { 'new key': [], plain: [], replay: [] };
+  const expected = (side: RefundSide): Drive => ({ ...REFUND, replayed: side === 'replay' });
   const measure = async (side: RefundSide): Promise<void> => {
-    await driveRefunds(urls[side], WARMUP, CONCURRENCY, keyOf[side], side === 'replay');
+    await drive(urls[side], WARMUP, CONCURRENCY, keyOf[side], expected(side));
     counts.counting = side;
-    const t0 = performance.now();
-    const lat = await driveRefunds(urls[side], REQUESTS, CONCURRENCY, keyOf[side], side === 'replay');
-    const seconds = (performance.now() - t0) / 1000;
+    samples[side].push(await timed(REQUESTS, () => drive(urls[side], REQUESTS, CONCURRENCY, keyOf[side], expected(side))));
     counts.counting = undefined;
-    samples[side].push({ perSecond: REQUESTS / seconds, p50Ms: percentile(lat, 0.5), p99Ms: percentile(lat, 0.99) });
   };
 
   try {
@@ -246,7 +181,7 @@ export async function benchRefunds(redisUrl: string, databaseUrl: string): Promi
       // Every round from empty tables, its replay key answered once before any side runs.
       await reset();
       replayKey = `replay-${runId}-${r}`;
-      await driveRefunds(urls.replay, 1, 1, () => replayKey);
+      await drive(urls.replay, 1, 1, () => replayKey, REFUND);
       for (const side of orderOf(SIDES, r)) await measure(side);
     }
   } finally {
@@ -257,7 +192,6 @@ export async function benchRefunds(redisUrl: string, databaseUrl: string): Promi
   const plain = samples.plain;
   return SIDES.map((side) => {
     const s = samples[side];
-    const perSecond = s.map((x) => x.perSecond);
     const p50 = s.map((x) => x.p50Ms);
     const against = (pick: (x: Sample) => number, f: (a: number, b: number) => number, digits: number) =>
       side === 'plain' ? undefined : +median(s.map((x, r) => f(pick(x), pick(plain[r])))).toFixed(digits);
@@ -267,13 +201,9 @@ export async function benchRefunds(redisUrl: string, databaseUrl: string): Promi
       rounds: ROUNDS,
       requestsPerRound: REQUESTS,
       concurrency: CONCURRENCY,
-      perSecond: Math.round(median(perSecond)),
-      perSecondMin: Math.round(Math.min(...perSecond)),
-      perSecondMax: Math.round(Math.max(...perSecond)),
-      p50Ms: ms(median(p50)),
+      ...overRounds(s),
       p50MinMs: ms(Math.min(...p50)),
       p50MaxMs: ms(Math.max(...p50)),
-      p99Ms: ms(median(s.map((x) => x.p99Ms))),
       addedP50Ms: against((x) => x.p50Ms, (a, b) => a - b, 2),
       addedP99Ms: against((x) => x.p99Ms, (a, b) => a - b, 2),
       p50OverPlain: against((x) => x.p50Ms, (a, b) => a / b, 2),

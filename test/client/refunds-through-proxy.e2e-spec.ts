@@ -8,6 +8,7 @@ import { refundIdFor } from '../../apps/api/src/refunds/refunds.service';
 import { type ApiHarness, startApi, TENANT_A } from '../support/api-harness';
 import { FakePaymentsServer } from '../support/fake-payments-server';
 import { eventually } from '../support/infra';
+import { keyRecord, lookupsFor, paidAnswer, paidRow, payoutPostsFor, refundOperation, refundRows } from '../support/refunds';
 
 /**
  * `issueRefund` from @app/client against the real api (in-process, on a
@@ -45,6 +46,7 @@ interface Proxy {
 }
 
 const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length']);
+const isRefundPost = (s: Seen): boolean => s.method === 'POST' && s.url === '/v1/refunds';
 
 async function startProxy(upstream: string, behave: (seen: Seen) => Behaviour): Promise<Proxy> {
   const seen: Seen[] = [];
@@ -91,7 +93,7 @@ async function startProxy(upstream: string, behave: (seen: Seen) => Behaviour): 
   return {
     url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
     seen,
-    posts: () => seen.filter((s) => s.method === 'POST' && s.url === '/v1/refunds'),
+    posts: () => seen.filter(isRefundPost),
     close: () =>
       new Promise<void>((resolve) => {
         server.closeAllConnections();
@@ -117,17 +119,13 @@ describe('issueRefund through a proxy that loses the answers', () => {
     const tag = randomUUID().slice(0, 8);
     return { ticket_id: `T-${tag}`, order_id: `ord-${tag}`, amount: 1250, currency: 'EUR' };
   };
-  const refundIdOf = (r: RefundRequest) => refundIdFor(`${TENANT_A.tenant}:POST:/v1/refunds:${refundKey(r)}`);
-  const rowsOf = (refundId: string) =>
-    ds.query(`SELECT refund_id, tenant, ticket_id, order_id, amount, currency, payout_id FROM refunds WHERE refund_id = $1`, [refundId]) as Promise<
-      Record<string, unknown>[]
-    >;
-  const recordOf = async (r: RefundRequest) =>
-    ((await ds.query(`SELECT state, status, body FROM idempotency_keys WHERE key = $1`, [`${TENANT_A.tenant}:POST:/v1/refunds:${refundKey(r)}`])) as Record<
-      string,
-      unknown
-    >[])[0];
-  const payoutPostsFor = (reference: string) => fake.payoutRequests().filter((q) => (q.body as { reference?: string } | undefined)?.reference === reference);
+  const operationOf = (r: RefundRequest) => refundOperation(TENANT_A.tenant, refundKey(r));
+  const refundIdOf = (r: RefundRequest) => refundIdFor(operationOf(r));
+  /** A proxy that loses (`kind`) the answer to the first POST /v1/refunds, and forwards everything else. */
+  const proxyLosingFirstAnswer = (kind: 'forward-and-drop' | 'forward-and-cut') => {
+    let refundPosts = 0;
+    return proxy((s) => (isRefundPost(s) && ++refundPosts === 1 ? { kind } : { kind: 'forward' }));
+  };
 
   /** One payout (one paying POST) at the provider, one row carrying it, the key completed with that answer. */
   const expectPaidOnce = async (r: RefundRequest) => {
@@ -135,14 +133,12 @@ describe('issueRefund through a proxy that loses the answers', () => {
     const payouts = fake.payoutsFor(refundId);
     expect(payouts).toHaveLength(1);
     expect(payouts[0]).toMatchObject({ reference: refundId, order_id: r.order_id, amount: r.amount, currency: r.currency, idempotencyKey: refundId });
-    expect(payoutPostsFor(refundId)).toHaveLength(1);
-    expect(await rowsOf(refundId)).toEqual([
-      { refund_id: refundId, tenant: TENANT_A.tenant, ticket_id: r.ticket_id, order_id: r.order_id, amount: r.amount, currency: r.currency, payout_id: payouts[0].payout_id },
-    ]);
-    const expected = { refund_id: refundId, ...r, payout_id: payouts[0].payout_id, status: 'paid' };
-    const record = await recordOf(r);
+    expect(payoutPostsFor(fake, refundId)).toHaveLength(1);
+    expect(await refundRows(ds, refundId)).toEqual([paidRow(refundId, TENANT_A.tenant, r, payouts[0].payout_id)]);
+    const expected = paidAnswer(refundId, r, payouts[0].payout_id);
+    const record = await keyRecord(ds, operationOf(r));
     expect(record).toMatchObject({ state: 'completed', status: 201 });
-    expect(JSON.parse(record.body as string)).toEqual(expected);
+    expect(JSON.parse(record!.body!)).toEqual(expected);
     return expected;
   };
 
@@ -165,8 +161,7 @@ describe('issueRefund through a proxy that loses the answers', () => {
     // Attempt 1 reaches the api, which pays and commits the row with its
     // answer; the proxy destroys the caller's socket. Attempt 2, same key,
     // gets the stored answer. The handler ran once.
-    let refundPosts = 0;
-    const p = await proxy((s) => (s.method === 'POST' && s.url === '/v1/refunds' && ++refundPosts === 1 ? { kind: 'forward-and-drop' } : { kind: 'forward' }));
+    const p = await proxyLosingFirstAnswer('forward-and-drop');
     const r = newRefund();
     const result = await issueRefund(client(p.url), r);
 
@@ -190,8 +185,7 @@ describe('issueRefund through a proxy that loses the answers', () => {
   });
 
   it('the first answer is cut halfway through its body: a lost answer too; the retry is a replay, one payout', async () => {
-    let refundPosts = 0;
-    const p = await proxy((s) => (s.method === 'POST' && s.url === '/v1/refunds' && ++refundPosts === 1 ? { kind: 'forward-and-cut' } : { kind: 'forward' }));
+    const p = await proxyLosingFirstAnswer('forward-and-cut');
     const r = newRefund();
     const result = await issueRefund(client(p.url), r);
 
@@ -201,7 +195,7 @@ describe('issueRefund through a proxy that loses the answers', () => {
   });
 
   it('every answer is lost until the deadline passes: unknown (never failed or rejected); one payout, one row; a later GET and retry on a healthy path show the refund', async () => {
-    const p = await proxy((s) => (s.method === 'POST' && s.url === '/v1/refunds' ? { kind: 'forward-and-drop' } : { kind: 'forward' }));
+    const p = await proxy((s) => (isRefundPost(s) ? { kind: 'forward-and-drop' } : { kind: 'forward' }));
     const r = newRefund();
     const result = await issueRefund(client(p.url, { deadlineMs: 1500, attemptTimeoutMs: 1000, maxAttempts: 1000 }), r);
 
@@ -246,7 +240,6 @@ describe('issueRefund through a proxy that loses the answers', () => {
     expect(posts).toHaveLength(2);
     expect(posts[0].upstream).toMatchObject({ status: 503 });
     expect(JSON.parse(posts[0].upstream!.body)).toMatchObject({ type: IdempotencyProblemTypes.outcomeUnknown });
-    const lookups = fake.lookupRequests().filter((q) => new URL(q.path, 'http://fake').searchParams.get('reference') === expected.refund_id);
-    expect(lookups).toHaveLength(2);
+    expect(lookupsFor(fake, expected.refund_id)).toHaveLength(2);
   });
 });

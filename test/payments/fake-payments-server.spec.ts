@@ -1,20 +1,11 @@
-import { HttpPaymentsProvider, PaymentOutcomeUnknownError, type PayoutRequest } from '@app/payments';
+import { HttpPaymentsProvider, type PayoutRequest } from '@app/payments';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { DEFAULT_REFUSAL, FakePaymentsServer } from '../support/fake-payments-server';
+import { live, outcomeUnknown } from '../support/refunds';
 
 const TIMEOUT_MS = 150;
 const REFERENCE = '7d1e4c0a-2f3b-4c5d-8e9f-0a1b2c3d4e5f';
 const REQUEST: PayoutRequest = { reference: REFERENCE, order_id: 'ord_7', amount: 1999, currency: 'EUR' };
-const live = (): AbortSignal => new AbortController().signal;
-
-async function unknown(call: Promise<unknown>): Promise<PaymentOutcomeUnknownError> {
-  const err: unknown = await call.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(PaymentOutcomeUnknownError);
-  return err as PaymentOutcomeUnknownError;
-}
 
 /** Whether `promise` is still pending after `ms`. */
 async function pendingAfter(promise: Promise<unknown>, ms: number): Promise<boolean> {
@@ -90,7 +81,7 @@ describe('FakePaymentsServer driven by the production HttpPaymentsProvider', () 
 
     it('pay with a delay over the client timeout: unknown (timeout), yet the payout was made and lookup finds it', async () => {
       server.nextPayouts({ kind: 'pay', delayMs: TIMEOUT_MS + 100 });
-      const err = await unknown(payments.payout(REQUEST, live()));
+      const err = await outcomeUnknown(payments.payout(REQUEST, live()));
       expect(err.reason).toBe('timeout');
 
       expect(server.payoutsFor(REFERENCE)).toHaveLength(1);
@@ -107,7 +98,7 @@ describe('FakePaymentsServer driven by the production HttpPaymentsProvider', () 
 
     it('drop: unknown (connection), nothing registered, and the lookup (404) finds none', async () => {
       server.nextPayouts({ kind: 'drop' });
-      const err = await unknown(payments.payout(REQUEST, live()));
+      const err = await outcomeUnknown(payments.payout(REQUEST, live()));
       expect(err.reason).toBe('connection');
 
       expect(server.payoutRequests()).toHaveLength(1);
@@ -117,7 +108,7 @@ describe('FakePaymentsServer driven by the production HttpPaymentsProvider', () 
 
     it('pay-then-drop: unknown (connection), but the payout was made', async () => {
       server.nextPayouts({ kind: 'pay-then-drop' });
-      const err = await unknown(payments.payout(REQUEST, live()));
+      const err = await outcomeUnknown(payments.payout(REQUEST, live()));
       expect(err.reason).toBe('connection');
 
       expect(server.payoutsFor(REFERENCE)).toHaveLength(1);
@@ -138,19 +129,19 @@ describe('FakePaymentsServer driven by the production HttpPaymentsProvider', () 
 
     it('fail 500 with pay: unknown (status 500), and the payout was made; fail without pay registers nothing', async () => {
       server.nextPayouts({ kind: 'fail', pay: true }, { kind: 'fail', status: 503 });
-      const paid = await unknown(payments.payout(REQUEST, live()));
+      const paid = await outcomeUnknown(payments.payout(REQUEST, live()));
       expect([paid.reason, paid.status]).toEqual(['status', 500]);
       expect(server.payoutsFor(REFERENCE)).toHaveLength(1);
 
       const other = { ...REQUEST, reference: 'ref-2' };
-      const unpaid = await unknown(payments.payout(other, live()));
+      const unpaid = await outcomeUnknown(payments.payout(other, live()));
       expect([unpaid.reason, unpaid.status]).toEqual(['status', 503]);
       expect(server.payoutsFor('ref-2')).toEqual([]);
     });
 
     it('hang: unknown (timeout), nothing registered', async () => {
       server.nextPayouts({ kind: 'hang' });
-      const err = await unknown(payments.payout(REQUEST, live()));
+      const err = await outcomeUnknown(payments.payout(REQUEST, live()));
       expect(err.reason).toBe('timeout');
       expect(server.payoutRequests()).toHaveLength(1);
       expect(server.payouts).toEqual([]);
@@ -188,12 +179,12 @@ describe('FakePaymentsServer driven by the production HttpPaymentsProvider', () 
     it('behaviours are consumed in order, then the default applies; defaultPayout makes every call slow', async () => {
       server.nextPayouts({ kind: 'refuse' }, { kind: 'drop' });
       await expect(payments.payout(REQUEST, live())).resolves.toEqual(expect.objectContaining({ outcome: 'refused' }));
-      expect((await unknown(payments.payout(REQUEST, live()))).reason).toBe('connection');
+      expect((await outcomeUnknown(payments.payout(REQUEST, live()))).reason).toBe('connection');
       await expect(payments.payout(REQUEST, live())).resolves.toEqual(expect.objectContaining({ outcome: 'paid' }));
 
       server.defaultPayout = { kind: 'pay', delayMs: TIMEOUT_MS + 100 };
-      expect((await unknown(payments.payout(REQUEST, live()))).reason).toBe('timeout');
-      expect((await unknown(payments.payout(REQUEST, live()))).reason).toBe('timeout');
+      expect((await outcomeUnknown(payments.payout(REQUEST, live()))).reason).toBe('timeout');
+      expect((await outcomeUnknown(payments.payout(REQUEST, live()))).reason).toBe('timeout');
       expect(server.payoutsFor(REFERENCE)).toHaveLength(3);
     });
   });
@@ -209,9 +200,9 @@ describe('FakePaymentsServer driven by the production HttpPaymentsProvider', () 
     it('fail: unknown (status 503 by default, or the status given)', async () => {
       await payments.payout(REQUEST, live());
       server.nextLookups({ kind: 'fail' }, { kind: 'fail', status: 500 });
-      const first = await unknown(payments.lookup(REFERENCE, live()));
+      const first = await outcomeUnknown(payments.lookup(REFERENCE, live()));
       expect([first.reason, first.status]).toEqual(['status', 503]);
-      const second = await unknown(payments.lookup(REFERENCE, live()));
+      const second = await outcomeUnknown(payments.lookup(REFERENCE, live()));
       expect([second.reason, second.status]).toEqual(['status', 500]);
       // The queue is empty again: the default answers.
       await expect(payments.lookup(REFERENCE, live())).resolves.toEqual(expect.objectContaining({ reference: REFERENCE }));
@@ -220,17 +211,17 @@ describe('FakePaymentsServer driven by the production HttpPaymentsProvider', () 
     it('drop: unknown (connection); hang and a slow answer: unknown (timeout)', async () => {
       await payments.payout(REQUEST, live());
       server.nextLookups({ kind: 'drop' }, { kind: 'hang' }, { kind: 'answer', delayMs: TIMEOUT_MS + 100 }, { kind: 'answer', delayMs: 20 });
-      expect((await unknown(payments.lookup(REFERENCE, live()))).reason).toBe('connection');
-      expect((await unknown(payments.lookup(REFERENCE, live()))).reason).toBe('timeout');
-      expect((await unknown(payments.lookup(REFERENCE, live()))).reason).toBe('timeout');
+      expect((await outcomeUnknown(payments.lookup(REFERENCE, live()))).reason).toBe('connection');
+      expect((await outcomeUnknown(payments.lookup(REFERENCE, live()))).reason).toBe('timeout');
+      expect((await outcomeUnknown(payments.lookup(REFERENCE, live()))).reason).toBe('timeout');
       await expect(payments.lookup(REFERENCE, live())).resolves.toEqual(expect.objectContaining({ reference: REFERENCE }));
       expect(server.lookupRequests()).toHaveLength(4);
     });
 
     it('defaultLookup applies when the queue is empty', async () => {
       server.defaultLookup = { kind: 'fail', status: 502 };
-      expect((await unknown(payments.lookup(REFERENCE, live()))).status).toBe(502);
-      expect((await unknown(payments.lookup(REFERENCE, live()))).status).toBe(502);
+      expect((await outcomeUnknown(payments.lookup(REFERENCE, live()))).status).toBe(502);
+      expect((await outcomeUnknown(payments.lookup(REFERENCE, live()))).status).toBe(502);
     });
   });
 
@@ -292,7 +283,7 @@ describe('FakePaymentsServer driven by the production HttpPaymentsProvider', () 
       const heard: string[] = [];
       server.on('payout', (p) => heard.push(p.payout_id));
       server.nextPayouts({ kind: 'pay-then-drop' });
-      await unknown(payments.payout(REQUEST, live()));
+      await outcomeUnknown(payments.payout(REQUEST, live()));
       await payments.payout(REQUEST, live());
       expect(heard).toEqual(server.payouts.map((p) => p.payout_id));
       expect(heard).toHaveLength(2);
@@ -306,7 +297,7 @@ describe('FakePaymentsServer driven by the production HttpPaymentsProvider', () 
       server.nextLookups({ kind: 'hang' });
       // Each outcome caught at once: they settle during stop(), before they are awaited.
       const calls = [patient.payout(REQUEST, live()), patient.payout(REQUEST, live()), patient.payout(REQUEST, live()), patient.lookup(REFERENCE, live())].map(
-        (call) => unknown(call),
+        (call) => outcomeUnknown(call),
       );
       await server.arrivals(3, 1000);
       await server.lookupArrivals(1, 1000);

@@ -1,7 +1,7 @@
-import { HttpPaymentsProvider, PaymentOutcomeUnknownError, type PayoutRequest } from '@app/payments';
+import { HttpPaymentsProvider, type PayoutRequest } from '@app/payments';
 import type { ServerResponse } from 'node:http';
 import { RecordingServer } from '../support/recording-server';
-
+import { live, outcomeUnknown } from '../support/refunds';
 
 const json = (res: ServerResponse, status: number, body: unknown): void => {
   res.writeHead(status, { 'content-type': 'application/json' }).end(JSON.stringify(body));
@@ -10,16 +10,6 @@ const json = (res: ServerResponse, status: number, body: unknown): void => {
 const TIMEOUT_MS = 300;
 const REFERENCE = '3f0c8a52-5b7e-5d0e-9a41-0c2b8e6f1d11';
 const REQUEST: PayoutRequest = { reference: REFERENCE, order_id: 'ord_42', amount: 1250, currency: 'EUR' };
-const live = (): AbortSignal => new AbortController().signal;
-
-async function unknown(call: Promise<unknown>): Promise<PaymentOutcomeUnknownError> {
-  const err: unknown = await call.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(err).toBeInstanceOf(PaymentOutcomeUnknownError);
-  return err as PaymentOutcomeUnknownError;
-}
 
 describe('HttpPaymentsProvider against a local provider', () => {
   let provider: RecordingServer;
@@ -63,27 +53,27 @@ describe('HttpPaymentsProvider against a local provider', () => {
 
     it.each([500, 503, 429, 409, 408, 425])('%i leaves the outcome unknown (status)', async (status) => {
       provider.handle = (res) => json(res, status, { error: 'try later' });
-      const err = await unknown(payments.payout(REQUEST, live()));
+      const err = await outcomeUnknown(payments.payout(REQUEST, live()));
       expect(err).toMatchObject({ reason: 'status', status });
     });
 
     it('a 2xx without a string payout id, or with an unreadable body, leaves it unknown', async () => {
       for (const body of [JSON.stringify({ reference: REFERENCE }), JSON.stringify({ payout_id: 7 }), '{"payout_id": "po_', '[]']) {
         provider.handle = (res) => res.writeHead(201, { 'content-type': 'application/json' }).end(body);
-        const err = await unknown(payments.payout(REQUEST, live()));
+        const err = await outcomeUnknown(payments.payout(REQUEST, live()));
         expect(err).toMatchObject({ reason: 'status', status: 201 });
       }
     });
 
     it('a 2xx for another reference leaves it unknown', async () => {
       provider.handle = (res) => json(res, 201, { payout_id: 'po_3', reference: 'someone-else' });
-      await expect(unknown(payments.payout(REQUEST, live()))).resolves.toMatchObject({ reason: 'status', status: 201 });
+      await expect(outcomeUnknown(payments.payout(REQUEST, live()))).resolves.toMatchObject({ reason: 'status', status: 201 });
     });
 
     it('a provider that never answers is unknown (timeout) after about the timeout', async () => {
       provider.handle = () => undefined;
       const started = performance.now();
-      const err = await unknown(payments.payout(REQUEST, live()));
+      const err = await outcomeUnknown(payments.payout(REQUEST, live()));
       const elapsed = performance.now() - started;
       expect(err).toMatchObject({ reason: 'timeout', status: undefined });
       expect(elapsed).toBeGreaterThanOrEqual(TIMEOUT_MS - 20);
@@ -96,7 +86,7 @@ describe('HttpPaymentsProvider against a local provider', () => {
         res.writeHead(201, { 'content-type': 'application/json', 'content-length': '100' });
         res.write('{"payout_id": ');
       };
-      await expect(unknown(payments.payout(REQUEST, live()))).resolves.toMatchObject({ reason: 'timeout' });
+      await expect(outcomeUnknown(payments.payout(REQUEST, live()))).resolves.toMatchObject({ reason: 'timeout' });
     });
 
     it('a refused connection is unknown (connection)', async () => {
@@ -104,7 +94,7 @@ describe('HttpPaymentsProvider against a local provider', () => {
       const baseUrl = closed.url('/v1');
       await closed.stop();
       const nowhere = new HttpPaymentsProvider({ baseUrl, timeoutMs: TIMEOUT_MS });
-      const err = await unknown(nowhere.payout(REQUEST, live()));
+      const err = await outcomeUnknown(nowhere.payout(REQUEST, live()));
       expect(err).toMatchObject({ reason: 'connection', status: undefined });
       expect(err.message).toContain('ECONNREFUSED');
     });
@@ -113,7 +103,7 @@ describe('HttpPaymentsProvider against a local provider', () => {
       provider.handle = () => undefined;
       const controller = new AbortController();
       setTimeout(() => controller.abort(new Error('client went away')), 50);
-      const err = await unknown(payments.payout(REQUEST, controller.signal));
+      const err = await outcomeUnknown(payments.payout(REQUEST, controller.signal));
       expect(err.reason).toBe('timeout');
       expect(err.cause).toEqual(new Error('client went away'));
 
@@ -144,17 +134,17 @@ describe('HttpPaymentsProvider against a local provider', () => {
 
     it.each([500, 429, 400])('%i is unknown (status)', async (status) => {
       provider.handle = (res) => json(res, status, {});
-      await expect(unknown(payments.lookup(REFERENCE, live()))).resolves.toMatchObject({ reason: 'status', status });
+      await expect(outcomeUnknown(payments.lookup(REFERENCE, live()))).resolves.toMatchObject({ reason: 'status', status });
     });
 
     it('200 without a payout id is unknown', async () => {
       provider.handle = (res) => json(res, 200, { reference: REFERENCE });
-      await expect(unknown(payments.lookup(REFERENCE, live()))).resolves.toMatchObject({ reason: 'status', status: 200 });
+      await expect(outcomeUnknown(payments.lookup(REFERENCE, live()))).resolves.toMatchObject({ reason: 'status', status: 200 });
     });
 
     it('no answer is unknown (timeout)', async () => {
       provider.handle = () => undefined;
-      await expect(unknown(payments.lookup(REFERENCE, live()))).resolves.toMatchObject({ reason: 'timeout' });
+      await expect(outcomeUnknown(payments.lookup(REFERENCE, live()))).resolves.toMatchObject({ reason: 'timeout' });
     });
   });
 

@@ -1,0 +1,84 @@
+import type { Refund, RefundRequest } from '@app/client';
+import { PaymentOutcomeUnknownError } from '@app/payments';
+import type { DataSource } from 'typeorm';
+import type { FakePaymentsServer, FakeRequest } from './fake-payments-server';
+
+/*
+ * What the refunds suites share (the api's, the killed process's, the
+ * client's through a proxy, and the payment provider's): the `refunds` rows
+ * and `idempotency_keys` records as the tests read them, the answer and row
+ * a paid refund leaves, and the provider's unknown outcome.
+ */
+
+/** The idempotency_keys key of `tenant`'s POST /v1/refunds with Idempotency-Key `key` (what refundIdFor takes). */
+export const refundOperation = (tenant: string, key: string): string => `${tenant}:POST:/v1/refunds:${key}`;
+
+/** A `refunds` row as the tests read it (created_at aside): the answer's fields but status, and the tenant. */
+export type RefundRow = Omit<Refund, 'status' | 'created_at'> & { readonly tenant: string };
+
+/** The `refunds` rows with this refund id. */
+export const refundRows = async (db: DataSource, refundId: string): Promise<RefundRow[]> =>
+  (await db.query(`SELECT refund_id, tenant, ticket_id, order_id, amount, currency, payout_id FROM refunds WHERE refund_id = $1`, [refundId])) as RefundRow[];
+
+/** The row a refund of `body` by `tenant`, paid with `payoutId`, leaves in `refunds`. */
+export const paidRow = (refundId: string, tenant: string, body: RefundRequest, payoutId: string): RefundRow => ({
+  refund_id: refundId,
+  tenant,
+  ticket_id: body.ticket_id,
+  order_id: body.order_id,
+  amount: body.amount,
+  currency: body.currency,
+  payout_id: payoutId,
+});
+
+/** The 201 a refund of `body`, paid with `payoutId`, answers (and stores). */
+export const paidAnswer = (refundId: string, body: RefundRequest, payoutId: string): Refund => ({
+  refund_id: refundId,
+  ticket_id: body.ticket_id,
+  order_id: body.order_id,
+  amount: body.amount,
+  currency: body.currency,
+  payout_id: payoutId,
+  status: 'paid',
+});
+
+/** A key's record in `idempotency_keys`. */
+export interface KeyRecord {
+  readonly state: 'running' | 'completed';
+  readonly status: number | null;
+  /** The stored answer's body, as text. */
+  readonly body: string | null;
+  readonly token: string | null;
+  readonly locked_until: Date | null;
+  /** locked_until <= now(): an abandoned (or dead) request's key, for the next one to take over. */
+  readonly lock_expired: boolean | null;
+}
+
+/** The record of this operation (see refundOperation), if any. */
+export const keyRecord = async (db: DataSource, operation: string): Promise<KeyRecord | undefined> =>
+  (
+    (await db.query(`SELECT state, status, body, token, locked_until, locked_until <= now() AS lock_expired FROM idempotency_keys WHERE key = $1`, [
+      operation,
+    ])) as KeyRecord[]
+  )[0];
+
+/** The paying POSTs the fake provider received for `reference`, whatever became of them. */
+export const payoutPostsFor = (fake: FakePaymentsServer, reference: string): FakeRequest[] =>
+  fake.payoutRequests().filter((r) => (r.body as { reference?: string } | undefined)?.reference === reference);
+
+/** The lookups (`GET /payouts?reference=`) the fake provider received for `reference`. */
+export const lookupsFor = (fake: FakePaymentsServer, reference: string): FakeRequest[] =>
+  fake.lookupRequests().filter((r) => new URL(r.path, 'http://fake').searchParams.get('reference') === reference);
+
+/** A signal no one aborts. */
+export const live = (): AbortSignal => new AbortController().signal;
+
+/** What `call` rejects with, which must be a PaymentOutcomeUnknownError. */
+export async function outcomeUnknown(call: Promise<unknown>): Promise<PaymentOutcomeUnknownError> {
+  const err: unknown = await call.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(err).toBeInstanceOf(PaymentOutcomeUnknownError);
+  return err as PaymentOutcomeUnknownError;
+}
