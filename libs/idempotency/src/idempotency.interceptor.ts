@@ -238,8 +238,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
       answer = await hook.recover(attempt.context, req, pending.record);
     } catch (err) {
       lease.stop();
+      // The key's operation was done with another body: a mismatch, which must not keep the key from its own body.
+      if (err instanceof IdempotencyKeyReusedException) await this.release(attempt, lease.lost);
       // Still unknown: the key stays a dead request's, for the next one to recover.
-      await this.abandon(attempt, lease.lost);
+      else await this.abandon(attempt, lease.lost);
       throw err;
     }
     lease.stop();
