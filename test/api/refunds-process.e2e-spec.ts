@@ -8,7 +8,7 @@ import { type AppProcess, startAppProcess } from '../support/app-process';
 import { FakePaymentsServer } from '../support/fake-payments-server';
 import { eventually, freePort, sleep, testDatabaseUrl, testDataSource, testRedisUrl } from '../support/infra';
 import { metricValue } from '../support/metrics';
-import { keyRecord, lookupsFor, paidAnswer, paidRow, payoutPostsFor, refundOperation, refundRows } from '../support/refunds';
+import { attemptRows, keyRecord, lookupsFor, paidAnswer, paidRow, payoutPostsFor, refundOperation, refundRows } from '../support/refunds';
 
 /** Short, so that the key of a request that was killed is free a couple of seconds later. */
 const LOCK_TTL_S = 2;
@@ -18,7 +18,8 @@ const LOCK_TTL_S = 2;
  * (no shutdown hook, no release, no rollback it could run itself), then
  * started again with the same environment. The guarantee: the retry with the
  * same key finds the payout the dead process made, by lookup, and records
- * it: one payout at the provider, one `refunds` row, the key completed.
+ * it: one payout at the provider, one `refunds` row, the key completed, and
+ * the send mark (`refund_attempts`, committed before the payout left) gone.
  *
  * Where the kill lands is made deterministic, not timed:
  * - between the provider's answer and the commit: the test holds
@@ -122,7 +123,23 @@ describe('refunds: the api process killed mid-refund, then restarted', () => {
     return { api, first, answerPayout };
   };
 
-  /** The effects every scenario ends with: one payout (by lookup), one row, the key completed and replayed. */
+  /** The send mark the dead process left: committed before its payout left, one send, the refund's facts. */
+  const expectMarkLeft = async (key: string, body: ReturnType<typeof refundBody>): Promise<void> => {
+    const refundId = refundIdFor(operationOf(key));
+    expect(await attemptRows(ds, refundId)).toEqual([
+      expect.objectContaining({
+        refund_id: refundId,
+        tenant: TENANT_A.tenant,
+        ticket_id: body.ticket_id,
+        order_id: body.order_id,
+        amount: body.amount,
+        currency: body.currency,
+        sends: 1,
+      }),
+    ]);
+  };
+
+  /** The effects every scenario ends with: one payout (by lookup), one row, the key completed and replayed, no mark. */
   const expectRecordedOnce = async (p: AppProcess, key: string, body: ReturnType<typeof refundBody>, res: Response): Promise<void> => {
     const refundId = refundIdFor(operationOf(key));
     const payouts = fake.payoutsFor(refundId);
@@ -130,8 +147,8 @@ describe('refunds: the api process killed mid-refund, then restarted', () => {
     expect(payouts[0]).toMatchObject({ reference: refundId, order_id: body.order_id, amount: body.amount, currency: body.currency });
     // The restarted api did not pay again: the only paying POST is the dead process's.
     expect(payoutPostsFor(fake, refundId)).toHaveLength(1);
-    // It asked the provider instead.
-    expect(lookupsFor(fake, refundId).length).toBeGreaterThanOrEqual(1);
+    // It asked the provider instead: the recovery's one lookup (the dead process never got to its own).
+    expect(lookupsFor(fake, refundId)).toHaveLength(1);
 
     expect(res.status).toBe(201);
     const answer = (await res.json()) as Record<string, unknown>;
@@ -143,6 +160,8 @@ describe('refunds: the api process killed mid-refund, then restarted', () => {
     const record = await recordOf(key);
     expect(record).toMatchObject({ state: 'completed', status: 201, token: null });
     expect(JSON.parse(record!.body!)).toEqual(expected);
+    // Recorded: the send mark went with it.
+    expect(await attemptRows(ds, refundId)).toEqual([]);
     expect(await metricValue(p.url, 'refunds_total', { outcome: 'found' })).toBe(1);
 
     // And from now on it is a plain replay: nothing more at the provider.
@@ -208,6 +227,7 @@ describe('refunds: the api process killed mid-refund, then restarted', () => {
     expect(fake.payoutsFor(refundId)).toHaveLength(1);
     expect(await rowsOf(refundId)).toEqual([]);
     expect(await recordOf(key)).toMatchObject({ state: 'running' });
+    await expectMarkLeft(key, body);
 
     const restarted = await start();
     const { res } = await retryUntilAnswered(restarted, key, body);
@@ -226,6 +246,7 @@ describe('refunds: the api process killed mid-refund, then restarted', () => {
     expect(((await first) as Error).message).toBe('fetch failed');
     answerPayout();
     expect(await rowsOf(refundId)).toEqual([]);
+    await expectMarkLeft(key, body);
 
     const restarted = await start();
     const { res } = await retryUntilAnswered(restarted, key, body);

@@ -9,17 +9,36 @@ import { RefundProblemTypes, refundIdFor } from '../../apps/api/src/refunds/refu
 import { createIssueRefundTool } from '../../libs/client/examples/issue-refund.tool';
 import { type ApiHarness, bearer, startApi, TENANT_A, TENANT_B } from '../support/api-harness';
 import { FakePaymentsServer, type FakePayout } from '../support/fake-payments-server';
-import { eventually } from '../support/infra';
+import { eventually, sleep } from '../support/infra';
 import { metricValue } from '../support/metrics';
-import { keyRecord, paidAnswer, paidRow, refundOperation, refundRows } from '../support/refunds';
+import {
+  ageAttempt,
+  type AttemptRow,
+  attemptRows,
+  expireLock,
+  forgetRecord,
+  keyRecord,
+  lookupsFor,
+  paidAnswer,
+  paidRow,
+  payoutPostsFor,
+  refundOperation,
+  refundRows,
+} from '../support/refunds';
 
 /**
  * POST /v1/refunds and GET /v1/refunds/<id>, in-process, paying through the
  * production HttpPaymentsProvider against FakePaymentsServer: a provider that
  * never dedupes, so every paying POST is a payout and a double payment shows
- * as two payouts with one reference. Every case asserts the three effects:
- * the payouts at the fake, the `refunds` rows, and the key's record in
- * `idempotency_keys`.
+ * as two payouts with one reference. Every case asserts the effects: the
+ * payouts at the fake, the `refunds` rows, the key's record in
+ * `idempotency_keys`, and (where a payout was sent and not recorded) the
+ * refund's send mark in `refund_attempts`.
+ *
+ * PAYMENTS_TIMEOUT_S is 1, so no second payout is sent within 2 s of the
+ * last one (the resend window): a retry inside it gets 503 outcome-unknown
+ * and sends nothing. Tests end the window by moving the mark's last send an
+ * hour back (ageAttempt); one waits it out for real.
  */
 
 const PROBLEM_JSON = /^application\/problem\+json/;
@@ -93,12 +112,14 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
     expect(res.body).toEqual(paidAnswerOf(key, body, payoutId));
     expect(res.headers.location).toBe(`/v1/refunds/${refundIdOf(key)}`);
   };
-  /** `res` is the 201 of `key`'s refund, paid once: one payout at the fake, one row with it, the key completed with `res`'s answer. */
+  /** `res` is the 201 of `key`'s refund, paid once: one payout at the fake, one row with it, the key completed with `res`'s answer, no send mark left. */
   const expectPaidOnce = async (res: request.Response, key: string, body: RefundRequest): Promise<FakePayout> => {
     const payout = onePayoutFor(key, body);
     expectCreated(res, key, body, payout.payout_id);
     await oneRowFor(key, body, payout.payout_id);
     await completedWith201(key, res.body);
+    // Recorded: the send mark went in the same transaction.
+    await noMarkFor(key);
     return payout;
   };
   /** `res` replays `answer`: the same 201, marked Idempotent-Replayed. */
@@ -107,20 +128,92 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
     expect(res.headers['idempotent-replayed']).toBe('true');
     expect(res.body).toEqual(answer);
   };
-  /** `res` is a 503 outcome-unknown and nothing was paid: no payout, no row, the key abandoned. */
-  const expectUnknownUnpaid = async (res: request.Response, key: string): Promise<void> => {
+  /** `res` is a 503 outcome-unknown and nothing was paid: no payout, no row, the key abandoned, the send mark standing. */
+  const expectUnknownUnpaid = async (res: request.Response, key: string, body: RefundRequest): Promise<void> => {
     expectOutcomeUnknown(res);
     expect(fake.payouts).toHaveLength(0);
     expect(await rows(refundIdOf(key))).toHaveLength(0);
     await abandoned(key);
+    await oneMarkFor(key, body);
   };
-  /** `res` is a 503 outcome-unknown though the payout was made: one payout, no row, the key abandoned. */
+  /** `res` is a 503 outcome-unknown though the payout was made: one payout, no row, the key abandoned, the send mark standing. */
   const expectUnknownPaid = async (res: request.Response, key: string, body: RefundRequest): Promise<FakePayout> => {
     expectOutcomeUnknown(res);
     const payout = onePayoutFor(key, body);
     expect(await rows(refundIdOf(key))).toHaveLength(0);
     await abandoned(key);
+    await oneMarkFor(key, body);
     return payout;
+  };
+  /** The send mark of `key`'s refund, one, with the facts of `body`. */
+  const oneMarkFor = async (key: string, body: RefundRequest): Promise<AttemptRow> => {
+    const marks = await attemptRows(db, refundIdOf(key));
+    expect(marks).toEqual([
+      {
+        refund_id: refundIdOf(key),
+        tenant: TENANT_A.tenant,
+        ticket_id: body.ticket_id,
+        order_id: body.order_id,
+        amount: body.amount,
+        currency: body.currency,
+        sends: expect.any(Number),
+        first_sent_at: expect.any(Date),
+        last_sent_at: expect.any(Date),
+      },
+    ]);
+    return marks[0];
+  };
+  const noMarkFor = async (key: string): Promise<void> => {
+    expect(await attemptRows(db, refundIdOf(key))).toEqual([]);
+  };
+  /** The resend window of `key`'s refund is over (its last send moved an hour back). */
+  const windowOver = (key: string) => ageAttempt(db, refundIdOf(key));
+  /** `res` is the 503 of a request inside the resend window: outcome-unknown, Retry-After at least 1 and at most 2 × PAYMENTS_TIMEOUT_S. */
+  const expectInsideWindow = (res: request.Response): number => {
+    expectOutcomeUnknown(res);
+    const retryAfter = Number(res.headers['retry-after']);
+    expect(retryAfter).toBeGreaterThanOrEqual(1);
+    expect(retryAfter).toBeLessThanOrEqual(2);
+    return retryAfter;
+  };
+  /**
+   * The retries after a payout that settled nothing (and a lookup that found
+   * nothing): one at once takes the key over, looks up (absent) and is held
+   * off by the window (503, no second POST, the mark's sends still 1); once
+   * the window is over, the next looks up again and pays, once.
+   */
+  const heldOffThenPaidOnce = async (key: string, body: RefundRequest): Promise<request.Response> => {
+    const refundId = refundIdOf(key);
+    const posts = payoutPostsFor(fake, refundId).length;
+    const lookups = lookupsFor(fake, refundId).length;
+    const early = await post(key, body);
+    expectInsideWindow(early);
+    await expectUnknownUnpaid(early, key, body);
+    expect(payoutPostsFor(fake, refundId)).toHaveLength(posts);
+    expect(lookupsFor(fake, refundId)).toHaveLength(lookups + 1);
+    expect((await oneMarkFor(key, body)).sends).toBe(1);
+
+    await windowOver(key);
+    const retry = await post(key, body);
+    await expectPaidOnce(retry, key, body);
+    expect(retry.headers['idempotent-replayed']).toBeUndefined();
+    // The recovery's lookup (absent), then the payout with the same reference.
+    expect(lookupsFor(fake, refundId)).toHaveLength(lookups + 2);
+    const sent = { reference: refundId, order_id: body.order_id, amount: body.amount, currency: body.currency };
+    expect(payoutPostsFor(fake, refundId).map((r) => r.body)).toEqual(Array.from({ length: posts + 1 }, () => sent));
+    expect(fake.payoutsFor(refundId)).toHaveLength(1);
+    return retry;
+  };
+  const refundMetrics = async () => ({
+    paid: await metricValue(api.server, 'refunds_total', { outcome: 'paid' }),
+    found: await metricValue(api.server, 'refunds_total', { outcome: 'found' }),
+    refused: await metricValue(api.server, 'refunds_total', { outcome: 'refused' }),
+    unknown: await metricValue(api.server, 'refunds_total', { outcome: 'unknown' }),
+  });
+  /** How far each refunds_total series moved since `before`. */
+  const refundMetricsSince = async (before: Awaited<ReturnType<typeof refundMetrics>>) => {
+    const now = await refundMetrics();
+    return { paid: now.paid - before.paid, found: now.found - before.found, refused: now.refused - before.refused, unknown: now.unknown - before.unknown };
   };
 
   beforeAll(async () => {
@@ -233,39 +326,67 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
   });
 
   describe('a payout whose outcome is unknown', () => {
-    it('dropped before paying: 503 outcome-unknown, nothing paid, key abandoned; the retry looks up, pays once, 201', async () => {
+    it('dropped before paying: 503 (Retry-After 2 × PAYMENTS_TIMEOUT_S), nothing paid, key abandoned; a retry at once sends nothing (503); after the window the retry looks up, pays once, 201', async () => {
       const key = newKey();
       const body = newBody();
       fake.nextPayouts({ kind: 'drop' });
 
       const first = await post(key, body);
-      await expectUnknownUnpaid(first, key);
-      expect(first.headers['retry-after']).toBe('1');
+      await expectUnknownUnpaid(first, key, body);
+      expect(first.headers['retry-after']).toBe('2');
       expect(fake.payoutRequests()).toHaveLength(1);
       expect(fake.lookupRequests()).toHaveLength(1);
+      expect((await oneMarkFor(key, body)).sends).toBe(1);
 
+      // At once: the takeover's recovery looks up (absent), and the send is
+      // refused: the dropped request may still be settling at a real provider.
+      const early = await post(key, body);
+      expectInsideWindow(early);
+      await expectUnknownUnpaid(early, key, body);
+      expect(fake.payoutRequests()).toHaveLength(1);
+      expect(fake.lookupRequests()).toHaveLength(2);
+      expect((await oneMarkFor(key, body)).sends).toBe(1);
+
+      await windowOver(key);
       const retry = await post(key, body);
       await expectPaidOnce(retry, key, body);
       expect(retry.headers['idempotent-replayed']).toBeUndefined();
       // The recovery's lookup (absent), then the payout with the same reference.
-      expect(fake.lookupRequests()).toHaveLength(2);
+      expect(fake.lookupRequests()).toHaveLength(3);
       expect(fake.payoutRequests()).toHaveLength(2);
       expect(fake.payouts).toHaveLength(1);
 
       expectReplay(await post(key, body), retry.body);
+      expect(fake.payoutRequests()).toHaveLength(2);
       expect(fake.payouts).toHaveLength(1);
     });
 
-    it('a provider that never answers: 503 with Retry-After = PAYMENTS_TIMEOUT_S, nothing paid; the retry pays once', async () => {
+    it('a provider that never answers: 503 with Retry-After = 2 × PAYMENTS_TIMEOUT_S, nothing paid; a retry at once is held off (503, no payout); waiting out its Retry-After, the retry pays once', async () => {
       const key = newKey();
       const body = newBody();
       fake.nextPayouts({ kind: 'hang' });
 
       const first = await post(key, body);
-      await expectUnknownUnpaid(first, key);
-      expect(first.headers['retry-after']).toBe('1');
+      await expectUnknownUnpaid(first, key, body);
+      expect(first.headers['retry-after']).toBe('2');
+      expect(fake.payoutRequests()).toHaveLength(1);
+      expect(fake.lookupRequests()).toHaveLength(1);
 
-      await expectPaidOnce(await post(key, body), key, body);
+      // The hanging payout went out about PAYMENTS_TIMEOUT_S ago: the window has about 1 s left.
+      const early = await post(key, body);
+      const retryAfter = expectInsideWindow(early);
+      await expectUnknownUnpaid(early, key, body);
+      expect(fake.payoutRequests()).toHaveLength(1);
+      expect(fake.lookupRequests()).toHaveLength(2);
+      const mark = await oneMarkFor(key, body);
+      expect(mark.sends).toBe(1);
+
+      // The real wait, once in the suite: Retry-After is what is left of the window, rounded up.
+      await sleep(retryAfter * 1000 + 50);
+      const retry = await post(key, body);
+      await expectPaidOnce(retry, key, body);
+      expect(fake.payoutRequests()).toHaveLength(2);
+      expect(fake.lookupRequests()).toHaveLength(3);
       expect(fake.payouts).toHaveLength(1);
     });
 
@@ -287,27 +408,36 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       expect(fake.payouts).toHaveLength(1);
     });
 
-    it('fail 500 without paying: the lookup finds nothing, 503; the retry pays once', async () => {
+    it('fail 500 without paying: the lookup finds nothing, 503 (Retry-After 2); a retry at once sends nothing (503); after the window the retry pays once', async () => {
       const key = newKey();
       const body = newBody();
       fake.nextPayouts({ kind: 'fail', status: 500 });
 
-      await expectUnknownUnpaid(await post(key, body), key);
-      await expectPaidOnce(await post(key, body), key, body);
+      const first = await post(key, body);
+      await expectUnknownUnpaid(first, key, body);
+      expect(first.headers['retry-after']).toBe('2');
+      expect(fake.payoutRequests()).toHaveLength(1);
+      expect(fake.lookupRequests()).toHaveLength(1);
+
+      await heldOffThenPaidOnce(key, body);
+      expect(fake.payoutRequests()).toHaveLength(2);
+      expect(fake.lookupRequests()).toHaveLength(3);
     });
   });
 
   describe('the lookup failing too', () => {
-    it('payout dropped unpaid, lookup failing: 503; with the provider healthy the retry recovers (absent) and pays once', async () => {
+    it('payout dropped unpaid, lookup failing: 503; with the provider healthy a retry at once looks up (absent) but sends nothing (503); after the window the retry pays once', async () => {
       const key = newKey();
       const body = newBody();
       fake.nextPayouts({ kind: 'drop' });
       fake.nextLookups({ kind: 'fail', status: 503 });
 
-      await expectUnknownUnpaid(await post(key, body), key);
+      await expectUnknownUnpaid(await post(key, body), key, body);
+      expect(fake.payoutRequests()).toHaveLength(1);
+      expect(fake.lookupRequests()).toHaveLength(1);
 
-      await expectPaidOnce(await post(key, body), key, body);
-      expect(fake.lookupRequests()).toHaveLength(2);
+      await heldOffThenPaidOnce(key, body);
+      expect(fake.lookupRequests()).toHaveLength(3);
       expect(fake.payoutRequests()).toHaveLength(2);
       expect(fake.payouts).toHaveLength(1);
     });
@@ -329,6 +459,128 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       expect(fake.payoutRequests()).toHaveLength(1);
       expect(fake.payouts).toHaveLength(1);
       expect(fake.lookupRequests()).toHaveLength(3);
+    });
+  });
+
+  describe('the send mark (refund_attempts) and the resend window (2 × PAYMENTS_TIMEOUT_S = 2 s)', () => {
+    it('a retry inside the window: 503 outcome-unknown, Retry-After 1..2, no second POST /payouts; the mark shows one send', async () => {
+      const key = newKey();
+      const body = newBody();
+      fake.nextPayouts({ kind: 'drop' });
+      await expectUnknownUnpaid(await post(key, body), key, body);
+      const mark = await oneMarkFor(key, body);
+      expect(mark.sends).toBe(1);
+      expect(mark.last_sent_at).toEqual(mark.first_sent_at);
+
+      for (let i = 0; i < 2; i++) {
+        const early = await post(key, body);
+        expectInsideWindow(early);
+        await expectUnknownUnpaid(early, key, body);
+      }
+      // Each retry took the key over and looked up first; none was let send.
+      expect(fake.payoutRequests()).toHaveLength(1);
+      expect(lookupsFor(fake, refundIdOf(key))).toHaveLength(3);
+      expect(await oneMarkFor(key, body)).toEqual(mark);
+      expect(await rows(refundIdOf(key))).toEqual([]);
+    });
+
+    it('two requests racing for one refund (B takes the key over while A’s payout is still at the provider): B’s lookup finds nothing and its send is refused (503); one payout POST', async () => {
+      const key = newKey();
+      const body = newBody();
+      const refundId = refundIdOf(key);
+      let release!: () => void;
+      const gate = new Promise<void>((resolve) => (release = resolve));
+      // Held: registers nothing, answers the default refusal once released.
+      fake.nextPayouts({ kind: 'gate', pay: false, gate });
+
+      const a = post(key, body).then((r) => r);
+      await fake.arrivals(1);
+      expect(await record(key)).toMatchObject({ state: 'running', lock_expired: false });
+      expect((await oneMarkFor(key, body)).sends).toBe(1);
+      // A's lock ends while it still runs (as if its renewals had failed for a whole TTL).
+      await expireLock(db, operation(key));
+
+      const b = await post(key, body);
+      expectInsideWindow(b);
+      expect(payoutPostsFor(fake, refundId)).toHaveLength(1);
+      // B's recovery asked the provider (absent: A's payout is not settled); its handler did not ask again.
+      expect(lookupsFor(fake, refundId)).toHaveLength(1);
+      expect((await oneMarkFor(key, body)).sends).toBe(1);
+      expect(await rows(refundId)).toEqual([]);
+      await abandoned(key);
+
+      release();
+      const aRes = await a;
+      // A's payout was refused (422, not stored: the key is B's now), or its own timeout came first (503).
+      expect({ status: aRes.status, fine: aRes.status < 500 || aRes.status === 503 }).toEqual({ status: aRes.status, fine: true });
+      expect(fake.payoutRequests()).toHaveLength(1);
+      expect(fake.payouts).toHaveLength(0);
+      expect(await rows(refundId)).toEqual([]);
+      expect((await oneMarkFor(key, body)).sends).toBe(1);
+      await abandoned(key);
+
+      // With the window over, the key's next request looks up (absent) and pays, once.
+      await windowOver(key);
+      const retry = await post(key, body);
+      await expectPaidOnce(retry, key, body);
+      expect(payoutPostsFor(fake, refundId)).toHaveLength(2);
+      expect(lookupsFor(fake, refundId)).toHaveLength(aRes.status === 503 ? 3 : 2);
+    });
+
+    it('a success records the refund and removes its mark; a refusal keeps the mark (one send), and its replay sends nothing', async () => {
+      const paidKey = newKey();
+      const paidBody = newBody();
+      await expectPaidOnce(await post(paidKey, paidBody), paidKey, paidBody);
+      expect(await attemptRows(db, refundIdOf(paidKey))).toEqual([]);
+
+      const key = newKey();
+      const body = newBody();
+      fake.nextPayouts({ kind: 'refuse' });
+      const refused = await post(key, body);
+      expect(refused.status).toBe(422);
+      expect(refused.body.type).toBe(RefundProblemTypes.paymentRefused);
+      expect(await rows(refundIdOf(key))).toEqual([]);
+      const rec = await record(key);
+      expect(rec).toMatchObject({ state: 'completed', status: 422 });
+      expect(JSON.parse(rec!.body!)).toEqual(refused.body);
+      const mark = await oneMarkFor(key, body);
+      expect(mark.sends).toBe(1);
+
+      const replay = await post(key, body);
+      expect(replay.status).toBe(422);
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(replay.body).toEqual(refused.body);
+      expect(payoutPostsFor(fake, refundIdOf(key))).toHaveLength(1);
+      expect(lookupsFor(fake, refundIdOf(key))).toHaveLength(0);
+      expect(fake.payouts).toHaveLength(1);
+      expect(await oneMarkFor(key, body)).toEqual(mark);
+    });
+
+    it('a key whose request died before sending anything (a dead record, no mark): the takeover pays with no lookup, once', async () => {
+      const body = newBody();
+      // The fingerprint the api gives this body (it depends on the body only): from a completed record of it under another key.
+      const donor = newKey();
+      await expectPaidOnce(await post(donor, body), donor, body);
+      const [{ fingerprint }] = (await db.query(`SELECT fingerprint FROM idempotency_keys WHERE key = $1`, [operation(donor)])) as { fingerprint: string }[];
+
+      const key = newKey();
+      const refundId = refundIdOf(key);
+      await db.query(
+        `INSERT INTO idempotency_keys (key, fingerprint, state, token, attempt, started_at, locked_until, expires_at)
+         VALUES ($1, $2, 'running', 'dead', $3, now() - interval '1 minute', now() - interval '1 second', now() + interval '1 day')`,
+        [operation(key), fingerprint, randomUUID()],
+      );
+      await abandoned(key);
+      expect(await attemptRows(db, refundId)).toEqual([]);
+
+      const res = await post(key, body);
+      await expectPaidOnce(res, key, body);
+      expect(res.headers['idempotent-replayed']).toBeUndefined();
+      // No mark: nothing was ever sent, so nothing is asked before paying.
+      expect(lookupsFor(fake, refundId)).toHaveLength(0);
+      expect(payoutPostsFor(fake, refundId)).toHaveLength(1);
+      expect(fake.lookupRequests()).toHaveLength(0);
+      expect(fake.payoutRequests()).toHaveLength(2);
     });
   });
 
@@ -504,30 +756,100 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
     });
   });
 
-  describe('the commit failing after the payout', () => {
+  describe('the commit failing after the payout (paid, never recorded)', () => {
     const TRIGGER = 'refunds_e2e_fail_commit';
     afterEach(async () => {
       await db.query(`DROP TRIGGER IF EXISTS ${TRIGGER} ON refunds`);
       await db.query(`DROP FUNCTION IF EXISTS ${TRIGGER}()`);
     });
-
-    it('503 outcome-unknown, one payout, no row; once the database takes it, the retry records that payout (201), still one payout', async () => {
-      const key = newKey();
+    /** A body whose refunds row cannot be inserted until letCommit(): only this test's ticket fails. */
+    const failingCommitBody = async (): Promise<RefundRequest> => {
       const body = newBody({ ticket_id: `T-fail-${randomUUID().slice(0, 8)}` });
-      // Only this test's ticket fails; the literal is made of [A-Za-z0-9-].
+      // The literal is made of [A-Za-z0-9-].
       expect(body.ticket_id).toMatch(/^[A-Za-z0-9-]+$/);
-      await db.query(`CREATE FUNCTION ${TRIGGER}() RETURNS trigger LANGUAGE plpgsql AS $$
+      await db.query(`CREATE OR REPLACE FUNCTION ${TRIGGER}() RETURNS trigger LANGUAGE plpgsql AS $$
         BEGIN RAISE EXCEPTION 'refunds e2e: the commit fails'; END $$`);
       await db.query(
         `CREATE TRIGGER ${TRIGGER} BEFORE INSERT ON refunds FOR EACH ROW WHEN (NEW.ticket_id = '${body.ticket_id}') EXECUTE FUNCTION ${TRIGGER}()`,
       );
-
+      return body;
+    };
+    const letCommit = () => db.query(`DROP TRIGGER ${TRIGGER} ON refunds`);
+    /** The first request pays and cannot record it: 503, one payout, no row, the key abandoned, the mark standing (sends 1); no lookup yet. */
+    const paidNotRecorded = async (key: string, body: RefundRequest): Promise<FakePayout> => {
+      const before = await refundMetrics();
       const payout = await expectUnknownPaid(await post(key, body), key, body);
+      expect((await oneMarkFor(key, body)).sends).toBe(1);
+      expect(payoutPostsFor(fake, refundIdOf(key))).toHaveLength(1);
+      expect(lookupsFor(fake, refundIdOf(key))).toHaveLength(0);
+      // Paid at the provider, not recorded: unknown, never paid.
+      expect(await refundMetricsSince(before)).toEqual({ paid: 0, found: 0, refused: 0, unknown: 1 });
+      return payout;
+    };
 
-      await db.query(`DROP TRIGGER ${TRIGGER} ON refunds`);
+    it('503 outcome-unknown, one payout, no row; once the database takes it, the retry records that payout (201), still one payout', async () => {
+      const key = newKey();
+      const body = await failingCommitBody();
+      const payout = await paidNotRecorded(key, body);
+
+      await letCommit();
+      const before = await refundMetrics();
       expect((await expectPaidOnce(await post(key, body), key, body)).payout_id).toBe(payout.payout_id);
       expect(fake.payoutRequests()).toHaveLength(1);
+      expect(fake.lookupRequests()).toHaveLength(1);
       expect(fake.payouts).toHaveLength(1);
+      // Settled by the recovery's lookup.
+      expect(await refundMetricsSince(before)).toEqual({ paid: 0, found: 1, refused: 0, unknown: 0 });
+    });
+
+    it("and the key's record swept (a day later): the same key and body, a fresh claim, looks the payout up through the mark and records it (201 with its payout_id); one payout, one row, the mark gone", async () => {
+      const key = newKey();
+      const body = await failingCommitBody();
+      const payout = await paidNotRecorded(key, body);
+      await letCommit();
+      // The dead request's record expired and was swept: nothing in idempotency_keys says the key was used.
+      await forgetRecord(db, operation(key));
+      expect(await record(key)).toBeUndefined();
+
+      const before = await refundMetrics();
+      const late = await post(key, body);
+      expect(late.headers['idempotent-replayed']).toBeUndefined();
+      expect((await expectPaidOnce(late, key, body)).payout_id).toBe(payout.payout_id);
+      expect(late.body.payout_id).toBe(payout.payout_id);
+      expect(payoutPostsFor(fake, refundIdOf(key))).toHaveLength(1);
+      expect(lookupsFor(fake, refundIdOf(key))).toHaveLength(1);
+      expect(fake.payouts).toHaveLength(1);
+      expect(await refundMetricsSince(before)).toEqual({ paid: 0, found: 1, refused: 0, unknown: 0 });
+
+      expectReplay(await post(key, body), late.body);
+      expect(fake.payoutRequests()).toHaveLength(1);
+      expect(fake.lookupRequests()).toHaveLength(1);
+    });
+
+    it("and the key's record swept: the same key with ANOTHER amount is 422 key-reused, sends and records nothing, and leaves the key to its own body", async () => {
+      const key = newKey();
+      const body = await failingCommitBody();
+      const payout = await paidNotRecorded(key, body);
+      await letCommit();
+      await forgetRecord(db, operation(key));
+      const mark = await oneMarkFor(key, body);
+
+      const other = await post(key, { ...body, amount: body.amount + 500 });
+      expect(other.status).toBe(422);
+      expect(other.headers['content-type']).toMatch(PROBLEM_JSON);
+      expect(other.body.type).toBe(IdempotencyProblemTypes.keyReused);
+      expect(payoutPostsFor(fake, refundIdOf(key))).toHaveLength(1);
+      expect(lookupsFor(fake, refundIdOf(key))).toHaveLength(0);
+      expect(fake.payouts).toHaveLength(1);
+      expect(await rows(refundIdOf(key))).toEqual([]);
+      // The mismatch is not stored (the key's own body must still get its refund), and the mark is the first body's, as it was.
+      expect(await record(key)).toBeUndefined();
+      expect(await oneMarkFor(key, body)).toEqual(mark);
+
+      const own = await post(key, body);
+      expect((await expectPaidOnce(own, key, body)).payout_id).toBe(payout.payout_id);
+      expect(payoutPostsFor(fake, refundIdOf(key))).toHaveLength(1);
+      expect(lookupsFor(fake, refundIdOf(key))).toHaveLength(1);
     });
   });
 
@@ -554,6 +876,8 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
         payouts: [1250],
         rows: [],
       });
+      expect(fake.payoutRequests()).toHaveLength(1);
+      expect((await oneMarkFor(key, body)).sends).toBe(1);
       // With the key's own body, the retry records the payout that was made.
       expect((await expectPaidOnce(await post(key, body), key, body)).payout_id).toBe(payout.payout_id);
       expect(fake.payouts).toHaveLength(1);
@@ -564,7 +888,7 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       const body = newBody({ amount: 1250 });
       fake.nextPayouts({ kind: 'drop' });
 
-      await expectUnknownUnpaid(await post(key, body), key);
+      await expectUnknownUnpaid(await post(key, body), key, body);
 
       // The first payout's outcome was unknown (at a real provider it may still
       // land): paying another amount under the same reference could pay both.
@@ -575,6 +899,10 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
         payouts: fake.payouts.map((p) => p.amount),
         rows: (await rows(refundIdOf(key))).map((r) => r.amount),
       }).toEqual({ status: 422, type: IdempotencyProblemTypes.keyReused, payouts: [], rows: [] });
+      expect(fake.payoutRequests()).toHaveLength(1);
+      // The mark is the first body's, and the key still its abandoned request's.
+      expect((await oneMarkFor(key, body)).sends).toBe(1);
+      await abandoned(key);
     });
   });
 
@@ -670,12 +998,9 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
     });
   });
 
-  it('metrics: refunds_total and refund_provider_calls_total move by what the requests did', async () => {
+  it('metrics: refunds_total counts each request by its outcome, refund_provider_calls_total each answer of the provider', async () => {
     const sample = async () => ({
-      paid: await metricValue(api.server, 'refunds_total', { outcome: 'paid' }),
-      found: await metricValue(api.server, 'refunds_total', { outcome: 'found' }),
-      refused: await metricValue(api.server, 'refunds_total', { outcome: 'refused' }),
-      unknown: await metricValue(api.server, 'refunds_total', { outcome: 'unknown' }),
+      ...(await refundMetrics()),
       payoutPaid: await metricValue(api.server, 'refund_provider_calls_total', { call: 'payout', result: 'paid' }),
       payoutRefused: await metricValue(api.server, 'refund_provider_calls_total', { call: 'payout', result: 'refused' }),
       payoutUnknown: await metricValue(api.server, 'refund_provider_calls_total', { call: 'payout', result: 'unknown' }),
@@ -699,9 +1024,12 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
     expect((await post(unknownKey, unknownBody)).status).toBe(503); // unknown: payout unknown, lookup absent
     fake.nextLookups({ kind: 'fail' });
     expect((await post(unknownKey, unknownBody)).status).toBe(503); // unknown: the recovery's lookup unknown
-    expect((await post(unknownKey, unknownBody)).status).toBe(201); // paid: recovery lookup absent, payout paid
+    expect((await post(unknownKey, unknownBody)).status).toBe(503); // unknown: the recovery's lookup absent, the send inside the window
+    await windowOver(unknownKey);
+    expect((await post(unknownKey, unknownBody)).status).toBe(201); // paid: the recovery's lookup absent, payout paid
     expect((await post(newKey(), { ...newBody(), amount: '1' })).status).toBe(400); // nothing
     expect(fake.payouts).toHaveLength(3);
+    expect(fake.payoutRequests()).toHaveLength(5);
 
     const after = await sample();
     expect({
@@ -719,12 +1047,13 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       paid: 2,
       found: 1,
       refused: 1,
-      unknown: 2,
+      // One per 503 request, however many of the provider's answers it saw.
+      unknown: 3,
       payoutPaid: 2,
       payoutRefused: 1,
       payoutUnknown: 2,
       lookupFound: 1,
-      lookupAbsent: 2,
+      lookupAbsent: 3,
       lookupUnknown: 1,
     });
   });

@@ -8,7 +8,7 @@ import { refundIdFor } from '../../apps/api/src/refunds/refunds.service';
 import { type ApiHarness, startApi, TENANT_A } from '../support/api-harness';
 import { FakePaymentsServer } from '../support/fake-payments-server';
 import { eventually } from '../support/infra';
-import { keyRecord, lookupsFor, paidAnswer, paidRow, payoutPostsFor, refundOperation, refundRows } from '../support/refunds';
+import { attemptRows, keyRecord, lookupsFor, paidAnswer, paidRow, payoutPostsFor, refundOperation, refundRows } from '../support/refunds';
 
 /**
  * `issueRefund` from @app/client against the real api (in-process, on a
@@ -127,7 +127,7 @@ describe('issueRefund through a proxy that loses the answers', () => {
     return proxy((s) => (isRefundPost(s) && ++refundPosts === 1 ? { kind } : { kind: 'forward' }));
   };
 
-  /** One payout (one paying POST) at the provider, one row carrying it, the key completed with that answer. */
+  /** One payout (one paying POST) at the provider, one row carrying it, the key completed with that answer, no send mark left. */
   const expectPaidOnce = async (r: RefundRequest) => {
     const refundId = refundIdOf(r);
     const payouts = fake.payoutsFor(refundId);
@@ -139,6 +139,7 @@ describe('issueRefund through a proxy that loses the answers', () => {
     const record = await keyRecord(ds, operationOf(r));
     expect(record).toMatchObject({ state: 'completed', status: 201 });
     expect(JSON.parse(record!.body!)).toEqual(expected);
+    expect(await attemptRows(ds, refundId)).toEqual([]);
     return expected;
   };
 

@@ -141,7 +141,7 @@ const APP_SPECS: Readonly<Record<App, AppSpec>> = {
         port: c.port,
         drainSeconds: apiDrainMs(c) / 1000,
         drainWhy:
-          "the gateway's drain (HTTP_REQUEST_TIMEOUT_S + 2 s), then HTTP_REQUEST_TIMEOUT_S + the longest handler (a refund: 2 x PAYMENTS_TIMEOUT_S + PostgreSQL's query timeout)",
+          "the gateway's drain (HTTP_REQUEST_TIMEOUT_S + 2 s), then HTTP_REQUEST_TIMEOUT_S + the longest handler (a refund: 3 x PAYMENTS_TIMEOUT_S + PostgreSQL's query timeout)",
       };
     },
   },

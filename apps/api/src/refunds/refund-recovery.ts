@@ -18,13 +18,13 @@ export class RefundRecovery implements IdempotencyRecovery {
 
   constructor(private readonly refunds: RefundsService) {}
 
-  async recover(context: IdempotencyRequestContext, request: Request, record: PendingIdempotencyRecord): Promise<RecoveredAnswer | undefined> {
+  async recover(context: IdempotencyRequestContext, request: Request, pending: PendingIdempotencyRecord): Promise<RecoveredAnswer | undefined> {
     let body: CreateRefundDto;
     try {
       body = (await this.validation.transform(request.body, { type: 'body', metatype: CreateRefundDto })) as CreateRefundDto;
     } catch {
       return undefined;
     }
-    return this.refunds.recover(context, body, record);
+    return this.refunds.recover(context, body, pending, request);
   }
 }

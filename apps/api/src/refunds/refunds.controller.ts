@@ -1,8 +1,8 @@
-import { Body, Controller, Get, HttpCode, HttpStatus, Param, Post, Res, UseGuards } from '@nestjs/common';
+import { Body, Controller, Get, HttpCode, HttpStatus, Param, Post, Req, Res, UseGuards } from '@nestjs/common';
 import { ApiBearerAuth, ApiCreatedResponse, ApiOkResponse, ApiTags } from '@nestjs/swagger';
 import { IdempotencyContext, IdempotencyRecord, Idempotent, type IdempotencyRequestContext, type PendingIdempotencyRecord } from '@app/idempotency';
 import { ApiProblemResponse } from '@app/problem';
-import type { Response } from 'express';
+import type { Request, Response } from 'express';
 import { ApiKeyGuard } from '../auth/api-key.guard';
 import { Tenant } from '../auth/principal';
 import { TENANT_KEY_AUTH } from '../openapi';
@@ -33,10 +33,11 @@ export class RefundsController {
   async create(
     @Body() body: CreateRefundDto,
     @IdempotencyContext() idempotency: IdempotencyRequestContext,
-    @IdempotencyRecord() record: PendingIdempotencyRecord,
+    @IdempotencyRecord() pending: PendingIdempotencyRecord,
+    @Req() req: Request,
     @Res({ passthrough: true }) res: Response,
   ): Promise<RefundDto> {
-    const refund = await this.refunds.refund(idempotency, body, record);
+    const refund = await this.refunds.refund(idempotency, body, pending, req);
     res.location(`/v1/refunds/${refund.refund_id}`);
     return refund;
   }

@@ -1,4 +1,4 @@
-import { DynamicModule, Module } from '@nestjs/common';
+import { DynamicModule, Logger, Module } from '@nestjs/common';
 import { FakePaymentsProvider, HttpPaymentsProvider, PaymentsProvider } from '@app/payments';
 import { RefundMetrics } from './refund-metrics';
 import { RefundRecovery } from './refund-recovery';
@@ -17,10 +17,16 @@ export class RefundsModule {
         { provide: REFUNDS_OPTIONS, useValue: options },
         {
           provide: PaymentsProvider,
-          useFactory: (): PaymentsProvider =>
-            options.paymentsUrl === undefined
-              ? new FakePaymentsProvider()
-              : new HttpPaymentsProvider({ baseUrl: options.paymentsUrl, timeoutMs: options.paymentsTimeoutMs }),
+          useFactory: (): PaymentsProvider => {
+            if (options.paymentsUrl !== undefined) return new HttpPaymentsProvider({ baseUrl: options.paymentsUrl, timeoutMs: options.paymentsTimeoutMs });
+            if (options.production) {
+              // Allowed (the compose quick start runs production), but it pays nothing, and each replica knows only its own payouts.
+              new Logger(RefundsModule.name).warn(
+                'PAYMENTS_URL is unset: POST /v1/refunds pays through the built-in fake provider, in this process\'s memory. No money moves; set PAYMENTS_URL wherever refunds are real.',
+              );
+            }
+            return new FakePaymentsProvider();
+          },
         },
         RefundsService,
         RefundRecovery,

@@ -4,6 +4,8 @@ export interface RefundsOptions {
   readonly paymentsUrl: string | undefined;
   /** The longest one call to the provider may take. */
   readonly paymentsTimeoutMs: number;
+  /** NODE_ENV=production: the built-in fake is then announced loudly at start-up. */
+  readonly production?: boolean;
 }
 
 export const REFUNDS_OPTIONS = Symbol('REFUNDS_OPTIONS');

@@ -9,7 +9,7 @@ import {
 } from '@app/idempotency';
 import { isUuid, uuidV5 } from '@app/jobs';
 import { PaymentOutcomeUnknownError, PaymentsProvider, type Payout } from '@app/payments';
-import { RefundRepository, type StoredRefund } from '@app/persistence';
+import { type RefundFacts, RefundRepository, type RefundState, type SendClaim, type StoredRefund } from '@app/persistence';
 import { PROBLEM_TYPE_PREFIX, ProblemException, ProblemTypes } from '@app/problem';
 import { DataSource } from 'typeorm';
 import type { CreateRefundDto, RefundDto, StoredRefundDto } from './refund.dto';
@@ -73,11 +73,17 @@ export class PaymentRefusedException extends ProblemException {
  *
  * - The payout's reference (and its Idempotency-Key at the provider) is the
  *   refund id, a UUIDv5 of the request's operation.
+ * - Before a payout leaves, a `refund_attempts` row says so (committed
+ *   first). While it stands, the refund's outcome may be anything: every
+ *   later request for the refund looks the payout up before it pays, however
+ *   late it comes, and none sends another within `resendAfterMs` of the last
+ *   send (two PAYMENTS_TIMEOUT_S: one for our request, one for the
+ *   provider to finish one we gave up on). The row goes when the refund is
+ *   recorded.
  * - An answer that settles nothing (a timeout, a broken connection, a 5xx)
- *   is an unknown outcome, never a failure: the payout is looked up by
- *   reference at once; found, it is recorded; not found (or the lookup fails
- *   too), the request answers 503 and leaves its key to the next request,
- *   which looks up again (RefundRecovery) before anything is paid again.
+ *   is an unknown outcome, never a failure: the payout is looked up at once;
+ *   found, it is recorded; otherwise the request answers 503 and abandons its
+ *   key, and the next request with it (RefundRecovery) looks up again.
  * - The row and the request's stored answer commit in one transaction.
  * - Nothing assumes the provider dedupes.
  */
@@ -91,41 +97,62 @@ export class RefundsService {
    * flight; a SIGKILL leaves the key to RefundRecovery.
    */
   private readonly signal = new AbortController().signal;
+  /** Requests whose recovery already asked the provider and heard "none": the handler pays without asking again. */
+  private readonly lookedUpAbsent = new WeakSet<object>();
+  private readonly resendAfterMs: number;
 
   constructor(
     @Inject(PaymentsProvider) private readonly provider: PaymentsProvider,
-    @Inject(REFUNDS_OPTIONS) private readonly options: RefundsOptions,
+    @Inject(REFUNDS_OPTIONS) options: RefundsOptions,
     private readonly dataSource: DataSource,
-    private readonly refunds: RefundRepository,
+    private readonly rows: RefundRepository,
     private readonly metrics: RefundMetrics,
-  ) {}
-
-  /** POST /v1/refunds, run under the request's claimed key. */
-  async refund(context: IdempotencyRequestContext, body: CreateRefundDto, record: PendingIdempotencyRecord): Promise<RefundDto> {
-    const refundId = refundIdFor(context.operation);
-    // A refund recorded long ago, whose stored answer has expired: it is
-    // the answer; paying again with the same reference is never right.
-    const known = await this.known(refundId);
-    if (known) return this.answerFrom(known, body);
-    const payout = await this.pay(refundId, body);
-    return this.record(context.scope, refundId, body, payout, record);
+  ) {
+    this.resendAfterMs = 2 * options.paymentsTimeoutMs;
   }
 
   /**
-   * What a request that died holding the key did (RefundRecovery): its row,
-   * else its payout at the provider, recorded now with the answer. Undefined:
-   * the provider knows no payout with the reference, so the handler runs
-   * (and pays, with the same reference). Throws while it cannot be known.
+   * POST /v1/refunds, run under the request's claimed key. `context.scope`
+   * is the tenant (the api scopes keys by tenant).
    */
-  async recover(context: IdempotencyRequestContext, body: CreateRefundDto, record: PendingIdempotencyRecord): Promise<RecoveredAnswer | undefined> {
-    const refundId = refundIdFor(context.operation);
-    const known = await this.known(refundId);
-    if (known) return this.created(this.answerFrom(known, body));
-    const payout = await this.lookUp(refundId);
-    if (!payout) return undefined;
-    this.metrics.refund('found');
-    this.logger.log(`refund ${refundId}: a request died after its payout ${payout.payout_id}; recorded from the provider's lookup`);
-    return this.created(await this.record(context.scope, refundId, body, payout, record));
+  async refund(context: IdempotencyRequestContext, body: CreateRefundDto, pending: PendingIdempotencyRecord, request: object): Promise<RefundDto> {
+    const facts = factsOf(context, body);
+    const state = await this.stateOf(facts.refundId);
+    // Recorded already (the key's stored answer may have expired): that is the answer.
+    if (state.paid) return this.answerFrom(state.paid, body);
+    if (state.attempt) {
+      assertSameRefund(state.attempt, body);
+      if (!this.lookedUpAbsent.has(request)) {
+        const found = await this.lookUp(facts.refundId);
+        if (found) return this.recordFound(facts, found, pending);
+      }
+    }
+    const payout = await this.pay(facts);
+    if (payout.how === 'found') return this.recordFound(facts, payout.payout, pending);
+    const answer = await this.record(facts, payout.payout, pending);
+    this.metrics.refund('paid');
+    return answer;
+  }
+
+  /**
+   * What a request that died holding the key did (RefundRecovery): its row;
+   * nothing, when no payout was ever sent for it; else its payout at the
+   * provider, recorded now with the answer. Undefined: the handler runs (and
+   * pays, with the same reference). Throws while it cannot be known.
+   */
+  async recover(context: IdempotencyRequestContext, body: CreateRefundDto, pending: PendingIdempotencyRecord, request: object): Promise<RecoveredAnswer | undefined> {
+    const facts = factsOf(context, body);
+    const state = await this.stateOf(facts.refundId);
+    if (state.paid) return this.created(this.answerFrom(state.paid, body));
+    if (!state.attempt) return undefined;
+    assertSameRefund(state.attempt, body);
+    const found = await this.lookUp(facts.refundId);
+    if (!found) {
+      this.lookedUpAbsent.add(request);
+      return undefined;
+    }
+    this.logger.log(`refund ${facts.refundId}: a request died after sending its payout; payout ${found.payout_id} found by lookup`);
+    return this.created(await this.recordFound(facts, found, pending));
   }
 
   /** GET /v1/refunds/<id>: the tenant's own refund; any other id is not found. */
@@ -133,21 +160,21 @@ export class RefundsService {
     if (!isUuid(refundId)) throw notFound();
     let stored: StoredRefund | undefined;
     try {
-      stored = await this.refunds.findForTenant(this.dataSource.manager, refundId.toLowerCase(), tenant);
+      stored = await this.rows.findForTenant(this.dataSource.manager, refundId.toLowerCase(), tenant);
     } catch (err) {
-      this.logger.warn(`refund ${refundId} could not be read: ${(err as Error).message}`);
+      this.logger.warn(`refund ${refundId} could not be read: ${errorText(err)}`);
       throw unavailable('The refund cannot be read right now');
     }
     if (!stored) throw notFound();
     return { ...refundAnswerOf(stored), created_at: stored.createdAt.toISOString() };
   }
 
-  /** The recorded refund with this id. Unreadable: a 503 before anything is sent to the provider (the key is freed). */
-  private async known(refundId: string): Promise<StoredRefund | undefined> {
+  /** The refund's row and unsettled attempt. Unreadable: a 503 before anything is sent (the key is freed). */
+  private async stateOf(refundId: string): Promise<RefundState> {
     try {
-      return await this.refunds.find(this.dataSource.manager, refundId);
+      return await this.rows.state(this.dataSource.manager, refundId);
     } catch (err) {
-      this.logger.warn(`refund ${refundId} could not be read: ${(err as Error)?.message ?? String(err)}`);
+      this.logger.warn(`refund ${refundId} could not be read: ${errorText(err)}`);
       throw unavailable('Refunds cannot be made right now; nothing was paid');
     }
   }
@@ -158,46 +185,59 @@ export class RefundsService {
 
   /** A recorded refund answers a request only if it is that request's refund: the same key with another body is a 422. */
   private answerFrom(known: StoredRefund, body: CreateRefundDto): RefundDto {
-    const same = known.ticketId === body.ticket_id && known.orderId === body.order_id && known.amount === body.amount && known.currency === body.currency;
-    if (!same) throw new IdempotencyKeyReusedException();
+    assertSameRefund(known, body);
     return refundAnswerOf(known);
   }
 
-  /** One payout attempt: the payout, or a thrown refusal (422) or unknown outcome (503). */
-  private async pay(refundId: string, body: CreateRefundDto): Promise<Payout> {
-    const request = { reference: refundId, order_id: body.order_id, amount: body.amount, currency: body.currency };
+  /**
+   * One payout: sent (and settled: paid, or a thrown refusal), or found by
+   * the lookup that follows an answer settling nothing, or a thrown unknown
+   * outcome (503). Nothing is sent while an earlier send may be in flight.
+   */
+  private async pay(facts: RefundFacts): Promise<{ how: 'paid' | 'found'; payout: Payout }> {
+    const claim = await this.claimSend(facts);
+    if (!claim.sent) {
+      this.metrics.refund('unknown');
+      throw new IdempotencyOutcomeUnknownException(
+        'A payout for this refund was sent moments ago and may still be settling. Retry with the same Idempotency-Key after Retry-After: it is looked up before anything is paid.',
+        Math.max(1, Math.ceil(claim.waitMs / 1000)),
+      );
+    }
+    const request = { reference: facts.refundId, order_id: facts.orderId, amount: facts.amount, currency: facts.currency };
     let result;
     try {
       result = await this.provider.payout(request, this.signal);
     } catch (err) {
       // Whatever went wrong, the request may have reached the provider.
       this.metrics.payout('unknown');
-      const why = err instanceof PaymentOutcomeUnknownError ? err.message : `the call failed: ${(err as Error)?.message ?? String(err)}`;
-      this.logger.warn(`refund ${refundId}: payout outcome unknown (${why}); looking it up`);
-      const found = await this.lookUp(refundId);
-      if (found) {
-        this.metrics.refund('found');
-        return found;
-      }
+      const why = err instanceof PaymentOutcomeUnknownError ? err.message : `the call failed: ${errorText(err)}`;
+      this.logger.warn(`refund ${facts.refundId}: payout outcome unknown (${why}); looking it up`);
+      const found = await this.lookUp(facts.refundId);
+      if (found) return { how: 'found', payout: found };
       this.metrics.refund('unknown');
-      // After a timeout our request may still be running at the provider:
-      // the next attempt should come after another full timeout, when a
-      // payout still absent is absent for good.
-      const timedOut = err instanceof PaymentOutcomeUnknownError && err.reason === 'timeout';
       throw new IdempotencyOutcomeUnknownException(
         `The payment provider did not settle the payout (${why}) and has no payout with this refund's reference yet. ` +
-          'Retry with the same Idempotency-Key: the refund is looked up again before anything is paid.',
-        timedOut ? Math.ceil(this.options.paymentsTimeoutMs / 1000) : 1,
+          'Retry with the same Idempotency-Key after Retry-After: the refund is looked up again before anything is paid.',
+        Math.ceil(this.resendAfterMs / 1000),
       );
     }
     if (result.outcome === 'refused') {
       this.metrics.payout('refused');
       this.metrics.refund('refused');
-      throw new PaymentRefusedException(refundId, result.status, result.body);
+      throw new PaymentRefusedException(facts.refundId, result.status, result.body);
     }
     this.metrics.payout('paid');
-    this.metrics.refund('paid');
-    return result.payout;
+    return { how: 'paid', payout: result.payout };
+  }
+
+  /** The send mark, committed before the payout leaves. Unwritable: a 503 before anything is sent (the key is freed). */
+  private async claimSend(facts: RefundFacts): Promise<SendClaim> {
+    try {
+      return await this.rows.claimSend(this.dataSource.manager, facts, this.resendAfterMs);
+    } catch (err) {
+      this.logger.warn(`refund ${facts.refundId}: could not mark the payout before sending it: ${errorText(err)}`);
+      throw unavailable('Refunds cannot be made right now; nothing was paid');
+    }
   }
 
   /** The payout with the refund's reference, none (known absent), or a thrown unknown outcome. */
@@ -209,39 +249,58 @@ export class RefundsService {
     } catch (err) {
       this.metrics.lookup('unknown');
       this.metrics.refund('unknown');
-      this.logger.warn(`refund ${refundId}: lookup failed: ${(err as Error)?.message ?? String(err)}`);
+      this.logger.warn(`refund ${refundId}: lookup failed: ${errorText(err)}`);
       throw new IdempotencyOutcomeUnknownException(
         'The payment provider cannot say yet whether this refund was paid. Retry with the same Idempotency-Key: nothing is paid again before it can.',
       );
     }
   }
 
+  /** A payout only a lookup settled, recorded. */
+  private async recordFound(facts: RefundFacts, payout: Payout, pending: PendingIdempotencyRecord): Promise<RefundDto> {
+    const answer = await this.record(facts, payout, pending);
+    this.metrics.refund('found');
+    return answer;
+  }
+
   /** The refund's row and the request's stored answer, in one transaction. */
-  private async record(tenant: string, refundId: string, body: CreateRefundDto, payout: Payout, record: PendingIdempotencyRecord): Promise<RefundDto> {
+  private async record(facts: RefundFacts, payout: Payout, pending: PendingIdempotencyRecord): Promise<RefundDto> {
     try {
       return await this.dataSource.transaction(async (em) => {
-        const stored = await this.refunds.record(em, {
-          refundId,
-          tenant,
-          ticketId: body.ticket_id,
-          orderId: body.order_id,
-          amount: body.amount,
-          currency: body.currency,
-          payoutId: payout.payout_id,
-        });
-        const answer = this.answerFrom(stored, body);
-        await record.completeWithin(em, { status: HttpStatus.CREATED, body: answer, headers: { location: refundLocation(refundId) } });
+        const stored = await this.rows.record(em, { ...facts, payoutId: payout.payout_id });
+        const answer = refundAnswerOf(stored);
+        await pending.completeWithin(em, { status: HttpStatus.CREATED, body: answer, headers: { location: refundLocation(facts.refundId) } });
         return answer;
       });
     } catch (err) {
-      if (err instanceof IdempotencyKeyReusedException) throw err;
-      // Paid, but not recorded: the next request with the key finds the payout by lookup and records it.
-      const why = err instanceof IdempotencyLockLostError ? 'another request holds the key now' : (err as Error)?.message ?? String(err);
-      this.logger.error(`refund ${refundId}: payout ${payout.payout_id} made but not recorded (${why})`);
+      // Paid, but not recorded: its send mark stays, so the next request with the key finds the payout by lookup and records it.
+      const why = err instanceof IdempotencyLockLostError ? 'another request holds the key now' : errorText(err);
+      this.logger.error(`refund ${facts.refundId}: payout ${payout.payout_id} made but not recorded (${why})`);
+      this.metrics.refund('unknown');
       throw new IdempotencyOutcomeUnknownException('The refund was paid but could not be recorded yet. Retry with the same Idempotency-Key to get it.');
     }
   }
 }
+
+/** The refund a request asks for, under its refund id. */
+function factsOf(context: IdempotencyRequestContext, body: CreateRefundDto): RefundFacts {
+  return {
+    refundId: refundIdFor(context.operation),
+    tenant: context.scope,
+    ticketId: body.ticket_id,
+    orderId: body.order_id,
+    amount: body.amount,
+    currency: body.currency,
+  };
+}
+
+/** The same refund id with other facts is the key reused for another refund: a 422, never a payout. */
+function assertSameRefund(known: Pick<RefundFacts, 'ticketId' | 'orderId' | 'amount' | 'currency'>, body: CreateRefundDto): void {
+  const same = known.ticketId === body.ticket_id && known.orderId === body.order_id && known.amount === body.amount && known.currency === body.currency;
+  if (!same) throw new IdempotencyKeyReusedException();
+}
+
+const errorText = (err: unknown): string => (err instanceof Error ? err.message : String((err as { message?: unknown })?.message ?? err));
 
 function notFound(): NotFoundException {
   return new NotFoundException('No such refund.');

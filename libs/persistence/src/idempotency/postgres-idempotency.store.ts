@@ -432,8 +432,13 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   }
 
   /**
-   * Every statement of the store is a named prepared statement: each pooled
-   * connection parses and plans it once. The claim is a few CTEs, and
+   * The store's own statements (all but the sweep's DELETE and what
+   * `completeWithin` runs in the caller's transaction) are named prepared
+   * statements: each pooled connection parses and plans them once. That
+   * needs a session per connection: behind a pooler in transaction mode
+   * (PgBouncer before 1.21 without max_prepared_statements) they fail. A
+   * migration that changes a returned column's type needs the apps
+   * restarted, as prepared plans keep their result types. The claim is a few CTEs, and
    * planning it on every call cost more than running it (the bench measured
    * 1.4 ms a call unnamed, 0.33 ms named, on a replay).
    */

@@ -16,6 +16,24 @@ export interface StoredRefund {
 
 export type NewRefund = Omit<StoredRefund, 'createdAt'>;
 
+/** What a refund asked the provider for: the facts a payout was sent with. */
+export type RefundFacts = Pick<StoredRefund, 'refundId' | 'tenant' | 'ticketId' | 'orderId' | 'amount' | 'currency'>;
+
+/** A payout sent for a refund not recorded yet (refund_attempts). */
+export interface RefundAttempt extends RefundFacts {
+  readonly sends: number;
+  readonly lastSentAt: Date;
+}
+
+/** What the database knows of a refund id: recorded (paid), or sent and not settled, or neither. */
+export interface RefundState {
+  readonly paid?: StoredRefund;
+  readonly attempt?: RefundAttempt;
+}
+
+/** The outcome of asking to send a payout: sent (the attempt is recorded), or an earlier send is too recent, by this much. */
+export type SendClaim = { readonly sent: true } | { readonly sent: false; readonly waitMs: number };
+
 interface RefundRow {
   refund_id: string;
   tenant: string;
@@ -40,9 +58,80 @@ const fromRow = (r: RefundRow): StoredRefund => ({
   createdAt: r.created_at,
 });
 
+interface AttemptJson {
+  refund_id: string;
+  tenant: string;
+  ticket_id: string;
+  order_id: string;
+  amount: number;
+  currency: string;
+  sends: number;
+  last_sent_at: string;
+}
+
+const STATE_SQL = `
+SELECT (SELECT row_to_json(r) FROM (SELECT ${COLUMNS} FROM refunds WHERE refund_id = $1) r) AS paid,
+       (SELECT row_to_json(a) FROM refund_attempts a WHERE refund_id = $1) AS attempt`;
+
+/*
+ * A payout may be sent unless an earlier one for the refund was sent less
+ * than $7 ms ago: one statement, so of two requests racing for one refund
+ * (a takeover while the first still runs) one sends and one waits.
+ */
+const CLAIM_SEND_SQL = `
+INSERT INTO refund_attempts AS a (refund_id, tenant, ticket_id, order_id, amount, currency)
+VALUES ($1, $2, $3, $4, $5, $6)
+ON CONFLICT (refund_id) DO UPDATE SET sends = a.sends + 1, last_sent_at = now()
+  WHERE a.last_sent_at <= now() - $7::float8 * interval '1 millisecond'
+RETURNING sends`;
+
+const SEND_WAIT_SQL = `
+SELECT GREATEST(0, ceil(extract(epoch FROM last_sent_at + $2::float8 * interval '1 millisecond' - now()) * 1000))::float8 AS wait_ms
+FROM refund_attempts WHERE refund_id = $1`;
+
 /** I/O only: every method runs in the EntityManager it is given (a transaction's, or the DataSource's own). */
 @Injectable()
 export class RefundRepository {
+  /** The refund's row and its unsettled attempt, in one round trip. */
+  async state(em: EntityManager, refundId: string): Promise<RefundState> {
+    const [row] = (await em.query(STATE_SQL, [refundId])) as { paid: (Omit<RefundRow, 'created_at'> & { created_at: string }) | null; attempt: AttemptJson | null }[];
+    const paid = row?.paid ? fromRow({ ...row.paid, created_at: new Date(row.paid.created_at) }) : undefined;
+    const a = row?.attempt;
+    const attempt: RefundAttempt | undefined = a
+      ? {
+          refundId: a.refund_id,
+          tenant: a.tenant,
+          ticketId: a.ticket_id,
+          orderId: a.order_id,
+          amount: a.amount,
+          currency: a.currency,
+          sends: a.sends,
+          lastSentAt: new Date(a.last_sent_at),
+        }
+      : undefined;
+    return { ...(paid ? { paid } : {}), ...(attempt ? { attempt } : {}) };
+  }
+
+  /**
+   * Records that a payout is about to be sent, unless one was sent less than
+   * `quietMs` ago. Committed on its own, before the request leaves: a crash
+   * after it leaves the mark for the next request to look up.
+   */
+  async claimSend(em: EntityManager, facts: RefundFacts, quietMs: number): Promise<SendClaim> {
+    const sent: unknown[] = await em.query(CLAIM_SEND_SQL, [
+      facts.refundId,
+      facts.tenant,
+      facts.ticketId,
+      facts.orderId,
+      facts.amount,
+      facts.currency,
+      quietMs,
+    ]);
+    if (sent.length === 1) return { sent: true };
+    const [wait] = (await em.query(SEND_WAIT_SQL, [facts.refundId, quietMs])) as { wait_ms: number }[];
+    return { sent: false, waitMs: wait?.wait_ms ?? quietMs };
+  }
+
   /**
    * Records a paid refund. A refund id names one refund for ever: a second
    * insert of the same id leaves the first row as it was and returns it.
@@ -55,6 +144,8 @@ export class RefundRepository {
        RETURNING ${COLUMNS}`,
       [refund.refundId, refund.tenant, refund.ticketId, refund.orderId, refund.amount, refund.currency, refund.payoutId],
     );
+    // Recorded: its payout is settled, nothing is unknown about it any more.
+    await em.query('DELETE FROM refund_attempts WHERE refund_id = $1', [refund.refundId]);
     if (inserted[0]) return fromRow(inserted[0]);
     const existing = await this.find(em, refund.refundId);
     if (!existing) throw new Error(`refund ${refund.refundId} neither inserted nor found`);
