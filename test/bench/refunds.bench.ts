@@ -1,7 +1,6 @@
 import { Body, Controller, type DynamicModule, HttpCode, HttpStatus, Inject, Module, Post, Res, UseGuards } from '@nestjs/common';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import { FakePaymentsProvider, type PaymentsProvider } from '@app/payments';
-import { RefundRepository } from '@app/persistence';
 import { REDIS_CLIENT } from '@app/redis';
 import type { Response } from 'express';
 import type { Redis } from 'ioredis';
@@ -86,7 +85,6 @@ class PlainRefundsController {
   constructor(
     @Inject(PLAIN_PAYMENTS) private readonly provider: PaymentsProvider,
     private readonly dataSource: DataSource,
-    private readonly refunds: RefundRepository,
   ) {}
 
   @Post()
@@ -98,17 +96,15 @@ class PlainRefundsController {
       this.signal,
     );
     if (result.outcome !== 'paid') throw new Error(`the bench's provider refused a payout (${result.status})`);
-    const stored = await this.dataSource.transaction((em) =>
-      this.refunds.record(em, {
-        refundId,
-        tenant,
-        ticketId: body.ticket_id,
-        orderId: body.order_id,
-        amount: body.amount,
-        currency: body.currency,
-        payoutId: result.payout.payout_id,
-      }),
-    );
+    // The row alone, as a route without idempotency writes it (RefundRepository.record also clears the route's send mark).
+    const refund = { refundId, tenant, ticketId: body.ticket_id, orderId: body.order_id, amount: body.amount, currency: body.currency, payoutId: result.payout.payout_id };
+    const [row] = (await this.dataSource.transaction((em) =>
+      em.query(
+        'INSERT INTO refunds (refund_id, tenant, ticket_id, order_id, amount, currency, payout_id) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING created_at',
+        [refund.refundId, refund.tenant, refund.ticketId, refund.orderId, refund.amount, refund.currency, refund.payoutId],
+      ),
+    )) as { created_at: Date }[];
+    const stored = { ...refund, createdAt: row.created_at };
     res.location(refundLocation(refundId));
     return refundAnswerOf(stored);
   }

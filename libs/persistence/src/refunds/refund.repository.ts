@@ -137,15 +137,15 @@ export class RefundRepository {
    * insert of the same id leaves the first row as it was and returns it.
    */
   async record(em: EntityManager, refund: NewRefund): Promise<StoredRefund> {
+    // Recorded, its send mark goes in the same statement: nothing is unknown about its payout any more.
     const inserted: RefundRow[] = await em.query(
-      `INSERT INTO refunds (refund_id, tenant, ticket_id, order_id, amount, currency, payout_id)
+      `WITH settled AS (DELETE FROM refund_attempts WHERE refund_id = $1)
+       INSERT INTO refunds (refund_id, tenant, ticket_id, order_id, amount, currency, payout_id)
        VALUES ($1, $2, $3, $4, $5, $6, $7)
        ON CONFLICT (refund_id) DO NOTHING
        RETURNING ${COLUMNS}`,
       [refund.refundId, refund.tenant, refund.ticketId, refund.orderId, refund.amount, refund.currency, refund.payoutId],
     );
-    // Recorded: its payout is settled, nothing is unknown about it any more.
-    await em.query('DELETE FROM refund_attempts WHERE refund_id = $1', [refund.refundId]);
     if (inserted[0]) return fromRow(inserted[0]);
     const existing = await this.find(em, refund.refundId);
     if (!existing) throw new Error(`refund ${refund.refundId} neither inserted nor found`);
