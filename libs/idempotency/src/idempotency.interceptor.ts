@@ -9,11 +9,10 @@ import {
 } from '@nestjs/common';
 import { ModuleRef, Reflector } from '@nestjs/core';
 import { isRejectedByPipes } from '@nestjs/core/internal';
-import { PROBLEM_CONTENT_TYPE, toProblem } from '@app/problem';
 import type { Request, Response as ExpressResponse } from 'express';
 import { createHash, randomUUID } from 'node:crypto';
 import { compile } from 'path-to-regexp';
-import { isObservable, lastValueFrom, map, Observable, of, from } from 'rxjs';
+import { lastValueFrom, map, Observable, of, from } from 'rxjs';
 import { fingerprintBody } from './canonical-json';
 import {
   IdempotencyLockLostError,
@@ -29,14 +28,12 @@ import {
   IdempotencyInProgressException,
   IdempotencyKeyMissingException,
   IdempotencyKeyReusedException,
-  IdempotencyOutcomeUnknownException,
   IdempotencyStoreUnavailableException,
 } from './idempotency.errors';
 import { IdempotencyMetrics } from './idempotency.metrics';
 import { IDEMPOTENCY_MODULE_OPTIONS, type IdempotencyModuleOptions } from './idempotency.module-definition';
 import {
   assertValidIdempotentOptions,
-  type IdempotencyErrorFormat,
   type IdempotencyRecovery,
   IdempotentMetadata,
   type IdempotentOptions,
@@ -53,6 +50,16 @@ import {
 } from './idempotency-store.interface';
 import { LockLease } from './lock-lease';
 import { HandlerDurations, retryAfterSeconds } from './retry-after';
+import {
+  type HandlerOutcome,
+  jsonAnswer,
+  pickHeaders,
+  type ReleaseReason,
+  type SettleDecision,
+  settleDecision,
+  type SettleRoute,
+  storesByDefault,
+} from './settle-decision';
 import { FrameChannel, framesResponse, isWebResponse, onceClosed, StreamedAnswer } from './streamed-answer';
 
 export const DEFAULT_LOCK_TTL_MS = 10_000;
@@ -70,33 +77,22 @@ export const DEFAULT_REPLAY_HEADERS: readonly string[] = [
 ];
 const NEVER_REPLAYED = new Set(['set-cookie', 'set-cookie2', 'authorization', 'www-authenticate']);
 const NULL_BODY_STATUSES = new Set([204, 205, 304]);
-/**
- * 4xx answers that say "not now" rather than "no": Request Timeout, Conflict,
- * Too Early, Too Many Requests. Stored, they would be replayed after the
- * client waited as told (Retry-After); they release the key instead.
- */
-const TRANSIENT_4XX = new Set([408, 409, 425, 429]);
 
 /** Duplicates following running requests in this process, at most; more get the 409. */
 export const MAX_FOLLOWERS = 1000;
 /** A re-claim after a followed request ended finds it settled; a few rounds cover a takeover race. */
 const MAX_FOLLOW_ROUNDS = 4;
 
-interface RouteSettings {
+interface RouteSettings extends SettleRoute {
   readonly required: boolean;
   readonly lockTtlMs: number;
   readonly resultTtlMs: number;
-  readonly maxStoredBodyBytes: number;
-  readonly stores: (status: number) => boolean;
   readonly attachWaitMs: number | undefined;
-  readonly errors: IdempotencyErrorFormat | undefined;
   readonly store: IdempotencyStore;
   readonly recover: IdempotentOptions['recover'];
 }
 
 type InProgress = Extract<ClaimResult, { outcome: 'in-progress' }>;
-
-const storesByDefault = (status: number): boolean => status < 500 && !TRANSIENT_4XX.has(status);
 
 interface Attempt {
   readonly context: IdempotencyRequestContext;
@@ -236,13 +232,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
     try {
       const hook = this.moduleRef.get(recovery as never, { strict: false }) as IdempotencyRecovery;
       answer = await hook.recover(attempt.context, req, pending.record);
-    } catch (err) {
+    } catch (error) {
       lease.stop();
-      // The key's operation was done with another body: a mismatch, which must not keep the key from its own body.
-      if (err instanceof IdempotencyKeyReusedException) await this.release(attempt, lease.lost);
-      // Still unknown: the key stays a dead request's, for the next one to recover.
-      else await this.abandon(attempt, lease.lost);
-      throw err;
+      await this.settle(attempt, lease, settleDecision({ kind: 'recovery-failed', error }, attempt.settings));
+      throw error;
     }
     lease.stop();
     const completedWithin = pending.completed();
@@ -261,43 +254,22 @@ export class IdempotencyInterceptor implements NestInterceptor {
       return this.run(next, req, res, attempt);
     }
     this.outcome(req, 'recovered');
-    const stored = this.jsonAnswer(answer);
-    if (attempt.settings.stores(stored.status)) await this.complete(attempt, stored, false);
-    else await this.abandon(attempt, false);
+    const stored = jsonAnswer(answer, attempt.settings.replayHeaders);
+    await this.settle(attempt, lease, settleDecision({ kind: 'recovered', response: stored }, attempt.settings));
     return asResponse(stored);
   }
 
-  /** An answer a route gave the library itself (recovered, finalised in a transaction), as it is stored: JSON, allowlisted headers. */
-  private jsonAnswer(answer: RecoveredAnswer): StoredResponse {
-    const headers = { ...this.pickHeaders(answer.headers ?? {}), 'content-type': 'application/json; charset=utf-8' };
-    return { status: answer.status, headers, body: JSON.stringify(answer.body) ?? '' };
-  }
-
-  /** Renews the attempt's lock while it runs; `quiet()` true: a refusal is expected (the record was completed in a transaction). */
-  private leaseFor(attempt: Attempt, quiet: () => boolean = () => false): LockLease {
+  /** Renews the attempt's lock while it runs; `quiet()` true: a refused renewal is expected (the record was completed in a transaction). */
+  private leaseFor(attempt: Attempt, quiet?: () => boolean): LockLease {
     return new LockLease(
       attempt.settings.store,
       attempt.context.operation,
       attempt.token,
       attempt.settings.lockTtlMs,
-      () => {
-        if (!quiet()) this.lockLost(attempt, 'renewal refused');
-      },
+      (how) => this.lockLost(attempt, how),
       (err) => this.logger.warn(`idempotency lock renewal failed (key ${attempt.keyHash}): ${errorText(err)}`),
+      quiet,
     );
-  }
-
-  /** Gives the key up as a request whose outcome is unknown: abandoned where the store can mark it (tookOver for the next), else released. */
-  private async abandon(attempt: Attempt, lost: boolean): Promise<void> {
-    const store = attempt.settings.store;
-    if (!store.abandon) return this.release(attempt, lost);
-    this.metrics.count('released');
-    try {
-      const ours = await store.abandon(attempt.context.operation, attempt.token);
-      if (!ours && !lost) this.lockLost(attempt, 'abandon refused');
-    } catch (err) {
-      this.logger.error(`idempotency: could not give up key ${attempt.keyHash}: ${errorText(err)}`);
-    }
   }
 
   private outcome(req: Request, outcome: IdempotencyRequestOutcome): void {
@@ -453,8 +425,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
       completeWithin: async (tx, answer) => {
         const store = attempt.settings.store;
         if (!store.completeWithin) throw new Error('Idempotency: this route\'s store cannot finalise inside a transaction (use a PostgreSQL store)');
-        if (!attempt.settings.stores(answer.status)) throw new Error(`Idempotency: a ${answer.status} answer is not stored on this route; finalise only answers it stores`);
-        const stored = this.jsonAnswer(answer);
+        if (!attempt.settings.storesStatus(answer.status)) throw new Error(`Idempotency: a ${answer.status} answer is not stored on this route; finalise only answers it stores`);
+        const stored = jsonAnswer(answer, attempt.settings.replayHeaders);
         if (Buffer.byteLength(stored.body) > attempt.settings.maxStoredBodyBytes) throw new Error('Idempotency: the answer is over the route\'s maxStoredBodyBytes');
         completing = true;
         const ours = await store.completeWithin(tx, attempt.context.operation, attempt.token, attempt.context.fingerprint, stored, attempt.settings.resultTtlMs);
@@ -485,12 +457,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
     let body: unknown;
     try {
       body = await lastValueFrom(next.handle(), { defaultValue: undefined });
-    } catch (err) {
+    } catch (error) {
       lease.stop();
+      const rejectedByPipes = isRejectedByPipes(req);
       // A body the pipes refused never ran the handler: its milliseconds say nothing of a run.
-      if (!isRejectedByPipes(req)) this.durations.record(attempt.handler, performance.now() - started);
-      await this.settleFailure(err, req, res, attempt, lease.lost);
-      throw err;
+      if (!rejectedByPipes) this.durations.record(attempt.handler, performance.now() - started);
+      const outcome = { kind: 'threw', error, rejectedByPipes, headersSent: res.headersSent } as const;
+      await this.settle(attempt, lease, settleDecision(outcome, attempt.settings));
+      throw error;
     }
     const completedWithin = pending.completed();
     if (completedWithin) {
@@ -504,29 +478,20 @@ export class IdempotencyInterceptor implements NestInterceptor {
     if (body instanceof StreamedAnswer) return this.record(body, res, attempt, lease, started);
     lease.stop();
     this.durations.record(attempt.handler, performance.now() - started);
-    if (isWebResponse(body)) return this.settleWebResponse(body, attempt, lease.lost);
-    await this.settleSuccess(body, res, attempt, lease.lost);
+    const outcome = isWebResponse(body)
+      ? await webResponseOutcome(body, attempt.settings)
+      : ({ kind: 'returned', body, status: res.statusCode, headers: res.getHeaders(), headersSent: res.headersSent } satisfies HandlerOutcome);
+    const decision = settleDecision(outcome, attempt.settings);
+    await this.settle(attempt, lease, decision);
+    // An answer that cannot be sent either: its error is the answer, for the exception filter.
+    const { reason } = decision.action === 'release' ? decision : { reason: undefined };
+    if (reason?.kind === 'unserialisable' || reason?.kind === 'unreadable') throw reason.error;
+    if (outcome.kind === 'web-response' && outcome.text !== undefined && isWebResponse(body)) {
+      // Its body was read to be stored: what is sent is what was read.
+      const text = NULL_BODY_STATUSES.has(body.status) ? null : outcome.text;
+      return new Response(text, { status: body.status, headers: body.headers });
+    }
     return body;
-  }
-
-  /** A handler's web Response: its status, allowlisted headers and whole body, stored like any answer. */
-  private async settleWebResponse(response: Response, attempt: Attempt, lost: boolean): Promise<Response> {
-    if (!attempt.settings.stores(response.status)) {
-      await this.release(attempt, lost);
-      return response;
-    }
-    let text: string;
-    try {
-      text = await response.text();
-    } catch (err) {
-      await this.release(attempt, lost);
-      throw err;
-    }
-    const headers = this.pickHeaders(Object.fromEntries(response.headers));
-    const contentType = response.headers.get('content-type');
-    if (contentType !== null) headers['content-type'] = contentType;
-    await this.complete(attempt, { status: response.status, headers, body: text }, lost);
-    return new Response(NULL_BODY_STATUSES.has(response.status) ? null : text, { status: response.status, headers: response.headers });
   }
 
   /**
@@ -538,7 +503,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
    */
   private record(answer: StreamedAnswer, res: ExpressResponse, attempt: Attempt, lease: LockLease, started: number): Response {
     const { context: ctx, settings } = attempt;
-    const headers = this.pickHeaders(answer.headers);
+    const headers = pickHeaders(answer.headers, this.replayHeaders);
     const contentType = Object.entries(answer.headers).find(([name]) => name.toLowerCase() === 'content-type')?.[1];
     if (contentType !== undefined) headers['content-type'] = contentType;
     // While stored, the whole answer fits the channel: the caller never holds
@@ -551,7 +516,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     });
     onceClosed(res, () => channel.detach());
     const log = settings.store.frames;
-    let storing = settings.stores(answer.status) && log !== undefined;
+    let storing = settings.storesStatus(answer.status) && log !== undefined;
     let settled = false;
     let pending: string[] = [];
     let inFlight: Promise<void> | undefined;
@@ -569,7 +534,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       }
       if (!settled) {
         settled = true;
-        releasing = this.release(attempt, lease.lost);
+        releasing = this.release(attempt, lease);
       }
       return releasing ?? Promise.resolve();
     };
@@ -581,7 +546,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         try {
           if (!(await began) || !(await log.append(ctx.operation, attempt.token, batch))) {
             // Refused: the lock is not ours any more, unless we stopped storing ourselves meanwhile.
-            if (storing && !beginFailed && !lease.lost) this.lockLost(attempt, 'append refused');
+            if (storing && !beginFailed) lease.refused('append refused');
             storing = false;
           }
         } catch (err) {
@@ -598,7 +563,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       while (inFlight) await inFlight;
     };
 
-    if (!log && settings.stores(answer.status)) {
+    if (!log && settings.storesStatus(answer.status)) {
       this.logger.warn(`idempotency: the store keeps no frames, so a streamed answer is not stored; key ${attempt.keyHash} released`);
       this.metrics.count('not_stored');
     }
@@ -636,14 +601,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
         try {
           settled = true;
           const ours = await log.complete(ctx.operation, attempt.token, ctx.fingerprint, settings.resultTtlMs);
-          if (!ours && !lease.lost) this.lockLost(attempt, 'finalise refused');
+          if (!ours) lease.refused('finalise refused');
         } catch (err) {
           this.metrics.count('store_unavailable');
           this.logger.error(`idempotency: could not store the answer (key ${attempt.keyHash}): ${errorText(err)}`);
         }
       } else if (!settled) {
         settled = true;
-        await this.release(attempt, lease.lost);
+        await this.release(attempt, lease);
       }
       this.durations.record(attempt.handler, performance.now() - started);
       if (broken !== undefined) {
@@ -677,85 +642,57 @@ export class IdempotencyInterceptor implements NestInterceptor {
     return framesResponse(answer.status, new Headers(answer.headers), frames());
   }
 
-  private async settleSuccess(body: unknown, res: ExpressResponse, attempt: Attempt, lost: boolean): Promise<void> {
-    if (res.headersSent) return this.notStoredAlreadySent(attempt, lost);
-    const status = res.statusCode;
-    if (!attempt.settings.stores(status)) return this.release(attempt, lost);
-    let serialised: ReturnType<typeof serialiseBody>;
-    try {
-      serialised = serialiseBody(body);
-    } catch (err) {
-      // A value JSON cannot hold (a BigInt, a cycle): a bug in the handler that
-      // Express could not send either. The exception filter answers 500 with
-      // this error (and logs it); the key must not stay locked for the lock TTL meanwhile.
-      this.logger.warn(`idempotency: the answer cannot be serialised (${errorText(err)}); not stored, key ${attempt.keyHash} released`);
-      this.metrics.count('not_stored');
-      await this.release(attempt, lost);
-      throw err;
+  /** Performs what settleDecision decided for the attempt's key: stores the answer, releases the key, or abandons it. */
+  private settle(attempt: Attempt, lease: LockLease, decision: SettleDecision): Promise<void> {
+    switch (decision.action) {
+      case 'store':
+        return this.complete(attempt, lease, decision.response);
+      case 'abandon':
+        return this.abandon(attempt, lease);
+      case 'release':
+        this.notStored(attempt, decision.reason);
+        return this.release(attempt, lease);
     }
-    if (serialised === undefined) {
-      this.logger.warn(`idempotency: a ${typeName(body)} answer cannot be stored; key ${attempt.keyHash} released`);
-      this.metrics.count('not_stored');
-      return this.release(attempt, lost);
-    }
-    const headers = this.pickHeaders(res.getHeaders());
-    headers['content-type'] ??= serialised.contentType;
-    await this.complete(attempt, { status, headers, body: serialised.text }, lost);
-  }
-
-  private async settleFailure(err: unknown, req: Request, res: ExpressResponse, attempt: Attempt, lost: boolean): Promise<void> {
-    // A pipe (validation) refused the request: the handler never ran, so a
-    // corrected retry with the same key must run for real.
-    if (isRejectedByPipes(req)) return this.release(attempt, lost);
-    // The handler does not know what its effect did (a provider that timed out):
-    // the key stays a dead request's, so the next request recovers first.
-    if (err instanceof IdempotencyOutcomeUnknownException) return this.abandon(attempt, lost);
-    // The handler found the key's operation done with another body (its own
-    // rows outlived the record): a mismatch, not this operation's answer. Not
-    // stored, or the operation's own body would get the 422 from then on.
-    if (err instanceof IdempotencyKeyReusedException) return this.release(attempt, lost);
-    if (res.headersSent) return this.notStoredAlreadySent(attempt, lost);
-    const status = err instanceof HttpException ? err.getStatus() : 500;
-    if (status >= 400 && status < 500 && attempt.settings.stores(status)) {
-      // The handler's own business answer: stored and replayed like a success,
-      // with the same header allowlist (a problem may carry Set-Cookie too).
-      if (attempt.settings.errors) {
-        const rendered = attempt.settings.errors.render(err);
-        const contentType = Object.entries(rendered.headers).find(([name]) => name.toLowerCase() === 'content-type')?.[1];
-        const headers = { ...this.pickHeaders(rendered.headers), ...(contentType ? { 'content-type': contentType } : {}) };
-        if (!attempt.settings.stores(rendered.status)) return this.release(attempt, lost);
-        return this.complete(attempt, { status: rendered.status, headers, body: rendered.body }, lost);
-      }
-      const problem = toProblem(err);
-      const headers = { ...this.pickHeaders(problem.headers), 'content-type': PROBLEM_CONTENT_TYPE };
-      return this.complete(attempt, { status: problem.status, headers, body: JSON.stringify(problem.body) }, lost);
-    }
-    return this.release(attempt, lost);
   }
 
   /**
-   * The handler sent its answer itself (through @Res() without passthrough,
-   * which IdempotentRoutesValidator refuses at start-up): what went out is not
-   * known here, and Nest would not send a replay for such a handler either.
+   * An answer that could have been stored but is not: a warning and a
+   * `not_stored`. The other releases (a status the route does not store, a
+   * refused body, a reused key) are what the route asked for: said nowhere.
    */
-  private notStoredAlreadySent(attempt: Attempt, lost: boolean): Promise<void> {
-    this.logger.warn(
-      `idempotency: the handler sent its answer itself, so it cannot be stored; key ${attempt.keyHash} released. ` +
-        'Use @Res({ passthrough: true }) on @Idempotent() routes.',
-    );
+  private notStored(attempt: Attempt, reason: ReleaseReason): void {
+    const key = attempt.keyHash;
+    switch (reason.kind) {
+      case 'headers-sent':
+        // Through @Res() without passthrough, which IdempotentRoutesValidator
+        // refuses at start-up: Nest would not send a replay for such a handler either.
+        this.logger.warn(
+          `idempotency: the handler sent its answer itself, so it cannot be stored; key ${key} released. ` +
+            'Use @Res({ passthrough: true }) on @Idempotent() routes.',
+        );
+        break;
+      case 'too-large':
+        this.logger.warn(`idempotency: answer of ${reason.size} bytes exceeds ${reason.limit}; not stored, key ${key} released`);
+        break;
+      case 'unserialisable':
+        // A value JSON cannot hold: a bug in the handler that Express could not
+        // send either. The exception filter answers 500 with this error (and
+        // logs it); the key must not stay locked for the lock TTL meanwhile.
+        this.logger.warn(`idempotency: the answer cannot be serialised (${errorText(reason.error)}); not stored, key ${key} released`);
+        break;
+      case 'unstorable':
+        this.logger.warn(`idempotency: a ${reason.type} answer cannot be stored; key ${key} released`);
+        break;
+      case 'status':
+      case 'rejected-by-pipes':
+      case 'key-reused':
+      case 'unreadable':
+        return;
+    }
     this.metrics.count('not_stored');
-    return this.release(attempt, lost);
   }
 
-  private async complete(attempt: Attempt, response: StoredResponse, lost: boolean): Promise<void> {
-    const size = Buffer.byteLength(response.body);
-    if (size > attempt.settings.maxStoredBodyBytes) {
-      this.logger.warn(
-        `idempotency: answer of ${size} bytes exceeds ${attempt.settings.maxStoredBodyBytes}; not stored, key ${attempt.keyHash} released`,
-      );
-      this.metrics.count('not_stored');
-      return this.release(attempt, lost);
-    }
+  private async complete(attempt: Attempt, lease: LockLease, response: StoredResponse): Promise<void> {
     try {
       const ours = await attempt.settings.store.complete(
         attempt.context.operation,
@@ -764,7 +701,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         response,
         attempt.settings.resultTtlMs,
       );
-      if (!ours && !lost) this.lockLost(attempt, 'finalise refused');
+      if (!ours) lease.refused('finalise refused');
     } catch (err) {
       // The answer still goes out; the lock expires and a retry runs again.
       this.metrics.count('store_unavailable');
@@ -772,13 +709,26 @@ export class IdempotencyInterceptor implements NestInterceptor {
     }
   }
 
-  private async release(attempt: Attempt, lost: boolean): Promise<void> {
+  private async release(attempt: Attempt, lease: LockLease): Promise<void> {
     this.metrics.count('released');
     try {
       const ours = await attempt.settings.store.release(attempt.context.operation, attempt.token);
-      if (!ours && !lost) this.lockLost(attempt, 'release refused');
+      if (!ours) lease.refused('release refused');
     } catch (err) {
       this.logger.error(`idempotency: could not release key ${attempt.keyHash}: ${errorText(err)}`);
+    }
+  }
+
+  /** Gives the key up as a request whose outcome is unknown: abandoned where the store can mark it (tookOver for the next), else released. */
+  private async abandon(attempt: Attempt, lease: LockLease): Promise<void> {
+    const store = attempt.settings.store;
+    if (!store.abandon) return this.release(attempt, lease);
+    this.metrics.count('released');
+    try {
+      const ours = await store.abandon(attempt.context.operation, attempt.token);
+      if (!ours) lease.refused('abandon refused');
+    } catch (err) {
+      this.logger.error(`idempotency: could not give up key ${attempt.keyHash}: ${errorText(err)}`);
     }
   }
 
@@ -801,7 +751,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
   private replayHeadersOf(stored: { readonly headers: Readonly<Record<string, string>> }): Headers {
     // The allowlist again: the record may have been written by another version
     // (or by hand), and Set-Cookie must never come back from a store.
-    const headers = new Headers(this.pickHeaders(stored.headers));
+    const headers = new Headers(pickHeaders(stored.headers, this.replayHeaders));
     // The body's own type, even under a custom allowlist that leaves it out:
     // it is stored with every answer, and a body without it is another body.
     const contentType = stored.headers['content-type'];
@@ -840,25 +790,16 @@ export class IdempotencyInterceptor implements NestInterceptor {
     return framesResponse(stored.status, headers, frames());
   }
 
-  private pickHeaders(all: Readonly<Record<string, number | string | string[] | undefined>>): Record<string, string> {
-    const out: Record<string, string> = {};
-    for (const [name, value] of Object.entries(all)) {
-      const lower = name.toLowerCase();
-      if (value === undefined || !this.replayHeaders.has(lower)) continue;
-      out[lower] = Array.isArray(value) ? value.join(', ') : String(value);
-    }
-    return out;
-  }
-
   private settingsFor(route: IdempotentOptions): RouteSettings {
     return {
       required: route.required ?? true,
       lockTtlMs: route.lockTtlMs ?? this.options.lockTtlMs ?? DEFAULT_LOCK_TTL_MS,
       resultTtlMs: route.resultTtlMs ?? this.options.resultTtlMs ?? DEFAULT_RESULT_TTL_MS,
       maxStoredBodyBytes: route.maxStoredBodyBytes ?? this.options.maxStoredBodyBytes ?? DEFAULT_MAX_STORED_BODY_BYTES,
-      stores: route.storesStatus ?? storesByDefault,
+      storesStatus: route.storesStatus ?? storesByDefault,
       attachWaitMs: route.attach?.waitMs,
       errors: route.errors,
+      replayHeaders: this.replayHeaders,
       store: this.storeNamed(route.store),
       recover: route.recover,
     };
@@ -925,24 +866,19 @@ function operationPath(req: Request): string {
   return normalisePath(fill(req.params as Record<string, string | string[]>));
 }
 
-/** The bytes Express will send for a handler's return value, or undefined if it is not storable. */
-function serialiseBody(body: unknown): { text: string; contentType: string } | undefined {
-  if (body === undefined || body === null) return { text: '', contentType: 'text/plain; charset=utf-8' };
-  if (typeof body === 'string') return { text: body, contentType: 'text/html; charset=utf-8' };
-  if (typeof body === 'number' || typeof body === 'boolean') {
-    return { text: String(body), contentType: 'text/html; charset=utf-8' };
+/**
+ * A handler's web Response as the decision needs it: its body is read only
+ * when the route stores its status; one it does not store is sent as it is,
+ * unread (a stream or binary body passes through untouched).
+ */
+async function webResponseOutcome(response: Response, settings: RouteSettings): Promise<HandlerOutcome> {
+  const headers = Object.fromEntries(response.headers);
+  if (!settings.storesStatus(response.status)) return { kind: 'web-response', status: response.status, headers };
+  try {
+    return { kind: 'web-response', status: response.status, headers, text: await response.text() };
+  } catch (error) {
+    return { kind: 'web-response-unreadable', error };
   }
-  if (Buffer.isBuffer(body) || isObservable(body) || body instanceof Response || isStream(body)) return undefined;
-  if (typeof body === 'object') return { text: JSON.stringify(body), contentType: 'application/json; charset=utf-8' };
-  return undefined;
-}
-
-function isStream(value: object): boolean {
-  return typeof (value as { pipe?: unknown }).pipe === 'function' || Symbol.asyncIterator in value;
-}
-
-function typeName(value: unknown): string {
-  return typeof value === 'object' && value !== null ? value.constructor.name : typeof value;
 }
 
 function errorText(err: unknown): string {
