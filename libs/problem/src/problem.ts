@@ -1,4 +1,5 @@
 import { HttpException } from '@nestjs/common';
+import { ProblemTypes } from './problem-types';
 
 export const PROBLEM_CONTENT_TYPE = 'application/problem+json';
 
@@ -42,4 +43,19 @@ export class ProblemException extends HttpException {
     this.problem = problem;
     this.headers = init.headers ?? {};
   }
+}
+
+/**
+ * The 503 every route answers when a dependency it needs does not answer:
+ * problem+json `…service-unavailable`, with `Retry-After` (seconds, at least 1).
+ * Say in `detail` whether anything was done.
+ */
+export function serviceUnavailable(title: string, detail?: string, retryAfterSeconds = 1): ProblemException {
+  return new ProblemException({
+    type: ProblemTypes.serviceUnavailable,
+    title,
+    status: 503,
+    ...(detail === undefined ? {} : { detail }),
+    headers: { 'Retry-After': String(Math.max(1, Math.ceil(retryAfterSeconds))) },
+  });
 }

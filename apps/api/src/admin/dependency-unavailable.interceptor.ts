@@ -1,5 +1,5 @@
-import { type CallHandler, type ExecutionContext, HttpException, HttpStatus, Injectable, Logger, type NestInterceptor } from '@nestjs/common';
-import { ProblemException, ProblemTypes } from '@app/problem';
+import { type CallHandler, type ExecutionContext, HttpException, Injectable, Logger, type NestInterceptor } from '@nestjs/common';
+import { serviceUnavailable } from '@app/problem';
 import { catchError, type Observable, throwError } from 'rxjs';
 
 /**
@@ -18,13 +18,7 @@ export class DependencyUnavailableInterceptor implements NestInterceptor {
         this.logger.warn({ err: err instanceof Error ? err.message : String(err), handler: context.getHandler().name }, 'admin request failed: a store did not answer');
         return throwError(
           () =>
-            new ProblemException({
-              type: ProblemTypes.serviceUnavailable,
-              title: 'Redis or PostgreSQL did not answer',
-              status: HttpStatus.SERVICE_UNAVAILABLE,
-              detail: 'Retry; changes made before the failure, if any, are logged and stay made.',
-              headers: { 'Retry-After': '1' },
-            }),
+            serviceUnavailable('Redis or PostgreSQL did not answer', 'Retry; changes made before the failure, if any, are logged and stay made.'),
         );
       }),
     );

@@ -10,7 +10,7 @@ import {
 import { isUuid, uuidV5 } from '@app/jobs';
 import { PaymentOutcomeUnknownError, PaymentsProvider, type Payout } from '@app/payments';
 import { type RefundFacts, RefundRepository, type RefundState, type SendClaim, type StoredRefund } from '@app/persistence';
-import { PROBLEM_TYPE_PREFIX, ProblemException, ProblemTypes } from '@app/problem';
+import { PROBLEM_TYPE_PREFIX, ProblemException, serviceUnavailable } from '@app/problem';
 import { DataSource } from 'typeorm';
 import type { CreateRefundDto, RefundDto, StoredRefundDto } from './refund.dto';
 import { RefundMetrics } from './refund-metrics';
@@ -306,6 +306,4 @@ function notFound(): NotFoundException {
   return new NotFoundException('No such refund.');
 }
 
-function unavailable(title: string): ProblemException {
-  return new ProblemException({ type: ProblemTypes.serviceUnavailable, title, status: HttpStatus.SERVICE_UNAVAILABLE, headers: { 'Retry-After': '1' } });
-}
+const unavailable = (title: string): ProblemException => serviceUnavailable(title);

@@ -2,7 +2,7 @@ import { Body, Controller, Get, HttpCode, HttpStatus, Param, Post, Res, UseGuard
 import { ApiAcceptedResponse, ApiBearerAuth, ApiOkResponse, ApiTags } from '@nestjs/swagger';
 import { IdempotencyContext, Idempotent, type IdempotencyRequestContext } from '@app/idempotency';
 import { jobIdFor, SummaryJobQueue } from '@app/jobs';
-import { ApiProblemResponse, ProblemException, ProblemTypes } from '@app/problem';
+import { ApiProblemResponse, serviceUnavailable } from '@app/problem';
 import type { Response } from 'express';
 import { ApiKeyGuard } from '../auth/api-key.guard';
 import { TENANT_KEY_AUTH } from '../openapi';
@@ -47,13 +47,7 @@ export class SummariesController {
     try {
       await this.queue.enqueue({ jobId, tenant, payload: { text: body.text, notify: body.notify } });
     } catch {
-      throw new ProblemException({
-        type: ProblemTypes.serviceUnavailable,
-        title: 'The job could not be queued',
-        status: HttpStatus.SERVICE_UNAVAILABLE,
-        detail: 'The job queue is unreachable; nothing was queued. Retry with the same Idempotency-Key.',
-        headers: { 'Retry-After': '1' },
-      });
+      throw serviceUnavailable('The job could not be queued', 'The job queue is unreachable; nothing was queued. Retry with the same Idempotency-Key.');
     }
     res.location(`/v1/summaries/${jobId}`);
     return { job_id: jobId, status: 'queued' };

@@ -1,7 +1,7 @@
-import { HttpStatus, Injectable, NotFoundException } from '@nestjs/common';
+import { Injectable, NotFoundException } from '@nestjs/common';
 import { isUuid, SummaryJobQueue } from '@app/jobs';
 import { SummaryRepository } from '@app/persistence';
-import { ProblemException, ProblemTypes } from '@app/problem';
+import { ProblemException, serviceUnavailable } from '@app/problem';
 import { DataSource } from 'typeorm';
 
 export type SummaryStatus =
@@ -45,12 +45,7 @@ export class SummaryStatusService {
 }
 
 function unavailable(): ProblemException {
-  return new ProblemException({
-    type: ProblemTypes.serviceUnavailable,
-    title: 'The job status cannot be read right now',
-    status: HttpStatus.SERVICE_UNAVAILABLE,
-    headers: { 'Retry-After': '1' },
-  });
+  return serviceUnavailable('The job status cannot be read right now');
 }
 
 function notFound(): NotFoundException {
