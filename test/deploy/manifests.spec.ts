@@ -28,9 +28,11 @@ const K8S_DIR = join(REPO_ROOT, 'deploy/k8s');
 const INTERFACE_PATH = resolve(REPO_ROOT, '../shared/INTERFACE.md');
 /**
  * INTERFACE.md lets the project add to the interface; the additions (and every
- * variable INTERFACE.md names) are README's Configuration table.
+ * variable INTERFACE.md names) are the Configuration table of the operators'
+ * page, docs/operations.md (README links to it).
  */
-const README_PATH = join(REPO_ROOT, 'README.md');
+const CONFIGURATION_DOC = 'docs/operations.md';
+const CONFIGURATION_DOC_PATH = join(REPO_ROOT, CONFIGURATION_DOC);
 /** The kustomizations an operator applies or builds on; each is rendered and checked whole. */
 const RENDERINGS = ['base', 'overlays/example'] as const;
 
@@ -176,7 +178,7 @@ const APP_SPECS: Readonly<Record<App, AppSpec>> = {
 
 /**
  * The variable table under `heading` (INTERFACE.md's `## Environment`,
- * README's `## Configuration`): variable names per app (`all` means every app).
+ * docs/operations.md's `## Configuration`): variable names per app (`all` means every app).
  * The first two columns are the variables and the apps; the rest is ignored.
  */
 function parseEnvTable(markdown: string, heading: string, file: string): Record<App, string[]> {
@@ -205,8 +207,8 @@ const interfaceSource = existsSync(INTERFACE_PATH)
   ? { from: INTERFACE_PATH, env: parseInterfaceEnv(readFileSync(INTERFACE_PATH, 'utf8')) }
   : { from: 'INTERFACE_ENV_FALLBACK in this test (../shared/INTERFACE.md is absent)', env: INTERFACE_ENV_FALLBACK };
 
-/** README's Configuration table: INTERFACE.md's variables and the project's additions. */
-const readmeEnv = parseEnvTable(readFileSync(README_PATH, 'utf8'), 'Configuration', 'README.md');
+/** The Configuration table of docs/operations.md: INTERFACE.md's variables and the project's additions. */
+const docsEnv = parseEnvTable(readFileSync(CONFIGURATION_DOC_PATH, 'utf8'), 'Configuration', CONFIGURATION_DOC);
 
 // ---------------------------------------------------------------------------
 // Manifests: the shapes read here.
@@ -637,17 +639,17 @@ describe('deploy/k8s manifests', () => {
     }
   });
 
-  it(`README's Configuration table has every variable ${interfaceSource.from === INTERFACE_PATH ? 'INTERFACE.md' : 'INTERFACE_ENV_FALLBACK'} names, and every variable the apps read`, () => {
+  it(`${CONFIGURATION_DOC}'s Configuration table has every variable ${interfaceSource.from === INTERFACE_PATH ? 'INTERFACE.md' : 'INTERFACE_ENV_FALLBACK'} names, and every variable the apps read`, () => {
     const problems: string[] = [];
     for (const app of APPS) {
       for (const name of interfaceSource.env[app]) {
-        if (!readmeEnv[app].includes(name)) problems.push(`README.md: the Configuration table has no row giving ${name} to the ${app}, which ${interfaceSource.from} lists`);
+        if (!docsEnv[app].includes(name)) problems.push(`${CONFIGURATION_DOC}: the Configuration table has no row giving ${name} to the ${app}, which ${interfaceSource.from} lists`);
       }
       for (const name of APP_SPECS[app].variables) {
-        if (!readmeEnv[app].includes(name)) problems.push(`README.md: the ${app} reads ${name} (${APP_SPECS[app].schemaName}), but the Configuration table does not say so`);
+        if (!docsEnv[app].includes(name)) problems.push(`${CONFIGURATION_DOC}: the ${app} reads ${name} (${APP_SPECS[app].schemaName}), but the Configuration table does not say so`);
       }
-      for (const name of readmeEnv[app]) {
-        if (!APP_SPECS[app].variables.has(name)) problems.push(`README.md: the Configuration table gives ${name} to the ${app}, but ${APP_SPECS[app].schemaName} has no such variable`);
+      for (const name of docsEnv[app]) {
+        if (!APP_SPECS[app].variables.has(name)) problems.push(`${CONFIGURATION_DOC}: the Configuration table gives ${name} to the ${app}, but ${APP_SPECS[app].schemaName} has no such variable`);
       }
     }
     expect(problems).toEqual([]);
@@ -676,14 +678,14 @@ describe('deploy/k8s manifests', () => {
         expect(() => appSettings(view, app)).not.toThrow();
       });
 
-      it(`gets every variable INTERFACE.md and README list for the ${app}, and NODE_ENV=production`, () => {
+      it(`gets every variable INTERFACE.md and ${CONFIGURATION_DOC} list for the ${app}, and NODE_ENV=production`, () => {
         const view = appView(r, app);
         const problems: string[] = [];
         for (const name of interfaceSource.env[app]) {
           if (!view.env.has(name)) problems.push(`${view.where}: ${interfaceSource.from} lists ${name} for the ${app}, but neither env nor envFrom provides it`);
         }
-        for (const name of readmeEnv[app]) {
-          if (!view.env.has(name)) problems.push(`${view.where}: README's Configuration table lists ${name} for the ${app}, but neither env nor envFrom provides it`);
+        for (const name of docsEnv[app]) {
+          if (!view.env.has(name)) problems.push(`${view.where}: ${CONFIGURATION_DOC}'s Configuration table lists ${name} for the ${app}, but neither env nor envFrom provides it`);
         }
         const nodeEnv = view.env.get('NODE_ENV');
         if (nodeEnv?.value !== 'production') problems.push(`${view.where}: NODE_ENV is ${nodeEnv ? `"${nodeEnv.value}" from ${nodeEnv.from}` : 'unset'}, not production`);

@@ -1,6 +1,6 @@
 import { env } from '@app/config';
 
-/** What an operator may tune of every app's HTTP server (README, Configuration). */
+/** What an operator may tune of every app's HTTP server (docs/operations.md, Configuration). */
 export const httpServerEnv = {
   /** The whole request, headers and body, must arrive within this (Node's default: 300 s). */
   httpRequestTimeoutMs: env.secondsAsMs('HTTP_REQUEST_TIMEOUT_S', 30, { min: 1, max: 3600 }),
