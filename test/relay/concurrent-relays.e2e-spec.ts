@@ -1,25 +1,10 @@
 import { Client } from 'pg';
-import type { DataSource } from 'typeorm';
 import type { RelayPassResult } from '../../apps/relay/src/outbox/outbox.relay';
-import { eventually, freePort, testDatabaseUrl, testDataSource, truncateAll } from '../support/infra';
-import { compileRelay, FakeProvider, insertOutboxRows, sample, startRelay, type RelayHarness } from './relay-harness';
+import { eventually, testDatabaseUrl } from '../support/infra';
+import { compileRelay, insertOutboxRows, relayFixture, sample, startRelay, type RelayHarness } from './relay-harness';
 
 describe('relay: several relays side by side', () => {
-  let ds: DataSource;
-  let provider: FakeProvider;
-
-  beforeAll(async () => {
-    ds = await testDataSource();
-    provider = await FakeProvider.start(freePort(30));
-  });
-  afterAll(async () => {
-    await provider.close();
-    await ds.destroy();
-  });
-  beforeEach(async () => {
-    await truncateAll(ds);
-    provider.reset();
-  });
+  const { ds, provider } = relayFixture(30);
 
   it('four relays drain 1,000 rows committed at once: every row delivered exactly once, none left', async () => {
     const relays: RelayHarness[] = [];

@@ -1,9 +1,8 @@
-import type { DataSource } from 'typeorm';
 import { NotificationSender, type OutboxMessage } from '../../apps/relay/src/outbox/notification-sender.interface';
 import { OutboxRelayRepository } from '../../apps/relay/src/outbox/outbox-relay.repository';
 import { WebhookSender } from '../../apps/relay/src/outbox/webhook.sender';
-import { eventually, freePort, sleep, testDataSource, truncateAll } from '../support/infra';
-import { compileRelay, FakeProvider, insertOutboxRows, rowByKey, sample, type RelayHarness } from './relay-harness';
+import { eventually, sleep } from '../support/infra';
+import { compileRelay, insertOutboxRows, relayFixture, rowByKey, sample, type RelayHarness } from './relay-harness';
 
 /** A sender that runs `after` once the real webhook call has come back, before the relay records anything. */
 function webhookThen(url: string, after: () => Promise<void>): NotificationSender {
@@ -22,33 +21,21 @@ function webhookThen(url: string, after: () => Promise<void>): NotificationSende
 describe('relay: a crash between sending and recording, and lease ownership', () => {
   // NOTIFY_TIMEOUT_S 0.25 → a lease of 1.5 s.
   const env = { NOTIFY_TIMEOUT_S: '0.25' };
-  let ds: DataSource;
-  let provider: FakeProvider;
   let relayB: RelayHarness;
-
-  beforeAll(async () => {
-    ds = await testDataSource();
-    provider = await FakeProvider.start(freePort(20));
-    relayB = await compileRelay({ env: { ...env, NOTIFY_WEBHOOK_URL: provider.url } });
-  });
-  afterAll(async () => {
-    await relayB.close();
-    await provider.close();
-    await ds.destroy();
-  });
-  beforeEach(async () => {
-    await truncateAll(ds);
-    provider.reset();
+  const { ds, provider } = relayFixture(20, {
+    setUp: async () => {
+      relayB = await compileRelay({ env: { ...env, NOTIFY_WEBHOOK_URL: provider.url } });
+    },
+    tearDown: () => relayB.close(),
   });
 
   it('sends again with the same Idempotency-Key once the dead relay’s lease expires, and only then records it as sent', async () => {
     const [key] = await insertOutboxRows(ds, 1, 'crash');
     // Relay A: the provider accepts the send, then the process dies before its UPDATE (its connections are gone).
-    let relayA: RelayHarness | undefined;
-    relayA = await compileRelay({
+    const relayA: RelayHarness = await compileRelay({
       env,
       override: (b) =>
-        b.overrideProvider(NotificationSender).useValue(webhookThen(provider.url, async () => relayA!.dataSource.destroy())),
+        b.overrideProvider(NotificationSender).useValue(webhookThen(provider.url, async () => relayA.dataSource.destroy())),
     });
     try {
       await expect(relayA.relay.runOnce()).resolves.toMatchObject({ claimed: 1, sent: 0, unrecorded: 1 });

@@ -1,6 +1,6 @@
 import type { INestApplication } from '@nestjs/common';
 import { Test, type TestingModule, type TestingModuleBuilder } from '@nestjs/testing';
-import { OUTBOX_CHANNEL } from '@app/persistence';
+import { dataSourceOptions, OUTBOX_CHANNEL } from '@app/persistence';
 import { Logger } from 'nestjs-pino';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { Registry } from 'prom-client';
@@ -9,7 +9,7 @@ import { OutboxListener } from '../../apps/relay/src/outbox/outbox-listener';
 import { OutboxRelay } from '../../apps/relay/src/outbox/outbox.relay';
 import { loadRelayConfig, type RelayConfig } from '../../apps/relay/src/relay.config';
 import { RelayModule } from '../../apps/relay/src/relay.module';
-import { testDatabaseUrl, testRedisUrl } from '../support/infra';
+import { freePort, testDatabaseUrl, testRedisUrl, truncateAll } from '../support/infra';
 
 /* ------------------------------------------------------------------ the provider */
 
@@ -39,21 +39,22 @@ export class FakeProvider {
   answer: (d: Delivery, n: number) => Answer = () => ({ status: 200 });
   private readonly timers = new Set<NodeJS.Timeout>();
   private readonly listeners = new Set<(d: Delivery) => void>();
+  private readonly server: Server = createServer((req, res) => this.handle(req, res));
 
-  private constructor(
-    private readonly server: Server,
-    readonly port: number,
-  ) {}
+  /** Not listening yet: see `listen()`, or `FakeProvider.start`. */
+  constructor(readonly port: number) {}
 
   static async start(port: number): Promise<FakeProvider> {
-    let provider!: FakeProvider;
-    const server = createServer((req, res) => provider.handle(req, res));
-    provider = new FakeProvider(server, port);
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(port, '127.0.0.1', () => resolve());
-    });
+    const provider = new FakeProvider(port);
+    await provider.listen();
     return provider;
+  }
+
+  async listen(): Promise<void> {
+    await new Promise<void>((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen(this.port, '127.0.0.1', () => resolve());
+    });
   }
 
   get url(): string {
@@ -126,6 +127,50 @@ export class FakeProvider {
       this.timers.add(timer);
     });
   }
+}
+
+/* ------------------------------------------------------------------ the suite */
+
+export interface RelayFixture {
+  /** The test's own pool on this worker's database (not the relay's), open from beforeAll to afterAll. */
+  readonly ds: DataSource;
+  /** Listening from beforeAll to afterAll; reset before each test. */
+  readonly provider: FakeProvider;
+}
+
+export interface RelayFixtureHooks {
+  /** Last in beforeAll, once the pool and the provider are up (e.g. the suite's relay). */
+  readonly setUp?: () => Promise<void>;
+  /** First in afterAll, before the provider and the pool close. */
+  readonly tearDown?: () => Promise<void>;
+}
+
+/**
+ * The fixture of a relay suite, called at the top of its describe block: a
+ * pool on this worker's database and a FakeProvider on `freePort(portOffset)`
+ * for the whole block, and before each test the tables emptied and the
+ * provider reset. Both objects exist at once, so the suite can destructure
+ * them; they are opened in beforeAll.
+ */
+export function relayFixture(portOffset: number, hooks: RelayFixtureHooks = {}): RelayFixture {
+  // What testDataSource() opens, made here so it can be handed out before beforeAll runs.
+  const ds = new DataSource(dataSourceOptions({ url: testDatabaseUrl(), applicationName: 'test' }));
+  const provider = new FakeProvider(freePort(portOffset));
+  beforeAll(async () => {
+    await ds.initialize();
+    await provider.listen();
+    await hooks.setUp?.();
+  });
+  afterAll(async () => {
+    await hooks.tearDown?.();
+    await provider.close();
+    await ds.destroy();
+  });
+  beforeEach(async () => {
+    await truncateAll(ds);
+    provider.reset();
+  });
+  return { ds, provider };
 }
 
 /* ------------------------------------------------------------------ the relay */

@@ -1,9 +1,8 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { resolve } from 'node:path';
-import type { DataSource } from 'typeorm';
-import { eventually, freePort, testDatabaseUrl, testDataSource, testRedisUrl, truncateAll } from '../support/infra';
-import { compileRelay, FakeProvider, insertOutboxRows, rowByKey } from './relay-harness';
+import { eventually, freePort, testDatabaseUrl, testRedisUrl } from '../support/infra';
+import { compileRelay, insertOutboxRows, relayFixture, rowByKey } from './relay-harness';
 
 const ROOT = resolve(__dirname, '../..');
 
@@ -50,22 +49,11 @@ async function spawnRelay(env: Record<string, string>): Promise<RelayProcess> {
 }
 
 describe('relay: the process (main.ts)', () => {
-  let ds: DataSource;
-  let provider: FakeProvider;
   let running: RelayProcess | undefined;
-
-  beforeAll(async () => {
-    ds = await testDataSource();
-    provider = await FakeProvider.start(freePort(70));
-  });
-  afterAll(async () => {
-    running?.child.kill('SIGKILL');
-    await provider.close();
-    await ds.destroy();
-  });
-  beforeEach(async () => {
-    await truncateAll(ds);
-    provider.reset();
+  const { ds, provider } = relayFixture(70, {
+    tearDown: async () => {
+      running?.child.kill('SIGKILL');
+    },
   });
 
   it('SIGTERM with a send in flight: the send finishes, is recorded as sent, and the process exits 0', async () => {

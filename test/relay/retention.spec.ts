@@ -1,28 +1,16 @@
-import type { DataSource } from 'typeorm';
-import { eventually, freePort, testDataSource, truncateAll } from '../support/infra';
-import { compileRelay, FakeProvider, insertOutboxRows, startRelay, type RelayHarness } from './relay-harness';
+import { eventually } from '../support/infra';
+import { compileRelay, insertOutboxRows, relayFixture, startRelay, type RelayHarness } from './relay-harness';
 
 describe('relay: retention of sent rows', () => {
-  let ds: DataSource;
-  let provider: FakeProvider;
   let relay: RelayHarness;
+  const { ds, provider } = relayFixture(80, {
+    setUp: async () => {
+      relay = await compileRelay({ env: { NOTIFY_WEBHOOK_URL: provider.url, OUTBOX_RETENTION_DAYS: '7' } });
+    },
+    tearDown: () => relay.close(),
+  });
   const keysLeft = async () =>
-    ((await ds.query('SELECT dedupe_key FROM outbox ORDER BY dedupe_key')) as { dedupe_key: string }[]).map((r) => r.dedupe_key);
-
-  beforeAll(async () => {
-    ds = await testDataSource();
-    provider = await FakeProvider.start(freePort(80));
-    relay = await compileRelay({ env: { NOTIFY_WEBHOOK_URL: provider.url, OUTBOX_RETENTION_DAYS: '7' } });
-  });
-  afterAll(async () => {
-    await relay.close();
-    await provider.close();
-    await ds.destroy();
-  });
-  beforeEach(async () => {
-    await truncateAll(ds);
-    provider.reset();
-  });
+    (await ds.query<{ dedupe_key: string }[]>('SELECT dedupe_key FROM outbox ORDER BY dedupe_key')).map((r) => r.dedupe_key);
 
   it('deletes only sent rows older than OUTBOX_RETENTION_DAYS, in batches, and keeps unsent and parked rows of any age', async () => {
     // More than two batches of 500.

@@ -1,34 +1,30 @@
-import type { DataSource } from 'typeorm';
 import { NotificationSender } from '../../apps/relay/src/outbox/notification-sender.interface';
-import { eventually, freePort, sleep, testDataSource, truncateAll } from '../support/infra';
-import { compileRelay, FakeProvider, insertOutboxRows, rowByKey, sample, TOPIC, type RelayHarness } from './relay-harness';
+import { eventually, freePort, sleep } from '../support/infra';
+import {
+  compileRelay,
+  insertOutboxRows,
+  relayFixture,
+  rowByKey,
+  sample,
+  TOPIC,
+  type RelayHarness,
+} from './relay-harness';
 
 describe('relay: the webhook contract, a provider that is down, backoff and parking', () => {
-  let ds: DataSource;
-  let provider: FakeProvider;
   let relay: RelayHarness;
-
-  beforeAll(async () => {
-    ds = await testDataSource();
-    provider = await FakeProvider.start(freePort(10));
-    relay = await compileRelay({
-      env: {
-        NOTIFY_WEBHOOK_URL: provider.url,
-        NOTIFY_TIMEOUT_S: '0.3',
-        OUTBOX_MAX_ATTEMPTS: '3',
-        OUTBOX_BACKOFF_BASE_MS: '200',
-        OUTBOX_BACKOFF_MAX_MS: '400',
-      },
-    });
-  });
-  afterAll(async () => {
-    await relay.close();
-    await provider.close();
-    await ds.destroy();
-  });
-  beforeEach(async () => {
-    await truncateAll(ds);
-    provider.reset();
+  const { ds, provider } = relayFixture(10, {
+    setUp: async () => {
+      relay = await compileRelay({
+        env: {
+          NOTIFY_WEBHOOK_URL: provider.url,
+          NOTIFY_TIMEOUT_S: '0.3',
+          OUTBOX_MAX_ATTEMPTS: '3',
+          OUTBOX_BACKOFF_BASE_MS: '200',
+          OUTBOX_BACKOFF_MAX_MS: '400',
+        },
+      });
+    },
+    tearDown: () => relay.close(),
   });
 
   it('POSTs the row as INTERFACE.md says, with the dedupe key as Idempotency-Key, and records it as sent', async () => {
@@ -113,7 +109,7 @@ describe('relay: the webhook contract, a provider that is down, backoff and park
     expect(await sample(relay.registry, 'outbox_parked_rows')).toBe(1);
     expect(await sample(relay.registry, 'outbox_backlog_rows')).toBe(0);
 
-    // The README's re-queue puts it back in line, and it goes out with the same key.
+    // The re-queue of docs/operations.md puts it back in line, and it goes out with the same key.
     provider.answer = () => ({ status: 200 });
     await ds.query(
       `UPDATE outbox SET parked_at = NULL, attempts = 0, next_attempt_at = now(), last_error = NULL WHERE dedupe_key = $1`,

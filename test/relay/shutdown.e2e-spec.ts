@@ -1,23 +1,8 @@
-import type { DataSource } from 'typeorm';
-import { eventually, freePort, sleep, testDataSource, truncateAll } from '../support/infra';
-import { FakeProvider, insertOutboxRows, rowByKey, startRelay } from './relay-harness';
+import { eventually, sleep } from '../support/infra';
+import { insertOutboxRows, relayFixture, rowByKey, startRelay } from './relay-harness';
 
 describe('relay: shutdown (app.close(), as SIGTERM runs it)', () => {
-  let ds: DataSource;
-  let provider: FakeProvider;
-
-  beforeAll(async () => {
-    ds = await testDataSource();
-    provider = await FakeProvider.start(freePort(60));
-  });
-  afterAll(async () => {
-    await provider.close();
-    await ds.destroy();
-  });
-  beforeEach(async () => {
-    await truncateAll(ds);
-    provider.reset();
-  });
+  const { ds, provider } = relayFixture(60);
 
   it('lets an in-flight slow send finish and records it as sent; claims nothing new meanwhile', async () => {
     const relay = await startRelay({ env: { NOTIFY_WEBHOOK_URL: provider.url, NOTIFY_TIMEOUT_S: '5', OUTBOX_POLL_MS: '100' } });

@@ -7,6 +7,9 @@
  * Half of the step is kept so a row never comes back at once to a provider
  * that is down (full jitter can draw ~0), and the other half is random so the
  * rows of one failed batch do not come back together.
+ *
+ * The relay's one backoff: a row's next try (OutboxRelay, OUTBOX_BACKOFF_*)
+ * and the LISTEN connection's next reconnect (OutboxListener).
  */
 export function retryDelayMs(failures: number, baseMs: number, capMs: number, random: () => number = Math.random): number {
   const exponent = Math.min(Math.max(failures - 1, 0), 40);

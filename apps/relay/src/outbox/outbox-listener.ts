@@ -1,6 +1,8 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { OUTBOX_CHANNEL } from '@app/persistence';
+import { once } from 'node:events';
 import { Client } from 'pg';
+import { retryDelayMs } from './backoff';
 import { OUTBOX_RELAY_OPTIONS, type OutboxRelayOptions } from './outbox-relay.module-definition';
 
 export interface OutboxListenerHandlers {
@@ -82,18 +84,17 @@ export class OutboxListener {
   async check(): Promise<void> {
     const client = this.client;
     if (!client) throw new Error(`not listening on ${OUTBOX_CHANNEL} (reconnecting)`);
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new Error(`no answer to SELECT 1 within ${CHECK_TIMEOUT_MS} ms`)), CHECK_TIMEOUT_MS);
+    // A short-lived signal (one second, once per probe), so AbortSignal.timeout rather than a cleared timer.
+    const timedOut = once(AbortSignal.timeout(CHECK_TIMEOUT_MS), 'abort').then(() => {
+      throw new Error(`no answer to SELECT 1 within ${CHECK_TIMEOUT_MS} ms`);
     });
     try {
-      await Promise.race([client.query('SELECT 1'), timeout]);
+      // race() handles the loser's late rejection too.
+      await Promise.race([client.query('SELECT 1'), timedOut]);
     } catch (err) {
       // end() in lost() destroys the socket while a query is outstanding, so a hung connection goes too.
       this.lost(client, new Error(`readiness check failed: ${err instanceof Error ? err.message : String(err)}`));
       throw err;
-    } finally {
-      clearTimeout(timer);
     }
   }
 
@@ -156,9 +157,8 @@ export class OutboxListener {
 
   private scheduleReconnect(err: unknown): void {
     if (this.stopped) return;
-    const step = Math.min(RECONNECT_MAX_MS, RECONNECT_FIRST_MS * 2 ** this.failures);
-    const delay = Math.round(step / 2 + Math.random() * (step / 2));
     this.failures++;
+    const delay = retryDelayMs(this.failures, RECONNECT_FIRST_MS, RECONNECT_MAX_MS);
     this.logger.warn(
       `LISTEN ${OUTBOX_CHANNEL} connection lost (${err instanceof Error ? err.message : String(err)}); reconnecting in ${delay} ms`,
     );

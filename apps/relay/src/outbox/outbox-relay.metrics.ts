@@ -68,7 +68,7 @@ export class OutboxRelayMetrics {
     });
     new Gauge({
       name: 'outbox_parked_rows',
-      help: 'Outbox rows that ran out of attempts and wait for a person (README: re-queue)',
+      help: 'Outbox rows that ran out of attempts and wait for a person (docs/operations.md: re-queue)',
       registers,
       async collect() {
         this.set((await stats()).parked);

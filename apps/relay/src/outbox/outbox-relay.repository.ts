@@ -95,7 +95,7 @@ export class OutboxRelayRepository {
     ).length === 1;
   }
 
-  /** The last attempt failed: no more tries until a person re-queues the row (README). */
+  /** The last attempt failed: no more tries until a person re-queues the row (docs/operations.md, Dead letters and parked notifications). */
   async park(em: EntityManager, id: string, lease: Date, error: string): Promise<boolean> {
     return (
       await returning(

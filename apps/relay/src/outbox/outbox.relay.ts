@@ -7,6 +7,8 @@ import {
 } from '@nestjs/common';
 import { HealthChecksRegistry } from '@app/health';
 import { PinoLogger } from 'nestjs-pino';
+import { once } from 'node:events';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { DataSource } from 'typeorm';
 import { retryDelayMs } from './backoff';
 import { InjectNotificationSender, NotificationRejectedError, type NotificationSender } from './notification-sender.interface';
@@ -57,7 +59,8 @@ export class OutboxRelay implements OnApplicationBootstrap, BeforeApplicationShu
   private stopping = false;
   private loop: Promise<void> | undefined;
   private wakeRequested = false;
-  private wakeUp: (() => void) | undefined;
+  /** Aborted to end the idle wait early. */
+  private idling: AbortController | undefined;
   private retentionTimer: NodeJS.Timeout | undefined;
   private retention: Promise<unknown> | undefined;
 
@@ -94,7 +97,7 @@ export class OutboxRelay implements OnApplicationBootstrap, BeforeApplicationShu
   async beforeApplicationShutdown(): Promise<void> {
     this.stopping = true;
     clearInterval(this.retentionTimer);
-    this.wakeUp?.();
+    this.idling?.abort();
     await this.loop;
     await this.retention;
     await this.listener.stop();
@@ -104,7 +107,7 @@ export class OutboxRelay implements OnApplicationBootstrap, BeforeApplicationShu
   /** Asks for a pass as soon as the current one (if any) is over. Calls in between coalesce into one. */
   wake(): void {
     this.wakeRequested = true;
-    this.wakeUp?.();
+    this.idling?.abort();
   }
 
   /** One claim-send-record pass. */
@@ -156,14 +159,17 @@ export class OutboxRelay implements OnApplicationBootstrap, BeforeApplicationShu
     }
   }
 
-  private idle(ms: number): Promise<void> {
-    return new Promise<void>((resolve) => {
-      const timer = setTimeout(resolve, ms);
-      this.wakeUp = () => {
-        clearTimeout(timer);
-        resolve();
-      };
-    }).finally(() => (this.wakeUp = undefined));
+  /** Sleeps `ms`, or until `wake()` or shutdown. */
+  private async idle(ms: number): Promise<void> {
+    const idling = new AbortController();
+    this.idling = idling;
+    try {
+      await sleep(ms, undefined, { signal: idling.signal });
+    } catch {
+      // woken: the sleep rejects with an AbortError
+    } finally {
+      this.idling = undefined;
+    }
   }
 
   private async deliver(message: ClaimedMessage): Promise<RowResult> {
@@ -212,25 +218,27 @@ export class OutboxRelay implements OnApplicationBootstrap, BeforeApplicationShu
   /**
    * The sender gets an abort signal at the timeout, and the relay stops
    * waiting then even if the sender ignores it: the lease only covers a
-   * bounded send.
+   * bounded send. The deadline is a timer cleared when the send ends:
+   * AbortSignal.timeout would keep its signal (and the request hanging on it)
+   * alive for the whole timeout after every send.
    */
-  private sendWithTimeout(message: ClaimedMessage): Promise<void> {
+  private async sendWithTimeout(message: ClaimedMessage): Promise<void> {
     const timeoutMs = this.options.sendTimeoutMs;
-    const controller = new AbortController();
-    let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
-        const err = new SendTimeoutError(timeoutMs);
-        controller.abort(err);
-        reject(err);
-      }, timeoutMs);
-    });
+    const deadline = new AbortController();
+    const { signal } = deadline;
+    const timer = setTimeout(() => deadline.abort(new SendTimeoutError(timeoutMs)), timeoutMs);
+    // Listening before the sender does: at the timeout, the relay's own error wins over the sender's.
+    const timedOut = once(signal, 'abort').then(() => signal.throwIfAborted());
     // Through a promise, so a sender that throws synchronously is a failed send like any other.
     const send = Promise.resolve().then(() =>
-      this.sender.send({ topic: message.topic, dedupeKey: message.dedupeKey, payload: message.payload }, controller.signal),
+      this.sender.send({ topic: message.topic, dedupeKey: message.dedupeKey, payload: message.payload }, signal),
     );
-    send.catch(() => undefined); // lost the race to the timeout: its late rejection is expected
-    return Promise.race([send, timeout]).finally(() => clearTimeout(timer));
+    try {
+      // race() handles the loser's late rejection too.
+      await Promise.race([send, timedOut]);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   private runRetention(): void {
