@@ -18,7 +18,7 @@ export function classifyLlmError(err: unknown): LlmErrorClass {
   if (err instanceof EmptyCompletionError) return { kind: 'empty_answer', retryable: false };
   if (err instanceof APIError && typeof err.status === 'number') {
     const status = err.status;
-    const headers = err.headers;
+    const headers = err.headers as Headers | undefined;
     const retryAfterMs = headers ? retryAfterFrom(headers) : undefined;
     const kind =
       status === 429 ? 'rate_limited' : status >= 500 ? 'server' : status === 409 ? 'conflict' : status === 408 ? 'timeout' : 'client';

@@ -1,21 +1,24 @@
-/** How a failed model call is treated: retried in this delivery, or not at all. */
-export type LlmErrorKind =
-  | 'timeout'
-  | 'connection'
-  | 'rate_limited'
-  | 'server'
-  | 'conflict'
-  | 'client'
-  | 'empty_answer'
-  | 'unknown';
-
-export interface LlmErrorClass {
-  readonly kind: LlmErrorKind;
+/**
+ * The one answer to "retry or not": what happened, and whether trying again
+ * can succeed. It is made where an error is classified (classifyLlmError for
+ * a model call; the worker classifies its database errors and its messages
+ * the same way) and read by whoever decides: RetryPolicy within a delivery,
+ * the consumer between deliveries.
+ */
+export interface ErrorClass<Kind extends string = string> {
+  /** What happened: short and stable, a metric label and a dead letter's reason. */
+  readonly kind: Kind;
+  /** Whether another try can succeed. */
   readonly retryable: boolean;
-  /** What the provider asked for (Retry-After / retry-after-ms), uncapped. */
+  /** What the other side asked for (Retry-After / retry-after-ms), uncapped. */
   readonly retryAfterMs?: number;
   readonly status?: number;
 }
+
+/** What a failed model call was. */
+export type LlmErrorKind = 'timeout' | 'connection' | 'rate_limited' | 'server' | 'conflict' | 'client' | 'empty_answer' | 'unknown';
+
+export type LlmErrorClass = ErrorClass<LlmErrorKind>;
 
 /** The model answered 2xx without a summary. */
 export class EmptyCompletionError extends Error {

@@ -5,14 +5,18 @@ import type { WriteOutcome } from '@app/persistence';
 import { InjectRedis } from '@app/redis';
 import type { Redis } from 'ioredis';
 import { PinoLogger } from 'nestjs-pino';
+import { EventEmitter, once } from 'node:events';
+import { setTimeout as delay } from 'node:timers/promises';
 import { parseSummaryJob, type StreamMessage } from '../jobs/job-message';
-import { PermanentJobError, TransientJobError } from '../jobs/job.errors';
+import { failureOf } from '../jobs/job.errors';
 import { SummaryJobHandler } from '../jobs/summary-job.handler';
+import { backoffDelay } from '../retry/backoff';
 import { WorkerMetrics } from '../worker.metrics';
 import { ACK, FORGET_CONSUMER, RECLAIM, REFRESH } from './stream-scripts';
 import { InjectStreamsConsumerOptions, type StreamsConsumerOptions } from './streams-consumer.options';
 
-export type DeliveryOutcome = 'done' | 'duplicate' | 'transient' | 'dead_lettered';
+/** The handler's result, or what its error's class decided: retryable is `transient`, anything else `dead_lettered`. */
+export type DeliveryOutcome = WriteOutcome | 'transient' | 'dead_lettered';
 
 export interface Delivery {
   readonly id: string;
@@ -24,6 +28,8 @@ export interface Delivery {
 const LOOP = 'streams-consumer';
 /** Dead letters are kept, but not without bound. */
 const DEAD_LETTER_MAXLEN = 100_000;
+/** After a failed turn the loop waits 100 ms, doubling up to 5 s. */
+const TURN_BACKOFF = { baseMs: 100, capMs: 5000 };
 
 type RawEntry = [string, string[]];
 
@@ -32,17 +38,19 @@ type RawEntry = [string, string[]];
  * (XAUTOCLAIM, with the cursor kept between turns), reads new ones
  * (XREADGROUP >) for as many free slots as it has, runs up to `concurrency`
  * jobs at once, and keeps its in-flight entries fresh so no live job is
- * taken from under it. The handler's outcome decides: success acks,
- * a permanent error dead-letters at once, a transient one leaves the entry
- * pending for redelivery; past maxDeliveries an entry is dead-lettered
- * without running. A job that finished but whose ack failed stays pending:
- * its redelivery stops at the handler's pre-check as a duplicate.
+ * taken from under it. The handler's outcome decides: success acks; an
+ * error's class (failureOf) leaves the entry pending for redelivery when it
+ * is retryable, and dead-letters it at once when not; past maxDeliveries an
+ * entry is dead-lettered without running. A job that finished but whose ack
+ * failed stays pending: its redelivery stops at the handler's pre-check as a
+ * duplicate.
  */
 @Injectable()
 export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicationShutdown, OnModuleDestroy {
   private readonly logger = new Logger(StreamsConsumer.name);
   private readonly inFlight = new Map<string, Promise<DeliveryOutcome>>();
-  private readonly slotWaiters = new Set<() => void>();
+  /** Emits `freed` when a slot frees up (or shutdown begins). */
+  private readonly slots = new EventEmitter().setMaxListeners(0);
   /** Aborted when shutdown begins: no new retries, backoff sleeps end. */
   private readonly stopRetrying = new AbortController();
   /** Aborted when the drain time is over: calls in progress are cut off. */
@@ -121,7 +129,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       this.logger.log(`draining ${this.inFlight.size} in-flight job(s)`);
       const drained = await Promise.race([
         Promise.allSettled([...this.inFlight.values()]).then(() => true),
-        new Promise<false>((r) => setTimeout(() => r(false), this.options.drainTimeoutMs).unref()),
+        delay(this.options.drainTimeoutMs, false, { ref: false }),
       ]);
       if (!drained) {
         this.logger.warn(`drain timed out after ${this.options.drainTimeoutMs} ms; cutting ${this.inFlight.size} job(s) off`);
@@ -146,17 +154,18 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
   }
 
   private async run(): Promise<void> {
-    let backoffMs = 100;
+    let failures = 0;
     while (!this.stopping) {
       this.health.beat(LOOP);
       try {
         await this.turn(true);
-        backoffMs = 100;
+        failures = 0;
       } catch (err) {
         if (this.stopping) break;
+        const backoffMs = backoffDelay(failures++, TURN_BACKOFF);
         this.logger.warn(`consumer turn failed, retrying in ${backoffMs} ms: ${(err as Error).message}`);
-        await new Promise((r) => setTimeout(r, backoffMs));
-        backoffMs = Math.min(backoffMs * 2, 5000);
+        // Shutdown ends the wait at once.
+        await delay(backoffMs, undefined, { signal: this.stopRetrying.signal }).catch(() => undefined);
       }
     }
   }
@@ -275,12 +284,12 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
         signal: this.hardStop.signal,
       });
     } catch (err) {
-      if (err instanceof TransientJobError) {
+      const { kind: reason, retryable } = failureOf(err);
+      if (retryable) {
         // Left pending and no longer refreshed: redelivered after claimIdleMs.
-        this.logger.warn({ job_id: jobId, entry: message.id, deliveries, reason: err.reason }, `job failed, will be redelivered: ${err.message}`);
+        this.logger.warn({ job_id: jobId, entry: message.id, deliveries, reason }, `job failed, will be redelivered: ${(err as Error).message}`);
         return finish('transient');
       }
-      const reason = err instanceof PermanentJobError ? err.reason : 'unexpected';
       this.logger.error({ job_id: jobId, entry: message.id, deliveries, reason }, `job failed for good: ${(err as Error).message}`);
       try {
         await this.deadLetter(message, reason, (err as Error).message);
@@ -375,19 +384,12 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     return this.blocking;
   }
 
-  private slotFreed(timeoutMs: number): Promise<void> {
-    return new Promise((resolve) => {
-      const done = () => {
-        clearTimeout(timer);
-        this.slotWaiters.delete(done);
-        resolve();
-      };
-      const timer = setTimeout(done, timeoutMs);
-      this.slotWaiters.add(done);
-    });
+  /** Resolves when a slot frees up, or after `timeoutMs` at the latest. */
+  private async slotFreed(timeoutMs: number): Promise<void> {
+    await once(this.slots, 'freed', { signal: AbortSignal.timeout(timeoutMs) }).catch(() => undefined);
   }
 
   private wakeSlotWaiters(): void {
-    for (const wake of [...this.slotWaiters]) wake();
+    this.slots.emit('freed');
   }
 }

@@ -1,5 +1,6 @@
 import { isUuid, type SummaryJob } from '@app/jobs';
-import { PermanentJobError } from './job.errors';
+import type { ErrorClass } from '@app/llm';
+import { JobError } from './job.errors';
 
 /** A stream entry as read: its id and its flat field list turned into a map. */
 export interface StreamMessage {
@@ -7,20 +8,23 @@ export interface StreamMessage {
   readonly fields: Readonly<Record<string, string>>;
 }
 
-/** The job a message carries, or a PermanentJobError: a malformed message never gets better. */
+/** A malformed message never gets better. */
+const MALFORMED: ErrorClass = { kind: 'malformed', retryable: false };
+
+/** The job a message carries, or a JobError: MALFORMED. */
 export function parseSummaryJob(message: StreamMessage): SummaryJob {
   const { job_id: jobId, tenant, payload } = message.fields;
-  if (!jobId || !isUuid(jobId)) throw new PermanentJobError('job_id is missing or not a UUID', 'malformed');
-  if (!tenant) throw new PermanentJobError('tenant is missing', 'malformed');
+  if (!jobId || !isUuid(jobId)) throw new JobError('job_id is missing or not a UUID', MALFORMED);
+  if (!tenant) throw new JobError('tenant is missing', MALFORMED);
   let parsed: unknown;
   try {
     parsed = JSON.parse(payload ?? '');
   } catch {
-    throw new PermanentJobError('payload is not JSON', 'malformed');
+    throw new JobError('payload is not JSON', MALFORMED);
   }
   const p = parsed as { text?: unknown; notify?: unknown } | null;
   if (typeof p?.text !== 'string' || p.text.length === 0 || typeof p.notify !== 'string' || p.notify.length === 0) {
-    throw new PermanentJobError('payload needs text and notify', 'malformed');
+    throw new JobError('payload needs text and notify', MALFORMED);
   }
   return { jobId, tenant, payload: { text: p.text, notify: p.notify } };
 }

@@ -1,20 +1,24 @@
+import type { ErrorClass } from '@app/llm';
+
 /**
- * What a job's outcome means for its message. The consumer acts on these
- * types only: a transient failure leaves the message pending for
- * redelivery, a permanent one dead-letters it at once.
+ * The worker's one error: a failure and its ErrorClass. The consumer reads
+ * the class only: a retryable failure leaves the message pending for
+ * redelivery, any other dead-letters it at once, `kind` being the reason.
  */
-export abstract class JobError extends Error {
+export class JobError extends Error {
   constructor(
     message: string,
-    /** Short and stable: a metric label and the dead letter's reason. */
-    readonly reason: string,
-    options?: { cause?: unknown },
+    readonly failure: ErrorClass,
+    options?: ErrorOptions,
   ) {
     super(message, options);
     this.name = new.target.name;
   }
 }
 
-export class TransientJobError extends JobError {}
+/** What anything but a JobError stands for: a bug, never retried. */
+export const UNEXPECTED: ErrorClass = { kind: 'unexpected', retryable: false };
 
-export class PermanentJobError extends JobError {}
+export function failureOf(err: unknown): ErrorClass {
+  return err instanceof JobError ? err.failure : UNEXPECTED;
+}

@@ -4,7 +4,7 @@ import type { SummaryJob } from '@app/jobs';
 import { classifyLlmError, InjectLlmClient, type LlmClient } from '@app/llm';
 import { RetryError } from '../retry/retry.errors';
 import { RetryPolicy } from '../retry/retry-policy.service';
-import { PermanentJobError, TransientJobError } from './job.errors';
+import { JobError, UNEXPECTED } from './job.errors';
 import { WorkerMetrics } from '../worker.metrics';
 
 export interface JobRunContext {
@@ -32,10 +32,21 @@ export class SummaryJobHandler {
     private readonly metrics: WorkerMetrics,
   ) {}
 
+  /** Throws a JobError: RetryError for the model call, `database` for PostgreSQL, `unexpected` for anything else. */
   async handle(job: SummaryJob, ctx: JobRunContext): Promise<WriteOutcome> {
     if (await this.database(() => this.writer.isStored(job.jobId))) return 'duplicate';
+    const summary = await this.summarize(job, ctx);
+    return this.database(() =>
+      this.writer.writeWithNotification({
+        jobId: job.jobId,
+        tenant: job.tenant,
+        summary,
+        notify: job.payload.notify,
+      }),
+    );
+  }
 
-    let summary: string;
+  private async summarize(job: SummaryJob, ctx: JobRunContext): Promise<string> {
     try {
       const outcome = await this.retry.run(
         (signal) => this.llm.summarize(job.payload.text, { signal }),
@@ -52,25 +63,12 @@ export class SummaryJobHandler {
       );
       this.metrics.llmCalls.inc({ outcome: 'ok', error_class: 'none' });
       this.metrics.llmAttempts.observe(outcome.attempts);
-      summary = outcome.value;
+      return outcome.value;
     } catch (err) {
-      if (err instanceof RetryError) {
-        this.metrics.llmAttempts.observe(err.attempts);
-        const reason = `llm_${err.last?.kind ?? 'cancelled'}`;
-        if (err.transient) throw new TransientJobError(err.message, reason, { cause: err });
-        throw new PermanentJobError(err.message, reason, { cause: err });
-      }
-      throw new PermanentJobError(`unexpected: ${String(err)}`, 'unexpected', { cause: err });
+      if (!(err instanceof RetryError)) throw new JobError(`unexpected: ${String(err)}`, UNEXPECTED, { cause: err });
+      this.metrics.llmAttempts.observe(err.attempts);
+      throw err;
     }
-
-    return this.database(() =>
-      this.writer.writeWithNotification({
-        jobId: job.jobId,
-        tenant: job.tenant,
-        summary,
-        notify: job.payload.notify,
-      }),
-    );
   }
 
   /** PostgreSQL being unreachable or busy, or its schema not migrated yet, is worth a redelivery; anything else is not. */
@@ -78,8 +76,8 @@ export class SummaryJobHandler {
     try {
       return await op();
     } catch (err) {
-      if (isTransientDatabaseError(err)) throw new TransientJobError(`database: ${(err as Error).message}`, 'database', { cause: err });
-      throw new PermanentJobError(`database: ${(err as Error).message}`, 'database', { cause: err });
+      const failure = { kind: 'database', retryable: isTransientDatabaseError(err) };
+      throw new JobError(`database: ${(err as Error).message}`, failure, { cause: err });
     }
   }
 }
@@ -99,7 +97,8 @@ const SCHEMA_NOT_READY = new Set(['42P01', '42703', '42883', '42704', '3F000']);
  */
 export function isTransientDatabaseError(err: unknown): boolean {
   const e = err as { code?: unknown; driverError?: { code?: unknown } } | null;
-  const code = String(e?.driverError?.code ?? e?.code ?? '');
+  const raw = e?.driverError?.code ?? e?.code;
+  const code = typeof raw === 'string' || typeof raw === 'number' ? String(raw) : '';
   if (/^(08|53|57)/.test(code) || code === '40001' || code === '40P01') return true;
   if (SCHEMA_NOT_READY.has(code)) return true;
   if (/^E[A-Z]+$/.test(code)) return true; // ECONNREFUSED, ECONNRESET, ...

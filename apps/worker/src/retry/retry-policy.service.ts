@@ -1,5 +1,6 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { CallTimeoutError, type LlmErrorClass } from '@app/llm';
+import { CallTimeoutError, type ErrorClass } from '@app/llm';
+import { backoffDelay } from './backoff';
 import {
   DeadlineExceededError,
   NonRetryableError,
@@ -28,7 +29,7 @@ export interface RetryContext {
    */
   readonly stopRetrying?: AbortSignal;
   /** Told about each failed attempt, for metrics and logs. */
-  readonly onAttemptFailed?: (attempt: number, error: LlmErrorClass) => void;
+  readonly onAttemptFailed?: (attempt: number, error: ErrorClass) => void;
 }
 
 export interface RetryOutcome<T> {
@@ -56,12 +57,12 @@ export class RetryPolicy {
 
   async run<T>(
     operation: (signal: AbortSignal) => Promise<T>,
-    classify: (err: unknown) => LlmErrorClass,
+    classify: (err: unknown) => ErrorClass,
     ctx: RetryContext,
   ): Promise<RetryOutcome<T>> {
     const { maxAttempts, callTimeoutMs } = this.options;
     const usefulMs = Math.min(this.options.minUsefulAttemptMs, callTimeoutMs);
-    let last: LlmErrorClass | undefined;
+    let last: ErrorClass | undefined;
 
     for (let attempt = 1; attempt <= maxAttempts; attempt++) {
       const remaining = ctx.deadline - this.clock.now();
@@ -107,39 +108,38 @@ export class RetryPolicy {
     throw new RetriesExhaustedError('no attempt made', 0, last);
   }
 
-  /** The wait before attempt `next` (2, 3, ...). */
-  delayBefore(next: number, failure: LlmErrorClass): number {
+  /** The wait before attempt `next` (2, 3, ...): what Retry-After asks (capped), or the full-jitter backoff. */
+  delayBefore(next: number, failure: ErrorClass): number {
     if (failure.retryAfterMs !== undefined) return Math.min(failure.retryAfterMs, this.options.maxRetryAfterMs);
-    const ceiling = Math.min(this.options.maxDelayMs, this.options.baseDelayMs * 2 ** (next - 2));
-    return Math.floor(this.random() * ceiling);
+    return backoffDelay(next - 2, { baseMs: this.options.baseDelayMs, capMs: this.options.maxDelayMs }, this.random);
   }
 
   /**
-   * One attempt under its own wall-clock limit. The outer signal is shared by
-   * every job in flight, so nothing here listens on it: AbortSignal.any()
-   * follows its sources without adding listeners to them, and the listeners
-   * we need go on this attempt's own signals and are removed when it ends.
+   * One attempt under its own wall-clock limit, which also ends the wait for
+   * an operation that ignores its signal. The limit is a timer cleared when
+   * the attempt ends: AbortSignal.timeout() would keep its signal (and the
+   * attempt's, which follows it) alive for the whole limit after every
+   * attempt; its reason would be a DOMException rather than our
+   * CallTimeoutError; and jest's fake timers cannot move it. The outer signal
+   * is shared by every job in flight, so nothing here listens on it:
+   * AbortSignal.any() follows its sources without adding listeners to them,
+   * and the one listener we need goes on this attempt's own signal and is
+   * removed when it ends.
    */
   private async attempt<T>(operation: (signal: AbortSignal) => Promise<T>, limitMs: number, outer?: AbortSignal): Promise<T> {
-    // A timer of our own rather than AbortSignal.timeout(): the reason is our
-    // CallTimeoutError, and jest's fake timers can move it.
-    const timeout = new AbortController();
-    const timer = setTimeout(() => timeout.abort(new CallTimeoutError(limitMs)), limitMs);
-    const signal = outer ? AbortSignal.any([outer, timeout.signal]) : timeout.signal;
+    const limit = new AbortController();
+    const timer = setTimeout(() => limit.abort(new CallTimeoutError(limitMs)), limitMs);
+    const signal = outer ? AbortSignal.any([outer, limit.signal]) : limit.signal;
     const aborted = Promise.withResolvers<never>();
-    aborted.promise.catch(() => undefined);
     const stop = () => aborted.reject(signal.reason);
     signal.addEventListener('abort', stop, { once: true });
-    if (signal.aborted) stop();
     try {
-      const running = operation(signal);
-      running.catch(() => undefined); // its result no longer matters once the limit fires
-      return await Promise.race([running, aborted.promise]);
+      signal.throwIfAborted();
+      return await Promise.race([operation(signal), aborted.promise]);
     } catch (err) {
       // Whatever the operation threw on abort (the SDK's APIUserAbortError, a
       // socket error), the cause that counts is our own timer.
-      if (timeout.signal.aborted) throw timeout.signal.reason;
-      throw err;
+      throw limit.signal.aborted ? limit.signal.reason : err;
     } finally {
       clearTimeout(timer);
       signal.removeEventListener('abort', stop);

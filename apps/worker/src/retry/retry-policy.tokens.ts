@@ -21,7 +21,7 @@ export interface RetryPolicyOptions {
   readonly maxAttempts: number;
   /** Hard wall-clock limit of one attempt (shortened to what the deadline leaves). */
   readonly callTimeoutMs: number;
-  /** Backoff: full jitter over base × 2^(attempt-1), each sleep capped at maxDelayMs. */
+  /** Backoff (backoffDelay): full jitter over min(maxDelayMs, base × 2^(attempt-2)) before attempt 2, 3, ... */
   readonly baseDelayMs: number;
   readonly maxDelayMs: number;
   /** A provider's Retry-After is honoured up to this. */

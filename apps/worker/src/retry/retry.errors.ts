@@ -1,39 +1,39 @@
-import type { LlmErrorClass } from '@app/llm';
+import type { ErrorClass } from '@app/llm';
+import { JobError } from '../jobs/job.errors';
 
-/** Base of what RetryPolicy throws: how many attempts were made, and what the last one was. */
-export abstract class RetryError extends Error {
+/**
+ * What RetryPolicy throws: how many attempts were made and how the last one
+ * was classified. Its own failure is the job's view of that: `llm_<kind>`
+ * (`llm_cancelled` when no call failed), retryable unless the last call's
+ * was not. The subclasses only name what happened.
+ */
+export abstract class RetryError extends JobError {
   constructor(
     message: string,
     readonly attempts: number,
-    readonly last: LlmErrorClass | undefined,
-    options?: { cause?: unknown },
+    readonly last: ErrorClass | undefined,
+    options?: ErrorOptions,
   ) {
-    super(message, options);
-    this.name = new.target.name;
+    super(message, { kind: `llm_${last?.kind ?? 'cancelled'}`, retryable: last?.retryable ?? true }, options);
   }
-  /** Worth another delivery later (true), or never going to work (false). */
-  abstract readonly transient: boolean;
+
+  /** Worth another delivery later: `failure.retryable`. */
+  get transient(): boolean {
+    return this.failure.retryable;
+  }
 }
 
 /** The call failed in a way retrying cannot fix (a 400, an unknown error). */
-export class NonRetryableError extends RetryError {
-  readonly transient = false;
-}
+export class NonRetryableError extends RetryError {}
 
 /** Every attempt failed with a retryable error. */
-export class RetriesExhaustedError extends RetryError {
-  readonly transient = true;
-}
+export class RetriesExhaustedError extends RetryError {}
 
 /**
  * The job's deadline leaves no room for another useful attempt. Never
  * retried in-process; the queue redelivers the job later.
  */
-export class DeadlineExceededError extends RetryError {
-  readonly transient = true;
-}
+export class DeadlineExceededError extends RetryError {}
 
 /** Shutdown (or the caller) cancelled the call or a backoff sleep. */
-export class RetryCancelledError extends RetryError {
-  readonly transient = true;
-}
+export class RetryCancelledError extends RetryError {}
