@@ -448,7 +448,7 @@ describe('the gateway: POST /v1/chat/completions', () => {
       for (const body of [{ model: 'gpt-test' }, { model: 'gpt-test', messages: [] }, { ...ask('bad stream'), stream: 'yes' }, [1, 2], '{"model":']) {
         const res = await post(body, { 'idempotency-key': k });
         expect(res.status).toBe(400);
-        expect((await res.json()) as unknown).toMatchObject({ error: { type: 'invalid_request_error' } });
+        expect((await res.json())).toMatchObject({ error: { type: 'invalid_request_error' } });
       }
       await expect(redis.exists(`idem:${TENANT_A.tenant}:POST:/v1/chat/completions:${k}`)).resolves.toBe(0);
       expect(provider.requests.some((r) => r.userText === 'bad stream')).toBe(false);

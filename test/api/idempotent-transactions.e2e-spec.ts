@@ -45,10 +45,10 @@ class PaymentRecovery implements IdempotencyRecovery {
   async recover(ctx: IdempotencyRequestContext, _req: unknown, record: PendingIdempotencyRecord): Promise<RecoveredAnswer | undefined> {
     this.recoveries++;
     if (this.unavailable) throw new IdempotencyOutcomeUnknownException('The provider cannot be asked right now.');
-    const rows = (await this.db.query(`SELECT payment_id, amount FROM ${EFFECTS} WHERE operation = $1`, [ctx.operation])) as {
+    const rows = await this.db.query<{
       payment_id: string;
       amount: number;
-    }[];
+    }[]>(`SELECT payment_id, amount FROM ${EFFECTS} WHERE operation = $1`, [ctx.operation]);
     if (rows[0]) return { status: 201, body: { payment_id: rows[0].payment_id, amount: rows[0].amount, recovered: true } };
     const paid = this.atProvider.get(ctx.operation);
     if (!paid) return undefined;

@@ -196,13 +196,13 @@ describe('refunds: the api process killed mid-refund, then restarted', () => {
       // its INSERT of the row waiting on the test's lock.
       const blocked = await eventually(
         async () => {
-          const rows = (await ds.query(
+          const rows = await ds.query<{ pid: number }[]>(
             `SELECT pid FROM pg_stat_activity
               WHERE datname = current_database() AND application_name = 'api'
                 AND wait_event_type = 'Lock' AND state = 'active' AND query LIKE '%INSERT INTO refunds%'
                 AND $1 = ANY (pg_blocking_pids(pid))`,
             [lockerPid],
-          )) as { pid: number }[];
+          );
           return rows[0]?.pid;
         },
         10_000,
@@ -216,7 +216,7 @@ describe('refunds: the api process killed mid-refund, then restarted', () => {
       await locker.query('ROLLBACK');
       // The dead process's backend gets the lock, finds its client gone and rolls back.
       await eventually(
-        async () => (((await ds.query(`SELECT 1 FROM pg_stat_activity WHERE pid = $1`, [blocked])) as unknown[]).length === 0 ? true : undefined),
+        async () => ((await ds.query<unknown[]>(`SELECT 1 FROM pg_stat_activity WHERE pid = $1`, [blocked])).length === 0 ? true : undefined),
         10_000,
         "the killed api's backend to end",
       );

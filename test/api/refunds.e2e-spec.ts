@@ -561,7 +561,7 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       // The fingerprint the api gives this body (it depends on the body only): from a completed record of it under another key.
       const donor = newKey();
       await expectPaidOnce(await post(donor, body), donor, body);
-      const [{ fingerprint }] = (await db.query(`SELECT fingerprint FROM idempotency_keys WHERE key = $1`, [operation(donor)])) as { fingerprint: string }[];
+      const [{ fingerprint }] = await db.query<{ fingerprint: string }[]>(`SELECT fingerprint FROM idempotency_keys WHERE key = $1`, [operation(donor)]);
 
       const key = newKey();
       const refundId = refundIdOf(key);

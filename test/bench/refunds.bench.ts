@@ -98,12 +98,12 @@ class PlainRefundsController {
     if (result.outcome !== 'paid') throw new Error(`the bench's provider refused a payout (${result.status})`);
     // The row alone, as a route without idempotency writes it (RefundRepository.record also clears the route's send mark).
     const refund = { refundId, tenant, ticketId: body.ticket_id, orderId: body.order_id, amount: body.amount, currency: body.currency, payoutId: result.payout.payout_id };
-    const [row] = (await this.dataSource.transaction((em) =>
-      em.query(
+    const [row] = await this.dataSource.transaction((em) =>
+      em.query<{ created_at: Date }[]>(
         'INSERT INTO refunds (refund_id, tenant, ticket_id, order_id, amount, currency, payout_id) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING created_at',
         [refund.refundId, refund.tenant, refund.ticketId, refund.orderId, refund.amount, refund.currency, refund.payoutId],
       ),
-    )) as { created_at: Date }[];
+    );
     const stored = { ...refund, createdAt: row.created_at };
     res.location(refundLocation(refundId));
     return refundAnswerOf(stored);
@@ -230,6 +230,6 @@ async function check(urls: Record<RefundSide, string>, ds: DataSource): Promise<
   if (real.status !== 201 || again.replayed !== 'true' || JSON.stringify(again.body) !== JSON.stringify(real.body)) {
     throw new Error(`POST /v1/refunds: ${real.status}, replay ${again.status} replayed=${again.replayed}`);
   }
-  const [{ n }] = (await ds.query('SELECT count(*)::int AS n FROM refunds WHERE refund_id = ANY($1)', [[real.body.refund_id, plain.body.refund_id]])) as { n: number }[];
+  const [{ n }] = await ds.query<{ n: number }[]>('SELECT count(*)::int AS n FROM refunds WHERE refund_id = ANY($1)', [[real.body.refund_id, plain.body.refund_id]]);
   if (n !== 2) throw new Error(`expected both refunds recorded, found ${n}`);
 }

@@ -5,6 +5,7 @@
  * is not touched.
  */
 import 'reflect-metadata';
+import { cpus } from 'node:os';
 import { Client } from 'pg';
 import { dataSourceOptions } from '@app/persistence';
 import { DataSource } from 'typeorm';
@@ -54,7 +55,7 @@ for (const part of chosen) if (!(PARTS as readonly string[]).includes(part)) thr
 const want = (part: (typeof PARTS)[number]): boolean => chosen.length === 0 || chosen.includes(part);
 
 async function main(): Promise<void> {
-  console.log(`node ${process.version}, ${require('node:os').cpus().length} cpus`);
+  console.log(`node ${process.version}, ${cpus().length} cpus`);
   const benchDb = await benchDatabase();
   if (want('api')) print(await benchApiIdempotency(`${redisBase}/15`, benchDb));
   if (want('stores')) await printStores(benchDb);

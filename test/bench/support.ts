@@ -101,7 +101,7 @@ export function countRedisCommands(redis: Redis, counted: () => void): () => voi
   redis.sendCommand = ((...args: Parameters<Redis['sendCommand']>) => {
     counted();
     return bound(...args);
-  }) as Redis['sendCommand'];
+  });
   return () => {
     redis.sendCommand = send;
   };

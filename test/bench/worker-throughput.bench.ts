@@ -63,7 +63,7 @@ export async function benchWorker(redisUrl: string, databaseUrl: string): Promis
     Redis.prototype.sendCommand = function (this: Redis, ...args: Parameters<Redis['sendCommand']>) {
       if (this !== poller) redisCommands++;
       return original.apply(this, args);
-    } as Redis['sendCommand'];
+    };
     let queries = 0;
     const logger = ds.logger;
     const logQuery = logger.logQuery.bind(logger);

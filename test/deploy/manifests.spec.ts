@@ -380,9 +380,9 @@ function kubectl(args: readonly string[]): string {
   } catch (err) {
     const e = err as NodeJS.ErrnoException & { status?: number | null; stderr?: string };
     if (e.code === 'ENOENT') {
-      throw new Error(`kubectl is not installed (not on PATH): this test renders deploy/k8s with \`kubectl kustomize\`; install ${KUBECTL_WANTED}`);
+      throw new Error(`kubectl is not installed (not on PATH): this test renders deploy/k8s with \`kubectl kustomize\`; install ${KUBECTL_WANTED}`, { cause: err });
     }
-    throw new Error(`kubectl ${args.join(' ')} failed (exit ${String(e.status)}): ${(e.stderr || e.message).trim()}`);
+    throw new Error(`kubectl ${args.join(' ')} failed (exit ${String(e.status)}): ${(e.stderr || e.message).trim()}`, { cause: err });
   }
 }
 
@@ -562,7 +562,7 @@ function appSettings(view: AppView, app: App): AppSettings {
   try {
     return APP_SPECS[app].settings(values);
   } catch (err) {
-    throw new Error(`${view.where}: the ${app} would not start with this configuration: ${(err as Error).message}`);
+    throw new Error(`${view.where}: the ${app} would not start with this configuration: ${(err as Error).message}`, { cause: err });
   }
 }
 

@@ -48,7 +48,7 @@ export async function startApi(options: ApiHarnessOptions = {}): Promise<ApiHarn
   await app.init();
   return {
     app,
-    server: app.getHttpServer() as Server,
+    server: app.getHttpServer(),
     redis: app.get<Redis>(REDIS_CLIENT),
     close: () => app.close(),
   };

@@ -24,7 +24,7 @@ export default async function globalSetup(globalConfig: Config.GlobalConfig): Pr
     await redis.connect();
     await redis.ping();
   } catch (err) {
-    throw new Error(`Tests need Redis at ${BASE_REDIS_URL}: ${(err as Error).message}`);
+    throw new Error(`Tests need Redis at ${BASE_REDIS_URL}: ${(err as Error).message}`, { cause: err });
   } finally {
     redis.disconnect();
   }
@@ -33,7 +33,7 @@ export default async function globalSetup(globalConfig: Config.GlobalConfig): Pr
   try {
     await admin.connect();
   } catch (err) {
-    throw new Error(`Tests need PostgreSQL at ${BASE_DATABASE_URL}: ${(err as Error).message}`);
+    throw new Error(`Tests need PostgreSQL at ${BASE_DATABASE_URL}: ${(err as Error).message}`, { cause: err });
   }
   const workers = Math.max(1, globalConfig.maxWorkers);
   try {

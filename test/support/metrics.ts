@@ -10,7 +10,7 @@ export async function metricValue(server: Server | string, name: string, labels:
 export async function metricSample(server: Server | string, name: string, labels: Record<string, string> = {}): Promise<number | undefined> {
   const res = await request(server).get('/metrics').expect(200);
   const wanted = Object.entries(labels).map(([k, v]) => `${k}="${v}"`);
-  for (const line of (res.text as string).split('\n')) {
+  for (const line of (res.text).split('\n')) {
     if (!line.startsWith(name)) continue;
     const match = /^([a-zA-Z_:][\w:]*)(\{([^}]*)\})?\s+(\S+)$/.exec(line);
     if (!match || match[1] !== name) continue;

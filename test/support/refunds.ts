@@ -19,7 +19,7 @@ export type RefundRow = Omit<Refund, 'status' | 'created_at'> & { readonly tenan
 
 /** The `refunds` rows with this refund id. */
 export const refundRows = async (db: DataSource, refundId: string): Promise<RefundRow[]> =>
-  (await db.query(`SELECT refund_id, tenant, ticket_id, order_id, amount, currency, payout_id FROM refunds WHERE refund_id = $1`, [refundId])) as RefundRow[];
+  await db.query<RefundRow[]>(`SELECT refund_id, tenant, ticket_id, order_id, amount, currency, payout_id FROM refunds WHERE refund_id = $1`, [refundId]);
 
 /** The row a refund of `body` by `tenant`, paid with `payoutId`, leaves in `refunds`. */
 export const paidRow = (refundId: string, tenant: string, body: RefundRequest, payoutId: string): RefundRow => ({
@@ -58,9 +58,9 @@ export interface KeyRecord {
 /** The record of this operation (see refundOperation), if any. */
 export const keyRecord = async (db: DataSource, operation: string): Promise<KeyRecord | undefined> =>
   (
-    (await db.query(`SELECT state, status, body, token, locked_until, locked_until <= now() AS lock_expired FROM idempotency_keys WHERE key = $1`, [
+    await db.query<KeyRecord[]>(`SELECT state, status, body, token, locked_until, locked_until <= now() AS lock_expired FROM idempotency_keys WHERE key = $1`, [
       operation,
-    ])) as KeyRecord[]
+    ])
   )[0];
 
 /**
@@ -82,10 +82,10 @@ export interface AttemptRow {
 
 /** The `refund_attempts` rows (0 or 1) of this refund id. */
 export const attemptRows = async (db: DataSource, refundId: string): Promise<AttemptRow[]> =>
-  (await db.query(
+  await db.query<AttemptRow[]>(
     `SELECT refund_id, tenant, ticket_id, order_id, amount, currency, sends, first_sent_at, last_sent_at FROM refund_attempts WHERE refund_id = $1`,
     [refundId],
-  )) as AttemptRow[];
+  );
 
 /** The affected-row count of an UPDATE or DELETE run through DataSource.query (TypeORM answers `[rows, count]`). */
 const affected = (result: unknown): number => (result as [unknown[], number])[1];

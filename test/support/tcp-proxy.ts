@@ -26,6 +26,8 @@ export class TcpProxy {
   static async start(port: number, target: string, options: TcpProxyOptions = {}): Promise<TcpProxy> {
     const { hostname, port: targetPort, protocol } = new URL(target);
     const defaultPort = protocol.startsWith('redis') ? 6379 : 5432;
+    // Assigned once the server it needs exists; the server's callback reads it later.
+    // eslint-disable-next-line prefer-const
     let proxy!: TcpProxy;
     const server = createServer((client) => proxy.accept(client, hostname, Number(targetPort || defaultPort)));
     proxy = new TcpProxy(server, port, options.delayMs ?? 0);

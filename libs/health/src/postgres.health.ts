@@ -26,7 +26,7 @@ export class PostgresHealthIndicator {
           return;
         }
         const table = this.dataSource.options.migrationsTableName ?? 'migrations';
-        const rows: { applied: string[] | null }[] = await this.dataSource.query(
+        const rows = await this.dataSource.query<{ applied: string[] | null }[]>(
           `SELECT array_agg(name) AS applied FROM ${table} WHERE name = ANY($1)`,
           [expected],
         ).catch((err: { code?: string; driverError?: { code?: string } }) => {

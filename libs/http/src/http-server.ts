@@ -67,7 +67,7 @@ export function configureHttpServer(server: Server, settings: HttpServerSettings
     const status = statusFor(err.code);
     // Its headers are parsed, but the logging middleware (after the body
     // parser) has not seen it yet: it gets its id here.
-    const req = inFlight?.req as IncomingMessage | undefined;
+    const req = inFlight?.req;
     const id = randomUUID();
     const body = JSON.stringify({ type: ProblemTypes.http(status), title: STATUS_CODES[status], status });
     markAnsweredByServer(socket);
@@ -116,7 +116,7 @@ function drainKeepAliveOnClose(server: Server): void {
   server.close = ((callback?: (err?: Error) => void) => {
     beginDrain(server);
     return close(callback);
-  }) as Server['close'];
+  });
   server.on('request', (_req: IncomingMessage, res: ServerResponse) => {
     if (draining.has(server) && !res.headersSent) res.shouldKeepAlive = false;
   });

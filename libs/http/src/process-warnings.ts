@@ -18,10 +18,15 @@ export function captureProcessWarnings(): ProcessWarnings {
   for (const listener of process.listeners('warning')) process.removeListener('warning', listener);
   let held: (Error & { code?: string })[] = [];
   let log: ((warning: Error & { code?: string }) => void) | undefined;
-  process.on('warning', (warning: Error & { code?: string }) => (log ? log(warning) : held.push(warning)));
+  process.on('warning', (warning: Error & { code?: string }) => {
+    if (log) log(warning);
+    else held.push(warning);
+  });
   return {
     logTo(logger) {
-      log = (warning) => logger.warn({ warning: warning.name, code: warning.code }, warning.message);
+      log = (warning) => {
+        logger.warn({ warning: warning.name, code: warning.code }, warning.message);
+      };
       for (const warning of held) log(warning);
       held = [];
     },

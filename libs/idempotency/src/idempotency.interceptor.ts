@@ -230,7 +230,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const lease = this.leaseFor(attempt, () => pending.completing);
     let answer: RecoveredAnswer | undefined;
     try {
-      const hook = this.moduleRef.get(recovery as never, { strict: false }) as IdempotencyRecovery;
+      const hook = this.moduleRef.get<unknown, IdempotencyRecovery>(recovery, { strict: false });
       answer = await hook.recover(attempt.context, req, pending.record);
     } catch (error) {
       lease.stop();
@@ -449,7 +449,6 @@ export class IdempotencyInterceptor implements NestInterceptor {
   }
 
   private async run(next: CallHandler, req: Request, res: ExpressResponse, attempt: Attempt): Promise<unknown> {
-    const { operation } = attempt.context;
     const pending = this.pendingRecord(attempt);
     const lease = this.leaseFor(attempt, () => pending.completing);
     const started = performance.now();
@@ -863,7 +862,7 @@ function operationPath(req: Request): string {
     fill = compile(pattern, { encode: encodeURIComponent });
     pathFillers.set(pattern, fill);
   }
-  return normalisePath(fill(req.params as Record<string, string | string[]>));
+  return normalisePath(fill(req.params));
 }
 
 /**

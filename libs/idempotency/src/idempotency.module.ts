@@ -50,6 +50,6 @@ export class IdempotencyModule extends ConfigurableModuleClass implements Before
    */
   async beforeApplicationShutdown(): Promise<void> {
     const stores = new Set<IdempotencyStore & { close?: () => Promise<void> }>([this.store, ...Object.values(this.options.stores ?? {})]);
-    await Promise.all([...stores].map((store) => store.close?.()));
+    await Promise.all([...stores].map((store) => store.close?.() ?? Promise.resolve()));
   }
 }

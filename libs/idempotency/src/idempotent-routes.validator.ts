@@ -86,7 +86,7 @@ export class IdempotentRoutesValidator implements OnModuleInit {
 
   /** Nest's RouterExecutionContext.isResponseHandled. */
   private handlesResponseItself(instance: object, method: string): boolean {
-    const args = (this.contextUtils.reflectCallbackMetadata(instance, method, ROUTE_ARGS_METADATA) ?? {}) as Record<string, unknown>;
+    const args = this.contextUtils.reflectCallbackMetadata<Record<string, unknown> | undefined>(instance, method, ROUTE_ARGS_METADATA) ?? {};
     const takesResponse = Object.keys(args).some((key) => {
       const type = this.contextUtils.mapParamType(key);
       return type === String(RouteParamtypes.RESPONSE) || type === String(RouteParamtypes.NEXT);

@@ -1,6 +1,7 @@
 import { applyDecorators } from '@nestjs/common';
 import { PATH_METADATA } from '@nestjs/common/constants';
 import { Reflector } from '@nestjs/core';
+import { inspect } from 'node:util';
 import { ApiHeader, ApiResponse } from '@nestjs/swagger';
 import { ApiProblemResponse } from '@app/problem';
 
@@ -98,7 +99,7 @@ export function assertValidIdempotentOptions(
     const value: unknown = options[name];
     if (value === undefined) continue;
     if (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0) {
-      throw new Error(`${where}: ${name} must be a positive whole number of ${UNITS[name]}, got ${String(value)}`);
+      throw new Error(`${where}: ${name} must be a positive whole number of ${UNITS[name]}, got ${inspect(value)}`);
     }
   }
   const { attach, storesStatus, errors } = options as IdempotentOptions;
@@ -149,11 +150,12 @@ export function Idempotent(options?: IdempotentOptions): MethodDecorator & Class
     for (const name of Object.getOwnPropertyNames(proto)) {
       const method = Object.getOwnPropertyDescriptor(proto, name);
       if (name === 'constructor' || typeof method?.value !== 'function') continue;
-      if (!Reflect.hasOwnMetadata(PATH_METADATA, method.value)) continue;
-      if (Reflect.hasOwnMetadata(IdempotentMetadata.KEY, method.value)) continue;
+      const fn = method.value as object;
+      if (!Reflect.hasOwnMetadata(PATH_METADATA, fn)) continue;
+      if (Reflect.hasOwnMetadata(IdempotentMetadata.KEY, fn)) continue;
       documentation(options)(proto, name, method);
     }
-  }) as MethodDecorator & ClassDecorator;
+  });
 }
 
 /** The OpenAPI description of what @Idempotent() adds to a route. */
@@ -178,5 +180,5 @@ function documentation(options: IdempotentOptions | undefined): MethodDecorator 
     }),
     respond(422, 'This key was already used with a different body.'),
     respond(503, 'The request cannot be made safe to retry right now; nothing was done. Retry with the same key.'),
-  ) as MethodDecorator;
+  );
 }

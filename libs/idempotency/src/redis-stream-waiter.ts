@@ -108,7 +108,7 @@ export class RedisStreamWaiter {
         this.unblockSent = false;
         let reply: [string, unknown[]][] | null;
         try {
-          reply = (await client.xread('COUNT', 1, 'BLOCK', BLOCK_MS, 'STREAMS', ...streams, ...ids)) as [string, unknown[]][] | null;
+          reply = (await client.xread('COUNT', 1, 'BLOCK', BLOCK_MS, 'STREAMS', ...streams, ...ids));
         } finally {
           this.blocked = false;
           this.inFlight.clear();

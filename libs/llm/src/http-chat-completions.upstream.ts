@@ -70,6 +70,8 @@ export class HttpChatCompletionsUpstream implements ChatCompletionsUpstream {
   }
 
   send({ body, idempotencyKey, signal }: UpstreamRequest): Promise<UpstreamResponse> {
+    // The signal's own reason, as fetch rejects: whatever the aborter gave (shutdown passes its own).
+    // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
     if (signal.aborted) return Promise.reject(abortedBeforeHead(signal));
     const headers: OutgoingHttpHeaders = {
       authorization: this.authorization,
@@ -102,6 +104,7 @@ export class HttpChatCompletionsUpstream implements ChatCompletionsUpstream {
           res.destroy(signal.reason as Error);
         } else {
           req.destroy();
+          // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- the signal's own reason, as above
           reject(abortedBeforeHead(signal));
         }
       };

@@ -29,7 +29,7 @@ describe('payoutResultFrom: what a payout answer settles', () => {
     [201, 'null'],
     [201, '{"payout_id":"po_1","reference":"other"}'],
   ])('%i %s → unknown (status)', (status, text) => {
-    expect(() => payoutResultFrom({ status, text }, REF)).toThrow(expect.objectContaining({ reason: 'status', status }) as unknown as Error);
+    expect(() => payoutResultFrom({ status, text }, REF)).toThrow(expect.objectContaining({ reason: 'status', status }));
     expect(() => payoutResultFrom({ status, text }, REF)).toThrow(PaymentOutcomeUnknownError);
   });
 });

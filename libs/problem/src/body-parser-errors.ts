@@ -59,6 +59,6 @@ function problemFor(err: BodyParserError): ProblemDocument {
  */
 export function bodyParserErrorHandler(err: unknown, req: Request, _res: Response, next: NextFunction): void {
   if (typeof err !== 'object' || err === null) return next(err);
-  rejectBody(req, problemFor(err as BodyParserError));
+  rejectBody(req, problemFor(err));
   next();
 }

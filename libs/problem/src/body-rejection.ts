@@ -71,7 +71,7 @@ export class BodyRejectionGuard implements CanActivate {
     const handler = context.getHandler();
     let dto = this.dtos.get(handler);
     if (dto === undefined) {
-      dto = bodyDtoOf(context.getClass() as Class, handler as (...args: never[]) => unknown) ?? null;
+      dto = bodyDtoOf(context.getClass(), handler as (...args: never[]) => unknown) ?? null;
       this.dtos.set(handler, dto);
     }
     return dto ?? undefined;

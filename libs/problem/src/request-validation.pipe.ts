@@ -9,6 +9,7 @@ import { ProblemTypes } from './problem-types';
  * a nested DTO. Not part of its typed entry point; @nestjs/mapped-types reads
  * it from the same path.
  */
+// eslint-disable-next-line @typescript-eslint/no-require-imports -- the CommonJS path class-transformer itself uses, so both share one registry
 const transformMetadata = (require('class-transformer/cjs/storage') as { defaultMetadataStorage: TransformMetadataStorage }).defaultMetadataStorage;
 
 export interface FieldError {
@@ -59,7 +60,7 @@ function knownProperties(type: Class): ReadonlySet<string> | undefined {
   let known = knownByClass.get(type);
   if (known === undefined) {
     // The arguments class-validator's own whitelist uses with our options: no groups, `always` off.
-    const metadata = getMetadataStorage().getTargetValidationMetadatas(type as unknown as new () => object, '', false, false);
+    const metadata = getMetadataStorage().getTargetValidationMetadatas(type, '', false, false);
     known = metadata.length === 0 ? null : new Set(metadata.map((m) => m.propertyName));
     knownByClass.set(type, known);
   }
@@ -73,7 +74,7 @@ function knownProperties(type: Class): ReadonlySet<string> | undefined {
  * subtrees are left to class-validator's whitelist.
  */
 function nestedType(type: Class, key: string, parent: object): Class | undefined {
-  const metadata = transformMetadata.findTypeMetadata(type as unknown as new () => object, key);
+  const metadata = transformMetadata.findTypeMetadata(type, key);
   if (!metadata || metadata.options?.discriminator) return undefined;
   try {
     const nested = metadata.typeFunction({ newObject: {}, object: parent as Record<string, unknown>, property: key }) as Class | undefined;

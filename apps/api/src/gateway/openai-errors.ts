@@ -1,7 +1,7 @@
 import { applyDecorators, ArgumentsHost, Catch, ExceptionFilter, HttpException, HttpStatus, Logger } from '@nestjs/common';
 import { ApiResponse } from '@nestjs/swagger';
 import type { IdempotencyErrorFormat } from '@app/idempotency';
-import { PROBLEM_TYPE_PREFIX, ProblemException, toProblem } from '@app/problem';
+import { PROBLEM_TYPE_PREFIX, toProblem } from '@app/problem';
 import type { Response } from 'express';
 
 /** OpenAI's error object, as its SDKs read it. */
@@ -146,5 +146,5 @@ export function ApiOpenAiErrors(descriptions: Readonly<Record<number, string>>):
     ...Object.entries(descriptions).map(([status, description]) =>
       ApiResponse({ status: Number(status), description, content: { 'application/json': { schema: OPENAI_ERROR_SCHEMA } } }),
     ),
-  ) as MethodDecorator;
+  );
 }

@@ -126,7 +126,7 @@ export function describeIdempotentRoute(name: string, setup: () => Promise<Route
         r.on('data', (chunk: string) => (text += chunk));
         r.on('end', () => done(null, text));
       });
-      return { status: res.status, headers: res.headers as Record<string, string | undefined>, text: res.body as string };
+      return { status: res.status, headers: res.headers, text: res.body as string };
     }
 
     /** The error answer of `which`, in the route's format. */

@@ -94,7 +94,7 @@ FROM refund_attempts WHERE refund_id = $1`;
 export class RefundRepository {
   /** The refund's row and its unsettled attempt, in one round trip. */
   async state(em: EntityManager, refundId: string): Promise<RefundState> {
-    const [row] = (await em.query(STATE_SQL, [refundId])) as { paid: (Omit<RefundRow, 'created_at'> & { created_at: string }) | null; attempt: AttemptJson | null }[];
+    const [row] = await em.query<{ paid: (Omit<RefundRow, 'created_at'> & { created_at: string }) | null; attempt: AttemptJson | null }[]>(STATE_SQL, [refundId]);
     const paid = row?.paid ? fromRow({ ...row.paid, created_at: new Date(row.paid.created_at) }) : undefined;
     const a = row?.attempt;
     const attempt: RefundAttempt | undefined = a
@@ -128,7 +128,7 @@ export class RefundRepository {
       quietMs,
     ]);
     if (sent.length === 1) return { sent: true };
-    const [wait] = (await em.query(SEND_WAIT_SQL, [facts.refundId, quietMs])) as { wait_ms: number }[];
+    const [wait] = await em.query<{ wait_ms: number }[]>(SEND_WAIT_SQL, [facts.refundId, quietMs]);
     return { sent: false, waitMs: wait?.wait_ms ?? quietMs };
   }
 
