@@ -7,7 +7,15 @@ import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import { ApiHarness, bearer, startApi, TENANT_A, TENANT_B } from '../support/api-harness';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
-import { freePort, freshRedis, startRedisServer, testDatabaseUrl, testDataSource, testRedisUrl, truncateAll } from '../support/infra';
+import {
+  freePort,
+  freshRedis,
+  startRedisServer,
+  testDatabaseUrl,
+  testDataSource,
+  testRedisUrl,
+  truncateAll,
+} from '../support/infra';
 import { metricValue } from '../support/metrics';
 import { startWorker, type WorkerHarness } from '../support/worker-harness';
 
@@ -15,7 +23,14 @@ const ADMIN = { key: 'admin-key-0123456789abcdefghij' };
 const ROOT = join(__dirname, '..', '..');
 
 // Ids that cannot exist: above Redis's 2^64−1 a stream id part, above bigint's 2^63−1 or 0 a row id, or malformed.
-const BAD_DEAD_LETTER_IDS = ['18446744073709551616-0', '0-18446744073709551616', '99999999999999999999-0', 'not-an-id', '1-2-3', '1764460800000'];
+const BAD_DEAD_LETTER_IDS = [
+  '18446744073709551616-0',
+  '0-18446744073709551616',
+  '99999999999999999999-0',
+  'not-an-id',
+  '1-2-3',
+  '1764460800000',
+];
 const BAD_ROW_IDS = ['9223372036854775808', '9999999999999999999', '0', 'not-an-id', '1-2-3'];
 const LAST_DEAD_LETTER_ID = '18446744073709551615-18446744073709551615';
 const LAST_ROW_ID = '9223372036854775807';
@@ -112,7 +127,20 @@ describe('operating the dead letters and the outbox', () => {
     // Dead-lettered although its summary exists (a crash after the commit, then a bad retry).
     const [entry] = await redis.xrange(DEAD_LETTER_STREAM, '-', '+');
     expect(entry).toBeUndefined();
-    await redis.xadd(DEAD_LETTER_STREAM, '*', 'job_id', jobId, 'tenant', TENANT_A.tenant, 'payload', '{"text":"x","notify":"a@b.co"}', 'reason', 'max_deliveries', 'source_id', '1-0');
+    await redis.xadd(
+      DEAD_LETTER_STREAM,
+      '*',
+      'job_id',
+      jobId,
+      'tenant',
+      TENANT_A.tenant,
+      'payload',
+      '{"text":"x","notify":"a@b.co"}',
+      'reason',
+      'max_deliveries',
+      'source_id',
+      '1-0',
+    );
     const { redriven } = (await admin('post', '/admin/dead-letters/redrive').expect(200)).body;
     expect(redriven).toBe(1);
     expect((await worker.consumer.runOnce()).map((r) => r.outcome)).toEqual(['duplicate']);
@@ -141,10 +169,14 @@ describe('operating the dead letters and the outbox', () => {
     expect(parked[0]).toMatchObject({ attempts: 10, lastError: 'HTTP 503' });
     expect((await admin('get', '/admin/stats').expect(200)).body.outbox).toMatchObject({ backlog: 1, parked: 2 });
 
-    expect((await admin('post', `/admin/outbox/${parked[0].id}/requeue`).expect(200)).body).toEqual({ requeued: [parked[0].id] });
+    expect((await admin('post', `/admin/outbox/${parked[0].id}/requeue`).expect(200)).body).toEqual({
+      requeued: [parked[0].id],
+    });
     await admin('post', `/admin/outbox/${parked[0].id}/requeue`).expect(404);
     expect((await admin('post', '/admin/outbox/requeue').expect(200)).body).toEqual({ requeued: [parked[1].id] });
-    const rows = await db.query(`SELECT dedupe_key, attempts, parked_at, last_error, next_attempt_at <= now() AS due FROM outbox ORDER BY id`);
+    const rows = await db.query(
+      `SELECT dedupe_key, attempts, parked_at, last_error, next_attempt_at <= now() AS due FROM outbox ORDER BY id`,
+    );
     expect(rows).toEqual([
       { dedupe_key: 'summary_ready:a', attempts: 0, parked_at: null, last_error: null, due: true },
       { dedupe_key: 'summary_ready:b', attempts: 0, parked_at: null, last_error: null, due: true },
@@ -156,7 +188,20 @@ describe('operating the dead letters and the outbox', () => {
 
   it('re-drives in bounded calls: ?limit= dead letters looked at, next to go on, each re-drive counted', async () => {
     const letter = (jobId: string) =>
-      redis.xadd(DEAD_LETTER_STREAM, '*', 'job_id', jobId, 'tenant', TENANT_A.tenant, 'payload', '{"text":"x","notify":"a@b.co"}', 'reason', 'llm_client', 'source_id', '1-0');
+      redis.xadd(
+        DEAD_LETTER_STREAM,
+        '*',
+        'job_id',
+        jobId,
+        'tenant',
+        TENANT_A.tenant,
+        'payload',
+        '{"text":"x","notify":"a@b.co"}',
+        'reason',
+        'llm_client',
+        'source_id',
+        '1-0',
+      );
     await letter(randomUUID());
     const b = await redis.xadd(DEAD_LETTER_STREAM, '*', 'reason', 'deleted_from_stream', 'source_id', '5-0');
     await letter(randomUUID());
@@ -180,23 +225,56 @@ describe('operating the dead letters and the outbox', () => {
     ['/admin/dead-letters/redrive?limit=-1', 'post', 'limit'],
     ['/admin/dead-letters/redrive?after=1-0-0', 'post', 'after'],
   ] as const)('answers %s with a 400 naming the parameter, and changes nothing', async (path, method, field) => {
-    await redis.xadd(DEAD_LETTER_STREAM, '*', 'job_id', randomUUID(), 'tenant', TENANT_A.tenant, 'payload', '{"text":"x","notify":"a@b.co"}', 'reason', 'llm_client', 'source_id', '1-0');
+    await redis.xadd(
+      DEAD_LETTER_STREAM,
+      '*',
+      'job_id',
+      randomUUID(),
+      'tenant',
+      TENANT_A.tenant,
+      'payload',
+      '{"text":"x","notify":"a@b.co"}',
+      'reason',
+      'llm_client',
+      'source_id',
+      '1-0',
+    );
     const res = await admin(method, path).expect(400);
     expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
-    expect(res.body).toMatchObject({ type: 'urn:llm-workflows:problem:validation-failed', errors: [expect.objectContaining({ field })] });
+    expect(res.body).toMatchObject({
+      type: 'urn:llm-workflows:problem:validation-failed',
+      errors: [expect.objectContaining({ field })],
+    });
     expect(await redis.xlen(DEAD_LETTER_STREAM)).toBe(1);
     expect(await redis.xlen(JOBS_STREAM)).toBe(0);
   });
 
   /** A dead letter that can be re-driven and a parked row that can be re-queued, to see that nothing moved. */
   const standing = async () => {
-    await redis.xadd(DEAD_LETTER_STREAM, '*', 'job_id', randomUUID(), 'tenant', TENANT_A.tenant, 'payload', '{"text":"x","notify":"a@b.co"}', 'reason', 'llm_client', 'source_id', '1-0');
-    await db.query(`INSERT INTO outbox (topic, dedupe_key, payload, attempts, last_error, parked_at) VALUES ('email.summary_ready', 'summary_ready:a', '{}', 10, 'HTTP 503', now())`);
+    await redis.xadd(
+      DEAD_LETTER_STREAM,
+      '*',
+      'job_id',
+      randomUUID(),
+      'tenant',
+      TENANT_A.tenant,
+      'payload',
+      '{"text":"x","notify":"a@b.co"}',
+      'reason',
+      'llm_client',
+      'source_id',
+      '1-0',
+    );
+    await db.query(
+      `INSERT INTO outbox (topic, dedupe_key, payload, attempts, last_error, parked_at) VALUES ('email.summary_ready', 'summary_ready:a', '{}', 10, 'HTTP 503', now())`,
+    );
   };
   const unchanged = async () => {
     expect(await redis.xlen(DEAD_LETTER_STREAM)).toBe(1);
     expect(await redis.xlen(JOBS_STREAM)).toBe(0);
-    expect(await db.query(`SELECT attempts, parked_at IS NOT NULL AS parked FROM outbox`)).toEqual([{ attempts: 10, parked: true }]);
+    expect(await db.query(`SELECT attempts, parked_at IS NOT NULL AS parked FROM outbox`)).toEqual([
+      { attempts: 10, parked: true },
+    ]);
     expect(await metricValue(api.server, 'admin_actions_total', { action: 'redrive' })).toBe(0);
     expect(await metricValue(api.server, 'admin_actions_total', { action: 'requeue' })).toBe(0);
   };
@@ -208,23 +286,39 @@ describe('operating the dead letters and the outbox', () => {
       ['post', `/admin/dead-letters/redrive?after=${id}`, 'after'],
     ]),
     ...BAD_ROW_IDS.map((id) => ['post', `/admin/outbox/${id}/requeue`, 'id']),
-  ] as ['get' | 'post', string, string][])('answers %s %s, an id that cannot exist, with a 400 naming %s (not a 503 from the store), and changes nothing', async (method, path, field) => {
-    await standing();
-    const res = await admin(method, path).expect(400);
-    expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
-    expect(res.body).toMatchObject({ type: 'urn:llm-workflows:problem:validation-failed', status: 400, errors: [{ field, messages: [expect.stringMatching(/^must be an? /)] }] });
-    await unchanged();
-  });
+  ] as ['get' | 'post', string, string][])(
+    'answers %s %s, an id that cannot exist, with a 400 naming %s (not a 503 from the store), and changes nothing',
+    async (method, path, field) => {
+      await standing();
+      const res = await admin(method, path).expect(400);
+      expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
+      expect(res.body).toMatchObject({
+        type: 'urn:llm-workflows:problem:validation-failed',
+        status: 400,
+        errors: [{ field, messages: [expect.stringMatching(/^must be an? /)] }],
+      });
+      await unchanged();
+    },
+  );
 
   it('takes the largest ids as ids that could exist: none there, so 404 (one) or nothing (after it)', async () => {
     await standing();
     for (const path of [`/admin/dead-letters/${LAST_DEAD_LETTER_ID}/redrive`, `/admin/outbox/${LAST_ROW_ID}/requeue`]) {
       const res = await admin('post', path);
-      expect({ path, status: res.status, type: res.body.type }).toEqual({ path, status: 404, type: 'urn:llm-workflows:problem:not-found' });
+      expect({ path, status: res.status, type: res.body.type }).toEqual({
+        path,
+        status: 404,
+        type: 'urn:llm-workflows:problem:not-found',
+      });
     }
     // Redis refuses a range that starts after the largest id; the api knows there is nothing there.
-    expect((await admin('get', `/admin/dead-letters?after=${LAST_DEAD_LETTER_ID}`).expect(200)).body).toEqual({ dead_letters: [] });
-    expect((await admin('post', `/admin/dead-letters/redrive?after=${LAST_DEAD_LETTER_ID}`).expect(200)).body).toEqual({ redriven: 0, notRedrivable: [] });
+    expect((await admin('get', `/admin/dead-letters?after=${LAST_DEAD_LETTER_ID}`).expect(200)).body).toEqual({
+      dead_letters: [],
+    });
+    expect((await admin('post', `/admin/dead-letters/redrive?after=${LAST_DEAD_LETTER_ID}`).expect(200)).body).toEqual({
+      redriven: 0,
+      notRedrivable: [],
+    });
     await unchanged();
   });
 
@@ -255,7 +349,11 @@ describe('operating the dead letters and the outbox', () => {
   });
 
   it('documents the admin endpoints in /docs: their own key, optional paging, answer schemas, problem answers', async () => {
-    type Op = { parameters?: { name: string; in: string; required?: boolean }[]; responses: Record<string, { content?: Record<string, { schema?: unknown }> }>; security?: Record<string, string[]>[] };
+    type Op = {
+      parameters?: { name: string; in: string; required?: boolean }[];
+      responses: Record<string, { content?: Record<string, { schema?: unknown }> }>;
+      security?: Record<string, string[]>[];
+    };
     const doc = (await request(api.server).get('/docs/openapi.json').expect(200)).body as {
       paths: Record<string, Record<string, Op>>;
       components: { securitySchemes: Record<string, unknown> };
@@ -267,22 +365,39 @@ describe('operating the dead letters and the outbox', () => {
       for (const [method, op] of Object.entries(ops)) {
         const where = `${method.toUpperCase()} ${path}`;
         expect({ where, security: op.security }).toEqual({ where, security: [{ 'admin-key': [] }] });
-        expect({ where, ok: Boolean(op.responses['200']?.content?.['application/json']?.schema) }).toEqual({ where, ok: true });
-        expect({ where, unauthorized: Boolean(op.responses['401']?.content?.['application/problem+json']) }).toEqual({ where, unauthorized: true });
+        expect({ where, ok: Boolean(op.responses['200']?.content?.['application/json']?.schema) }).toEqual({
+          where,
+          ok: true,
+        });
+        expect({ where, unauthorized: Boolean(op.responses['401']?.content?.['application/problem+json']) }).toEqual({
+          where,
+          unauthorized: true,
+        });
         for (const p of op.parameters ?? []) {
-          if (p.in === 'query') expect({ where, query: p.name, required: p.required ?? false }).toEqual({ where, query: p.name, required: false });
+          if (p.in === 'query')
+            expect({ where, query: p.name, required: p.required ?? false }).toEqual({
+              where,
+              query: p.name,
+              required: false,
+            });
         }
       }
     }
     expect(doc.paths['/v1/summaries'].post.security).toEqual([{ 'tenant-key': [] }]);
-    expect(Object.keys(doc.paths['/v1/summaries'].post.responses)).toEqual(expect.arrayContaining(['202', '400', '401', '409', '413', '422', '503']));
+    expect(Object.keys(doc.paths['/v1/summaries'].post.responses)).toEqual(
+      expect.arrayContaining(['202', '400', '401', '409', '413', '422', '503']),
+    );
   });
 
   it('shows the queue figures', async () => {
     await submit();
     await submit();
     await redis.xadd(DEAD_LETTER_STREAM, '*', 'reason', 'deleted_from_stream', 'source_id', '5-0');
-    expect((await admin('get', '/admin/stats').expect(200)).body.queue).toEqual({ length: 2, pending: 0, deadLetters: 1 });
+    expect((await admin('get', '/admin/stats').expect(200)).body.queue).toEqual({
+      length: 2,
+      pending: 0,
+      deadLetters: 1,
+    });
   });
 
   describe('the admin CLI (built by the test setup, as in the image)', () => {
@@ -316,7 +431,20 @@ describe('operating the dead letters and the outbox', () => {
       const n = 1005;
       const pipeline = redis.pipeline();
       for (let i = 0; i < n; i++) {
-        pipeline.xadd(DEAD_LETTER_STREAM, '*', 'job_id', randomUUID(), 'tenant', TENANT_A.tenant, 'payload', '{"text":"x","notify":"a@b.co"}', 'reason', 'llm_client', 'source_id', '1-0');
+        pipeline.xadd(
+          DEAD_LETTER_STREAM,
+          '*',
+          'job_id',
+          randomUUID(),
+          'tenant',
+          TENANT_A.tenant,
+          'payload',
+          '{"text":"x","notify":"a@b.co"}',
+          'reason',
+          'llm_client',
+          'source_id',
+          '1-0',
+        );
       }
       await pipeline.exec();
       const all = cli('dead-letters', 'redrive', '--all');
@@ -329,7 +457,9 @@ describe('operating the dead letters and the outbox', () => {
     });
 
     it('re-queues parked rows and shows the figures', async () => {
-      await db.query(`INSERT INTO outbox (topic, dedupe_key, payload, attempts, parked_at) VALUES ('t', 'k1', '{}', 10, now())`);
+      await db.query(
+        `INSERT INTO outbox (topic, dedupe_key, payload, attempts, parked_at) VALUES ('t', 'k1', '{}', 10, now())`,
+      );
       expect(JSON.parse(cli('stats').out).outbox.parked).toBe(1);
       const requeue = cli('outbox', 'requeue', '--all');
       expect(requeue.code).toBe(0);
@@ -350,7 +480,11 @@ describe('operating the dead letters and the outbox', () => {
         [['outbox', 'requeue', '0'], 'ID'],
       ] as const) {
         const r = cli(...args);
-        expect({ args, code: r.code, err: r.err.split('\n')[0] }).toEqual({ args, code: 2, err: expect.stringMatching(new RegExp(`^admin: ${named} must be an? `)) });
+        expect({ args, code: r.code, err: r.err.split('\n')[0] }).toEqual({
+          args,
+          code: 2,
+          err: expect.stringMatching(new RegExp(`^admin: ${named} must be an? `)),
+        });
         expect(r.err).toContain('usage: admin');
       }
       await unchanged();

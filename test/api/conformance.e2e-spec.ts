@@ -53,7 +53,10 @@ describeIdempotentRoute('POST /v1/summaries', async () => {
   const redis = await freshRedis();
   const gate = new NextRunGate();
   const api = await startApi({
-    override: (b) => b.overrideProvider(SummaryJobQueue).useFactory({ factory: (r: Redis) => new GatedSummaryJobQueue(r, gate), inject: [REDIS_CLIENT] }),
+    override: (b) =>
+      b
+        .overrideProvider(SummaryJobQueue)
+        .useFactory({ factory: (r: Redis) => new GatedSummaryJobQueue(r, gate), inject: [REDIS_CLIENT] }),
   });
   return {
     server: api.server,
@@ -83,7 +86,9 @@ describeIdempotentRoute(
       await gate.pass();
       return { kind: 'complete', content: `Echo: ${text}` };
     }).start();
-    const api = await startApi({ env: { LLM_PROVIDER: 'openai', OPENAI_API_KEY: 'sk', OPENAI_BASE_URL: provider.baseUrl } });
+    const api = await startApi({
+      env: { LLM_PROVIDER: 'openai', OPENAI_API_KEY: 'sk', OPENAI_BASE_URL: provider.baseUrl },
+    });
     await api.app.listen(0, '127.0.0.1');
     const body = { model: 'gpt-test', messages: [{ role: 'user', content: 'conformance' }], temperature: 0.2 };
     return {

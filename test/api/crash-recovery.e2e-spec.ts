@@ -56,7 +56,11 @@ describe('an api that dies holding a key', () => {
     const key = `crash-${randomUUID()}`;
     const record = `idem:${TENANT_A.tenant}:POST:/v1/summaries:${key}`;
     const first = post(dying, key).catch((err: unknown) => err);
-    await eventually(async () => ((await redis.hget(record, 'state')) === 'running' ? true : undefined), 5000, 'the claim');
+    await eventually(
+      async () => ((await redis.hget(record, 'state')) === 'running' ? true : undefined),
+      5000,
+      'the claim',
+    );
     const claimedAt = Date.now();
     dying.kill('SIGKILL');
     expect(await dying.exited).toEqual({ code: null, signal: 'SIGKILL' });

@@ -9,7 +9,8 @@ import { completionEvents, FakeOpenAiServer, type ModelReply } from '../support/
 import { eventually, freePort, freshRedis, sleep, testDatabaseUrl, testRedisUrl } from '../support/infra';
 
 /** Polls until `condition` holds. */
-const until = (condition: () => boolean, what = 'the condition') => eventually(() => (condition() ? true : undefined), 5000, what);
+const until = (condition: () => boolean, what = 'the condition') =>
+  eventually(() => (condition() ? true : undefined), 5000, what);
 import { metricValue } from '../support/metrics';
 
 /**
@@ -24,12 +25,18 @@ describe('the gateway: POST /v1/chat/completions', () => {
   let apiUrl: string;
   let redis: Redis;
   const key = () => `gw-${randomUUID()}`;
-  const sdk = (tenant: { key: string } = TENANT_A, url = apiUrl) => new OpenAI({ apiKey: tenant.key, baseURL: `${url}/v1`, maxRetries: 0 });
+  const sdk = (tenant: { key: string } = TENANT_A, url = apiUrl) =>
+    new OpenAI({ apiKey: tenant.key, baseURL: `${url}/v1`, maxRetries: 0 });
   const ask = (text: string) => ({ model: 'gpt-test', messages: [{ role: 'user' as const, content: text }] });
   /** The provider's answer per user text; a stream by default for stream requests. */
   let replies: Map<string, ModelReply | (() => ModelReply | Promise<ModelReply>)>;
 
-  async function post(body: unknown, headers: Record<string, string> = {}, tenant: { key: string } = TENANT_A, url = apiUrl): Promise<globalThis.Response> {
+  async function post(
+    body: unknown,
+    headers: Record<string, string> = {},
+    tenant: { key: string } = TENANT_A,
+    url = apiUrl,
+  ): Promise<globalThis.Response> {
     return fetch(`${url}/v1/chat/completions`, {
       method: 'POST',
       headers: { authorization: bearer(tenant), 'content-type': 'application/json', ...headers },
@@ -45,7 +52,9 @@ describe('the gateway: POST /v1/chat/completions', () => {
       if (reply === undefined) return { kind: 'complete', content: `Echo: ${text}` };
       return typeof reply === 'function' ? reply() : reply;
     }).start();
-    api = await startApi({ env: { LLM_PROVIDER: 'openai', OPENAI_API_KEY: 'sk-upstream', OPENAI_BASE_URL: provider.baseUrl } });
+    api = await startApi({
+      env: { LLM_PROVIDER: 'openai', OPENAI_API_KEY: 'sk-upstream', OPENAI_BASE_URL: provider.baseUrl },
+    });
     await api.app.listen(0, '127.0.0.1');
     apiUrl = `http://127.0.0.1:${(api.server.address() as AddressInfo).port}`;
   });
@@ -59,7 +68,9 @@ describe('the gateway: POST /v1/chat/completions', () => {
     it('replays the stored answer byte for byte, with one upstream call that carried a key of its own', async () => {
       const k = key();
       const body = { ...ask('non-stream replay'), temperature: 0.2 };
-      const first = await sdk().chat.completions.create(body, { headers: { 'Idempotency-Key': k } }).withResponse();
+      const first = await sdk()
+        .chat.completions.create(body, { headers: { 'Idempotency-Key': k } })
+        .withResponse();
       const again = await post(body, { 'idempotency-key': k });
       const calls = provider.requests.filter((r) => r.userText === 'non-stream replay');
       expect(calls).toHaveLength(1);
@@ -80,7 +91,8 @@ describe('the gateway: POST /v1/chat/completions', () => {
     });
 
     it('sends the body upstream exactly as the client wrote it', async () => {
-      const raw = '{ "messages" : [{"content":"raw bytes ☃","role":"user"}],\n "model":"gpt-test", "x_custom": [1, 2.50, null] }';
+      const raw =
+        '{ "messages" : [{"content":"raw bytes ☃","role":"user"}],\n "model":"gpt-test", "x_custom": [1, 2.50, null] }';
       const res = await post(raw, { 'idempotency-key': key() });
       expect(res.status).toBe(200);
       const seen = provider.requests.find((r) => r.userText === 'raw bytes ☃');
@@ -99,7 +111,9 @@ describe('the gateway: POST /v1/chat/completions', () => {
       expect(provider.requests.some((r) => r.userText === 'big body')).toBe(false);
       const tenant = await post(big, { 'idempotency-key': key() });
       expect(tenant.status).toBe(200);
-      expect(provider.requests.find((r) => r.userText === 'big body')?.rawBody.length).toBe(Buffer.byteLength(JSON.stringify(big)));
+      expect(provider.requests.find((r) => r.userText === 'big body')?.rawBody.length).toBe(
+        Buffer.byteLength(JSON.stringify(big)),
+      );
     });
 
     it('keeps the keys of different tenants apart, upstream too', async () => {
@@ -118,7 +132,11 @@ describe('the gateway: POST /v1/chat/completions', () => {
       await sdk().chat.completions.create(ask('no key'));
       await sdk().chat.completions.create(ask('no key'));
       expect(provider.requests.filter((r) => r.userText === 'no key')).toHaveLength(2);
-      expect(provider.requests.filter((r) => r.userText === 'no key').every((r) => r.headers['idempotency-key'] === undefined)).toBe(true);
+      expect(
+        provider.requests
+          .filter((r) => r.userText === 'no key')
+          .every((r) => r.headers['idempotency-key'] === undefined),
+      ).toBe(true);
       expect((await redis.keys('idem:*')).length).toBe(before);
     });
 
@@ -127,7 +145,9 @@ describe('the gateway: POST /v1/chat/completions', () => {
       replies.set('slow answer', { kind: 'complete', content: 'slow but once', delayMs: 600 });
       const first = post(ask('slow answer'), { 'idempotency-key': k });
       await until(() => provider.requests.some((r) => r.userText === 'slow answer'));
-      const duplicate = await sdk().chat.completions.create(ask('slow answer'), { headers: { 'Idempotency-Key': k } }).withResponse();
+      const duplicate = await sdk()
+        .chat.completions.create(ask('slow answer'), { headers: { 'Idempotency-Key': k } })
+        .withResponse();
       expect(duplicate.response.headers.get('idempotent-replayed')).toBe('true');
       expect(duplicate.data.choices[0].message.content).toBe('slow but once');
       expect(await (await first).json()).toEqual(duplicate.data);
@@ -137,9 +157,19 @@ describe('the gateway: POST /v1/chat/completions', () => {
     it('answers a key reused with another body, or stream instead of not, 422 in OpenAI’s envelope', async () => {
       const k = key();
       await sdk().chat.completions.create(ask('reuse me'), { headers: { 'Idempotency-Key': k } });
-      const changed = sdk().chat.completions.create({ ...ask('reuse me'), temperature: 1 }, { headers: { 'Idempotency-Key': k } });
-      await expect(changed).rejects.toMatchObject({ status: 422, code: 'idempotency_key_reused', type: 'invalid_request_error' });
-      const streamed = sdk().chat.completions.create({ ...ask('reuse me'), stream: true }, { headers: { 'Idempotency-Key': k } });
+      const changed = sdk().chat.completions.create(
+        { ...ask('reuse me'), temperature: 1 },
+        { headers: { 'Idempotency-Key': k } },
+      );
+      await expect(changed).rejects.toMatchObject({
+        status: 422,
+        code: 'idempotency_key_reused',
+        type: 'invalid_request_error',
+      });
+      const streamed = sdk().chat.completions.create(
+        { ...ask('reuse me'), stream: true },
+        { headers: { 'Idempotency-Key': k } },
+      );
       await expect(streamed).rejects.toBeInstanceOf(OpenAI.UnprocessableEntityError);
       expect(provider.requests.filter((r) => r.userText === 'reuse me')).toHaveLength(1);
     });
@@ -147,7 +177,11 @@ describe('the gateway: POST /v1/chat/completions', () => {
     it('passes a provider 429 through, stores nothing, and lets the retry run', async () => {
       const k = key();
       let n = 0;
-      replies.set('rate limited', () => (++n === 1 ? { kind: 'error', status: 429, headers: { 'retry-after': '7', 'x-ratelimit-remaining-requests': '0' } } : { kind: 'complete', content: 'second time lucky' }));
+      replies.set('rate limited', () =>
+        ++n === 1
+          ? { kind: 'error', status: 429, headers: { 'retry-after': '7', 'x-ratelimit-remaining-requests': '0' } }
+          : { kind: 'complete', content: 'second time lucky' },
+      );
       const limited = await post(ask('rate limited'), { 'idempotency-key': k });
       expect(limited.status).toBe(429);
       expect(limited.headers.get('retry-after')).toBe('7');
@@ -160,7 +194,8 @@ describe('the gateway: POST /v1/chat/completions', () => {
     });
 
     it('counts the tokens of a call once, not for its replays', async () => {
-      const tokens = () => metricValue(api.server, 'gateway_tokens_total', { tenant: TENANT_B.tenant, kind: 'completion' });
+      const tokens = () =>
+        metricValue(api.server, 'gateway_tokens_total', { tenant: TENANT_B.tenant, kind: 'completion' });
       const before = await tokens();
       const k = key();
       await post(ask('count my tokens'), { 'idempotency-key': k }, TENANT_B);
@@ -171,7 +206,11 @@ describe('the gateway: POST /v1/chat/completions', () => {
   });
 
   describe('streaming', () => {
-    const streamOf = (text: string) => ({ ...ask(text), stream: true as const, stream_options: { include_usage: true } });
+    const streamOf = (text: string) => ({
+      ...ask(text),
+      stream: true as const,
+      stream_options: { include_usage: true },
+    });
 
     it('replays a stream as the same events in order, through data: [DONE], parsed by the SDK', async () => {
       const k = key();
@@ -180,7 +219,9 @@ describe('the gateway: POST /v1/chat/completions', () => {
       const first = await post(streamOf('stream replay'), { 'idempotency-key': k });
       expect(first.headers.get('content-type')).toBe('text/event-stream; charset=utf-8');
       expect(await first.text()).toBe(events.join(''));
-      const stream = await sdk().chat.completions.create(streamOf('stream replay'), { headers: { 'Idempotency-Key': k } });
+      const stream = await sdk().chat.completions.create(streamOf('stream replay'), {
+        headers: { 'Idempotency-Key': k },
+      });
       const chunks = [];
       for await (const chunk of stream) chunks.push(chunk);
       expect(chunks.map((c) => c.id)).toEqual(Array(events.length - 1).fill('chatcmpl-replay'));
@@ -195,7 +236,9 @@ describe('the gateway: POST /v1/chat/completions', () => {
     it('keeps the provider’s connection for the next call after a stream ends', async () => {
       replies.set('one connection', { kind: 'stream', events: completionEvents('reuse the socket'), endAfterMs: 50 });
       for (let i = 0; i < 3; i++) {
-        expect(await (await post(streamOf('one connection'), { 'idempotency-key': key() })).text()).toMatch(/\[DONE\]\n\n$/);
+        expect(await (await post(streamOf('one connection'), { 'idempotency-key': key() })).text()).toMatch(
+          /\[DONE\]\n\n$/,
+        );
         await sleep(150); // the provider ends its body 50 ms after [DONE]
       }
       // Without a key too: the caller leaving once its answer is whole ends nothing upstream.
@@ -212,8 +255,12 @@ describe('the gateway: POST /v1/chat/completions', () => {
       const k = key();
       let n = 0;
       const events = completionEvents('broken then whole');
-      replies.set('broken stream', () => (++n === 1 ? { kind: 'stream', events, breakAfter: 3 } : { kind: 'stream', events }));
-      const stream = await sdk().chat.completions.create(streamOf('broken stream'), { headers: { 'Idempotency-Key': k } });
+      replies.set('broken stream', () =>
+        ++n === 1 ? { kind: 'stream', events, breakAfter: 3 } : { kind: 'stream', events },
+      );
+      const stream = await sdk().chat.completions.create(streamOf('broken stream'), {
+        headers: { 'Idempotency-Key': k },
+      });
       const seen: string[] = [];
       let error: unknown;
       try {
@@ -237,10 +284,16 @@ describe('the gateway: POST /v1/chat/completions', () => {
       let release!: () => void;
       const held = new Promise<void>((r) => (release = r));
       replies.set('attach me', { kind: 'stream', events, gate: (i) => (i === 3 ? held : Promise.resolve()) });
-      const first = post(streamOf('attach me'), { 'idempotency-key': k }).then(async (r) => ({ headers: r.headers, text: await r.text() }));
+      const first = post(streamOf('attach me'), { 'idempotency-key': k }).then(async (r) => ({
+        headers: r.headers,
+        text: await r.text(),
+      }));
       await until(() => provider.requests.some((r) => r.userText === 'attach me'));
       await sleep(100);
-      const duplicate = post(streamOf('attach me'), { 'idempotency-key': k }).then(async (r) => ({ headers: r.headers, text: await r.text() }));
+      const duplicate = post(streamOf('attach me'), { 'idempotency-key': k }).then(async (r) => ({
+        headers: r.headers,
+        text: await r.text(),
+      }));
       await sleep(200);
       release();
       const [a, b] = await Promise.all([first, duplicate]);
@@ -257,7 +310,10 @@ describe('the gateway: POST /v1/chat/completions', () => {
       const held = new Promise<void>((r) => (release = r));
       replies.set('abort me', { kind: 'stream', events, gate: (i) => (i === 2 ? held : Promise.resolve()) });
       const controller = new AbortController();
-      const stream = await sdk().chat.completions.create(streamOf('abort me'), { headers: { 'Idempotency-Key': k }, signal: controller.signal });
+      const stream = await sdk().chat.completions.create(streamOf('abort me'), {
+        headers: { 'Idempotency-Key': k },
+        signal: controller.signal,
+      });
       let read = 0;
       for await (const _chunk of stream) {
         if (++read === 2) {
@@ -307,7 +363,11 @@ describe('the gateway: POST /v1/chat/completions', () => {
     it('ends the provider’s stream when a caller without a key goes away', async () => {
       let release!: () => void;
       const held = new Promise<void>((r) => (release = r));
-      replies.set('keyless leaves', { kind: 'stream', events: completionEvents('not for anyone'), gate: (i) => (i === 0 ? held : Promise.resolve()) });
+      replies.set('keyless leaves', {
+        kind: 'stream',
+        events: completionEvents('not for anyone'),
+        gate: (i) => (i === 0 ? held : Promise.resolve()),
+      });
       const controller = new AbortController();
       const leaving = post(streamOf('keyless leaves'), {}).catch(() => undefined);
       void leaving;
@@ -320,7 +380,10 @@ describe('the gateway: POST /v1/chat/completions', () => {
       await until(() => provider.requests.filter((r) => r.userText === 'keyless leaves').length === 2);
       controller.abort();
       await request;
-      await until(() => provider.requests.filter((r) => r.userText === 'keyless leaves').some((r) => r.closedEarly), 'the provider call to be closed');
+      await until(
+        () => provider.requests.filter((r) => r.userText === 'keyless leaves').some((r) => r.closedEarly),
+        'the provider call to be closed',
+      );
       release();
     });
 
@@ -329,7 +392,12 @@ describe('the gateway: POST /v1/chat/completions', () => {
       let release!: () => void;
       const held = new Promise<void>((r) => (release = r));
       const events = completionEvents('this stream will not make it to the end');
-      replies.set('attached break', { kind: 'stream', events, breakAfter: 4, gate: (i) => (i === 3 ? held : Promise.resolve()) });
+      replies.set('attached break', {
+        kind: 'stream',
+        events,
+        breakAfter: 4,
+        gate: (i) => (i === 3 ? held : Promise.resolve()),
+      });
       const first = post(streamOf('attached break'), { 'idempotency-key': k }).then((r) => r.text());
       await until(() => provider.requests.some((r) => r.userText === 'attached break'));
       await sleep(100);
@@ -380,7 +448,9 @@ describe('the gateway: POST /v1/chat/completions', () => {
       const first = post(streamOf('other pod'), { 'idempotency-key': k }).then((r) => r.text());
       await until(() => provider.requests.some((r) => r.userText === 'other pod'));
       await sleep(100);
-      const stream = await sdk(TENANT_A, other.url).chat.completions.create(streamOf('other pod'), { headers: { 'Idempotency-Key': k } });
+      const stream = await sdk(TENANT_A, other.url).chat.completions.create(streamOf('other pod'), {
+        headers: { 'Idempotency-Key': k },
+      });
       const chunks: string[] = [];
       const reading = (async () => {
         for await (const chunk of stream) chunks.push(JSON.stringify(chunk));
@@ -412,13 +482,27 @@ describe('the gateway: POST /v1/chat/completions', () => {
       });
       const k = key();
       const held = new Promise<void>(() => undefined); // never released: the provider stalls mid-stream
-      replies.set('stopping pod', { kind: 'stream', events: completionEvents('cut short by a shutdown'), gate: (i) => (i === 2 ? held : Promise.resolve()) });
-      const streamed = post({ ...ask('stopping pod'), stream: true }, { 'idempotency-key': k }, TENANT_A, stopping.url).then((r) => r.text());
+      replies.set('stopping pod', {
+        kind: 'stream',
+        events: completionEvents('cut short by a shutdown'),
+        gate: (i) => (i === 2 ? held : Promise.resolve()),
+      });
+      const streamed = post(
+        { ...ask('stopping pod'), stream: true },
+        { 'idempotency-key': k },
+        TENANT_A,
+        stopping.url,
+      ).then((r) => r.text());
       await until(() => provider.requests.some((r) => r.userText === 'stopping pod'));
       await sleep(200);
       stopping.kill('SIGTERM');
       await sleep(200);
-      const during = await post(ask('arrives while stopping'), { 'idempotency-key': key() }, TENANT_A, stopping.url).catch(() => undefined);
+      const during = await post(
+        ask('arrives while stopping'),
+        { 'idempotency-key': key() },
+        TENANT_A,
+        stopping.url,
+      ).catch(() => undefined);
       if (during) {
         expect(during.status).toBe(503);
         expect(await during.json()).toMatchObject({ error: { code: 'shutting_down' } });
@@ -433,11 +517,17 @@ describe('the gateway: POST /v1/chat/completions', () => {
 
   describe('the gateway’s own errors, in OpenAI’s envelope', () => {
     it('401 for a missing or unknown key, as the SDK’s AuthenticationError', async () => {
-      await expect(sdk({ key: 'not-a-key-0123456789' }).chat.completions.create(ask('who am i'))).rejects.toMatchObject({
-        status: 401,
-        code: 'invalid_api_key',
+      await expect(sdk({ key: 'not-a-key-0123456789' }).chat.completions.create(ask('who am i'))).rejects.toMatchObject(
+        {
+          status: 401,
+          code: 'invalid_api_key',
+        },
+      );
+      const res = await fetch(`${apiUrl}/v1/chat/completions`, {
+        method: 'POST',
+        body: '{}',
+        headers: { 'content-type': 'application/json' },
       });
-      const res = await fetch(`${apiUrl}/v1/chat/completions`, { method: 'POST', body: '{}', headers: { 'content-type': 'application/json' } });
       expect(res.headers.get('content-type')).toMatch(/^application\/json/);
       expect(await res.json()).toMatchObject({ error: { type: 'authentication_error', code: 'invalid_api_key' } });
       expect(provider.requests.some((r) => r.userText === 'who am i')).toBe(false);
@@ -445,10 +535,16 @@ describe('the gateway: POST /v1/chat/completions', () => {
 
     it('400 for a body it cannot relay, with no upstream call and no record', async () => {
       const k = key();
-      for (const body of [{ model: 'gpt-test' }, { model: 'gpt-test', messages: [] }, { ...ask('bad stream'), stream: 'yes' }, [1, 2], '{"model":']) {
+      for (const body of [
+        { model: 'gpt-test' },
+        { model: 'gpt-test', messages: [] },
+        { ...ask('bad stream'), stream: 'yes' },
+        [1, 2],
+        '{"model":',
+      ]) {
         const res = await post(body, { 'idempotency-key': k });
         expect(res.status).toBe(400);
-        expect((await res.json())).toMatchObject({ error: { type: 'invalid_request_error' } });
+        expect(await res.json()).toMatchObject({ error: { type: 'invalid_request_error' } });
       }
       await expect(redis.exists(`idem:${TENANT_A.tenant}:POST:/v1/chat/completions:${k}`)).resolves.toBe(0);
       expect(provider.requests.some((r) => r.userText === 'bad stream')).toBe(false);
@@ -461,12 +557,16 @@ describe('the gateway: POST /v1/chat/completions', () => {
     });
 
     it('502 when the provider is unreachable, nothing stored', async () => {
-      const dead = await startApi({ env: { LLM_PROVIDER: 'openai', OPENAI_API_KEY: 'sk', OPENAI_BASE_URL: `http://127.0.0.1:${freePort(62)}/v1` } });
+      const dead = await startApi({
+        env: { LLM_PROVIDER: 'openai', OPENAI_API_KEY: 'sk', OPENAI_BASE_URL: `http://127.0.0.1:${freePort(62)}/v1` },
+      });
       try {
         await dead.app.listen(0, '127.0.0.1');
         const url = `http://127.0.0.1:${(dead.server.address() as AddressInfo).port}`;
         const k = key();
-        await expect(sdk(TENANT_A, url).chat.completions.create(ask('nobody home'), { headers: { 'Idempotency-Key': k } })).rejects.toMatchObject({
+        await expect(
+          sdk(TENANT_A, url).chat.completions.create(ask('nobody home'), { headers: { 'Idempotency-Key': k } }),
+        ).rejects.toMatchObject({
           status: 502,
           code: 'upstream_unreachable',
         });
@@ -478,12 +578,21 @@ describe('the gateway: POST /v1/chat/completions', () => {
 
     it('504 after GATEWAY_TIMEOUT_S, nothing stored', async () => {
       replies.set('never answers', { kind: 'hang' });
-      const slow = await startApi({ env: { LLM_PROVIDER: 'openai', OPENAI_API_KEY: 'sk', OPENAI_BASE_URL: provider.baseUrl, GATEWAY_TIMEOUT_S: '1' } });
+      const slow = await startApi({
+        env: {
+          LLM_PROVIDER: 'openai',
+          OPENAI_API_KEY: 'sk',
+          OPENAI_BASE_URL: provider.baseUrl,
+          GATEWAY_TIMEOUT_S: '1',
+        },
+      });
       try {
         await slow.app.listen(0, '127.0.0.1');
         const url = `http://127.0.0.1:${(slow.server.address() as AddressInfo).port}`;
         const k = key();
-        await expect(sdk(TENANT_A, url).chat.completions.create(ask('never answers'), { headers: { 'Idempotency-Key': k } })).rejects.toMatchObject({
+        await expect(
+          sdk(TENANT_A, url).chat.completions.create(ask('never answers'), { headers: { 'Idempotency-Key': k } }),
+        ).rejects.toMatchObject({
           status: 504,
           code: 'upstream_timeout',
         });
@@ -496,13 +605,24 @@ describe('the gateway: POST /v1/chat/completions', () => {
 
   it('is documented in OpenAPI: the optional key, both answer types, errors in OpenAI’s envelope', async () => {
     const doc = (await (await fetch(`${apiUrl}/docs/openapi.json`)).json()) as {
-      paths: Record<string, { post: { parameters?: { name: string; required?: boolean }[]; responses: Record<string, { content?: Record<string, unknown> }> } }>;
+      paths: Record<
+        string,
+        {
+          post: {
+            parameters?: { name: string; required?: boolean }[];
+            responses: Record<string, { content?: Record<string, unknown> }>;
+          };
+        }
+      >;
     };
     const op = doc.paths['/v1/chat/completions'].post;
     expect(op.parameters?.find((p) => p.name === 'Idempotency-Key')?.required).toBe(false);
     expect(Object.keys(op.responses['200'].content ?? {})).toEqual(['application/json', 'text/event-stream']);
     for (const status of ['400', '401', '409', '422', '502', '504']) {
-      expect({ status, types: Object.keys(op.responses[status]?.content ?? {}) }).toEqual({ status, types: ['application/json'] });
+      expect({ status, types: Object.keys(op.responses[status]?.content ?? {}) }).toEqual({
+        status,
+        types: ['application/json'],
+      });
     }
   });
 
@@ -512,7 +632,9 @@ describe('the gateway: POST /v1/chat/completions', () => {
       try {
         await fake.app.listen(0, '127.0.0.1');
         const url = `http://127.0.0.1:${(fake.server.address() as AddressInfo).port}`;
-        const { data: completion, response } = await sdk(TENANT_A, url).chat.completions.create(ask('hello offline')).withResponse();
+        const { data: completion, response } = await sdk(TENANT_A, url)
+          .chat.completions.create(ask('hello offline'))
+          .withResponse();
         expect(completion.choices[0].message.content).toContain('hello offline');
         // X-Request-Id is ours on every answer; the provider's own id is kept beside it.
         expect(response.headers.get('x-upstream-request-id')).toMatch(/^req_/);

@@ -64,10 +64,15 @@ describe('the api against hostile input', () => {
     });
     return { status: res.status, headers: res.headers, text: await res.text() };
   };
-  const streamJobIds = async () => (await redis.xrange(JOBS_STREAM, '-', '+')).map(([, f]) => f[f.indexOf('job_id') + 1]);
+  const streamJobIds = async () =>
+    (await redis.xrange(JOBS_STREAM, '-', '+')).map(([, f]) => f[f.indexOf('job_id') + 1]);
   const problemType = (a: Answer) => (JSON.parse(a.text) as { type: string }).type;
   const requestLine = (id: string) =>
-    eventually(() => api.lines.find((l) => (l.req as { id?: string } | undefined)?.id === id && 'res' in l), 5000, `the log line of request ${id}`);
+    eventually(
+      () => api.lines.find((l) => (l.req as { id?: string } | undefined)?.id === id && 'res' in l),
+      5000,
+      `the log line of request ${id}`,
+    );
 
   it('90,000 unknown fields, plain or brotli: a small 400 while valid requests go on being served, and nothing is left behind', async () => {
     const hostile = manyFields();
@@ -97,42 +102,98 @@ describe('the api against hostile input', () => {
 
   const deep = (levels: number) => `${'{"a":'.repeat(levels)}1${'}'.repeat(levels)}`;
   const cases: [string, () => [string | Buffer, Record<string, string>], number, string][] = [
-    ['over 1 MiB', () => [JSON.stringify({ ...VALID, text: 'x'.repeat(MAX_BODY_BYTES) }), {}], 413, ProblemTypes.payloadTooLarge],
-    ['an unknown Content-Encoding', () => ['{}', { 'content-encoding': 'compress-me-not' }], 415, ProblemTypes.unsupportedMediaType],
-    ['gzip that is not gzip', () => [Buffer.from('not gzip at all'), { 'content-encoding': 'gzip' }], 400, ProblemTypes.http(400)],
+    [
+      'over 1 MiB',
+      () => [JSON.stringify({ ...VALID, text: 'x'.repeat(MAX_BODY_BYTES) }), {}],
+      413,
+      ProblemTypes.payloadTooLarge,
+    ],
+    [
+      'an unknown Content-Encoding',
+      () => ['{}', { 'content-encoding': 'compress-me-not' }],
+      415,
+      ProblemTypes.unsupportedMediaType,
+    ],
+    [
+      'gzip that is not gzip',
+      () => [Buffer.from('not gzip at all'), { 'content-encoding': 'gzip' }],
+      400,
+      ProblemTypes.http(400),
+    ],
     ['malformed JSON', () => ['{"text": "x",', {}], 400, ProblemTypes.malformedJson],
     ['nested too deeply', () => [deep(MAX_JSON_DEPTH + 1), {}], 400, ProblemTypes.jsonTooDeep],
-    ['an object with too many members', () => [`{${Array.from({ length: MAX_JSON_MEMBERS + 1 }, (_, i) => `"m${i}":0`).join(',')}}`, {}], 400, ProblemTypes.jsonTooManyMembers],
-    ['too many values', () => [gzipSync(`{"text":[${Array(MAX_JSON_VALUES).fill(0).join(',')}]}`), { 'content-encoding': 'gzip' }], 400, ProblemTypes.jsonTooManyValues],
+    [
+      'an object with too many members',
+      () => [`{${Array.from({ length: MAX_JSON_MEMBERS + 1 }, (_, i) => `"m${i}":0`).join(',')}}`, {}],
+      400,
+      ProblemTypes.jsonTooManyMembers,
+    ],
+    [
+      'too many values',
+      () => [gzipSync(`{"text":[${Array(MAX_JSON_VALUES).fill(0).join(',')}]}`), { 'content-encoding': 'gzip' }],
+      400,
+      ProblemTypes.jsonTooManyValues,
+    ],
     // UTF-7 spells every bracket in base64, out of a byte scan's sight: 5,000 levels here.
-    ['in UTF-7', () => [Buffer.from(`+${Buffer.from(`${'{"a":'.repeat(5000)}1${'}'.repeat(5000)}`, 'utf16le').swap16().toString('base64')}-`), { 'content-type': 'application/json; charset=utf-7' }], 415, ProblemTypes.unsupportedMediaType],
-    ['in UTF-16', () => [Buffer.from(JSON.stringify(VALID), 'utf16le'), { 'content-type': 'application/json; charset=utf-16le' }], 415, ProblemTypes.unsupportedMediaType],
+    [
+      'in UTF-7',
+      () => [
+        Buffer.from(
+          `+${Buffer.from(`${'{"a":'.repeat(5000)}1${'}'.repeat(5000)}`, 'utf16le')
+            .swap16()
+            .toString('base64')}-`,
+        ),
+        { 'content-type': 'application/json; charset=utf-7' },
+      ],
+      415,
+      ProblemTypes.unsupportedMediaType,
+    ],
+    [
+      'in UTF-16',
+      () => [Buffer.from(JSON.stringify(VALID), 'utf16le'), { 'content-type': 'application/json; charset=utf-16le' }],
+      415,
+      ProblemTypes.unsupportedMediaType,
+    ],
   ];
 
-  it.each(cases)('a body %s: answered with its problem and request id, logged and counted, nothing stored', async (name, make, status, type) => {
-    const id = `hostile-${name.replace(/\W+/g, '-')}-${randomUUID().slice(0, 8)}`;
-    const labels = { method: 'POST', route: '/v1/summaries', status: String(status) };
-    const before = await metricValue(api.url, 'http_request_duration_seconds_count', labels);
-    const [body, headers] = make();
-    const answer = await post(body, { ...headers, 'x-request-id': id });
-    expect(answer.status).toBe(status);
-    expect(answer.headers.get('content-type')).toMatch(/^application\/problem\+json/);
-    expect(problemType(answer)).toBe(type);
-    expect(answer.headers.get('x-request-id')).toBe(id);
-    const line = await requestLine(id);
-    expect((line.res as { statusCode: number }).statusCode).toBe(status);
-    expect(line.app).toBe('api');
-    expect(await metricValue(api.url, 'http_request_duration_seconds_count', labels)).toBe(before + 1);
-    expect(await redis.keys('idem:*')).toEqual([]);
-    expect(await streamJobIds()).toEqual([]);
-  });
+  it.each(cases)(
+    'a body %s: answered with its problem and request id, logged and counted, nothing stored',
+    async (name, make, status, type) => {
+      const id = `hostile-${name.replace(/\W+/g, '-')}-${randomUUID().slice(0, 8)}`;
+      const labels = { method: 'POST', route: '/v1/summaries', status: String(status) };
+      const before = await metricValue(api.url, 'http_request_duration_seconds_count', labels);
+      const [body, headers] = make();
+      const answer = await post(body, { ...headers, 'x-request-id': id });
+      expect(answer.status).toBe(status);
+      expect(answer.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+      expect(problemType(answer)).toBe(type);
+      expect(answer.headers.get('x-request-id')).toBe(id);
+      const line = await requestLine(id);
+      expect((line.res as { statusCode: number }).statusCode).toBe(status);
+      expect(line.app).toBe('api');
+      expect(await metricValue(api.url, 'http_request_duration_seconds_count', labels)).toBe(before + 1);
+      expect(await redis.keys('idem:*')).toEqual([]);
+      expect(await streamJobIds()).toEqual([]);
+    },
+  );
 
   it('two Authorization headers: 401, even when both carry a valid key, and nothing is enqueued', async () => {
     const answer = await new Promise<{ status: number; body: string }>((resolve, reject) => {
       const req = httpRequest(`${api.url}/v1/summaries`, {
         method: 'POST',
         // rawHeaders form: a name may repeat (and Host is not added for us).
-        headers: ['Host', new URL(api.url).host, 'Authorization', AUTH, 'Authorization', AUTH, 'Content-Type', 'application/json', 'Idempotency-Key', newKey()],
+        headers: [
+          'Host',
+          new URL(api.url).host,
+          'Authorization',
+          AUTH,
+          'Authorization',
+          AUTH,
+          'Content-Type',
+          'application/json',
+          'Idempotency-Key',
+          newKey(),
+        ],
       });
       req.on('response', (res) => {
         let body = '';
@@ -143,7 +204,10 @@ describe('the api against hostile input', () => {
       req.end(JSON.stringify(VALID));
     });
     expect(answer.status).toBe(401);
-    expect(JSON.parse(answer.body)).toMatchObject({ type: ProblemTypes.unauthorized, detail: 'Send one Authorization: Bearer <api key> header.' });
+    expect(JSON.parse(answer.body)).toMatchObject({
+      type: ProblemTypes.unauthorized,
+      detail: 'Send one Authorization: Bearer <api key> header.',
+    });
     expect(await redis.keys('idem:*')).toEqual([]);
     expect(await streamJobIds()).toEqual([]);
   });
@@ -178,10 +242,18 @@ describe('the api against hostile input', () => {
 
   it.each([
     ['headers that never end (slowloris)', 'POST /v1/summaries HTTP/1.1\r\nHost: api\r\n', 'X-Padding: a\r\n'],
-    ['a body that never ends', `POST /v1/summaries HTTP/1.1\r\nHost: api\r\nAuthorization: ${AUTH}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{`, ' '],
+    [
+      'a body that never ends',
+      `POST /v1/summaries HTTP/1.1\r\nHost: api\r\nAuthorization: ${AUTH}\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{`,
+      ' ',
+    ],
   ])("%s: the server's own timeout cuts the client off with a 408, logged and counted once", async (_, head, piece) => {
     const refused = await metricValue(api.url, 'http_parser_refusals_total', { status: '408' });
-    const answered = await metricValue(api.url, 'http_request_duration_seconds_count', { method: 'POST', route: '/v1/summaries', status: '400' });
+    const answered = await metricValue(api.url, 'http_request_duration_seconds_count', {
+      method: 'POST',
+      route: '/v1/summaries',
+      status: '400',
+    });
     const accessLines = () => api.lines.filter((l) => 'res' in l).length;
     const linesBefore = accessLines();
     const { answer, drips } = await dripUntilClosed(head, piece);
@@ -192,14 +264,29 @@ describe('the api against hostile input', () => {
     expect(answer).toMatch(/\r\nContent-Type: application\/problem\+json\r\n/);
     const id = /\r\nX-Request-Id: ([\w-]+)\r\n/.exec(answer)?.[1];
     expect(id).toBeDefined();
-    const line = await eventually(() => api.lines.find((l) => (l.req as { id?: string } | undefined)?.id === id), 5000, 'the refusal line');
-    expect(line).toMatchObject({ status: 408, code: 'ERR_HTTP_REQUEST_TIMEOUT', level: 40, msg: 'request refused by the HTTP parser: 408 Request Timeout' });
+    const line = await eventually(
+      () => api.lines.find((l) => (l.req as { id?: string } | undefined)?.id === id),
+      5000,
+      'the refusal line',
+    );
+    expect(line).toMatchObject({
+      status: 408,
+      code: 'ERR_HTTP_REQUEST_TIMEOUT',
+      level: 40,
+      msg: 'request refused by the HTTP parser: 408 Request Timeout',
+    });
     expect(await metricValue(api.url, 'http_parser_refusals_total', { status: '408' })).toBe(refused + 1);
     // The request the body belonged to ends with the socket (a 400 "could not be read", or
     // "request aborted", that nobody receives): no second line, no second observation.
     await sleep(300);
     expect(accessLines()).toBe(linesBefore);
-    expect(await metricValue(api.url, 'http_request_duration_seconds_count', { method: 'POST', route: '/v1/summaries', status: '400' })).toBe(answered);
+    expect(
+      await metricValue(api.url, 'http_request_duration_seconds_count', {
+        method: 'POST',
+        route: '/v1/summaries',
+        status: '400',
+      }),
+    ).toBe(answered);
     expect(await streamJobIds()).toEqual([]);
   });
 

@@ -11,7 +11,14 @@ import {
   ServiceUnavailableException,
   UseGuards,
 } from '@nestjs/common';
-import { fingerprintBody, IDEMPOTENCY_OUTCOMES, IdempotencyProblemTypes, IdempotencyStore, Idempotent, RedisIdempotencyStore } from '@app/idempotency';
+import {
+  fingerprintBody,
+  IDEMPOTENCY_OUTCOMES,
+  IdempotencyProblemTypes,
+  IdempotencyStore,
+  Idempotent,
+  RedisIdempotencyStore,
+} from '@app/idempotency';
 import { JOBS_STREAM } from '@app/jobs';
 import { PROBLEM_CONTENT_TYPE, ProblemException } from '@app/problem';
 import { REDIS_CLIENT } from '@app/redis';
@@ -165,7 +172,12 @@ class OpsController {
   @Idempotent()
   notNow(@Param('status') status: string): never {
     this.probe.run(`not-now-${status}`);
-    throw new ProblemException({ type: 'urn:test:not-now', title: 'Not now', status: Number(status), headers: { 'Retry-After': '1' } });
+    throw new ProblemException({
+      type: 'urn:test:not-now',
+      title: 'Not now',
+      status: Number(status),
+      headers: { 'Retry-After': '1' },
+    });
   }
 
   @Post('answers-429')
@@ -266,7 +278,7 @@ describe('IdempotencyInterceptor on any controller', () => {
     expect(probe.count('answers-503')).toBe(2);
   });
 
-  it("a business 4xx from the handler is stored and replayed, without running it again", async () => {
+  it('a business 4xx from the handler is stored and replayed, without running it again', async () => {
     const key = newKey();
     const first = await post('/test/ops/business-404', key).expect(404);
     const second = await post('/test/ops/business-404', key).expect(404);
@@ -277,7 +289,7 @@ describe('IdempotencyInterceptor on any controller', () => {
     expect(second.body.detail).toBe('No such order.');
   });
 
-  it("a stored business 4xx keeps only allowlisted headers: the replay has no Set-Cookie or WWW-Authenticate", async () => {
+  it('a stored business 4xx keeps only allowlisted headers: the replay has no Set-Cookie or WWW-Authenticate', async () => {
     const key = newKey();
     const first = await post('/test/ops/forbidden-with-cookie', key).expect(403);
     expect(first.headers['set-cookie']).toEqual(['session=secret']);
@@ -300,11 +312,23 @@ describe('IdempotencyInterceptor on any controller', () => {
     const operation = `${TENANT_A.tenant}:POST:/test/ops/created:${key}`;
     // As another version of the api (or a person with redis-cli) might have stored it.
     await store.claim(operation, 'elsewhere', fingerprintBody({}), 10_000);
-    await store.complete(operation, 'elsewhere', fingerprintBody({}), {
-      status: 201,
-      headers: { 'set-cookie': 'session=stolen', 'www-authenticate': 'Bearer', 'x-debug': 'leak', location: '/things/7', 'content-type': 'application/json; charset=utf-8' },
-      body: '{"id":7}',
-    }, 60_000);
+    await store.complete(
+      operation,
+      'elsewhere',
+      fingerprintBody({}),
+      {
+        status: 201,
+        headers: {
+          'set-cookie': 'session=stolen',
+          'www-authenticate': 'Bearer',
+          'x-debug': 'leak',
+          location: '/things/7',
+          'content-type': 'application/json; charset=utf-8',
+        },
+        body: '{"id":7}',
+      },
+      60_000,
+    );
     const replay = await post('/test/ops/created', key).expect(201);
     expect(replay.headers['idempotent-replayed']).toBe('true');
     expect(replay.body).toEqual({ id: 7 });
@@ -316,27 +340,33 @@ describe('IdempotencyInterceptor on any controller', () => {
     expect(probe.count('created')).toBe(0);
   });
 
-  it.each(['bigint', 'cyclic'])('an answer that cannot be serialised (%s): 500, the key is released and the retry runs', async (kind) => {
-    const key = newKey();
-    const path = `/test/ops/unserialisable/${kind}`;
-    const first = await post(path, key).expect(500);
-    expect(first.headers['content-type']).toMatch(/^application\/problem\+json/);
-    expect(await record(path, key)).toEqual({});
-    // Not a 409 for the lock TTL: the handler runs again.
-    await post(path, key).expect(500);
-    expect(probe.count(`unserialisable-${kind}`)).toBe(2);
-  });
+  it.each(['bigint', 'cyclic'])(
+    'an answer that cannot be serialised (%s): 500, the key is released and the retry runs',
+    async (kind) => {
+      const key = newKey();
+      const path = `/test/ops/unserialisable/${kind}`;
+      const first = await post(path, key).expect(500);
+      expect(first.headers['content-type']).toMatch(/^application\/problem\+json/);
+      expect(await record(path, key)).toEqual({});
+      // Not a 409 for the lock TTL: the handler runs again.
+      await post(path, key).expect(500);
+      expect(probe.count(`unserialisable-${kind}`)).toBe(2);
+    },
+  );
 
-  it.each([408, 409, 425, 429])('a handler that throws a transient %i: not stored, the key is released and the retry runs', async (status) => {
-    const key = newKey();
-    const path = `/test/ops/not-now/${status}`;
-    const first = await post(path, key).expect(status);
-    expect(first.headers['retry-after']).toBe('1');
-    expect(await record(path, key)).toEqual({});
-    const retry = await post(path, key).expect(status);
-    expect(retry.headers['idempotent-replayed']).toBeUndefined();
-    expect(probe.count(`not-now-${status}`)).toBe(2);
-  });
+  it.each([408, 409, 425, 429])(
+    'a handler that throws a transient %i: not stored, the key is released and the retry runs',
+    async (status) => {
+      const key = newKey();
+      const path = `/test/ops/not-now/${status}`;
+      const first = await post(path, key).expect(status);
+      expect(first.headers['retry-after']).toBe('1');
+      expect(await record(path, key)).toEqual({});
+      const retry = await post(path, key).expect(status);
+      expect(retry.headers['idempotent-replayed']).toBeUndefined();
+      expect(probe.count(`not-now-${status}`)).toBe(2);
+    },
+  );
 
   it('a handler that answers 429 itself: not stored, the retry runs', async () => {
     const key = newKey();
@@ -360,7 +390,11 @@ describe('IdempotencyInterceptor on any controller', () => {
     const key = newKey();
     await post('/test/ops/orders/42/refunds', key).expect(201);
     // The same route and parameters, typed otherwise: a replay, not a second run.
-    for (const path of ['/TEST/OPS/ORDERS/42/REFUNDS', '/test/ops/orders/42/refunds/', '/test/ops/orders/%34%32/refunds']) {
+    for (const path of [
+      '/TEST/OPS/ORDERS/42/REFUNDS',
+      '/test/ops/orders/42/refunds/',
+      '/test/ops/orders/%34%32/refunds',
+    ]) {
       const again = await post(path, key).expect(201);
       expect(again.headers['idempotent-replayed']).toBe('true');
       expect(again.body).toEqual({ id: '42', run: 1 });
@@ -374,7 +408,12 @@ describe('IdempotencyInterceptor on any controller', () => {
     await post('/test/ops/orders/a%2Fb/refunds', key).expect(201);
     expect([probe.count('refund-ab'), probe.count('refund-AB'), probe.count('refund-a/b')]).toEqual([1, 1, 1]);
     expect((await redis.keys('idem:*')).sort()).toEqual(
-      ['/test/ops/orders/42/refunds', '/test/ops/orders/AB/refunds', '/test/ops/orders/a%2Fb/refunds', '/test/ops/orders/ab/refunds']
+      [
+        '/test/ops/orders/42/refunds',
+        '/test/ops/orders/AB/refunds',
+        '/test/ops/orders/a%2Fb/refunds',
+        '/test/ops/orders/ab/refunds',
+      ]
         .map((path) => `idem:${TENANT_A.tenant}:POST:${path}:${key}`)
         .sort(),
     );
@@ -454,7 +493,9 @@ describe('IdempotencyInterceptor on any controller', () => {
     expect(replay.body).toEqual({ run: 2 });
     expect(replay.headers['idempotent-replayed']).toBe('true');
     expect(probe.count('held')).toBe(2);
-    expect(await metricValue(api.server, 'idempotency_requests_total', { outcome: 'lock_lost' })).toBeGreaterThan(lostBefore);
+    expect(await metricValue(api.server, 'idempotency_requests_total', { outcome: 'lock_lost' })).toBeGreaterThan(
+      lostBefore,
+    );
   });
 
   it('a pipe that rejects the body leaves nothing stored: the corrected retry runs', async () => {
@@ -508,9 +549,16 @@ describe('IdempotencyInterceptor on any controller', () => {
 
   it('documents the header and the idempotency answers of every @Idempotent() route in OpenAPI, by itself', async () => {
     const doc = (await request(api.server).get('/docs/openapi.json').expect(200)).body as {
-      paths: Record<string, Record<string, { parameters?: { name: string; in: string; required?: boolean }[]; responses: Record<string, unknown> }>>;
+      paths: Record<
+        string,
+        Record<
+          string,
+          { parameters?: { name: string; in: string; required?: boolean }[]; responses: Record<string, unknown> }
+        >
+      >;
     };
-    const header = (path: string) => doc.paths[path].post.parameters?.filter((p) => p.in === 'header' && p.name === 'Idempotency-Key') ?? [];
+    const header = (path: string) =>
+      doc.paths[path].post.parameters?.filter((p) => p.in === 'header' && p.name === 'Idempotency-Key') ?? [];
     for (const path of ['/v1/summaries', '/test/ops/created', '/test/optional', '/test/optional/strict']) {
       expect(Object.keys(doc.paths[path].post.responses)).toEqual(expect.arrayContaining(['409', '422']));
       expect(header(path)).toHaveLength(1);
@@ -526,7 +574,9 @@ describe('IdempotencyInterceptor on any controller', () => {
     const fresh = await startApi();
     try {
       for (const outcome of IDEMPOTENCY_OUTCOMES) {
-        expect({ outcome, value: await metricSample(fresh.server, 'idempotency_requests_total', { outcome }) }).toEqual({ outcome, value: 0 });
+        expect({ outcome, value: await metricSample(fresh.server, 'idempotency_requests_total', { outcome }) }).toEqual(
+          { outcome, value: 0 },
+        );
       }
     } finally {
       await fresh.close();

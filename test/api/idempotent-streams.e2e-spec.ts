@@ -49,14 +49,19 @@ class StreamsController {
   @Idempotent({ attach: { waitMs: 2000 }, maxStoredBodyBytes: 2000 })
   stream(@Body() body: StreamDto): StreamedAnswer {
     this.frames.runs++;
-    return new StreamedAnswer(200, { 'content-type': 'application/x-ndjson' }, this.frames.produce(body.count, body.breakAt, body.holdAt));
+    return new StreamedAnswer(
+      200,
+      { 'content-type': 'application/x-ndjson' },
+      this.frames.produce(body.count, body.breakAt, body.holdAt),
+    );
   }
 }
 
 @Module({ controllers: [StreamsController], providers: [Frames] })
 class StreamsModule {}
 
-const lines = (count: number, run: number) => Array.from({ length: count }, (_, n) => `{"n":${n},"run":${run}}\n`).join('');
+const lines = (count: number, run: number) =>
+  Array.from({ length: count }, (_, n) => `{"n":${n},"run":${run}}\n`).join('');
 
 describe('@Idempotent() on a route that returns a StreamedAnswer', () => {
   let api: ApiHarness;
@@ -106,7 +111,10 @@ describe('@Idempotent() on a route that returns a StreamedAnswer', () => {
     const first = post({ count: 6, holdAt: 3 }, k).then((r) => r.text());
     await eventually(() => (frames.runs === runs + 1 ? true : undefined));
     await sleep(100);
-    const duplicate = post({ count: 6, holdAt: 3 }, k).then(async (r) => ({ replayed: r.headers.get('idempotent-replayed'), text: await r.text() }));
+    const duplicate = post({ count: 6, holdAt: 3 }, k).then(async (r) => ({
+      replayed: r.headers.get('idempotent-replayed'),
+      text: await r.text(),
+    }));
     await sleep(200);
     frames.go();
     const [a, b] = await Promise.all([first, duplicate]);

@@ -42,21 +42,36 @@ class PaymentRecovery implements IdempotencyRecovery {
   /** Fails the recovery's transaction after it stored the answer. */
   failAfterStore = false;
 
-  async recover(ctx: IdempotencyRequestContext, _req: unknown, record: PendingIdempotencyRecord): Promise<RecoveredAnswer | undefined> {
+  async recover(
+    ctx: IdempotencyRequestContext,
+    _req: unknown,
+    record: PendingIdempotencyRecord,
+  ): Promise<RecoveredAnswer | undefined> {
     this.recoveries++;
     if (this.unavailable) throw new IdempotencyOutcomeUnknownException('The provider cannot be asked right now.');
-    const rows = await this.db.query<{
-      payment_id: string;
-      amount: number;
-    }[]>(`SELECT payment_id, amount FROM ${EFFECTS} WHERE operation = $1`, [ctx.operation]);
-    if (rows[0]) return { status: 201, body: { payment_id: rows[0].payment_id, amount: rows[0].amount, recovered: true } };
+    const rows = await this.db.query<
+      {
+        payment_id: string;
+        amount: number;
+      }[]
+    >(`SELECT payment_id, amount FROM ${EFFECTS} WHERE operation = $1`, [ctx.operation]);
+    if (rows[0])
+      return { status: 201, body: { payment_id: rows[0].payment_id, amount: rows[0].amount, recovered: true } };
     const paid = this.atProvider.get(ctx.operation);
     if (!paid) return undefined;
     // Found outside: recorded now, its row and the stored answer in one transaction.
     const answer = { ...paid, recovered: true };
     await this.db.transaction(async (tx) => {
-      await tx.query(`INSERT INTO ${EFFECTS} (operation, payment_id, amount) VALUES ($1, $2, $3)`, [ctx.operation, paid.payment_id, paid.amount]);
-      await record.completeWithin(tx, { status: 201, body: answer, headers: { location: `/test/payments/${paid.payment_id}` } });
+      await tx.query(`INSERT INTO ${EFFECTS} (operation, payment_id, amount) VALUES ($1, $2, $3)`, [
+        ctx.operation,
+        paid.payment_id,
+        paid.amount,
+      ]);
+      await record.completeWithin(tx, {
+        status: 201,
+        body: answer,
+        headers: { location: `/test/payments/${paid.payment_id}` },
+      });
       if (this.failAfterStore) throw new Error('the recovery failed after storing its answer');
     });
     // Whatever is returned now, what was stored is what is sent.
@@ -82,7 +97,11 @@ class PaymentsController {
     if (body.unknownOutcome) throw new IdempotencyOutcomeUnknownException('The provider did not answer in time.');
     const answer = { payment_id: randomUUID(), amount: body.amount };
     await this.db.transaction(async (tx) => {
-      await tx.query(`INSERT INTO ${EFFECTS} (operation, payment_id, amount) VALUES ($1, $2, $3)`, [ctx.operation, answer.payment_id, body.amount]);
+      await tx.query(`INSERT INTO ${EFFECTS} (operation, payment_id, amount) VALUES ($1, $2, $3)`, [
+        ctx.operation,
+        answer.payment_id,
+        body.amount,
+      ]);
       await record.completeWithin(tx, { status: 201, body: answer });
       if (body.failAfterStore) throw new Error('the handler failed after storing its answer');
     });
@@ -99,11 +118,16 @@ describe('an @Idempotent() route that finalises its record in its own transactio
   const key = () => `tx-${randomUUID()}`;
   const operation = (k: string) => `${TENANT_A.tenant}:POST:/test/payments:${k}`;
   const pay = (k: string, body: object) =>
-    request(api.server).post('/test/payments').set('authorization', bearer(TENANT_A)).set('idempotency-key', k).send(body);
-  const effects = async (k: string) => Number((await db.query(`SELECT count(*) AS n FROM ${EFFECTS} WHERE operation = $1`, [operation(k)]))[0].n);
-  const record = async (k: string) => (await db.query(`SELECT state, status, body FROM idempotency_keys WHERE key = $1`, [operation(k)]))[0] as
-    | { state: string; status: number; body: string }
-    | undefined;
+    request(api.server)
+      .post('/test/payments')
+      .set('authorization', bearer(TENANT_A))
+      .set('idempotency-key', k)
+      .send(body);
+  const effects = async (k: string) =>
+    Number((await db.query(`SELECT count(*) AS n FROM ${EFFECTS} WHERE operation = $1`, [operation(k)]))[0].n);
+  const record = async (k: string) =>
+    (await db.query(`SELECT state, status, body FROM idempotency_keys WHERE key = $1`, [operation(k)]))[0] as
+      { state: string; status: number; body: string } | undefined;
 
   /** The record a request leaves that died holding `k`: running, its lock expired. */
   const diedHolding = (k: string) =>
@@ -116,7 +140,9 @@ describe('an @Idempotent() route that finalises its record in its own transactio
   beforeAll(async () => {
     api = await startApi({ imports: [PaymentsModule] });
     db = api.app.get(DataSource);
-    await db.query(`CREATE TABLE IF NOT EXISTS ${EFFECTS} (operation text PRIMARY KEY, payment_id uuid NOT NULL, amount integer NOT NULL)`);
+    await db.query(
+      `CREATE TABLE IF NOT EXISTS ${EFFECTS} (operation text PRIMARY KEY, payment_id uuid NOT NULL, amount integer NOT NULL)`,
+    );
   });
   afterAll(async () => {
     await db.query(`DROP TABLE IF EXISTS ${EFFECTS}`);
@@ -152,7 +178,10 @@ describe('an @Idempotent() route that finalises its record in its own transactio
     const k = key();
     const paymentId = randomUUID();
     // A request that paid and died before its commit of the answer: the effect is there, its lock expired.
-    await db.query(`INSERT INTO ${EFFECTS} (operation, payment_id, amount) VALUES ($1, $2, 900)`, [operation(k), paymentId]);
+    await db.query(`INSERT INTO ${EFFECTS} (operation, payment_id, amount) VALUES ($1, $2, 900)`, [
+      operation(k),
+      paymentId,
+    ]);
     await diedHolding(k);
     const recovery = api.app.get(PaymentRecovery);
     const recoveries = recovery.recoveries;
@@ -250,7 +279,9 @@ describe('an @Idempotent() route that finalises its record in its own transactio
     }
     @Module({ controllers: [NowhereController] })
     class NowhereModule {}
-    await expect(startApi({ imports: [NowhereModule] })).rejects.toThrow(/no store named "nowhere" \(IdempotencyModule's stores: redis, postgres\)/);
+    await expect(startApi({ imports: [NowhereModule] })).rejects.toThrow(
+      /no store named "nowhere" \(IdempotencyModule's stores: redis, postgres\)/,
+    );
   });
 
   it('refuses, at start-up, a recovery hook that is no provider, or on a store that cannot tell a request died', async () => {
@@ -276,7 +307,11 @@ describe('an @Idempotent() route that finalises its record in its own transactio
     @Module({ controllers: [UnrecoverableController], providers: [PaymentRecovery] })
     class UnrecoverableModule {}
     const failure = startApi({ imports: [UnrecoverableModule] });
-    await expect(failure).rejects.toThrow(/UnrecoverableController\.a: recover names NotProvided, which is not a provider of the app/);
-    await expect(failure).rejects.toThrow(/UnrecoverableController\.b: recover needs a store that can tell a request that died/);
+    await expect(failure).rejects.toThrow(
+      /UnrecoverableController\.a: recover names NotProvided, which is not a provider of the app/,
+    );
+    await expect(failure).rejects.toThrow(
+      /UnrecoverableController\.b: recover needs a store that can tell a request that died/,
+    );
   });
 });

@@ -10,7 +10,15 @@ import type { DataSource } from 'typeorm';
 import { bearer, type ApiHarness, startApi, TENANT_A, TENANT_B } from '../support/api-harness';
 import { type AppProcess, startAppProcess } from '../support/app-process';
 import { completionEvents, FakeOpenAiServer, type ModelReply } from '../support/fake-openai-server';
-import { eventually, freePort, freshRedis, sleep, testDatabaseUrl, testDataSource, testRedisUrl } from '../support/infra';
+import {
+  eventually,
+  freePort,
+  freshRedis,
+  sleep,
+  testDatabaseUrl,
+  testDataSource,
+  testRedisUrl,
+} from '../support/infra';
 
 /**
  * The api with IDEMPOTENCY_STORE=postgres: the summaries and gateway routes
@@ -28,8 +36,13 @@ describe('the api on the PostgreSQL idempotency store', () => {
   const summary = { text: 'The quick brown fox jumps over the lazy dog.', notify: 'ops@example.com' };
   const env = { IDEMPOTENCY_STORE: 'postgres', LLM_PROVIDER: 'openai', OPENAI_API_KEY: 'sk-upstream' };
   const rowOf = async (key: string) => (await ds.query(`SELECT * FROM idempotency_keys WHERE key = $1`, [key]))[0];
-  const until = (condition: () => boolean, what: string) => eventually(() => (condition() ? true : undefined), 5000, what);
-  const streamOf = (text: string) => ({ model: 'gpt-test', messages: [{ role: 'user' as const, content: text }], stream: true as const });
+  const until = (condition: () => boolean, what: string) =>
+    eventually(() => (condition() ? true : undefined), 5000, what);
+  const streamOf = (text: string) => ({
+    model: 'gpt-test',
+    messages: [{ role: 'user' as const, content: text }],
+    stream: true as const,
+  });
   const chat = (body: unknown, key: string, url = apiUrl) =>
     fetch(`${url}/v1/chat/completions`, {
       method: 'POST',
@@ -41,7 +54,9 @@ describe('the api on the PostgreSQL idempotency store', () => {
     redis = await freshRedis();
     ds = await testDataSource();
     replies = new Map();
-    provider = await new FakeOpenAiServer(async (_n, text) => replies.get(text) ?? { kind: 'complete', content: `Echo: ${text}` }).start();
+    provider = await new FakeOpenAiServer(
+      async (_n, text) => replies.get(text) ?? { kind: 'complete', content: `Echo: ${text}` },
+    ).start();
     api = await startApi({ env: { ...env, OPENAI_BASE_URL: provider.baseUrl } });
     await api.app.listen(0, '127.0.0.1');
     apiUrl = `http://127.0.0.1:${(api.server.address() as AddressInfo).port}`;
@@ -54,7 +69,11 @@ describe('the api on the PostgreSQL idempotency store', () => {
   });
 
   const postSummary = (key: string) =>
-    request(api.server).post('/v1/summaries').set('Authorization', bearer(TENANT_A)).set('Idempotency-Key', key).send(summary);
+    request(api.server)
+      .post('/v1/summaries')
+      .set('Authorization', bearer(TENANT_A))
+      .set('Idempotency-Key', key)
+      .send(summary);
 
   it('replays a summary request from its row: one job, nothing in Redis but the job', async () => {
     const key = `key-${randomUUID()}`;
@@ -66,7 +85,13 @@ describe('the api on the PostgreSQL idempotency store', () => {
     expect(await redis.xlen(JOBS_STREAM)).toBe(before + 1);
     expect(await redis.keys('idem:*')).toEqual([]);
     const row = await rowOf(`${TENANT_A.tenant}:POST:/v1/summaries:${key}`);
-    expect(row).toMatchObject({ state: 'completed', token: null, status: 202, fingerprint: fingerprintBody(summary), streamed: false });
+    expect(row).toMatchObject({
+      state: 'completed',
+      token: null,
+      status: 202,
+      fingerprint: fingerprintBody(summary),
+      streamed: false,
+    });
     expect(JSON.parse(row.body)).toEqual(first.body);
   });
 
@@ -74,13 +99,21 @@ describe('the api on the PostgreSQL idempotency store', () => {
     const key = `key-${randomUUID()}`;
     const other = new PostgresIdempotencyStore(ds);
     try {
-      await other.claim(`${TENANT_A.tenant}:POST:/v1/summaries:${key}`, 'other-request', fingerprintBody(summary), 12_500);
+      await other.claim(
+        `${TENANT_A.tenant}:POST:/v1/summaries:${key}`,
+        'other-request',
+        fingerprintBody(summary),
+        12_500,
+      );
       const before = await redis.xlen(JOBS_STREAM);
       const res = await postSummary(key).expect(409);
       expect(res.body.type).toBe(IdempotencyProblemTypes.inProgress);
       expect(Number(res.headers['retry-after'])).toBeGreaterThanOrEqual(1);
       expect(await redis.xlen(JOBS_STREAM)).toBe(before);
-      expect(await rowOf(`${TENANT_A.tenant}:POST:/v1/summaries:${key}`)).toMatchObject({ state: 'running', token: 'other-request' });
+      expect(await rowOf(`${TENANT_A.tenant}:POST:/v1/summaries:${key}`)).toMatchObject({
+        state: 'running',
+        token: 'other-request',
+      });
     } finally {
       await other.close();
     }
@@ -99,8 +132,16 @@ describe('the api on the PostgreSQL idempotency store', () => {
     expect(provider.requests.filter((r) => r.userText === 'pg replay')).toHaveLength(1);
     const row = await rowOf(`${TENANT_A.tenant}:POST:/v1/chat/completions:${key}`);
     expect(row).toMatchObject({ state: 'completed', status: 200, body: '', streamed: true });
-    const frames = await ds.query(`SELECT kind, data FROM idempotency_frames WHERE attempt = $1 AND kind IN ('frame', 'end') ORDER BY seq`, [row.attempt]);
-    expect(frames.filter((f: { kind: string }) => f.kind === 'frame').map((f: { data: string }) => f.data).join('')).toBe(events.join(''));
+    const frames = await ds.query(
+      `SELECT kind, data FROM idempotency_frames WHERE attempt = $1 AND kind IN ('frame', 'end') ORDER BY seq`,
+      [row.attempt],
+    );
+    expect(
+      frames
+        .filter((f: { kind: string }) => f.kind === 'frame')
+        .map((f: { data: string }) => f.data)
+        .join(''),
+    ).toBe(events.join(''));
     expect(frames[frames.length - 1]).toEqual({ kind: 'end', data: 'completed' });
   });
 
@@ -115,7 +156,10 @@ describe('the api on the PostgreSQL idempotency store', () => {
     await sleep(100);
     const duplicate = chat(streamOf('pg attach'), key);
     await sleep(200);
-    expect(await rowOf(`${TENANT_A.tenant}:POST:/v1/chat/completions:${key}`)).toMatchObject({ state: 'running', watched: true });
+    expect(await rowOf(`${TENANT_A.tenant}:POST:/v1/chat/completions:${key}`)).toMatchObject({
+      state: 'running',
+      watched: true,
+    });
     release();
     const [a, b] = await Promise.all([first, duplicate]);
     expect(a.text).toBe(events.join(''));
@@ -150,10 +194,11 @@ describe('the api on the PostgreSQL idempotency store', () => {
       const first = chat(streamOf('pg other pod'), key);
       await until(() => provider.requests.some((r) => r.userText === 'pg other pod'), 'the upstream call');
       await sleep(100);
-      const stream = await new OpenAI({ apiKey: TENANT_A.key, baseURL: `${other.url}/v1`, maxRetries: 0 }).chat.completions.create(
-        streamOf('pg other pod'),
-        { headers: { 'Idempotency-Key': key } },
-      );
+      const stream = await new OpenAI({
+        apiKey: TENANT_A.key,
+        baseURL: `${other.url}/v1`,
+        maxRetries: 0,
+      }).chat.completions.create(streamOf('pg other pod'), { headers: { 'Idempotency-Key': key } });
       const chunks: string[] = [];
       const reading = (async () => {
         for await (const chunk of stream) chunks.push(JSON.stringify(chunk));

@@ -33,7 +33,11 @@ describe('api process', () => {
     expect(res.status).toBe(503);
     expect(res.headers.get('x-request-id')).toBe('req-abc-123');
     // pino-http's line for the request: 'request errored' for a 5xx.
-    await eventually(() => (lines.some((l) => l.msg === 'request errored') ? true : undefined), 5000, 'the request line');
+    await eventually(
+      () => (lines.some((l) => l.msg === 'request errored') ? true : undefined),
+      5000,
+      'the request line',
+    );
 
     const ofRequest = lines.filter((l) => (l.req as { id?: string } | undefined)?.id === 'req-abc-123');
     // The interceptor's own warning and pino-http's request line, both with the request id.
@@ -51,7 +55,11 @@ describe('api process', () => {
   }, 60_000);
 
   it.each([
-    ['an entry that reads two ways', 'acme:ok-key-0123456789abcdef,acme:POST:secret-key-0123456789', 'entry 2 has more than one'],
+    [
+      'an entry that reads two ways',
+      'acme:ok-key-0123456789abcdef,acme:POST:secret-key-0123456789',
+      'entry 2 has more than one',
+    ],
     ['a key written first', 'secret-key-0123456789abcdef:acme', 'entry 1: keys must be at least 16 characters'],
   ])('a bad API_KEYS (%s) stops the start: exit 1, one line naming the entry, never the key', (_, apiKeys, message) => {
     const run = spawnSync(process.execPath, [join(ROOT, 'dist', 'apps', 'api', 'main.js')], {

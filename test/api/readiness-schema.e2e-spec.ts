@@ -45,7 +45,9 @@ describe('readiness and the database schema', () => {
       // The newest migration undone: an older schema than this build's.
       await migrator.undoLastMigration();
       const behind = await request(api.server).get('/health/ready').expect(503);
-      expect(JSON.stringify(behind.body.checks.postgres)).toContain(migrator.migrations[migrator.migrations.length - 1].name);
+      expect(JSON.stringify(behind.body.checks.postgres)).toContain(
+        migrator.migrations[migrator.migrations.length - 1].name,
+      );
     } finally {
       await migrator.destroy();
       await api.close();

@@ -8,7 +8,16 @@ import { type AppProcess, startAppProcess } from '../support/app-process';
 import { FakePaymentsServer } from '../support/fake-payments-server';
 import { eventually, freePort, sleep, testDatabaseUrl, testDataSource, testRedisUrl } from '../support/infra';
 import { metricValue } from '../support/metrics';
-import { attemptRows, keyRecord, lookupsFor, paidAnswer, paidRow, payoutPostsFor, refundOperation, refundRows } from '../support/refunds';
+import {
+  attemptRows,
+  keyRecord,
+  lookupsFor,
+  paidAnswer,
+  paidRow,
+  payoutPostsFor,
+  refundOperation,
+  refundRows,
+} from '../support/refunds';
 
 /** Short, so that the key of a request that was killed is free a couple of seconds later. */
 const LOCK_TTL_S = 2;
@@ -71,7 +80,12 @@ describe('refunds: the api process killed mid-refund, then restarted', () => {
     expect(await p.exited).toEqual({ code: null, signal: 'SIGKILL' });
   };
 
-  const refundBody = (tag: string) => ({ ticket_id: `T-${tag}`, order_id: `ord-${tag}`, amount: 4200, currency: 'EUR' });
+  const refundBody = (tag: string) => ({
+    ticket_id: `T-${tag}`,
+    order_id: `ord-${tag}`,
+    amount: 4200,
+    currency: 'EUR',
+  });
   const operationOf = (key: string) => refundOperation(TENANT_A.tenant, key);
   const post = (p: AppProcess, key: string, body: object) =>
     fetch(`${p.url}/v1/refunds`, {
@@ -87,7 +101,11 @@ describe('refunds: the api process killed mid-refund, then restarted', () => {
    * (the dead request's lock has not expired yet) until it is free; then the
    * answer. Every answer before the last must be that 409.
    */
-  const retryUntilAnswered = async (p: AppProcess, key: string, body: object): Promise<{ res: Response; conflicts: number }> => {
+  const retryUntilAnswered = async (
+    p: AppProcess,
+    key: string,
+    body: object,
+  ): Promise<{ res: Response; conflicts: number }> => {
     const deadline = Date.now() + 20_000;
     let conflicts = 0;
     for (;;) {
@@ -97,7 +115,8 @@ describe('refunds: the api process killed mid-refund, then restarted', () => {
       expect(problem.type).toBe(IdempotencyProblemTypes.inProgress);
       expect(Number(res.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
       conflicts++;
-      if (Date.now() > deadline) throw new Error(`still 409 after ${conflicts} retries: the dead request's lock never expired`);
+      if (Date.now() > deadline)
+        throw new Error(`still 409 after ${conflicts} retries: the dead request's lock never expired`);
       await sleep(200);
     }
   };
@@ -140,11 +159,21 @@ describe('refunds: the api process killed mid-refund, then restarted', () => {
   };
 
   /** The effects every scenario ends with: one payout (by lookup), one row, the key completed and replayed, no mark. */
-  const expectRecordedOnce = async (p: AppProcess, key: string, body: ReturnType<typeof refundBody>, res: Response): Promise<void> => {
+  const expectRecordedOnce = async (
+    p: AppProcess,
+    key: string,
+    body: ReturnType<typeof refundBody>,
+    res: Response,
+  ): Promise<void> => {
     const refundId = refundIdFor(operationOf(key));
     const payouts = fake.payoutsFor(refundId);
     expect(payouts).toHaveLength(1);
-    expect(payouts[0]).toMatchObject({ reference: refundId, order_id: body.order_id, amount: body.amount, currency: body.currency });
+    expect(payouts[0]).toMatchObject({
+      reference: refundId,
+      order_id: body.order_id,
+      amount: body.amount,
+      currency: body.currency,
+    });
     // The restarted api did not pay again: the only paying POST is the dead process's.
     expect(payoutPostsFor(fake, refundId)).toHaveLength(1);
     // It asked the provider instead: the recovery's one lookup (the dead process never got to its own).
@@ -216,7 +245,10 @@ describe('refunds: the api process killed mid-refund, then restarted', () => {
       await locker.query('ROLLBACK');
       // The dead process's backend gets the lock, finds its client gone and rolls back.
       await eventually(
-        async () => ((await ds.query<unknown[]>(`SELECT 1 FROM pg_stat_activity WHERE pid = $1`, [blocked])).length === 0 ? true : undefined),
+        async () =>
+          (await ds.query<unknown[]>(`SELECT 1 FROM pg_stat_activity WHERE pid = $1`, [blocked])).length === 0
+            ? true
+            : undefined,
         10_000,
         "the killed api's backend to end",
       );

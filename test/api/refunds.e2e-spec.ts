@@ -55,7 +55,8 @@ const newBody = (over: Partial<RefundRequest> = {}): RefundRequest => ({
   ...over,
 });
 /** The 201 a refund of `body` under `key` answers, paid with `payoutId`. */
-const paidAnswerOf = (key: string, body: RefundRequest, payoutId: string): Refund => paidAnswer(refundIdOf(key), body, payoutId);
+const paidAnswerOf = (key: string, body: RefundRequest, payoutId: string): Refund =>
+  paidAnswer(refundIdOf(key), body, payoutId);
 
 describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsServer)', () => {
   let fake: FakePaymentsServer;
@@ -213,7 +214,12 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
   /** How far each refunds_total series moved since `before`. */
   const refundMetricsSince = async (before: Awaited<ReturnType<typeof refundMetrics>>) => {
     const now = await refundMetrics();
-    return { paid: now.paid - before.paid, found: now.found - before.found, refused: now.refused - before.refused, unknown: now.unknown - before.unknown };
+    return {
+      paid: now.paid - before.paid,
+      found: now.found - before.found,
+      refused: now.refused - before.refused,
+      unknown: now.unknown - before.unknown,
+    };
   };
 
   beforeAll(async () => {
@@ -247,7 +253,12 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       const [sent] = fake.payoutRequests();
       expect(sent.headers['idempotency-key']).toBe(refundId);
       expect(sent.headers['content-type']).toMatch(/^application\/json/);
-      expect(sent.body).toEqual({ reference: refundId, order_id: body.order_id, amount: body.amount, currency: body.currency });
+      expect(sent.body).toEqual({
+        reference: refundId,
+        order_id: body.order_id,
+        amount: body.amount,
+        currency: body.currency,
+      });
       expect(fake.payoutRequests()).toHaveLength(1);
       expect(fake.lookupRequests()).toHaveLength(0);
 
@@ -262,7 +273,9 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       expect(own.status).toBe(200);
       expect(own.body).toEqual({ ...first.body, created_at: expect.any(String) });
       expect(Number.isNaN(Date.parse(own.body.created_at))).toBe(false);
-      const upper = await request(api.server).get(`/v1/refunds/${refundId.toUpperCase()}`).set('authorization', bearer(TENANT_A));
+      const upper = await request(api.server)
+        .get(`/v1/refunds/${refundId.toUpperCase()}`)
+        .set('authorization', bearer(TENANT_A));
       expect(upper.status).toBe(200);
       expect(upper.body.refund_id).toBe(refundId);
 
@@ -315,7 +328,12 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       // timeout and lookup: the first attempt's answer is lost to the client.
       const result = await issueRefund(client({ attemptTimeoutMs: 300, deadlineMs: 10_000 }), body);
       const payout = onePayoutFor(key, body);
-      expect(result).toMatchObject({ outcome: 'succeeded', status: 201, replayed: true, location: `/v1/refunds/${refundIdOf(key)}` });
+      expect(result).toMatchObject({
+        outcome: 'succeeded',
+        status: 201,
+        replayed: true,
+        location: `/v1/refunds/${refundIdOf(key)}`,
+      });
       expect(result.attempts).toBeGreaterThanOrEqual(2);
       expect(result.outcome === 'succeeded' && result.body).toEqual(paidAnswerOf(key, body, payout.payout_id));
       expect(fake.payoutRequests()).toHaveLength(1);
@@ -512,7 +530,10 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       release();
       const aRes = await a;
       // A's payout was refused (422, not stored: the key is B's now), or its own timeout came first (503).
-      expect({ status: aRes.status, fine: aRes.status < 500 || aRes.status === 503 }).toEqual({ status: aRes.status, fine: true });
+      expect({ status: aRes.status, fine: aRes.status < 500 || aRes.status === 503 }).toEqual({
+        status: aRes.status,
+        fine: true,
+      });
       expect(fake.payoutRequests()).toHaveLength(1);
       expect(fake.payouts).toHaveLength(0);
       expect(await rows(refundId)).toEqual([]);
@@ -561,7 +582,10 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       // The fingerprint the api gives this body (it depends on the body only): from a completed record of it under another key.
       const donor = newKey();
       await expectPaidOnce(await post(donor, body), donor, body);
-      const [{ fingerprint }] = await db.query<{ fingerprint: string }[]>(`SELECT fingerprint FROM idempotency_keys WHERE key = $1`, [operation(donor)]);
+      const [{ fingerprint }] = await db.query<{ fingerprint: string }[]>(
+        `SELECT fingerprint FROM idempotency_keys WHERE key = $1`,
+        [operation(donor)],
+      );
 
       const key = newKey();
       const refundId = refundIdOf(key);
@@ -690,7 +714,7 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
     expect(await rows(refundIdOf(key))).toHaveLength(0);
   });
 
-  it("an agent turn re-run: the example tool called twice (fresh clients) pays once, and both replies name the same refund", async () => {
+  it('an agent turn re-run: the example tool called twice (fresh clients) pays once, and both replies name the same refund', async () => {
     const ticketId = `T-${randomUUID().slice(0, 8)}`;
     const orderId = `ord_${randomUUID().slice(0, 8)}`;
     const body: RefundRequest = { ticket_id: ticketId, order_id: orderId, amount: 2599, currency: 'EUR' };
@@ -989,7 +1013,11 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       for (const [name, text, contentType] of bodies) {
         const key = newKey();
         const res = await raw(key, text, contentType);
-        expect({ name, status: res.status, fourXX: res.status >= 400 && res.status < 500 }).toEqual({ name, status: res.status, fourXX: true });
+        expect({ name, status: res.status, fourXX: res.status >= 400 && res.status < 500 }).toEqual({
+          name,
+          status: res.status,
+          fourXX: true,
+        });
         expect(res.headers['content-type']).toMatch(PROBLEM_JSON);
         expect(await rows(refundIdOf(key))).toHaveLength(0);
         expect(await record(key)).toBeUndefined();
@@ -1002,11 +1030,20 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
     const sample = async () => ({
       ...(await refundMetrics()),
       payoutPaid: await metricValue(api.server, 'refund_provider_calls_total', { call: 'payout', result: 'paid' }),
-      payoutRefused: await metricValue(api.server, 'refund_provider_calls_total', { call: 'payout', result: 'refused' }),
-      payoutUnknown: await metricValue(api.server, 'refund_provider_calls_total', { call: 'payout', result: 'unknown' }),
+      payoutRefused: await metricValue(api.server, 'refund_provider_calls_total', {
+        call: 'payout',
+        result: 'refused',
+      }),
+      payoutUnknown: await metricValue(api.server, 'refund_provider_calls_total', {
+        call: 'payout',
+        result: 'unknown',
+      }),
       lookupFound: await metricValue(api.server, 'refund_provider_calls_total', { call: 'lookup', result: 'found' }),
       lookupAbsent: await metricValue(api.server, 'refund_provider_calls_total', { call: 'lookup', result: 'absent' }),
-      lookupUnknown: await metricValue(api.server, 'refund_provider_calls_total', { call: 'lookup', result: 'unknown' }),
+      lookupUnknown: await metricValue(api.server, 'refund_provider_calls_total', {
+        call: 'lookup',
+        result: 'unknown',
+      }),
     });
     const before = await sample();
 
@@ -1063,7 +1100,11 @@ describe('POST /v1/refunds on the quick start (PAYMENTS_URL unset: the built-in 
   let api: ApiHarness;
   let db: DataSource;
   const post = (key: string, body: object) =>
-    request(api.server).post('/v1/refunds').set('authorization', bearer(TENANT_A)).set('idempotency-key', key).send(body);
+    request(api.server)
+      .post('/v1/refunds')
+      .set('authorization', bearer(TENANT_A))
+      .set('idempotency-key', key)
+      .send(body);
   const rowsOf = (refundId: string) => refundRows(db, refundId);
   const recordOf = (key: string) => keyRecord(db, operation(key));
 
@@ -1078,9 +1119,14 @@ describe('POST /v1/refunds on the quick start (PAYMENTS_URL unset: the built-in 
     const body = newBody({ amount: 1999 });
     const first = await post(key, body);
     expect(first.status).toBe(201);
-    expect(first.body).toEqual({ ...paidAnswerOf(key, body, first.body.payout_id), payout_id: expect.stringMatching(/^po_[0-9a-f]{24}$/) });
+    expect(first.body).toEqual({
+      ...paidAnswerOf(key, body, first.body.payout_id),
+      payout_id: expect.stringMatching(/^po_[0-9a-f]{24}$/),
+    });
     expect(first.headers.location).toBe(`/v1/refunds/${refundIdOf(key)}`);
-    expect(await rowsOf(refundIdOf(key))).toEqual([paidRow(refundIdOf(key), TENANT_A.tenant, body, first.body.payout_id)]);
+    expect(await rowsOf(refundIdOf(key))).toEqual([
+      paidRow(refundIdOf(key), TENANT_A.tenant, body, first.body.payout_id),
+    ]);
     expect(await recordOf(key)).toMatchObject({ state: 'completed', status: 201 });
 
     const replay = await post(key, body);

@@ -35,7 +35,9 @@ describe('POST /v1/summaries (INTERFACE.md, every row)', () => {
   const streamEntries = async () =>
     (await redis.xrange(JOBS_STREAM, '-', '+')).map(([id, fields]) => ({
       id,
-      fields: Object.fromEntries(fields.reduce<[string, string][]>((acc, v, i, a) => (i % 2 ? acc : [...acc, [v, a[i + 1]]]), [])),
+      fields: Object.fromEntries(
+        fields.reduce<[string, string][]>((acc, v, i, a) => (i % 2 ? acc : [...acc, [v, a[i + 1]]]), []),
+      ),
     }));
   const idemKeys = () => redis.keys('idem:*');
 
@@ -178,14 +180,20 @@ describe('POST /v1/summaries (INTERFACE.md, every row)', () => {
     ['an unpaired surrogate', 'broken \ud83d pair'],
   ])('text with %s is refused at the door, never a job that cannot finish', async (_, text) => {
     const res = await post(newKey(), { ...body, text }).expect(400);
-    expect(res.body.errors).toEqual([{ field: 'text', messages: ['text must not contain U+0000 or unpaired UTF-16 surrogates'] }]);
+    expect(res.body.errors).toEqual([
+      { field: 'text', messages: ['text must not contain U+0000 or unpaired UTF-16 surrogates'] },
+    ]);
     expect(await streamEntries()).toHaveLength(0);
   });
 
   it.each([
     ['an own "__proto__" field', `{"text":"x","notify":"a@example.com","__proto__":{"admin":true}}`, '__proto__'],
     ['a "constructor" field', `{"text":"x","notify":"a@example.com","constructor":{"name":"x"}}`, 'constructor'],
-    ['"constructor" next to another invalid field', `{"text":"","notify":"a@example.com","constructor":{}}`, 'constructor'],
+    [
+      '"constructor" next to another invalid field',
+      `{"text":"","notify":"a@example.com","constructor":{}}`,
+      'constructor',
+    ],
   ])('body with %s: 400 naming it, nothing stored or enqueued', async (_, raw, field) => {
     // Sent as raw JSON: JSON.stringify would not write an own __proto__ key.
     const res = await request(api.server)
@@ -362,7 +370,11 @@ describe('POST /v1/summaries (INTERFACE.md, every row)', () => {
     await request(api.server).get('/v1/nothing-here').expect(404);
     expect(await metricValue(api.server, 'http_request_duration_seconds_count', labels)).toBe(before + 1);
     expect(
-      await metricValue(api.server, 'http_request_duration_seconds_count', { method: 'GET', route: 'unmatched', status: '404' }),
+      await metricValue(api.server, 'http_request_duration_seconds_count', {
+        method: 'GET',
+        route: 'unmatched',
+        status: '404',
+      }),
     ).toBeGreaterThanOrEqual(1);
   });
 

@@ -51,7 +51,11 @@ describe('GET /v1/summaries/:job_id, with the worker behind it', () => {
     const jobId = await submit();
     expect((await status(jobId).expect(200)).body).toEqual({ job_id: jobId, status: 'queued' });
     expect((await worker.consumer.runOnce()).map((r) => r.outcome)).toEqual(['done']);
-    expect((await status(jobId).expect(200)).body).toEqual({ job_id: jobId, status: 'done', summary: 'The fox jumped.' });
+    expect((await status(jobId).expect(200)).body).toEqual({
+      job_id: jobId,
+      status: 'done',
+      summary: 'The fox jumped.',
+    });
     expect(model.calls).toBeGreaterThanOrEqual(1);
   });
 
@@ -96,9 +100,15 @@ describe('GET /v1/summaries/:job_id, with the worker behind it', () => {
     const lonely = await startApi({ env: { REDIS_URL: server.url } });
     try {
       await server.stop();
-      const done = await request(lonely.server).get(`/v1/summaries/${jobId}`).set('Authorization', bearer(TENANT_A)).expect(200);
+      const done = await request(lonely.server)
+        .get(`/v1/summaries/${jobId}`)
+        .set('Authorization', bearer(TENANT_A))
+        .expect(200);
       expect(done.body).toEqual({ job_id: jobId, status: 'done', summary: 'The fox jumped.' });
-      const unknown = await request(lonely.server).get(`/v1/summaries/${randomUUID()}`).set('Authorization', bearer(TENANT_A)).expect(503);
+      const unknown = await request(lonely.server)
+        .get(`/v1/summaries/${randomUUID()}`)
+        .set('Authorization', bearer(TENANT_A))
+        .expect(503);
       expect(unknown.body.type).toBe(ProblemTypes.serviceUnavailable);
       expect(unknown.headers['retry-after']).toBe('1');
     } finally {

@@ -20,7 +20,10 @@ export interface BenchResult {
 }
 
 /** A summary request, answered 202 (a first request and its replay alike). */
-export const SUMMARY: Drive = { body: JSON.stringify({ text: 'Benchmarks measure; tests assert.', notify: 'bench@example.com' }), status: 202 };
+export const SUMMARY: Drive = {
+  body: JSON.stringify({ text: 'Benchmarks measure; tests assert.', notify: 'bench@example.com' }),
+  status: 202,
+};
 
 export async function benchApiIdempotency(redisUrl: string, databaseUrl: string): Promise<BenchResult[]> {
   const config = loadApiConfig({

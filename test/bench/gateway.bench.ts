@@ -85,7 +85,13 @@ const SIDES = ['direct', 'no key', 'new key', 'replay'] as const;
 type Side = (typeof SIDES)[number];
 
 /** The provider answers by the model the body names (the gateway sends the body upstream as it is). */
-const MODEL = { plain: 'bench', paced: 'bench-paced', large: 'bench-large', larger: 'bench-larger', largeSlow: 'bench-large-slow' } as const;
+const MODEL = {
+  plain: 'bench',
+  paced: 'bench-paced',
+  large: 'bench-large',
+  larger: 'bench-larger',
+  largeSlow: 'bench-large-slow',
+} as const;
 /** Events of the large stream (~1.5 MB); the larger one has twice as many, to tell retention per reader from retention per stream. */
 const LARGE_EVENTS = 2000;
 const SLOW_READERS = 20;
@@ -94,12 +100,23 @@ const SLOW_READ_BYTES_PER_S = 1024 * 1024;
 const FIRST_TOKEN = '"delta":{"content":"';
 
 const ask = (model: string, stream: boolean): Buffer =>
-  Buffer.from(JSON.stringify({ model, messages: [{ role: 'user', content: 'Benchmarks measure; tests assert.' }], ...(stream ? { stream: true } : {}) }));
+  Buffer.from(
+    JSON.stringify({
+      model,
+      messages: [{ role: 'user', content: 'Benchmarks measure; tests assert.' }],
+      ...(stream ? { stream: true } : {}),
+    }),
+  );
 
 interface Provider {
   readonly port: number;
   /** The answer's bytes, by the model asked for (`stream` for the small stream, paced or not). */
-  readonly sizes: { readonly completion: number; readonly stream: number; readonly large: number; readonly larger: number };
+  readonly sizes: {
+    readonly completion: number;
+    readonly stream: number;
+    readonly large: number;
+    readonly larger: number;
+  };
   calls: number;
   close(): Promise<void>;
 }
@@ -116,15 +133,23 @@ async function startProvider(): Promise<Provider> {
       object: 'chat.completion',
       created: 1_700_000_000,
       model: MODEL.plain,
-      choices: [{ index: 0, finish_reason: 'stop', message: { role: 'assistant', content: 'A short answer of a few words.' } }],
+      choices: [
+        { index: 0, finish_reason: 'stop', message: { role: 'assistant', content: 'A short answer of a few words.' } },
+      ],
       usage: { prompt_tokens: 7, completion_tokens: 7, total_tokens: 14 },
     }),
   );
   // role chunk + 18 words + stop chunk = 20 chunk events, then [DONE].
-  const events = completionEvents(Array.from({ length: 18 }, (_, i) => `word${i} `).join(''), { id: 'chatcmpl-bench', model: MODEL.plain });
+  const events = completionEvents(Array.from({ length: 18 }, (_, i) => `word${i} `).join(''), {
+    id: 'chatcmpl-bench',
+    model: MODEL.plain,
+  });
   const stream = Buffer.from(events.join(''));
   const bigEvents = (n: number) =>
-    completionEvents(Array.from({ length: n - 3 }, (_, i) => `${'x'.repeat(580)}${i} `).join(''), { id: 'chatcmpl-large', model: MODEL.large });
+    completionEvents(Array.from({ length: n - 3 }, (_, i) => `${'x'.repeat(580)}${i} `).join(''), {
+      id: 'chatcmpl-large',
+      model: MODEL.large,
+    });
   const largeEvents = bigEvents(LARGE_EVENTS);
   const large = Buffer.from(largeEvents.join(''));
   const larger = Buffer.from(bigEvents(2 * LARGE_EVENTS).join(''));
@@ -193,7 +218,11 @@ const agent = new Agent({ keepAlive: true, maxSockets: 64 });
 /** One call; `readBytesPerSecond` makes a slow reader, one that never reads ahead of that rate. */
 function call(target: Target, body: Buffer, key: string | undefined, readBytesPerSecond?: number): Promise<Answer> {
   return new Promise((resolve, reject) => {
-    const headers: OutgoingHttpHeaders = { authorization: target.authorization, 'content-type': 'application/json', 'content-length': body.length };
+    const headers: OutgoingHttpHeaders = {
+      authorization: target.authorization,
+      'content-type': 'application/json',
+      'content-length': body.length,
+    };
     if (key !== undefined) headers['idempotency-key'] = key;
     const t0 = performance.now();
     const req = request({ host: '127.0.0.1', port: target.port, path: PATH, method: 'POST', agent, headers }, (res) => {
@@ -244,7 +273,12 @@ interface RoundStats {
 function statsOf(answers: readonly Answer[]): RoundStats {
   const ttft = answers.map((a) => a.firstTokenMs).sort((a, b) => a - b);
   const last = answers.map((a) => a.lastByteMs).sort((a, b) => a - b);
-  return { ttftP50: percentile(ttft, 0.5), ttftP99: percentile(ttft, 0.99), lastP50: percentile(last, 0.5), lastP99: percentile(last, 0.99) };
+  return {
+    ttftP50: percentile(ttft, 0.5),
+    ttftP99: percentile(ttft, 0.99),
+    lastP50: percentile(last, 0.5),
+    lastP99: percentile(last, 0.99),
+  };
 }
 
 /** The rounds' figures of one side: per-round stats, and the Redis commands and requests they took. */
@@ -255,7 +289,10 @@ interface SideTally {
 }
 
 const tallies = (): Record<Side, SideTally> =>
-  Object.fromEntries(SIDES.map((s) => [s, { rounds: [], requests: 0, commands: 0 }])) as unknown as Record<Side, SideTally>;
+  Object.fromEntries(SIDES.map((s) => [s, { rounds: [], requests: 0, commands: 0 }])) as unknown as Record<
+    Side,
+    SideTally
+  >;
 
 /** Median over rounds of `pick(side) - pick(direct)` in the same round. */
 const added = (t: Record<Side, SideTally>, side: Side, pick: (s: RoundStats) => number): number | undefined =>
@@ -312,7 +349,9 @@ export async function benchGateway(redisUrl: string, databaseUrl: string): Promi
   const check = (a: Answer, side: Side | 'attached', body: Buffer): void => {
     const replayed = side === 'replay' || side === 'attached';
     if (a.status !== 200 || a.replayed !== replayed || a.bytes !== expectedBytes(body)) {
-      throw new Error(`${side}: status ${a.status}, replayed ${a.replayed}, ${a.bytes} bytes (expected ${expectedBytes(body)})`);
+      throw new Error(
+        `${side}: status ${a.status}, replayed ${a.replayed}, ${a.bytes} bytes (expected ${expectedBytes(body)})`,
+      );
     }
   };
 
@@ -348,7 +387,11 @@ export async function benchGateway(redisUrl: string, databaseUrl: string): Promi
     return answers;
   };
 
-  const concurrent = async (side: 'direct' | 'new key', total: number, concurrency: number): Promise<{ perSecond: number; p50: number }> => {
+  const concurrent = async (
+    side: 'direct' | 'new key',
+    total: number,
+    concurrency: number,
+  ): Promise<{ perSecond: number; p50: number }> => {
     const latencies: number[] = [];
     let next = 0;
     const worker = async () => {
@@ -361,7 +404,13 @@ export async function benchGateway(redisUrl: string, databaseUrl: string): Promi
     const t0 = performance.now();
     await Promise.all(Array.from({ length: concurrency }, worker));
     const seconds = (performance.now() - t0) / 1000;
-    return { perSecond: total / seconds, p50: percentile(latencies.sort((a, b) => a - b), 0.5) };
+    return {
+      perSecond: total / seconds,
+      p50: percentile(
+        latencies.sort((a, b) => a - b),
+        0.5,
+      ),
+    };
   };
 
   /**
@@ -369,7 +418,11 @@ export async function benchGateway(redisUrl: string, databaseUrl: string): Promi
    * every 100 ms: what the api retains, against what it would hold if it
    * gathered each stream whole before sending it.
    */
-  const memoryPhase = async (phase: string, streamBytes: number, readers: () => Promise<Answer[]>): Promise<GatewayMemoryRow> => {
+  const memoryPhase = async (
+    phase: string,
+    streamBytes: number,
+    readers: () => Promise<Answer[]>,
+  ): Promise<GatewayMemoryRow> => {
     const gc = exposeGc();
     // Buffers (socket writes, Redis replies) are outside the JS heap: counted as arrayBuffers.
     const retained = (): number => {
@@ -461,7 +514,10 @@ export async function benchGateway(redisUrl: string, databaseUrl: string): Promi
         addedTtftP99Ms: added(t, side, (s) => s.ttftP99),
         lastByteP50Ms: ms(median(t[side].rounds.map((s) => s.lastP50))),
         lastByteP99Ms: ms(median(t[side].rounds.map((s) => s.lastP99))),
-        replayOverOriginal: side === 'replay' ? +median(t.replay.rounds.map((s, r) => s.lastP50 / t['new key'].rounds[r].lastP50)).toFixed(2) : undefined,
+        replayOverOriginal:
+          side === 'replay'
+            ? +median(t.replay.rounds.map((s, r) => s.lastP50 / t['new key'].rounds[r].lastP50)).toFixed(2)
+            : undefined,
         redisRoundTripsPerRequest: roundTrips(t[side]),
       }));
     const throughput: GatewayThroughputRow[] = (['direct', 'new key'] as const).map((side) => ({
@@ -490,7 +546,12 @@ export async function benchGateway(redisUrl: string, databaseUrl: string): Promi
       }),
     );
 
-    return { calls, streams: [...streamRows('stream', stream), ...streamRows(`stream paced ${PACE_MS} ms`, paced)], throughput, memory };
+    return {
+      calls,
+      streams: [...streamRows('stream', stream), ...streamRows(`stream paced ${PACE_MS} ms`, paced)],
+      throughput,
+      memory,
+    };
   } finally {
     uncount();
     await redis.flushdb();

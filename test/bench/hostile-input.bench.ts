@@ -41,29 +41,85 @@ function corpus(): Shape[] {
   const objectsAtLimits = Math.floor(MAX_JSON_VALUES / MAX_JSON_MEMBERS) - 1;
   const shapes: Shape[] = [
     { name: '90,000 unknown fields', body: Buffer.from(ninetyK), stock: true },
-    { name: '90,000 unknown fields, brotli (67 KB sent)', body: brotliCompressSync(ninetyK), headers: { 'content-encoding': 'br' } },
-    { name: `${MAX_JSON_MEMBERS - 3} unknown fields (under the member limit)`, body: Buffer.from(`{"text":"x","notify":"a@example.com",${fields(MAX_JSON_MEMBERS - 3)}}`), stock: true },
-    { name: `${objectsAtLimits} objects of ${MAX_JSON_MEMBERS - 1} members under text`, body: Buffer.from(`{"text":[${Array(objectsAtLimits).fill(members).join(',')}],"notify":"a@example.com"}`), stock: true },
-    { name: `${MAX_JSON_VALUES - 10} numbers under text`, body: Buffer.from(`{"text":[${Array(MAX_JSON_VALUES - 10).fill(0).join(',')}],"notify":"a@example.com"}`), stock: true },
-    { name: `${MAX_JSON_VALUES - 10} 45-character strings in an unknown field`, body: Buffer.from(`{"text":"x","notify":"a@example.com","t":[${Array(MAX_JSON_VALUES - 10).fill(`"${'y'.repeat(45)}"`).join(',')}]}`) },
-    { name: '500,000 numbers (past the value limit)', body: Buffer.from(`{"text":[${Array(500_000).fill(0).join(',')}]}`), stock: true },
-    { name: '1 MiB of whitespace text, a 300-character notify', body: Buffer.from(JSON.stringify({ text: ' '.repeat(MAX_BODY_BYTES - 400), notify: 'a'.repeat(300) })) },
-    { name: '1 MiB of \\u0000 escapes in text', body: Buffer.from(`{"text":"${'\\u0000'.repeat(Math.floor((MAX_BODY_BYTES - 100) / 6))}","notify":"a@example.com"}`) },
-    { name: '1 MiB that is not JSON at its last byte', body: Buffer.from(`{"text":"${'x'.repeat(MAX_BODY_BYTES - 100)}",`) },
+    {
+      name: '90,000 unknown fields, brotli (67 KB sent)',
+      body: brotliCompressSync(ninetyK),
+      headers: { 'content-encoding': 'br' },
+    },
+    {
+      name: `${MAX_JSON_MEMBERS - 3} unknown fields (under the member limit)`,
+      body: Buffer.from(`{"text":"x","notify":"a@example.com",${fields(MAX_JSON_MEMBERS - 3)}}`),
+      stock: true,
+    },
+    {
+      name: `${objectsAtLimits} objects of ${MAX_JSON_MEMBERS - 1} members under text`,
+      body: Buffer.from(`{"text":[${Array(objectsAtLimits).fill(members).join(',')}],"notify":"a@example.com"}`),
+      stock: true,
+    },
+    {
+      name: `${MAX_JSON_VALUES - 10} numbers under text`,
+      body: Buffer.from(
+        `{"text":[${Array(MAX_JSON_VALUES - 10)
+          .fill(0)
+          .join(',')}],"notify":"a@example.com"}`,
+      ),
+      stock: true,
+    },
+    {
+      name: `${MAX_JSON_VALUES - 10} 45-character strings in an unknown field`,
+      body: Buffer.from(
+        `{"text":"x","notify":"a@example.com","t":[${Array(MAX_JSON_VALUES - 10)
+          .fill(`"${'y'.repeat(45)}"`)
+          .join(',')}]}`,
+      ),
+    },
+    {
+      name: '500,000 numbers (past the value limit)',
+      body: Buffer.from(`{"text":[${Array(500_000).fill(0).join(',')}]}`),
+      stock: true,
+    },
+    {
+      name: '1 MiB of whitespace text, a 300-character notify',
+      body: Buffer.from(JSON.stringify({ text: ' '.repeat(MAX_BODY_BYTES - 400), notify: 'a'.repeat(300) })),
+    },
+    {
+      name: '1 MiB of \\u0000 escapes in text',
+      body: Buffer.from(
+        `{"text":"${'\\u0000'.repeat(Math.floor((MAX_BODY_BYTES - 100) / 6))}","notify":"a@example.com"}`,
+      ),
+    },
+    {
+      name: '1 MiB that is not JSON at its last byte',
+      body: Buffer.from(`{"text":"${'x'.repeat(MAX_BODY_BYTES - 100)}",`),
+    },
     { name: 'brackets 100,000 deep', body: Buffer.from(`${'['.repeat(100_000)}${']'.repeat(100_000)}`) },
     {
       name: '5,000 levels in UTF-7 (brackets hidden from a byte scan)',
-      body: Buffer.from(`+${Buffer.from(`${'{"a":'.repeat(5000)}1${'}'.repeat(5000)}`, 'utf16le').swap16().toString('base64')}-`),
+      body: Buffer.from(
+        `+${Buffer.from(`${'{"a":'.repeat(5000)}1${'}'.repeat(5000)}`, 'utf16le')
+          .swap16()
+          .toString('base64')}-`,
+      ),
       headers: { 'content-type': 'application/json; charset=utf-7' },
       stock: true,
     },
-    { name: 'a valid request, 100,000-character text', body: Buffer.from(JSON.stringify({ text: 'x'.repeat(100_000), notify: 'a@example.com' })) },
+    {
+      name: 'a valid request, 100,000-character text',
+      body: Buffer.from(JSON.stringify({ text: 'x'.repeat(100_000), notify: 'a@example.com' })),
+    },
   ];
-  for (const s of shapes) if (s.body.length > MAX_BODY_BYTES) throw new Error(`${s.name}: ${s.body.length} bytes, over the limit`);
+  for (const s of shapes)
+    if (s.body.length > MAX_BODY_BYTES) throw new Error(`${s.name}: ${s.body.length} bytes, over the limit`);
   return shapes;
 }
 
-async function measure(app: string, url: string, shape: Shape, times: number, key: () => string): Promise<HostileResult> {
+async function measure(
+  app: string,
+  url: string,
+  shape: Shape,
+  times: number,
+  key: () => string,
+): Promise<HostileResult> {
   const latencies: number[] = [];
   let status = 0;
   let answerBytes = 0;
@@ -73,7 +129,12 @@ async function measure(app: string, url: string, shape: Shape, times: number, ke
     const t0 = performance.now();
     const res = await fetch(url, {
       method: 'POST',
-      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', 'idempotency-key': key(), ...shape.headers },
+      headers: {
+        authorization: `Bearer ${KEY}`,
+        'content-type': 'application/json',
+        'idempotency-key': key(),
+        ...shape.headers,
+      },
       body: shape.body,
     });
     const text = await res.text();
@@ -121,10 +182,16 @@ async function startStock(): Promise<NestExpressApplication> {
   return app;
 }
 
-const urlOf = (app: NestExpressApplication) => `http://127.0.0.1:${(app.getHttpServer().address() as AddressInfo).port}/v1/summaries`;
+const urlOf = (app: NestExpressApplication) =>
+  `http://127.0.0.1:${(app.getHttpServer().address() as AddressInfo).port}/v1/summaries`;
 
 export async function benchHostileInput(redisUrl: string, databaseUrl: string): Promise<HostileResult[]> {
-  const config = loadApiConfig({ REDIS_URL: redisUrl, DATABASE_URL: databaseUrl, LOG_LEVEL: 'silent', API_KEYS: `bench:${KEY}` });
+  const config = loadApiConfig({
+    REDIS_URL: redisUrl,
+    DATABASE_URL: databaseUrl,
+    LOG_LEVEL: 'silent',
+    API_KEYS: `bench:${KEY}`,
+  });
   const ours = (await createApiApp(ApiModule.forRoot(config))) as NestExpressApplication;
   await ours.listen(0, '127.0.0.1');
   const stock = await startStock();
@@ -136,7 +203,8 @@ export async function benchHostileInput(redisUrl: string, databaseUrl: string): 
     // Warm both up (JIT, connections) on every shape once.
     for (const shape of shapes) await measure('warm-up', urlOf(ours), shape, 1, key);
     for (const shape of shapes) results.push(await measure('this project', urlOf(ours), shape, 7, key));
-    for (const shape of shapes.filter((s) => s.stock)) results.push(await measure('stock Nest ValidationPipe', urlOf(stock), shape, 1, key));
+    for (const shape of shapes.filter((s) => s.stock))
+      results.push(await measure('stock Nest ValidationPipe', urlOf(stock), shape, 1, key));
   } finally {
     await ours.close();
     await stock.close();

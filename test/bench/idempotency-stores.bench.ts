@@ -8,7 +8,16 @@ import { type ApiConfig, loadApiConfig } from '../../apps/api/src/api.config';
 import { ApiModule } from '../../apps/api/src/api.module';
 import { createApiApp } from '../../apps/api/src/create-api-app';
 import { SUMMARY } from './api-idempotency.bench';
-import { countPostgresStatements, countRedisCommands, drive, KEY, overRounds, type RoundsRow, type Sample, timed } from './support';
+import {
+  countPostgresStatements,
+  countRedisCommands,
+  drive,
+  KEY,
+  overRounds,
+  type RoundsRow,
+  type Sample,
+  timed,
+} from './support';
 
 export type StoreName = ApiConfig['idempotencyStore'];
 export type Phase = 'first request' | 'replay';
@@ -106,7 +115,8 @@ export async function benchIdempotencyStores(redisUrl: string, databaseUrl: stri
     sides.push(await boot('redis', redisUrl, databaseUrl));
     sides.push(await boot('postgres', redisUrl, databaseUrl));
     const samples = new Map<string, Sample[]>();
-    for (const side of sides) for (const phase of ['first request', 'replay']) samples.set(`${side.store}/${phase}`, []);
+    for (const side of sides)
+      for (const phase of ['first request', 'replay']) samples.set(`${side.store}/${phase}`, []);
     for (let r = 0; r < ROUNDS; r++) {
       for (const side of r % 2 === 0 ? sides : [...sides].reverse()) await round(side, samples);
     }

@@ -1,4 +1,15 @@
-import { Body, Controller, type DynamicModule, HttpCode, HttpStatus, Inject, Module, Post, Res, UseGuards } from '@nestjs/common';
+import {
+  Body,
+  Controller,
+  type DynamicModule,
+  HttpCode,
+  HttpStatus,
+  Inject,
+  Module,
+  Post,
+  Res,
+  UseGuards,
+} from '@nestjs/common';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import { FakePaymentsProvider, type PaymentsProvider } from '@app/payments';
 import { REDIS_CLIENT } from '@app/redis';
@@ -89,7 +100,11 @@ class PlainRefundsController {
 
   @Post()
   @HttpCode(HttpStatus.CREATED)
-  async create(@Body() body: CreateRefundDto, @Tenant() tenant: string, @Res({ passthrough: true }) res: Response): Promise<RefundDto> {
+  async create(
+    @Body() body: CreateRefundDto,
+    @Tenant() tenant: string,
+    @Res({ passthrough: true }) res: Response,
+  ): Promise<RefundDto> {
     const refundId = randomUUID();
     const result = await this.provider.payout(
       { reference: refundId, order_id: body.order_id, amount: body.amount, currency: body.currency },
@@ -97,11 +112,27 @@ class PlainRefundsController {
     );
     if (result.outcome !== 'paid') throw new Error(`the bench's provider refused a payout (${result.status})`);
     // The row alone, as a route without idempotency writes it (RefundRepository.record also clears the route's send mark).
-    const refund = { refundId, tenant, ticketId: body.ticket_id, orderId: body.order_id, amount: body.amount, currency: body.currency, payoutId: result.payout.payout_id };
+    const refund = {
+      refundId,
+      tenant,
+      ticketId: body.ticket_id,
+      orderId: body.order_id,
+      amount: body.amount,
+      currency: body.currency,
+      payoutId: result.payout.payout_id,
+    };
     const [row] = await this.dataSource.transaction((em) =>
       em.query<{ created_at: Date }[]>(
         'INSERT INTO refunds (refund_id, tenant, ticket_id, order_id, amount, currency, payout_id) VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING created_at',
-        [refund.refundId, refund.tenant, refund.ticketId, refund.orderId, refund.amount, refund.currency, refund.payoutId],
+        [
+          refund.refundId,
+          refund.tenant,
+          refund.ticketId,
+          refund.orderId,
+          refund.amount,
+          refund.currency,
+          refund.payoutId,
+        ],
       ),
     );
     const stored = { ...refund, createdAt: row.created_at };
@@ -149,7 +180,11 @@ export async function benchRefunds(redisUrl: string, databaseUrl: string): Promi
   const app = (await createApiApp(RefundsBenchModule.forRoot(ApiModule.forRoot(config)))) as NestExpressApplication;
   await app.listen(0, '127.0.0.1');
   const base = `http://127.0.0.1:${(app.getHttpServer().address() as AddressInfo).port}`;
-  const urls: Record<RefundSide, string> = { 'new key': `${base}/v1/refunds`, plain: `${base}/${PLAIN_PATH}`, replay: `${base}/v1/refunds` };
+  const urls: Record<RefundSide, string> = {
+    'new key': `${base}/v1/refunds`,
+    plain: `${base}/${PLAIN_PATH}`,
+    replay: `${base}/v1/refunds`,
+  };
   const ds = app.get(DataSource);
   const counts = countRoundTrips(app);
   const reset = () => ds.query('TRUNCATE refunds, idempotency_keys, idempotency_frames');
@@ -166,7 +201,9 @@ export async function benchRefunds(redisUrl: string, databaseUrl: string): Promi
   const measure = async (side: RefundSide): Promise<void> => {
     await drive(urls[side], WARMUP, CONCURRENCY, keyOf[side], expected(side));
     counts.counting = side;
-    samples[side].push(await timed(REQUESTS, () => drive(urls[side], REQUESTS, CONCURRENCY, keyOf[side], expected(side))));
+    samples[side].push(
+      await timed(REQUESTS, () => drive(urls[side], REQUESTS, CONCURRENCY, keyOf[side], expected(side))),
+    );
     counts.counting = undefined;
   };
 
@@ -200,10 +237,26 @@ export async function benchRefunds(redisUrl: string, databaseUrl: string): Promi
       ...overRounds(s),
       p50MinMs: ms(Math.min(...p50)),
       p50MaxMs: ms(Math.max(...p50)),
-      addedP50Ms: against((x) => x.p50Ms, (a, b) => a - b, 2),
-      addedP99Ms: against((x) => x.p99Ms, (a, b) => a - b, 2),
-      p50OverPlain: against((x) => x.p50Ms, (a, b) => a / b, 2),
-      perSecondOverPlain: against((x) => x.perSecond, (a, b) => a / b, 2),
+      addedP50Ms: against(
+        (x) => x.p50Ms,
+        (a, b) => a - b,
+        2,
+      ),
+      addedP99Ms: against(
+        (x) => x.p99Ms,
+        (a, b) => a - b,
+        2,
+      ),
+      p50OverPlain: against(
+        (x) => x.p50Ms,
+        (a, b) => a / b,
+        2,
+      ),
+      perSecondOverPlain: against(
+        (x) => x.perSecond,
+        (a, b) => a / b,
+        2,
+      ),
       redisRoundTripsPerRequest: +(counts.redis[side] / (ROUNDS * REQUESTS)).toFixed(2),
       postgresRoundTripsPerRequest: +(counts.postgres[side] / (ROUNDS * REQUESTS)).toFixed(2),
     };
@@ -218,18 +271,31 @@ async function check(urls: Record<RefundSide, string>, ds: DataSource): Promise<
       headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', 'idempotency-key': key },
       body: BODY,
     });
-    return { status: res.status, body: (await res.json()) as Record<string, unknown>, location: res.headers.get('location'), replayed: res.headers.get('idempotent-replayed') };
+    return {
+      status: res.status,
+      body: (await res.json()) as Record<string, unknown>,
+      location: res.headers.get('location'),
+      replayed: res.headers.get('idempotent-replayed'),
+    };
   };
   const key = `check-${randomUUID()}`;
   const real = await post(urls['new key'], key);
   const plain = await post(urls.plain, key);
   const again = await post(urls.replay, key);
   const shape = (a: { status: number; body: Record<string, unknown>; location: string | null }) =>
-    JSON.stringify([a.status, Object.keys(a.body).sort(), a.location === `/v1/refunds/${String(a.body.refund_id)}`, a.body.status]);
-  if (shape(real) !== shape(plain)) throw new Error(`the plain route answers otherwise: ${shape(real)} against ${shape(plain)}`);
+    JSON.stringify([
+      a.status,
+      Object.keys(a.body).sort(),
+      a.location === `/v1/refunds/${String(a.body.refund_id)}`,
+      a.body.status,
+    ]);
+  if (shape(real) !== shape(plain))
+    throw new Error(`the plain route answers otherwise: ${shape(real)} against ${shape(plain)}`);
   if (real.status !== 201 || again.replayed !== 'true' || JSON.stringify(again.body) !== JSON.stringify(real.body)) {
     throw new Error(`POST /v1/refunds: ${real.status}, replay ${again.status} replayed=${again.replayed}`);
   }
-  const [{ n }] = await ds.query<{ n: number }[]>('SELECT count(*)::int AS n FROM refunds WHERE refund_id = ANY($1)', [[real.body.refund_id, plain.body.refund_id]]);
+  const [{ n }] = await ds.query<{ n: number }[]>('SELECT count(*)::int AS n FROM refunds WHERE refund_id = ANY($1)', [
+    [real.body.refund_id, plain.body.refund_id],
+  ]);
   if (n !== 2) throw new Error(`expected both refunds recorded, found ${n}`);
 }

@@ -50,8 +50,12 @@ async function benchDatabase(): Promise<string> {
 
 /** BENCH=stores,refunds runs only those parts (api, stores, refunds, hostile, worker, gateway); unset, all. */
 const PARTS = ['api', 'stores', 'refunds', 'hostile', 'worker', 'gateway'] as const;
-const chosen = (process.env.BENCH ?? '').split(',').map((p) => p.trim()).filter(Boolean);
-for (const part of chosen) if (!(PARTS as readonly string[]).includes(part)) throw new Error(`BENCH: no part "${part}" (${PARTS.join(', ')})`);
+const chosen = (process.env.BENCH ?? '')
+  .split(',')
+  .map((p) => p.trim())
+  .filter(Boolean);
+for (const part of chosen)
+  if (!(PARTS as readonly string[]).includes(part)) throw new Error(`BENCH: no part "${part}" (${PARTS.join(', ')})`);
 const want = (part: (typeof PARTS)[number]): boolean => chosen.length === 0 || chosen.includes(part);
 
 async function main(): Promise<void> {
@@ -66,7 +70,9 @@ async function main(): Promise<void> {
 }
 
 async function printStores(benchDb: string): Promise<void> {
-  console.log('POST /v1/summaries by idempotency store (IDEMPOTENCY_STORE): medians of alternating rounds, round trips over all of them');
+  console.log(
+    'POST /v1/summaries by idempotency store (IDEMPOTENCY_STORE): medians of alternating rounds, round trips over all of them',
+  );
   console.table(
     (await benchIdempotencyStores(`${redisBase}/15`, benchDb)).map((r) => ({
       store: r.store,
@@ -84,7 +90,9 @@ async function printStores(benchDb: string): Promise<void> {
 }
 
 async function printRefunds(benchDb: string): Promise<void> {
-  console.log('POST /v1/refunds (built-in provider) against the same work without idempotency: medians of alternating rounds, added and / plain the medians of each round against plain, round trips over all of them');
+  console.log(
+    'POST /v1/refunds (built-in provider) against the same work without idempotency: medians of alternating rounds, added and / plain the medians of each round against plain, round trips over all of them',
+  );
   console.table(
     (await benchRefunds(`${redisBase}/15`, benchDb)).map((r) => ({
       benchmark: r.side,
@@ -135,7 +143,9 @@ async function printWorker(benchDb: string): Promise<void> {
 }
 
 function printGateway(results: GatewayBenchResults): void {
-  console.log('POST /v1/chat/completions against calling the provider directly: one request at a time, medians of 5 alternating rounds');
+  console.log(
+    'POST /v1/chat/completions against calling the provider directly: one request at a time, medians of 5 alternating rounds',
+  );
   console.table(
     results.calls.map((r) => ({
       benchmark: r.side,
@@ -170,7 +180,9 @@ function printGateway(results: GatewayBenchResults): void {
       'p50 ms': r.p50Ms,
     })),
   );
-  console.log('A large stream sent to slow readers (1 MiB/s each): what the api retains after a full GC, against gathering each whole');
+  console.log(
+    'A large stream sent to slow readers (1 MiB/s each): what the api retains after a full GC, against gathering each whole',
+  );
   console.table(
     results.memory.map((r) => ({
       phase: r.phase,

@@ -12,8 +12,13 @@ import type { DataSource } from 'typeorm';
 /** The tenant key the api benches boot with (API_KEYS `bench:<KEY>`). */
 export const KEY = 'bench-0123456789abcdefghij';
 
-export const percentile = (sorted: readonly number[], q: number): number => sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * q))];
-export const median = (values: readonly number[]): number => percentile([...values].sort((a, b) => a - b), 0.5);
+export const percentile = (sorted: readonly number[], q: number): number =>
+  sorted[Math.min(sorted.length - 1, Math.floor(sorted.length * q))];
+export const median = (values: readonly number[]): number =>
+  percentile(
+    [...values].sort((a, b) => a - b),
+    0.5,
+  );
 export const ms = (x: number): number => +x.toFixed(2);
 /** The order of the sides in round `r`: each side takes each place in turn. */
 export const orderOf = <T>(sides: readonly T[], r: number): T[] => sides.map((_, i) => sides[(i + r) % sides.length]);
@@ -28,7 +33,13 @@ export interface Drive {
 }
 
 /** POSTs `total` requests to `url`, `concurrency` at a time, each with keyFor(i) as its Idempotency-Key; the latencies in ms, sorted. */
-export async function drive(url: string, total: number, concurrency: number, keyFor: (i: number) => string, expected: Drive): Promise<number[]> {
+export async function drive(
+  url: string,
+  total: number,
+  concurrency: number,
+  keyFor: (i: number) => string,
+  expected: Drive,
+): Promise<number[]> {
   const latencies: number[] = [];
   let next = 0;
   const worker = async () => {
@@ -42,7 +53,8 @@ export async function drive(url: string, total: number, concurrency: number, key
       });
       await res.arrayBuffer();
       if (res.status !== expected.status) throw new Error(`${url}: unexpected ${res.status}`);
-      if (expected.replayed && res.headers.get('idempotent-replayed') !== 'true') throw new Error(`${url}: not replayed`);
+      if (expected.replayed && res.headers.get('idempotent-replayed') !== 'true')
+        throw new Error(`${url}: not replayed`);
       latencies.push(performance.now() - t0);
     }
   };
@@ -83,7 +95,9 @@ export interface RoundsRow {
 }
 
 /** The medians (and the req/s spread) of the rounds' samples. */
-export function overRounds(samples: readonly Sample[]): Pick<RoundsRow, 'perSecond' | 'perSecondMin' | 'perSecondMax' | 'p50Ms' | 'p99Ms'> {
+export function overRounds(
+  samples: readonly Sample[],
+): Pick<RoundsRow, 'perSecond' | 'perSecondMin' | 'perSecondMax' | 'p50Ms' | 'p99Ms'> {
   const perSecond = samples.map((x) => x.perSecond);
   return {
     perSecond: Math.round(median(perSecond)),
@@ -98,10 +112,10 @@ export function overRounds(samples: readonly Sample[]): Pick<RoundsRow, 'perSeco
 export function countRedisCommands(redis: Redis, counted: () => void): () => void {
   const send = redis.sendCommand;
   const bound = send.bind(redis);
-  redis.sendCommand = ((...args: Parameters<Redis['sendCommand']>) => {
+  redis.sendCommand = (...args: Parameters<Redis['sendCommand']>) => {
     counted();
     return bound(...args);
-  });
+  };
   return () => {
     redis.sendCommand = send;
   };

@@ -36,8 +36,15 @@ export async function benchWorker(redisUrl: string, databaseUrl: string): Promis
     [640, 16, 200],
     [640, 64, 200],
   ] as const) {
-    const config = loadWorkerConfig({ REDIS_URL: redisUrl, DATABASE_URL: databaseUrl, LOG_LEVEL: 'silent', WORKER_CONCURRENCY: String(concurrency) });
-    const moduleRef = await Test.createTestingModule({ imports: [WorkerModule.forRoot(config, { autoStart: false, blockMs: 50 })] })
+    const config = loadWorkerConfig({
+      REDIS_URL: redisUrl,
+      DATABASE_URL: databaseUrl,
+      LOG_LEVEL: 'silent',
+      WORKER_CONCURRENCY: String(concurrency),
+    });
+    const moduleRef = await Test.createTestingModule({
+      imports: [WorkerModule.forRoot(config, { autoStart: false, blockMs: 50 })],
+    })
       .overrideProvider(LlmClient)
       .useValue(new FixedLatencyModel(latency))
       .compile();
@@ -49,7 +56,11 @@ export async function benchWorker(redisUrl: string, databaseUrl: string): Promis
     await ds.query('TRUNCATE summaries, outbox');
     const queue = new SummaryJobQueue(redis);
     for (let i = 0; i < jobs; i++) {
-      await queue.enqueue({ jobId: jobIdFor(`bench:POST:/v1/summaries:${randomUUID()}`), tenant: 'bench', payload: { text: 'Bench me.', notify: 'b@example.com' } });
+      await queue.enqueue({
+        jobId: jobIdFor(`bench:POST:/v1/summaries:${randomUUID()}`),
+        tenant: 'bench',
+        payload: { text: 'Bench me.', notify: 'b@example.com' },
+      });
     }
 
     // Round trips counted where they leave the process: every command of every

@@ -27,7 +27,12 @@ type Behaviour =
   | { readonly kind: 'forward' }
   /** Forwards, lets the api answer, then destroys the client's socket: the answer is lost. */
   | { readonly kind: 'forward-and-drop' }
-  | { readonly kind: 'answer'; readonly status: number; readonly headers?: Record<string, string>; readonly body?: unknown }
+  | {
+      readonly kind: 'answer';
+      readonly status: number;
+      readonly headers?: Record<string, string>;
+      readonly body?: unknown;
+    }
   /** Never answers. */
   | { readonly kind: 'hang' };
 
@@ -142,11 +147,21 @@ describe('@app/client against the api', () => {
       location: `/v1/summaries/${jobIdOf(key)}`,
       attempts: 1,
     });
-    expect(second).toMatchObject({ outcome: 'succeeded', status: 202, body: { job_id: jobIdOf(key) }, replayed: true, attempts: 1 });
+    expect(second).toMatchObject({
+      outcome: 'succeeded',
+      status: 202,
+      body: { job_id: jobIdOf(key) },
+      replayed: true,
+      attempts: 1,
+    });
     expect(await jobs()).toBe(1);
 
     const status = await getSummary(c, jobIdOf(key));
-    expect(status).toMatchObject({ outcome: 'succeeded', status: 200, body: { job_id: jobIdOf(key), status: 'queued' } });
+    expect(status).toMatchObject({
+      outcome: 'succeeded',
+      status: 200,
+      body: { job_id: jobIdOf(key), status: 'queued' },
+    });
   });
 
   it('the answer is lost after the api answered: the retry, same key, is a replay; one job', async () => {
@@ -157,7 +172,13 @@ describe('@app/client against the api', () => {
     const key = idempotencyKey('summary', 'doc-lost-answer', 1);
     const result = await createSummary(client(f.url), summary, key);
 
-    expect(result).toMatchObject({ outcome: 'succeeded', status: 202, replayed: true, attempts: 2, body: { job_id: jobIdOf(key) } });
+    expect(result).toMatchObject({
+      outcome: 'succeeded',
+      status: 202,
+      replayed: true,
+      attempts: 2,
+      body: { job_id: jobIdOf(key) },
+    });
     expect(f.seen.map((s) => s.key)).toEqual([key, key]);
     expect(f.seen[0].body).toBe(f.seen[1].body);
     expect(await jobs()).toBe(1);
@@ -165,7 +186,9 @@ describe('@app/client against the api', () => {
 
   it('503 twice, then the api: succeeded on the third attempt, one job, one key', async () => {
     const f = await front((n) =>
-      n <= 2 ? { kind: 'answer', status: 503, body: { type: 'about:blank', title: 'Unavailable' } } : { kind: 'forward' },
+      n <= 2
+        ? { kind: 'answer', status: 503, body: { type: 'about:blank', title: 'Unavailable' } }
+        : { kind: 'forward' },
     );
     const key = idempotencyKey('summary', 'doc-503', 1);
     const result = await createSummary(client(f.url), summary, key);
@@ -182,16 +205,29 @@ describe('@app/client against the api', () => {
     const f = await front(() => ({ kind: 'forward' }));
     const result = await createSummary(client(f.url), { ...summary, text: 'Another text entirely.' }, key);
 
-    expect(result).toMatchObject({ outcome: 'rejected', status: 422, attempts: 1, problem: { type: IdempotencyProblemTypes.keyReused, status: 422 } });
+    expect(result).toMatchObject({
+      outcome: 'rejected',
+      status: 422,
+      attempts: 1,
+      problem: { type: IdempotencyProblemTypes.keyReused, status: 422 },
+    });
     expect(f.seen).toHaveLength(1);
     expect(await jobs()).toBe(1);
   });
 
   it('400 (invalid body), 401 (unknown api key) and 404 (no such job) are never retried', async () => {
     const f = await front(() => ({ kind: 'forward' }));
-    const invalid = await createSummary(client(f.url), { ...summary, notify: 'not-an-email' }, idempotencyKey('summary', 'doc-400', 1));
+    const invalid = await createSummary(
+      client(f.url),
+      { ...summary, notify: 'not-an-email' },
+      idempotencyKey('summary', 'doc-400', 1),
+    );
     expect(invalid).toMatchObject({ outcome: 'rejected', status: 400, attempts: 1 });
-    const unauthorised = await createSummary(client(f.url, { apiKey: 'nobody-0123456789' }), summary, idempotencyKey('summary', 'doc-401', 1));
+    const unauthorised = await createSummary(
+      client(f.url, { apiKey: 'nobody-0123456789' }),
+      summary,
+      idempotencyKey('summary', 'doc-401', 1),
+    );
     expect(unauthorised).toMatchObject({ outcome: 'rejected', status: 401, attempts: 1 });
     const missing = await getSummary(client(f.url), '00000000-0000-5000-8000-000000000000');
     expect(missing).toMatchObject({ outcome: 'rejected', status: 404, attempts: 1 });
@@ -231,13 +267,22 @@ describe('@app/client against the api', () => {
     const f = await front(
       (n) =>
         n === 1
-          ? { kind: 'answer', status: 409, headers: { 'retry-after': '1', 'content-type': 'application/problem+json' }, body: { type: IdempotencyProblemTypes.inProgress, status: 409 } }
+          ? {
+              kind: 'answer',
+              status: 409,
+              headers: { 'retry-after': '1', 'content-type': 'application/problem+json' },
+              body: { type: IdempotencyProblemTypes.inProgress, status: 409 },
+            }
           : { kind: 'answer', status: 202, body: job },
       undefined,
     );
     const started = performance.now();
     // random 0: the jitter alone would not wait at all.
-    const result = await createSummary(client(f.url, { random: () => 0 }), summary, idempotencyKey('summary', 'doc-409', 1));
+    const result = await createSummary(
+      client(f.url, { random: () => 0 }),
+      summary,
+      idempotencyKey('summary', 'doc-409', 1),
+    );
 
     expect(result).toMatchObject({ outcome: 'succeeded', status: 202, body: job, attempts: 2 });
     expect(f.seen).toHaveLength(2);
@@ -246,20 +291,48 @@ describe('@app/client against the api', () => {
   });
 
   it('a Retry-After longer than the deadline allows is cut to the deadline: unknown, not a late answer', async () => {
-    const f = await front(() => ({ kind: 'answer', status: 409, headers: { 'retry-after': '30' }, body: { type: IdempotencyProblemTypes.inProgress } }), undefined);
+    const f = await front(
+      () => ({
+        kind: 'answer',
+        status: 409,
+        headers: { 'retry-after': '30' },
+        body: { type: IdempotencyProblemTypes.inProgress },
+      }),
+      undefined,
+    );
     const started = performance.now();
-    const result = await createSummary(client(f.url, { deadlineMs: 1000 }), summary, idempotencyKey('summary', 'doc-409-long', 1));
+    const result = await createSummary(
+      client(f.url, { deadlineMs: 1000 }),
+      summary,
+      idempotencyKey('summary', 'doc-409-long', 1),
+    );
     const elapsed = performance.now() - started;
 
-    expect(result).toMatchObject({ outcome: 'unknown', reason: 'deadline', lastError: { kind: 'status', status: 409, retryAfterMs: 30_000 } });
+    expect(result).toMatchObject({
+      outcome: 'unknown',
+      reason: 'deadline',
+      lastError: { kind: 'status', status: 409, retryAfterMs: 30_000 },
+    });
     expect(f.seen).toHaveLength(2); // one attempt, then a last one just before the deadline
     expect(elapsed).toBeLessThan(1500);
   });
 
   it('5xx on every attempt: unknown (attempts) after maxAttempts, never "failed"', async () => {
-    const f = await front(() => ({ kind: 'answer', status: 503, body: { type: 'about:blank', status: 503 } }), undefined);
-    const result = await createSummary(client(f.url, { maxAttempts: 3 }), summary, idempotencyKey('summary', 'doc-5xx', 1));
-    expect(result).toMatchObject({ outcome: 'unknown', reason: 'attempts', attempts: 3, lastError: { kind: 'status', status: 503 } });
+    const f = await front(
+      () => ({ kind: 'answer', status: 503, body: { type: 'about:blank', status: 503 } }),
+      undefined,
+    );
+    const result = await createSummary(
+      client(f.url, { maxAttempts: 3 }),
+      summary,
+      idempotencyKey('summary', 'doc-5xx', 1),
+    );
+    expect(result).toMatchObject({
+      outcome: 'unknown',
+      reason: 'attempts',
+      attempts: 3,
+      lastError: { kind: 'status', status: 503 },
+    });
     expect(f.seen).toHaveLength(3);
   });
 
@@ -268,7 +341,11 @@ describe('@app/client against the api', () => {
     const url = f.url;
     await f.close();
     fronts.splice(fronts.indexOf(f), 1);
-    const result = await createSummary(client(url, { deadlineMs: 500, maxAttempts: 1000 }), summary, idempotencyKey('summary', 'doc-refused', 1));
+    const result = await createSummary(
+      client(url, { deadlineMs: 500, maxAttempts: 1000 }),
+      summary,
+      idempotencyKey('summary', 'doc-refused', 1),
+    );
     expect(result).toMatchObject({ outcome: 'unknown', reason: 'deadline', lastError: { kind: 'network' } });
     if (result.outcome !== 'unknown') throw new Error('unreachable');
     expect(result.attempts).toBeGreaterThan(1);

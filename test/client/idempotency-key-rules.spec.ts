@@ -11,7 +11,10 @@ describe('idempotencyKey and the api parser', () => {
       const facts: KeyFact[] = Array.from({ length: Math.floor(rand() * 5) }, () =>
         rand() < 0.2
           ? Math.floor(rand() * 1e9)
-          : Array.from({ length: Math.floor(rand() * (rand() < 0.1 ? 120 : 10)) }, () => chars[Math.floor(rand() * chars.length)]).join(''),
+          : Array.from(
+              { length: Math.floor(rand() * (rand() < 0.1 ? 120 : 10)) },
+              () => chars[Math.floor(rand() * chars.length)],
+            ).join(''),
       );
       const key = idempotencyKey(rand() < 0.5 ? 'r' : 'refund', ...facts);
       expect(parseIdempotencyKey([key])).toBe(key);

@@ -8,7 +8,16 @@ import { refundIdFor } from '../../apps/api/src/refunds/refunds.service';
 import { type ApiHarness, startApi, TENANT_A } from '../support/api-harness';
 import { FakePaymentsServer } from '../support/fake-payments-server';
 import { eventually } from '../support/infra';
-import { attemptRows, keyRecord, lookupsFor, paidAnswer, paidRow, payoutPostsFor, refundOperation, refundRows } from '../support/refunds';
+import {
+  attemptRows,
+  keyRecord,
+  lookupsFor,
+  paidAnswer,
+  paidRow,
+  payoutPostsFor,
+  refundOperation,
+  refundRows,
+} from '../support/refunds';
 
 /**
  * `issueRefund` from @app/client against the real api (in-process, on a
@@ -56,7 +65,13 @@ async function startProxy(upstream: string, behave: (seen: Seen) => Behaviour): 
     req.on('data', (c: Buffer) => chunks.push(c));
     req.on('end', () => {
       const body = Buffer.concat(chunks).toString('utf8');
-      const entry: Seen = { n: seen.length + 1, method: req.method ?? '', url: req.url ?? '', key: req.headers['idempotency-key'] as string | undefined, body };
+      const entry: Seen = {
+        n: seen.length + 1,
+        method: req.method ?? '',
+        url: req.url ?? '',
+        key: req.headers['idempotency-key'] as string | undefined,
+        body,
+      };
       seen.push(entry);
       const behaviour = behave(entry);
       void (async () => {
@@ -66,9 +81,17 @@ async function startProxy(upstream: string, behave: (seen: Seen) => Behaviour): 
           if (typeof v === 'string') headers[name] = v;
         }
         // Not tied to the caller: a caller that gave up does not cancel what the api does.
-        const up = await fetch(`${upstream}${req.url}`, { method: req.method, headers, body: req.method === 'GET' ? undefined : body });
+        const up = await fetch(`${upstream}${req.url}`, {
+          method: req.method,
+          headers,
+          body: req.method === 'GET' ? undefined : body,
+        });
         const upBody = Buffer.from(await up.arrayBuffer());
-        entry.upstream = { status: up.status, replayed: up.headers.get('idempotent-replayed') === 'true', body: upBody.toString('utf8') };
+        entry.upstream = {
+          status: up.status,
+          replayed: up.headers.get('idempotent-replayed') === 'true',
+          body: upBody.toString('utf8'),
+        };
         if (behaviour.kind === 'forward-and-drop') {
           req.socket.destroy();
           return;
@@ -79,7 +102,9 @@ async function startProxy(upstream: string, behave: (seen: Seen) => Behaviour): 
         });
         if (behaviour.kind === 'forward-and-cut') {
           res.writeHead(up.status, { ...out, 'content-length': String(upBody.length) });
-          res.write(upBody.subarray(0, Math.floor(upBody.length / 2)), () => setTimeout(() => req.socket.destroy(), 20));
+          res.write(upBody.subarray(0, Math.floor(upBody.length / 2)), () =>
+            setTimeout(() => req.socket.destroy(), 20),
+          );
           return;
         }
         res.writeHead(up.status, out);
@@ -132,7 +157,13 @@ describe('issueRefund through a proxy that loses the answers', () => {
     const refundId = refundIdOf(r);
     const payouts = fake.payoutsFor(refundId);
     expect(payouts).toHaveLength(1);
-    expect(payouts[0]).toMatchObject({ reference: refundId, order_id: r.order_id, amount: r.amount, currency: r.currency, idempotencyKey: refundId });
+    expect(payouts[0]).toMatchObject({
+      reference: refundId,
+      order_id: r.order_id,
+      amount: r.amount,
+      currency: r.currency,
+      idempotencyKey: refundId,
+    });
     expect(payoutPostsFor(fake, refundId)).toHaveLength(1);
     expect(await refundRows(ds, refundId)).toEqual([paidRow(refundId, TENANT_A.tenant, r, payouts[0].payout_id)]);
     const expected = paidAnswer(refundId, r, payouts[0].payout_id);
@@ -209,7 +240,11 @@ describe('issueRefund through a proxy that loses the answers', () => {
     // Every attempt reached the api (an attempt cut by the deadline included): wait for its answers.
     const posts = p.posts();
     expect(posts.length).toBeGreaterThanOrEqual(result.attempts);
-    await eventually(() => (posts.every((s) => s.upstream !== undefined) ? true : undefined), 5000, "the api's answers to every attempt");
+    await eventually(
+      () => (posts.every((s) => s.upstream !== undefined) ? true : undefined),
+      5000,
+      "the api's answers to every attempt",
+    );
     expect(new Set(posts.map((s) => s.key))).toEqual(new Set([refundKey(r)]));
     // The api paid once and answered every later attempt from the stored answer.
     expect(posts[0].upstream).toMatchObject({ status: 201, replayed: false });
@@ -219,7 +254,11 @@ describe('issueRefund through a proxy that loses the answers', () => {
     // The caller looks it up on a healthy path: it is there, with the one payout.
     const healthy = client(apiUrl);
     const found = await getRefund(healthy, expected.refund_id);
-    expect(found).toMatchObject({ outcome: 'succeeded', status: 200, body: { ...expected, created_at: expect.any(String) } });
+    expect(found).toMatchObject({
+      outcome: 'succeeded',
+      status: 200,
+      body: { ...expected, created_at: expect.any(String) },
+    });
     // Or retries the same request: a replay, nothing paid again.
     const again = await issueRefund(healthy, r);
     expect(again).toMatchObject({ outcome: 'succeeded', status: 201, body: expected, replayed: true, attempts: 1 });

@@ -24,7 +24,9 @@ interface Service {
   volumes?: string[];
 }
 
-const compose = parse(readFileSync(join(__dirname, '../../docker-compose.yml'), 'utf8'), { merge: true }) as { services: Record<string, Service> };
+const compose = parse(readFileSync(join(__dirname, '../../docker-compose.yml'), 'utf8'), { merge: true }) as {
+  services: Record<string, Service>;
+};
 const services = compose.services;
 const seconds = (d: string | undefined): number => {
   const m = /^(\d+)s$/.exec(d ?? '');
@@ -64,18 +66,21 @@ describe('docker-compose.yml', () => {
     expect(m.image).toBe(services.api.image);
   });
 
-  it.each(Object.keys(APPS) as (keyof typeof APPS)[])('%s: its command, a configuration it accepts, health, order, and time to drain', (app) => {
-    const s = services[app];
-    expect(s.command).toEqual(['node', `dist/apps/${app}/main.js`]);
-    expect(s.image).toBe(services.migrate.image);
-    expect(s.environment?.NODE_ENV).toBe('production');
-    const { port, drain } = APPS[app](s.environment ?? {});
-    expect(s.healthcheck?.test.join(' ')).toContain(`http://127.0.0.1:${port}/health/ready`);
-    expect(s.depends_on).toEqual({
-      redis: { condition: 'service_healthy' },
-      postgres: { condition: 'service_healthy' },
-      migrate: { condition: 'service_completed_successfully' },
-    });
-    expect({ app, grace: seconds(s.stop_grace_period) > drain }).toEqual({ app, grace: true });
-  });
+  it.each(Object.keys(APPS) as (keyof typeof APPS)[])(
+    '%s: its command, a configuration it accepts, health, order, and time to drain',
+    (app) => {
+      const s = services[app];
+      expect(s.command).toEqual(['node', `dist/apps/${app}/main.js`]);
+      expect(s.image).toBe(services.migrate.image);
+      expect(s.environment?.NODE_ENV).toBe('production');
+      const { port, drain } = APPS[app](s.environment ?? {});
+      expect(s.healthcheck?.test.join(' ')).toContain(`http://127.0.0.1:${port}/health/ready`);
+      expect(s.depends_on).toEqual({
+        redis: { condition: 'service_healthy' },
+        postgres: { condition: 'service_healthy' },
+        migrate: { condition: 'service_completed_successfully' },
+      });
+      expect({ app, grace: seconds(s.stop_grace_period) > drain }).toEqual({ app, grace: true });
+    },
+  );
 });

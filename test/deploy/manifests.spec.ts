@@ -68,7 +68,15 @@ const EXAMPLE_SECRET_MARKER = 'CHANGE-ME';
  * separate test fails if this copy has drifted from it.
  */
 const INTERFACE_ENV_FALLBACK: Readonly<Record<App, readonly string[]>> = {
-  api: ['REDIS_URL', 'DATABASE_URL', 'LOG_LEVEL', 'PORT', 'API_KEYS', 'IDEMPOTENCY_LOCK_TTL_S', 'IDEMPOTENCY_RESULT_TTL_S'],
+  api: [
+    'REDIS_URL',
+    'DATABASE_URL',
+    'LOG_LEVEL',
+    'PORT',
+    'API_KEYS',
+    'IDEMPOTENCY_LOCK_TTL_S',
+    'IDEMPOTENCY_RESULT_TTL_S',
+  ],
   worker: [
     'REDIS_URL',
     'DATABASE_URL',
@@ -187,7 +195,10 @@ function parseEnvTable(markdown: string, heading: string, file: string): Record<
   const out: Record<App, string[]> = { api: [], worker: [], relay: [] };
   const rows = section.split('\n').filter((l) => l.trim().startsWith('|'));
   for (const row of rows.slice(2)) {
-    const [names = '', apps = ''] = row.split('|').slice(1).map((c) => c.trim());
+    const [names = '', apps = ''] = row
+      .split('|')
+      .slice(1)
+      .map((c) => c.trim());
     const variables = [...names.matchAll(/`([A-Z][A-Z0-9_]*)`/g)].map((m) => m[1]);
     if (variables.length === 0) throw new Error(`${file}: no variable name in the row "${row}"`);
     const targets = apps === 'all' ? APPS : apps.split(',').map((a) => a.trim());
@@ -270,7 +281,10 @@ interface Container {
   readonly livenessProbe?: Probe;
   readonly readinessProbe?: Probe;
   readonly lifecycle?: {
-    readonly preStop?: { readonly exec?: { readonly command?: readonly string[] }; readonly sleep?: { readonly seconds: number } };
+    readonly preStop?: {
+      readonly exec?: { readonly command?: readonly string[] };
+      readonly sleep?: { readonly seconds: number };
+    };
   };
   readonly resources?: { readonly requests?: Quantities; readonly limits?: Quantities };
   readonly securityContext?: SecurityContext;
@@ -344,7 +358,8 @@ function asManifest(doc: unknown, source: string): Manifest {
   if (!isRecord(doc) || typeof doc.kind !== 'string' || typeof doc.apiVersion !== 'string') {
     throw new Error(`${source}: not a Kubernetes object (no apiVersion or kind)`);
   }
-  if (!isRecord(doc.metadata) || typeof doc.metadata.name !== 'string') throw new Error(`${source}: ${doc.kind} without metadata.name`);
+  if (!isRecord(doc.metadata) || typeof doc.metadata.name !== 'string')
+    throw new Error(`${source}: ${doc.kind} without metadata.name`);
   return { ...(doc as unknown as Omit<Manifest, 'source'>), source };
 }
 
@@ -358,7 +373,8 @@ function readKustomization(dir: string): Record<string, unknown> {
 
 function stringList(v: unknown, what: string): string[] {
   if (v === undefined) return [];
-  if (!Array.isArray(v) || !v.every((x): x is string => typeof x === 'string')) throw new Error(`${what} must be a list of strings`);
+  if (!Array.isArray(v) || !v.every((x): x is string => typeof x === 'string'))
+    throw new Error(`${what} must be a list of strings`);
   return v;
 }
 
@@ -372,32 +388,48 @@ function recordList(v: unknown, what: string): Record<string, unknown>[] {
 // Manifests: rendered by kubectl kustomize, as an operator builds them.
 // ---------------------------------------------------------------------------
 
-const KUBECTL_WANTED = 'kubectl with kustomize 5 or later (kubectl 1.32 has kustomize 5; `kubectl version --client` shows both)';
+const KUBECTL_WANTED =
+  'kubectl with kustomize 5 or later (kubectl 1.32 has kustomize 5; `kubectl version --client` shows both)';
 
 function kubectl(args: readonly string[]): string {
   try {
-    return execFileSync('kubectl', args, { cwd: REPO_ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], maxBuffer: 64 << 20 });
+    return execFileSync('kubectl', args, {
+      cwd: REPO_ROOT,
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
+      maxBuffer: 64 << 20,
+    });
   } catch (err) {
     const e = err as NodeJS.ErrnoException & { status?: number | null; stderr?: string };
     if (e.code === 'ENOENT') {
-      throw new Error(`kubectl is not installed (not on PATH): this test renders deploy/k8s with \`kubectl kustomize\`; install ${KUBECTL_WANTED}`, { cause: err });
+      throw new Error(
+        `kubectl is not installed (not on PATH): this test renders deploy/k8s with \`kubectl kustomize\`; install ${KUBECTL_WANTED}`,
+        { cause: err },
+      );
     }
-    throw new Error(`kubectl ${args.join(' ')} failed (exit ${String(e.status)}): ${(e.stderr || e.message).trim()}`, { cause: err });
+    throw new Error(`kubectl ${args.join(' ')} failed (exit ${String(e.status)}): ${(e.stderr || e.message).trim()}`, {
+      cause: err,
+    });
   }
 }
 
 let kustomizeChecked = false;
 function checkKustomize(): void {
   if (kustomizeChecked) return;
-  const { kustomizeVersion } = JSON.parse(kubectl(['version', '--client', '--output=json'])) as { kustomizeVersion?: string };
+  const { kustomizeVersion } = JSON.parse(kubectl(['version', '--client', '--output=json'])) as {
+    kustomizeVersion?: string;
+  };
   const major = Number(/^v?(\d+)\./.exec(kustomizeVersion ?? '')?.[1]);
-  if (!(major >= 5)) throw new Error(`kubectl's kustomize is ${kustomizeVersion ?? 'unknown'}; this test needs ${KUBECTL_WANTED}`);
+  if (!(major >= 5))
+    throw new Error(`kubectl's kustomize is ${kustomizeVersion ?? 'unknown'}; this test needs ${KUBECTL_WANTED}`);
   kustomizeChecked = true;
 }
 
 /** The kustomization directories a rendering is built from, its bases first. */
 function kustomizationTree(dir: string): string[] {
-  const resources = stringList(readKustomization(dir).resources, `${rel(dir)}/kustomization.yaml resources`).map((e) => resolve(dir, e));
+  const resources = stringList(readKustomization(dir).resources, `${rel(dir)}/kustomization.yaml resources`).map((e) =>
+    resolve(dir, e),
+  );
   return [...resources.filter((p) => existsSync(p) && statSync(p).isDirectory()).flatMap(kustomizationTree), dir];
 }
 
@@ -406,12 +438,24 @@ function sourceOf(kind: string, name: string, tree: readonly string[]): string[]
   const unhashed = name.replace(/-[a-z0-9]{10}$/, ''); // kustomize's suffix on a generated name
   return tree.flatMap((dir) => {
     const kustomization = join(dir, 'kustomization.yaml');
-    const generators = kind === 'ConfigMap' ? recordList(readKustomization(dir).configMapGenerator, `${rel(kustomization)} configMapGenerator`) : [];
-    const files = readdirSync(dir).filter((f) => /\.ya?ml$/.test(f)).map((f) => join(dir, f)).filter((f) => f !== kustomization);
+    const generators =
+      kind === 'ConfigMap'
+        ? recordList(readKustomization(dir).configMapGenerator, `${rel(kustomization)} configMapGenerator`)
+        : [];
+    const files = readdirSync(dir)
+      .filter((f) => /\.ya?ml$/.test(f))
+      .map((f) => join(dir, f))
+      .filter((f) => f !== kustomization);
     return [
-      ...generators.filter((g) => g.name === name || g.name === unhashed).map((g) => `${rel(kustomization)} configMapGenerator ${String(g.name)}`),
+      ...generators
+        .filter((g) => g.name === name || g.name === unhashed)
+        .map((g) => `${rel(kustomization)} configMapGenerator ${String(g.name)}`),
       ...files.flatMap((file) =>
-        parseYamlFile(file).flatMap((doc, i) => (isRecord(doc) && doc.kind === kind && isRecord(doc.metadata) && doc.metadata.name === name ? [`${rel(file)}#${i + 1}`] : [])),
+        parseYamlFile(file).flatMap((doc, i) =>
+          isRecord(doc) && doc.kind === kind && isRecord(doc.metadata) && doc.metadata.name === name
+            ? [`${rel(file)}#${i + 1}`]
+            : [],
+        ),
       ),
     ];
   });
@@ -427,7 +471,9 @@ function render(dirName: string): Rendering {
     const m = asManifest(doc, `${command}, document ${i + 1}`);
     return { ...m, source: sourceOf(m.kind, m.metadata.name, tree).join(' + ') || command };
   });
-  const images = tree.flatMap((d) => recordList(readKustomization(d).images, `${rel(d)}/kustomization.yaml images`) as unknown as ImageOverride[]);
+  const images = tree.flatMap(
+    (d) => recordList(readKustomization(d).images, `${rel(d)}/kustomization.yaml images`) as unknown as ImageOverride[],
+  );
   return { name: dirName, manifests, images };
 }
 
@@ -439,18 +485,22 @@ function podTemplateOf(m: Manifest): PodTemplate | undefined {
   if (['Deployment', 'StatefulSet', 'DaemonSet', 'Job', 'ReplicaSet'].includes(m.kind)) {
     return (m.spec as { template?: PodTemplate } | undefined)?.template;
   }
-  if (m.kind === 'CronJob') return (m.spec as { jobTemplate?: { spec?: { template?: PodTemplate } } } | undefined)?.jobTemplate?.spec?.template;
+  if (m.kind === 'CronJob')
+    return (m.spec as { jobTemplate?: { spec?: { template?: PodTemplate } } } | undefined)?.jobTemplate?.spec?.template;
   return undefined;
 }
 
-const describeManifest = (r: Rendering, m: Manifest): string => `[${r.name}] ${m.kind}/${m.metadata.name} (${m.source})`;
+const describeManifest = (r: Rendering, m: Manifest): string =>
+  `[${r.name}] ${m.kind}/${m.metadata.name} (${m.source})`;
 
 const containersOf = (t: PodTemplate): Container[] => [...(t.spec.initContainers ?? []), ...t.spec.containers];
 
 const fullCommand = (c: Container): string[] => [...(c.command ?? []), ...(c.args ?? [])];
 
 const selects = (selector: Labels | undefined, labels: Labels | undefined): boolean =>
-  selector !== undefined && Object.keys(selector).length > 0 && Object.entries(selector).every(([k, v]) => labels?.[k] === v);
+  selector !== undefined &&
+  Object.keys(selector).length > 0 &&
+  Object.entries(selector).every(([k, v]) => labels?.[k] === v);
 
 interface ResolvedVar {
   readonly value: string | undefined;
@@ -459,10 +509,13 @@ interface ResolvedVar {
 }
 
 /** The example Secret of a rendering, if it ships one. */
-const shippedSecret = (r: Rendering): Manifest | undefined => r.manifests.find((m) => m.kind === 'Secret' && m.metadata.name === SECRET_NAME);
+const shippedSecret = (r: Rendering): Manifest | undefined =>
+  r.manifests.find((m) => m.kind === 'Secret' && m.metadata.name === SECRET_NAME);
 
 function secretData(secret: Manifest): Record<string, string> {
-  const decoded = Object.fromEntries(Object.entries(secret.data ?? {}).map(([k, v]) => [k, Buffer.from(v, 'base64').toString('utf8')]));
+  const decoded = Object.fromEntries(
+    Object.entries(secret.data ?? {}).map(([k, v]) => [k, Buffer.from(v, 'base64').toString('utf8')]),
+  );
   return { ...decoded, ...secret.stringData };
 }
 
@@ -473,35 +526,44 @@ function secretValue(r: Rendering, name: string, key: string, where: string, pro
     return undefined;
   }
   if (!(key in SECRET_PLACEHOLDERS)) {
-    problems.push(`${where}: references key ${key} of Secret ${SECRET_NAME}, which is not in SECRET_PLACEHOLDERS (the keys the Secret holds)`);
+    problems.push(
+      `${where}: references key ${key} of Secret ${SECRET_NAME}, which is not in SECRET_PLACEHOLDERS (the keys the Secret holds)`,
+    );
     return undefined;
   }
   const shipped = shippedSecret(r);
   if (!shipped) return SECRET_PLACEHOLDERS[key];
   const data = secretData(shipped);
-  if (!(key in data)) problems.push(`${where}: references key ${key}, which the example Secret (${shipped.source}) does not have`);
+  if (!(key in data))
+    problems.push(`${where}: references key ${key}, which the example Secret (${shipped.source}) does not have`);
   return data[key];
 }
 
 /** A container's environment as the kubelet builds it: envFrom in order, then env, which wins. */
 function resolveEnv(r: Rendering, c: Container, where: string, problems: string[]): Map<string, ResolvedVar> {
   const out = new Map<string, ResolvedVar>();
-  const configMap = (name: string): Manifest | undefined => r.manifests.find((m) => m.kind === 'ConfigMap' && m.metadata.name === name);
+  const configMap = (name: string): Manifest | undefined =>
+    r.manifests.find((m) => m.kind === 'ConfigMap' && m.metadata.name === name);
   for (const from of c.envFrom ?? []) {
     const prefix = from.prefix ?? '';
     if (from.configMapRef) {
       const cm = configMap(from.configMapRef.name);
       if (!cm) {
-        if (!from.configMapRef.optional) problems.push(`${where}: envFrom ConfigMap ${from.configMapRef.name}, which the rendering does not have`);
+        if (!from.configMapRef.optional)
+          problems.push(`${where}: envFrom ConfigMap ${from.configMapRef.name}, which the rendering does not have`);
         continue;
       }
-      for (const [k, v] of Object.entries(cm.data ?? {})) out.set(prefix + k, { value: String(v), from: `ConfigMap ${cm.metadata.name} (${cm.source})` });
+      for (const [k, v] of Object.entries(cm.data ?? {}))
+        out.set(prefix + k, { value: String(v), from: `ConfigMap ${cm.metadata.name} (${cm.source})` });
     }
     if (from.secretRef) {
       const shipped = shippedSecret(r);
       const keys = shipped ? Object.keys(secretData(shipped)) : Object.keys(SECRET_PLACEHOLDERS);
       for (const k of keys) {
-        out.set(prefix + k, { value: secretValue(r, from.secretRef.name, k, where, problems), from: `envFrom Secret ${from.secretRef.name}` });
+        out.set(prefix + k, {
+          value: secretValue(r, from.secretRef.name, k, where, problems),
+          from: `envFrom Secret ${from.secretRef.name}`,
+        });
       }
     }
   }
@@ -511,10 +573,16 @@ function resolveEnv(r: Rendering, c: Container, where: string, problems: string[
     if (cmRef) {
       const cm = configMap(cmRef.name);
       const value = cm?.data?.[cmRef.key];
-      if (value === undefined && !cmRef.optional) problems.push(`${where}: ${e.name} refers to key ${cmRef.key} of ConfigMap ${cmRef.name}, which does not exist`);
+      if (value === undefined && !cmRef.optional)
+        problems.push(
+          `${where}: ${e.name} refers to key ${cmRef.key} of ConfigMap ${cmRef.name}, which does not exist`,
+        );
       out.set(e.name, { value, from: `ConfigMap ${cmRef.name} key ${cmRef.key}` });
     } else if (secretRef) {
-      out.set(e.name, { value: secretValue(r, secretRef.name, secretRef.key, `${where}: ${e.name}`, problems), from: `Secret ${secretRef.name} key ${secretRef.key}` });
+      out.set(e.name, {
+        value: secretValue(r, secretRef.name, secretRef.key, `${where}: ${e.name}`, problems),
+        from: `Secret ${secretRef.name} key ${secretRef.key}`,
+      });
     } else if (e.value !== undefined) {
       out.set(e.name, { value: e.value, from: 'a literal env value' });
     } else {
@@ -536,10 +604,16 @@ interface AppView {
 
 /** The app's Deployment (by its component label) and the container that runs the app; throws naming what is missing. */
 function appView(r: Rendering, app: App): AppView {
-  const deployments = r.manifests.filter((m) => m.kind === 'Deployment' && m.metadata.labels?.[COMPONENT_LABEL] === app);
+  const deployments = r.manifests.filter(
+    (m) => m.kind === 'Deployment' && m.metadata.labels?.[COMPONENT_LABEL] === app,
+  );
   if (deployments.length !== 1) {
-    const all = r.manifests.filter((m) => m.kind === 'Deployment').map((m) => `${m.metadata.name} (${COMPONENT_LABEL}=${m.metadata.labels?.[COMPONENT_LABEL] ?? 'unset'})`);
-    throw new Error(`[${r.name}] expected one Deployment labelled ${COMPONENT_LABEL}=${app}, found ${deployments.length}; Deployments: ${all.join(', ') || 'none'}`);
+    const all = r.manifests
+      .filter((m) => m.kind === 'Deployment')
+      .map((m) => `${m.metadata.name} (${COMPONENT_LABEL}=${m.metadata.labels?.[COMPONENT_LABEL] ?? 'unset'})`);
+    throw new Error(
+      `[${r.name}] expected one Deployment labelled ${COMPONENT_LABEL}=${app}, found ${deployments.length}; Deployments: ${all.join(', ') || 'none'}`,
+    );
   }
   const deployment = deployments[0];
   const template = podTemplateOf(deployment);
@@ -548,7 +622,9 @@ function appView(r: Rendering, app: App): AppView {
   const running = template.spec.containers.filter((c) => fullCommand(c).join(' ') === wanted.join(' '));
   if (running.length !== 1) {
     const found = template.spec.containers.map((c) => `${c.name}: ${JSON.stringify(fullCommand(c))}`).join('; ');
-    throw new Error(`${describeManifest(r, deployment)}: expected one container running ${JSON.stringify(wanted)}, found ${running.length} (${found})`);
+    throw new Error(
+      `${describeManifest(r, deployment)}: expected one container running ${JSON.stringify(wanted)}, found ${running.length} (${found})`,
+    );
   }
   const container = running[0];
   const where = `${describeManifest(r, deployment)} container ${container.name} (${app})`;
@@ -562,7 +638,9 @@ function appSettings(view: AppView, app: App): AppSettings {
   try {
     return APP_SPECS[app].settings(values);
   } catch (err) {
-    throw new Error(`${view.where}: the ${app} would not start with this configuration: ${(err as Error).message}`, { cause: err });
+    throw new Error(`${view.where}: the ${app} would not start with this configuration: ${(err as Error).message}`, {
+      cause: err,
+    });
   }
 }
 
@@ -582,7 +660,18 @@ function preStopSeconds(c: Container): number | 'unknown' {
   return 'unknown';
 }
 
-const UNITS: Readonly<Record<string, number>> = { '': 1, m: 1e-3, k: 1e3, M: 1e6, G: 1e9, T: 1e12, Ki: 2 ** 10, Mi: 2 ** 20, Gi: 2 ** 30, Ti: 2 ** 40 };
+const UNITS: Readonly<Record<string, number>> = {
+  '': 1,
+  m: 1e-3,
+  k: 1e3,
+  M: 1e6,
+  G: 1e9,
+  T: 1e12,
+  Ki: 2 ** 10,
+  Mi: 2 ** 20,
+  Gi: 2 ** 30,
+  Ti: 2 ** 40,
+};
 
 function quantity(q: string | number): number {
   if (typeof q === 'number') return q;
@@ -618,21 +707,28 @@ describe('deploy/k8s manifests', () => {
         problems.push((err as Error).message);
         continue;
       }
-      const used = [...stringList(k.resources, 'resources'), ...recordList(k.patches, 'patches').map((p) => String(p.path))].map((e) =>
-        resolve(dirname(file), e),
-      );
-      if (!used.includes(file)) problems.push(`${rel(file)}: not listed in ${rel(kustomizationFile)} (resources or patches), so it is never applied`);
+      const used = [
+        ...stringList(k.resources, 'resources'),
+        ...recordList(k.patches, 'patches').map((p) => String(p.path)),
+      ].map((e) => resolve(dirname(file), e));
+      if (!used.includes(file))
+        problems.push(
+          `${rel(file)}: not listed in ${rel(kustomizationFile)} (resources or patches), so it is never applied`,
+        );
     }
     expect(problems).toEqual([]);
   });
 
   // Never skipped: with INTERFACE.md at hand the copy must match it; without
   // it (a fresh clone), the copy must at least name only variables the apps read.
-  it(`INTERFACE_ENV_FALLBACK is current (checked against ${existsSync(INTERFACE_PATH) ? 'INTERFACE.md' : 'the apps\' schemas'})`, () => {
+  it(`INTERFACE_ENV_FALLBACK is current (checked against ${existsSync(INTERFACE_PATH) ? 'INTERFACE.md' : "the apps' schemas"})`, () => {
     for (const app of APPS) {
       if (existsSync(INTERFACE_PATH)) {
         const parsed = parseInterfaceEnv(readFileSync(INTERFACE_PATH, 'utf8'));
-        expect({ app, variables: [...parsed[app]].sort() }).toEqual({ app, variables: [...INTERFACE_ENV_FALLBACK[app]].sort() });
+        expect({ app, variables: [...parsed[app]].sort() }).toEqual({
+          app,
+          variables: [...INTERFACE_ENV_FALLBACK[app]].sort(),
+        });
       }
       const unknown = INTERFACE_ENV_FALLBACK[app].filter((v) => !APP_SPECS[app].variables.has(v));
       expect({ app, unknown }).toEqual({ app, unknown: [] });
@@ -643,13 +739,22 @@ describe('deploy/k8s manifests', () => {
     const problems: string[] = [];
     for (const app of APPS) {
       for (const name of interfaceSource.env[app]) {
-        if (!docsEnv[app].includes(name)) problems.push(`${CONFIGURATION_DOC}: the Configuration table has no row giving ${name} to the ${app}, which ${interfaceSource.from} lists`);
+        if (!docsEnv[app].includes(name))
+          problems.push(
+            `${CONFIGURATION_DOC}: the Configuration table has no row giving ${name} to the ${app}, which ${interfaceSource.from} lists`,
+          );
       }
       for (const name of APP_SPECS[app].variables) {
-        if (!docsEnv[app].includes(name)) problems.push(`${CONFIGURATION_DOC}: the ${app} reads ${name} (${APP_SPECS[app].schemaName}), but the Configuration table does not say so`);
+        if (!docsEnv[app].includes(name))
+          problems.push(
+            `${CONFIGURATION_DOC}: the ${app} reads ${name} (${APP_SPECS[app].schemaName}), but the Configuration table does not say so`,
+          );
       }
       for (const name of docsEnv[app]) {
-        if (!APP_SPECS[app].variables.has(name)) problems.push(`${CONFIGURATION_DOC}: the Configuration table gives ${name} to the ${app}, but ${APP_SPECS[app].schemaName} has no such variable`);
+        if (!APP_SPECS[app].variables.has(name))
+          problems.push(
+            `${CONFIGURATION_DOC}: the Configuration table gives ${name} to the ${app}, but ${APP_SPECS[app].schemaName} has no such variable`,
+          );
       }
     }
     expect(problems).toEqual([]);
@@ -672,7 +777,8 @@ describe('deploy/k8s manifests', () => {
         const view = appView(r, app);
         const problems = [...view.envProblems];
         for (const [name, v] of view.env) {
-          if (!spec.variables.has(name)) problems.push(`${view.where}: gets ${name} from ${v.from}, but ${spec.schemaName} has no such variable`);
+          if (!spec.variables.has(name))
+            problems.push(`${view.where}: gets ${name} from ${v.from}, but ${spec.schemaName} has no such variable`);
         }
         expect(problems).toEqual([]);
         expect(() => appSettings(view, app)).not.toThrow();
@@ -682,13 +788,22 @@ describe('deploy/k8s manifests', () => {
         const view = appView(r, app);
         const problems: string[] = [];
         for (const name of interfaceSource.env[app]) {
-          if (!view.env.has(name)) problems.push(`${view.where}: ${interfaceSource.from} lists ${name} for the ${app}, but neither env nor envFrom provides it`);
+          if (!view.env.has(name))
+            problems.push(
+              `${view.where}: ${interfaceSource.from} lists ${name} for the ${app}, but neither env nor envFrom provides it`,
+            );
         }
         for (const name of docsEnv[app]) {
-          if (!view.env.has(name)) problems.push(`${view.where}: ${CONFIGURATION_DOC}'s Configuration table lists ${name} for the ${app}, but neither env nor envFrom provides it`);
+          if (!view.env.has(name))
+            problems.push(
+              `${view.where}: ${CONFIGURATION_DOC}'s Configuration table lists ${name} for the ${app}, but neither env nor envFrom provides it`,
+            );
         }
         const nodeEnv = view.env.get('NODE_ENV');
-        if (nodeEnv?.value !== 'production') problems.push(`${view.where}: NODE_ENV is ${nodeEnv ? `"${nodeEnv.value}" from ${nodeEnv.from}` : 'unset'}, not production`);
+        if (nodeEnv?.value !== 'production')
+          problems.push(
+            `${view.where}: NODE_ENV is ${nodeEnv ? `"${nodeEnv.value}" from ${nodeEnv.from}` : 'unset'}, not production`,
+          );
         expect(problems).toEqual([]);
       });
 
@@ -708,13 +823,19 @@ describe('deploy/k8s manifests', () => {
             problems.push(`${view.where}: no ${kind} with httpGet`);
             continue;
           }
-          if (!paths.includes(get.path ?? '')) problems.push(`${view.where}: ${kind} gets ${get.path ?? '(no path)'}, expected ${paths.join(' or ')}`);
-          if (get.scheme !== undefined && get.scheme !== 'HTTP') problems.push(`${view.where}: ${kind} uses ${get.scheme}; the apps serve plain HTTP`);
+          if (!paths.includes(get.path ?? ''))
+            problems.push(`${view.where}: ${kind} gets ${get.path ?? '(no path)'}, expected ${paths.join(' or ')}`);
+          if (get.scheme !== undefined && get.scheme !== 'HTTP')
+            problems.push(`${view.where}: ${kind} uses ${get.scheme}; the apps serve plain HTTP`);
           const target = portNumber(view.container, get.port);
           if (target === undefined) {
-            problems.push(`${view.where}: ${kind} port ${String(get.port)} is not a declared containerPort (${JSON.stringify(view.container.ports ?? [])})`);
+            problems.push(
+              `${view.where}: ${kind} port ${String(get.port)} is not a declared containerPort (${JSON.stringify(view.container.ports ?? [])})`,
+            );
           } else if (target !== port) {
-            problems.push(`${view.where}: ${kind} probes port ${target}, but the ${app} listens on ${spec.portVariable}=${port} (from ${portFrom})`);
+            problems.push(
+              `${view.where}: ${kind} probes port ${target}, but the ${app} listens on ${spec.portVariable}=${port} (from ${portFrom})`,
+            );
           }
         }
         expect(problems).toEqual([]);
@@ -724,7 +845,10 @@ describe('deploy/k8s manifests', () => {
         const view = appView(r, app);
         const { drainSeconds, drainWhy } = appSettings(view, app);
         const preStop = preStopSeconds(view.container);
-        if (preStop === 'unknown') throw new Error(`${view.where}: cannot tell how long its preStop hook takes; use exec ["sleep", "N"] or sleep.seconds`);
+        if (preStop === 'unknown')
+          throw new Error(
+            `${view.where}: cannot tell how long its preStop hook takes; use exec ["sleep", "N"] or sleep.seconds`,
+          );
         const grace = view.template.spec.terminationGracePeriodSeconds ?? 30;
         const needed = preStop + drainSeconds;
         if (!(grace > needed)) {
@@ -741,10 +865,13 @@ describe('deploy/k8s manifests', () => {
         const { port } = appSettings(view, app);
         const problems: string[] = [];
         if (annotations['prometheus.io/port'] !== String(port)) {
-          problems.push(`${view.where}: prometheus.io/port is ${annotations['prometheus.io/port'] ?? 'unset'}, but the ${app} serves /metrics on ${port}`);
+          problems.push(
+            `${view.where}: prometheus.io/port is ${annotations['prometheus.io/port'] ?? 'unset'}, but the ${app} serves /metrics on ${port}`,
+          );
         }
         const path = annotations['prometheus.io/path'];
-        if (path !== undefined && path !== '/metrics') problems.push(`${view.where}: prometheus.io/path is ${path}, not /metrics`);
+        if (path !== undefined && path !== '/metrics')
+          problems.push(`${view.where}: prometheus.io/path is ${path}, not /metrics`);
         expect(problems).toEqual([]);
       });
 
@@ -755,8 +882,11 @@ describe('deploy/k8s manifests', () => {
         if (!selects((view.deployment.spec as DeploymentSpec).selector?.matchLabels, labels)) {
           problems.push(`${view.where}: spec.selector.matchLabels does not match the pod template's labels`);
         }
-        const pdbs = r.manifests.filter((m) => m.kind === 'PodDisruptionBudget' && selects((m.spec as SelectorSpec).selector?.matchLabels, labels));
-        if (pdbs.length !== 1) problems.push(`${view.where}: ${pdbs.length} PodDisruptionBudgets select its pods, expected 1`);
+        const pdbs = r.manifests.filter(
+          (m) => m.kind === 'PodDisruptionBudget' && selects((m.spec as SelectorSpec).selector?.matchLabels, labels),
+        );
+        if (pdbs.length !== 1)
+          problems.push(`${view.where}: ${pdbs.length} PodDisruptionBudgets select its pods, expected 1`);
         expect(problems).toEqual([]);
       });
     });
@@ -772,19 +902,27 @@ describe('deploy/k8s manifests', () => {
           return [];
         }
       });
-      const services = r.manifests.filter((m) => m.kind === 'Service' && selects((m.spec as ServiceSpec).selector, view.template.metadata?.labels));
+      const services = r.manifests.filter(
+        (m) => m.kind === 'Service' && selects((m.spec as ServiceSpec).selector, view.template.metadata?.labels),
+      );
       const problems: string[] = [];
-      if (services.length === 0) problems.push(`[${r.name}] no Service selects the api's pods (${JSON.stringify(view.template.metadata?.labels)})`);
+      if (services.length === 0)
+        problems.push(
+          `[${r.name}] no Service selects the api's pods (${JSON.stringify(view.template.metadata?.labels)})`,
+        );
       for (const svc of services) {
         const s = svc.spec as ServiceSpec;
         for (const other of others) {
-          if (selects(s.selector, other.template.metadata?.labels)) problems.push(`${describeManifest(r, svc)}: also selects ${other.where}`);
+          if (selects(s.selector, other.template.metadata?.labels))
+            problems.push(`${describeManifest(r, svc)}: also selects ${other.where}`);
         }
         if (!s.ports?.length) problems.push(`${describeManifest(r, svc)}: no ports`);
         for (const p of s.ports ?? []) {
           const target = portNumber(view.container, p.targetPort ?? p.port);
           if (target !== port) {
-            problems.push(`${describeManifest(r, svc)}: port ${p.port} targets ${String(p.targetPort ?? p.port)} (container port ${String(target)}), but the api listens on ${port}`);
+            problems.push(
+              `${describeManifest(r, svc)}: port ${p.port} targets ${String(p.targetPort ?? p.port)} (container port ${String(target)}), but the api listens on ${port}`,
+            );
           }
         }
       }
@@ -800,22 +938,39 @@ describe('deploy/k8s manifests', () => {
         return ref?.kind === 'Deployment' && ref.name === worker.deployment.metadata.name;
       });
       if (targeting.length !== 1) {
-        problems.push(`[${r.name}] ${targeting.length} HorizontalPodAutoscalers target Deployment ${worker.deployment.metadata.name}, expected 1 (found: ${hpas.map((h) => h.metadata.name).join(', ') || 'none'})`);
+        problems.push(
+          `[${r.name}] ${targeting.length} HorizontalPodAutoscalers target Deployment ${worker.deployment.metadata.name}, expected 1 (found: ${hpas.map((h) => h.metadata.name).join(', ') || 'none'})`,
+        );
       }
       for (const hpa of hpas) {
         const s = hpa.spec as HpaSpec;
         const ref = s.scaleTargetRef;
-        if (hpa.apiVersion !== 'autoscaling/v2') problems.push(`${describeManifest(r, hpa)}: apiVersion ${hpa.apiVersion}, expected autoscaling/v2`);
-        if (ref?.apiVersion !== 'apps/v1') problems.push(`${describeManifest(r, hpa)}: scaleTargetRef.apiVersion ${String(ref?.apiVersion)}, expected apps/v1`);
+        if (hpa.apiVersion !== 'autoscaling/v2')
+          problems.push(`${describeManifest(r, hpa)}: apiVersion ${hpa.apiVersion}, expected autoscaling/v2`);
+        if (ref?.apiVersion !== 'apps/v1')
+          problems.push(
+            `${describeManifest(r, hpa)}: scaleTargetRef.apiVersion ${String(ref?.apiVersion)}, expected apps/v1`,
+          );
         if (!r.manifests.some((m) => m.kind === ref?.kind && m.metadata.name === ref?.name)) {
-          problems.push(`${describeManifest(r, hpa)}: targets ${String(ref?.kind)}/${String(ref?.name)}, which does not exist`);
+          problems.push(
+            `${describeManifest(r, hpa)}: targets ${String(ref?.kind)}/${String(ref?.name)}, which does not exist`,
+          );
         }
-        if (!(s.minReplicas !== undefined && s.maxReplicas !== undefined && s.minReplicas >= 1 && s.minReplicas <= s.maxReplicas)) {
-          problems.push(`${describeManifest(r, hpa)}: needs 1 <= minReplicas (${String(s.minReplicas)}) <= maxReplicas (${String(s.maxReplicas)})`);
+        if (!(
+          s.minReplicas !== undefined &&
+          s.maxReplicas !== undefined &&
+          s.minReplicas >= 1 &&
+          s.minReplicas <= s.maxReplicas
+        )) {
+          problems.push(
+            `${describeManifest(r, hpa)}: needs 1 <= minReplicas (${String(s.minReplicas)}) <= maxReplicas (${String(s.maxReplicas)})`,
+          );
         }
       }
       if ((worker.deployment.spec as DeploymentSpec).replicas !== undefined) {
-        problems.push(`${worker.where}: sets spec.replicas, which every apply would reset under the HorizontalPodAutoscaler`);
+        problems.push(
+          `${worker.where}: sets spec.replicas, which every apply would reset under the HorizontalPodAutoscaler`,
+        );
       }
       expect(problems).toEqual([]);
     });
@@ -824,11 +979,17 @@ describe('deploy/k8s manifests', () => {
       const jobs = r.manifests.filter((m) => m.kind === 'Job');
       const migrate = jobs.flatMap((job) => {
         const t = podTemplateOf(job);
-        return (t?.spec.containers ?? []).filter((c) => fullCommand(c).join(' ') === MIGRATE_COMMAND.join(' ')).map((c) => ({ job, c }));
+        return (t?.spec.containers ?? [])
+          .filter((c) => fullCommand(c).join(' ') === MIGRATE_COMMAND.join(' '))
+          .map((c) => ({ job, c }));
       });
       if (migrate.length !== 1) {
-        const found = jobs.map((j) => `${j.metadata.name}: ${JSON.stringify(podTemplateOf(j)?.spec.containers.map(fullCommand))}`);
-        throw new Error(`[${r.name}] expected one Job container running ${JSON.stringify(MIGRATE_COMMAND)}, found ${migrate.length} (${found.join('; ') || 'no Jobs'})`);
+        const found = jobs.map(
+          (j) => `${j.metadata.name}: ${JSON.stringify(podTemplateOf(j)?.spec.containers.map(fullCommand))}`,
+        );
+        throw new Error(
+          `[${r.name}] expected one Job container running ${JSON.stringify(MIGRATE_COMMAND)}, found ${migrate.length} (${found.join('; ') || 'no Jobs'})`,
+        );
       }
       const [{ job, c }] = migrate;
       const problems: string[] = [];
@@ -836,7 +997,8 @@ describe('deploy/k8s manifests', () => {
       const env = resolveEnv(r, c, where, problems);
       if (!env.has('DATABASE_URL')) problems.push(`${where}: no DATABASE_URL`);
       const apiImage = appView(r, 'api').container.image;
-      if (c.image !== apiImage) problems.push(`${where}: image ${String(c.image)}, but the apps run ${String(apiImage)}`);
+      if (c.image !== apiImage)
+        problems.push(`${where}: image ${String(c.image)}, but the apps run ${String(apiImage)}`);
       expect(problems).toEqual([]);
     });
 
@@ -853,7 +1015,8 @@ describe('deploy/k8s manifests', () => {
             if (limit === undefined) problems.push(`${where}: no ${resource} limit`);
             if (request === undefined || limit === undefined) continue;
             const [q, l] = [quantity(request), quantity(limit)];
-            if (Number.isNaN(q) || Number.isNaN(l)) problems.push(`${where}: ${resource} request ${request} or limit ${limit} is not a quantity`);
+            if (Number.isNaN(q) || Number.isNaN(l))
+              problems.push(`${where}: ${resource} request ${request} or limit ${limit} is not a quantity`);
             else if (q > l) problems.push(`${where}: ${resource} request ${request} exceeds its limit ${limit}`);
           }
         }
@@ -873,14 +1036,18 @@ describe('deploy/k8s manifests', () => {
           if ((sc.runAsNonRoot ?? pod.runAsNonRoot) !== true) problems.push(`${where}: runAsNonRoot is not true`);
           // The image's USER is a name (node); the kubelet can verify runAsNonRoot only against a number.
           const uid = sc.runAsUser ?? pod.runAsUser;
-          if (!(typeof uid === 'number' && uid > 0)) problems.push(`${where}: runAsUser is ${String(uid)}, expected a numeric non-root uid`);
+          if (!(typeof uid === 'number' && uid > 0))
+            problems.push(`${where}: runAsUser is ${String(uid)}, expected a numeric non-root uid`);
           if (sc.readOnlyRootFilesystem !== true) problems.push(`${where}: readOnlyRootFilesystem is not true`);
           if (sc.allowPrivilegeEscalation !== false) problems.push(`${where}: allowPrivilegeEscalation is not false`);
           if (sc.privileged === true) problems.push(`${where}: privileged`);
-          if (!sc.capabilities?.drop?.includes('ALL')) problems.push(`${where}: capabilities.drop does not include ALL`);
-          if (sc.capabilities?.add?.length) problems.push(`${where}: adds capabilities ${sc.capabilities.add.join(', ')}`);
+          if (!sc.capabilities?.drop?.includes('ALL'))
+            problems.push(`${where}: capabilities.drop does not include ALL`);
+          if (sc.capabilities?.add?.length)
+            problems.push(`${where}: adds capabilities ${sc.capabilities.add.join(', ')}`);
           const seccomp = sc.seccompProfile?.type ?? pod.seccompProfile?.type;
-          if (seccomp !== 'RuntimeDefault' && seccomp !== 'Localhost') problems.push(`${where}: seccompProfile is ${String(seccomp)}, expected RuntimeDefault`);
+          if (seccomp !== 'RuntimeDefault' && seccomp !== 'Localhost')
+            problems.push(`${where}: seccompProfile is ${String(seccomp)}, expected RuntimeDefault`);
         }
       }
       expect(problems).toEqual([]);
@@ -895,14 +1062,18 @@ describe('deploy/k8s manifests', () => {
           images.set(image, [...(images.get(image) ?? []), `${m.kind}/${m.metadata.name}:${c.name}`]);
         }
       }
-      expect({ rendering: r.name, images: [...images.keys()] }).toEqual({ rendering: r.name, images: [expect.any(String)] });
+      expect({ rendering: r.name, images: [...images.keys()] }).toEqual({
+        rendering: r.name,
+        images: [expect.any(String)],
+      });
       if (r.name.startsWith('overlays/')) {
         const [image] = [...images.keys()];
         const problems: string[] = [];
         if (!r.images.some((i) => i.newName !== undefined || i.newTag !== undefined || i.digest !== undefined)) {
           problems.push(`[${r.name}] kustomization images does not set the registry name and release tag`);
         }
-        if (!/[:@]/.test(image) || image.endsWith(':latest')) problems.push(`[${r.name}] image ${image} has no pinned tag or digest`);
+        if (!/[:@]/.test(image) || image.endsWith(':latest'))
+          problems.push(`[${r.name}] image ${image} has no pinned tag or digest`);
         expect(problems).toEqual([]);
       }
     });
@@ -910,18 +1081,27 @@ describe('deploy/k8s manifests', () => {
     it(`secrets come only from ${SECRET_NAME}; only the example overlay ships it, with placeholders`, () => {
       const problems: string[] = [];
       const secrets = r.manifests.filter((m) => m.kind === 'Secret');
-      if (r.name === 'base' && secrets.length > 0) problems.push(`[base] ships Secrets (${secrets.map((s) => s.source).join(', ')}); secrets belong to an environment`);
+      if (r.name === 'base' && secrets.length > 0)
+        problems.push(
+          `[base] ships Secrets (${secrets.map((s) => s.source).join(', ')}); secrets belong to an environment`,
+        );
       for (const s of secrets) {
-        if (s.metadata.name !== SECRET_NAME) problems.push(`${describeManifest(r, s)}: only ${SECRET_NAME} is expected`);
+        if (s.metadata.name !== SECRET_NAME)
+          problems.push(`${describeManifest(r, s)}: only ${SECRET_NAME} is expected`);
         const data = secretData(s);
         const keys = Object.keys(data).sort();
         const expected = Object.keys(SECRET_PLACEHOLDERS).sort();
-        if (keys.join() !== expected.join()) problems.push(`${describeManifest(r, s)}: keys ${keys.join(', ')}, expected ${expected.join(', ')}`);
+        if (keys.join() !== expected.join())
+          problems.push(`${describeManifest(r, s)}: keys ${keys.join(', ')}, expected ${expected.join(', ')}`);
         for (const [k, v] of Object.entries(data)) {
-          if (!v.includes(EXAMPLE_SECRET_MARKER)) problems.push(`${describeManifest(r, s)}: ${k} does not look like a placeholder (no ${EXAMPLE_SECRET_MARKER}); never commit a real secret`);
+          if (!v.includes(EXAMPLE_SECRET_MARKER))
+            problems.push(
+              `${describeManifest(r, s)}: ${k} does not look like a placeholder (no ${EXAMPLE_SECRET_MARKER}); never commit a real secret`,
+            );
         }
       }
-      if (r.name.startsWith('overlays/') && secrets.length === 0) problems.push(`[${r.name}] ships no example ${SECRET_NAME}`);
+      if (r.name.startsWith('overlays/') && secrets.length === 0)
+        problems.push(`[${r.name}] ships no example ${SECRET_NAME}`);
       expect(problems).toEqual([]);
     });
 
@@ -934,7 +1114,9 @@ describe('deploy/k8s manifests', () => {
           for (const e of c.env ?? []) if (e.valueFrom?.configMapKeyRef) read.add(e.valueFrom.configMapKeyRef.name);
         }
       }
-      const unread = r.manifests.filter((m) => m.kind === 'ConfigMap' && !read.has(m.metadata.name)).map((m) => describeManifest(r, m));
+      const unread = r.manifests
+        .filter((m) => m.kind === 'ConfigMap' && !read.has(m.metadata.name))
+        .map((m) => describeManifest(r, m));
       expect(unread).toEqual([]);
     });
   });

@@ -21,12 +21,17 @@ describe.each<[BuiltApp, number]>([
   let proc: AppProcess;
 
   beforeAll(async () => {
-    proc = await startAppProcess(app, freePort(port), {
-      REDIS_URL: testRedisUrl(),
-      DATABASE_URL: testDatabaseUrl(),
-      LOG_LEVEL: 'info',
-      HTTP_REQUEST_TIMEOUT_S: '1',
-    }, ['--import', EARLY_WARNING]);
+    proc = await startAppProcess(
+      app,
+      freePort(port),
+      {
+        REDIS_URL: testRedisUrl(),
+        DATABASE_URL: testDatabaseUrl(),
+        LOG_LEVEL: 'info',
+        HTTP_REQUEST_TIMEOUT_S: '1',
+      },
+      ['--import', EARLY_WARNING],
+    );
   }, 120_000);
   afterAll(async () => {
     proc?.kill('SIGTERM');
@@ -34,22 +39,33 @@ describe.each<[BuiltApp, number]>([
   });
 
   const lineOf = (id: string) =>
-    eventually(() => proc.lines.find((l) => (l.req as { id?: string } | undefined)?.id === id && 'res' in l), 5000, `the line of ${id}`);
+    eventually(
+      () => proc.lines.find((l) => (l.req as { id?: string } | undefined)?.id === id && 'res' in l),
+      5000,
+      `the line of ${id}`,
+    );
 
   it.each([
     ['a malformed JSON body', '{"a":', 'application/json'],
     ['a body over the api’s own limit', `{"a":"${'x'.repeat(2 * 1024 * 1024)}"}`, 'application/json'],
-  ])('%s to a route that takes none: 404 problem+json, with its request id, logged and counted', async (_, body, type) => {
-    const id = `${app}-${Math.random().toString(36).slice(2)}`;
-    const labels = { method: 'POST', route: 'unmatched', status: '404' };
-    const before = await metricValue(proc.url, 'http_request_duration_seconds_count', labels);
-    const res = await fetch(`${proc.url}/health/live`, { method: 'POST', headers: { 'content-type': type, 'x-request-id': id }, body });
-    expect(res.status).toBe(404);
-    expect(res.headers.get('content-type')).toMatch(/^application\/problem\+json/);
-    expect(res.headers.get('x-request-id')).toBe(id);
-    expect(((await lineOf(id)).res as { statusCode: number }).statusCode).toBe(404);
-    expect(await metricValue(proc.url, 'http_request_duration_seconds_count', labels)).toBe(before + 1);
-  });
+  ])(
+    '%s to a route that takes none: 404 problem+json, with its request id, logged and counted',
+    async (_, body, type) => {
+      const id = `${app}-${Math.random().toString(36).slice(2)}`;
+      const labels = { method: 'POST', route: 'unmatched', status: '404' };
+      const before = await metricValue(proc.url, 'http_request_duration_seconds_count', labels);
+      const res = await fetch(`${proc.url}/health/live`, {
+        method: 'POST',
+        headers: { 'content-type': type, 'x-request-id': id },
+        body,
+      });
+      expect(res.status).toBe(404);
+      expect(res.headers.get('content-type')).toMatch(/^application\/problem\+json/);
+      expect(res.headers.get('x-request-id')).toBe(id);
+      expect(((await lineOf(id)).res as { statusCode: number }).statusCode).toBe(404);
+      expect(await metricValue(proc.url, 'http_request_duration_seconds_count', labels)).toBe(before + 1);
+    },
+  );
 
   it("Node's process warnings are JSON log lines, not text on stderr, even one raised before the logger existed", async () => {
     const line = await eventually(() => proc.lines.find((l) => l.warning === 'TestWarning'), 5000, 'the warning line');
@@ -90,7 +106,11 @@ describe.each<[BuiltApp, number]>([
     });
     expect(answer).toMatch(/^HTTP\/1\.1 408 Request Timeout\r\n/);
     const id = /\r\nX-Request-Id: ([\w-]+)\r\n/.exec(answer)?.[1];
-    await eventually(() => proc.lines.find((l) => (l.req as { id?: string } | undefined)?.id === id), 5000, 'the refusal line');
+    await eventually(
+      () => proc.lines.find((l) => (l.req as { id?: string } | undefined)?.id === id),
+      5000,
+      'the refusal line',
+    );
     expect(await metricValue(proc.url, 'http_parser_refusals_total', { status: '408' })).toBe(before + 1);
   });
 });

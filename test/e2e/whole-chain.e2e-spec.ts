@@ -73,14 +73,22 @@ describe('the whole chain', () => {
 
     // Worker A reads the entry, runs the job to its commit, and dies before XACK.
     await redis.xgroup('CREATE', JOBS_STREAM, CONSUMER_GROUP, '0', 'MKSTREAM');
-    const reply = (await redis.xreadgroup('GROUP', CONSUMER_GROUP, 'worker-a', 'COUNT', 1, 'STREAMS', JOBS_STREAM, '>')) as [
-      string,
-      [string, string[]][],
-    ][];
+    const reply = (await redis.xreadgroup(
+      'GROUP',
+      CONSUMER_GROUP,
+      'worker-a',
+      'COUNT',
+      1,
+      'STREAMS',
+      JOBS_STREAM,
+      '>',
+    )) as [string, [string, string[]][]][];
     const [id, flat] = reply[0][1][0];
     const job = parseSummaryJob({ id, fields: fieldsOf(flat) });
     const never = new AbortController().signal;
-    await expect(a.handler.handle(job, { deadline: performance.now() + 10_000, stopRetrying: never, signal: never })).resolves.toBe('done');
+    await expect(
+      a.handler.handle(job, { deadline: performance.now() + 10_000, stopRetrying: never, signal: never }),
+    ).resolves.toBe('done');
 
     // The relay runs meanwhile, and again after worker B's redelivery.
     await expect(r.relay.runOnce()).resolves.toMatchObject({ claimed: 1, sent: 1 });
@@ -96,7 +104,10 @@ describe('the whole chain', () => {
       payload: { job_id: jobId, to: 'reader@example.com' },
     });
     expect(Number(((await redis.xpending(JOBS_STREAM, CONSUMER_GROUP)) as [number])[0])).toBe(0);
-    const status = await request(api.server).get(`/v1/summaries/${jobId}`).set('Authorization', bearer(TENANT_A)).expect(200);
+    const status = await request(api.server)
+      .get(`/v1/summaries/${jobId}`)
+      .set('Authorization', bearer(TENANT_A))
+      .expect(200);
     expect(status.body).toEqual({ job_id: jobId, status: 'done', summary: 'Chained.' });
   });
 
@@ -115,10 +126,17 @@ describe('the whole chain', () => {
     await expect(r.relay.runOnce()).resolves.toMatchObject({ claimed: 0 });
     expect(provider.deliveriesFor(key)).toHaveLength(2);
 
-    const parked = (await request(api.server).get('/admin/outbox/parked').set('Authorization', bearer(ADMIN)).expect(200)).body.parked;
-    expect(parked).toEqual([expect.objectContaining({ dedupeKey: key, attempts: 2, lastError: expect.stringContaining('503') })]);
+    const parked = (
+      await request(api.server).get('/admin/outbox/parked').set('Authorization', bearer(ADMIN)).expect(200)
+    ).body.parked;
+    expect(parked).toEqual([
+      expect.objectContaining({ dedupeKey: key, attempts: 2, lastError: expect.stringContaining('503') }),
+    ]);
     provider.answer = () => ({ status: 200 });
-    await request(api.server).post(`/admin/outbox/${parked[0].id}/requeue`).set('Authorization', bearer(ADMIN)).expect(200);
+    await request(api.server)
+      .post(`/admin/outbox/${parked[0].id}/requeue`)
+      .set('Authorization', bearer(ADMIN))
+      .expect(200);
 
     await expect(r.relay.runOnce()).resolves.toMatchObject({ claimed: 1, sent: 1 });
     await expect(r.relay.runOnce()).resolves.toMatchObject({ claimed: 0 });

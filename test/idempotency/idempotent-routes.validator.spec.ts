@@ -72,9 +72,14 @@ describe('IdempotencyModule at start-up', () => {
   });
   afterAll(() => redis.disconnect());
 
-  const start = async (controllers: Type[], options: { lockTtlMs?: number; resultTtlMs?: number; maxStoredBodyBytes?: number } = {}) => {
+  const start = async (
+    controllers: Type[],
+    options: { lockTtlMs?: number; resultTtlMs?: number; maxStoredBodyBytes?: number } = {},
+  ) => {
     const moduleRef = await Test.createTestingModule({
-      imports: [IdempotencyModule.forRoot({ store: new RedisIdempotencyStore(redis), scope: () => 'tenant', ...options })],
+      imports: [
+        IdempotencyModule.forRoot({ store: new RedisIdempotencyStore(redis), scope: () => 'tenant', ...options }),
+      ],
       controllers,
     }).compile();
     try {
@@ -85,7 +90,13 @@ describe('IdempotencyModule at start-up', () => {
   };
 
   it('refuses @Idempotent() routes that take @Res() without passthrough or @Next(), naming each, and only those', async () => {
-    const message = await start([RawResponseController, NextController, ClassLevelController, PassthroughController, PlainRawController]).then(
+    const message = await start([
+      RawResponseController,
+      NextController,
+      ClassLevelController,
+      PassthroughController,
+      PlainRawController,
+    ]).then(
       () => 'it started',
       (err: Error) => err.message,
     );
@@ -99,7 +110,9 @@ describe('IdempotencyModule at start-up', () => {
   });
 
   it('refuses route options that are not positive whole numbers, however they were set', async () => {
-    await expect(start([BadOptionsController])).rejects.toThrow(/BadOptionsController\.create: lockTtlMs must be a positive whole number/);
+    await expect(start([BadOptionsController])).rejects.toThrow(
+      /BadOptionsController\.create: lockTtlMs must be a positive whole number/,
+    );
   });
 
   it.each([

@@ -36,7 +36,14 @@ describe('LockLease on Redis', () => {
     // Renewal is due at 133 ms (a third of the TTL) and fails at 283 ms; the
     // lock expires at 400 ms. Waiting another third would try at 416 ms, too
     // late; the retry after an error comes 50 ms later (an eighth).
-    const lease = new LockLease(store, key, 'ours', ttlMs, () => lost.push('lost'), (err) => errors.push(err));
+    const lease = new LockLease(
+      store,
+      key,
+      'ours',
+      ttlMs,
+      () => lost.push('lost'),
+      (err) => errors.push(err),
+    );
     try {
       await sleep(1000);
       expect(errors).toHaveLength(1);

@@ -1,10 +1,14 @@
-import { HttpChatCompletionsUpstream, UpstreamTimeoutError, UpstreamUnreachableError, type UpstreamRequest } from '@app/llm';
+import {
+  HttpChatCompletionsUpstream,
+  UpstreamTimeoutError,
+  UpstreamUnreachableError,
+  type UpstreamRequest,
+} from '@app/llm';
 import { once } from 'node:events';
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
 import { RecordingServer } from '../support/recording-server';
-
 
 async function readAll(body: AsyncIterable<Buffer>): Promise<Buffer> {
   const chunks: Buffer[] = [];
@@ -12,7 +16,9 @@ async function readAll(body: AsyncIterable<Buffer>): Promise<Buffer> {
   return Buffer.concat(chunks);
 }
 
-const BODY = Buffer.from('{ "model" : "gpt-4.1-mini",\n  "messages": [{"role": "user", "content": "héllo 🙂"}], "stream": false }');
+const BODY = Buffer.from(
+  '{ "model" : "gpt-4.1-mini",\n  "messages": [{"role": "user", "content": "héllo 🙂"}], "stream": false }',
+);
 const request = (overrides: Partial<UpstreamRequest> = {}): UpstreamRequest => ({
   body: BODY,
   json: JSON.parse(BODY.toString()),
@@ -86,10 +92,22 @@ describe('HttpChatCompletionsUpstream against a local provider', () => {
   it('relays a non-2xx as it is, Retry-After included', async () => {
     const error = '{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}';
     provider.handle = (res) =>
-      res.writeHead(429, { 'content-type': 'application/json', 'retry-after': '7', 'retry-after-ms': '6500', 'x-should-retry': 'true' }).end(error);
+      res
+        .writeHead(429, {
+          'content-type': 'application/json',
+          'retry-after': '7',
+          'retry-after-ms': '6500',
+          'x-should-retry': 'true',
+        })
+        .end(error);
     const answer = await upstream.send(request());
     expect(answer.status).toBe(429);
-    expect(answer.headers).toEqual({ 'content-type': 'application/json', 'retry-after': '7', 'retry-after-ms': '6500', 'x-should-retry': 'true' });
+    expect(answer.headers).toEqual({
+      'content-type': 'application/json',
+      'retry-after': '7',
+      'retry-after-ms': '6500',
+      'x-should-retry': 'true',
+    });
     expect((await readAll(answer.body)).toString()).toBe(error);
   });
 

@@ -10,10 +10,13 @@ const REQUEST: PayoutRequest = { reference: REFERENCE, order_id: 'ord_7', amount
 /** Whether `promise` is still pending after `ms`. */
 async function pendingAfter(promise: Promise<unknown>, ms: number): Promise<boolean> {
   const PENDING = Symbol('pending');
-  const winner = await Promise.race([promise.then(
-    () => 'settled',
-    () => 'settled',
-  ), sleep(ms, PENDING)]);
+  const winner = await Promise.race([
+    promise.then(
+      () => 'settled',
+      () => 'settled',
+    ),
+    sleep(ms, PENDING),
+  ]);
   return winner === PENDING;
 }
 
@@ -38,14 +41,24 @@ describe('FakePaymentsServer driven by the production HttpPaymentsProvider', () 
 
       expect(first).toEqual({
         outcome: 'paid',
-        payout: expect.objectContaining({ payout_id: expect.stringMatching(/^po_1_[0-9a-f]+$/), reference: REFERENCE, status: 'paid' }),
+        payout: expect.objectContaining({
+          payout_id: expect.stringMatching(/^po_1_[0-9a-f]+$/),
+          reference: REFERENCE,
+          status: 'paid',
+        }),
       });
-      expect(second).toEqual({ outcome: 'paid', payout: expect.objectContaining({ payout_id: expect.stringMatching(/^po_2_/) }) });
+      expect(second).toEqual({
+        outcome: 'paid',
+        payout: expect.objectContaining({ payout_id: expect.stringMatching(/^po_2_/) }),
+      });
       if (first.outcome !== 'paid' || second.outcome !== 'paid') throw new Error('unreachable');
       expect(second.payout.payout_id).not.toBe(first.payout.payout_id);
 
       expect(server.payouts).toHaveLength(2);
-      expect(server.payoutsFor(REFERENCE).map((p) => p.payout_id)).toEqual([first.payout.payout_id, second.payout.payout_id]);
+      expect(server.payoutsFor(REFERENCE).map((p) => p.payout_id)).toEqual([
+        first.payout.payout_id,
+        second.payout.payout_id,
+      ]);
       expect(server.payoutsFor('another')).toEqual([]);
       expect(server.payouts[0]).toEqual({
         payout_id: first.payout.payout_id,
@@ -59,7 +72,14 @@ describe('FakePaymentsServer driven by the production HttpPaymentsProvider', () 
 
       // The lookup answers the first payout.
       await expect(payments.lookup(REFERENCE, live())).resolves.toEqual(
-        expect.objectContaining({ payout_id: first.payout.payout_id, reference: REFERENCE, order_id: 'ord_7', amount: 1999, currency: 'EUR', status: 'paid' }),
+        expect.objectContaining({
+          payout_id: first.payout.payout_id,
+          reference: REFERENCE,
+          order_id: 'ord_7',
+          amount: 1999,
+          currency: 'EUR',
+          status: 'paid',
+        }),
       );
     });
 
@@ -85,7 +105,9 @@ describe('FakePaymentsServer driven by the production HttpPaymentsProvider', () 
       expect(err.reason).toBe('timeout');
 
       expect(server.payoutsFor(REFERENCE)).toHaveLength(1);
-      await expect(payments.lookup(REFERENCE, live())).resolves.toEqual(expect.objectContaining({ payout_id: server.payouts[0].payout_id }));
+      await expect(payments.lookup(REFERENCE, live())).resolves.toEqual(
+        expect.objectContaining({ payout_id: server.payouts[0].payout_id }),
+      );
       // The late answer is written to a client that has gone, harmlessly.
       await sleep(150);
       expect(server.payouts).toHaveLength(1);
@@ -112,13 +134,25 @@ describe('FakePaymentsServer driven by the production HttpPaymentsProvider', () 
       expect(err.reason).toBe('connection');
 
       expect(server.payoutsFor(REFERENCE)).toHaveLength(1);
-      await expect(payments.lookup(REFERENCE, live())).resolves.toEqual(expect.objectContaining({ payout_id: server.payouts[0].payout_id }));
+      await expect(payments.lookup(REFERENCE, live())).resolves.toEqual(
+        expect.objectContaining({ payout_id: server.payouts[0].payout_id }),
+      );
     });
 
     it('refuse: refused 422 with the default problem body, or the status and body given; nothing registered', async () => {
-      server.nextPayouts({ kind: 'refuse' }, { kind: 'refuse', status: 400, body: { type: 'bad-currency', title: 'Unknown currency' } });
-      await expect(payments.payout(REQUEST, live())).resolves.toEqual({ outcome: 'refused', status: 422, body: DEFAULT_REFUSAL });
-      expect(DEFAULT_REFUSAL).toEqual({ type: 'insufficient-funds', title: 'Insufficient funds in the merchant balance' });
+      server.nextPayouts(
+        { kind: 'refuse' },
+        { kind: 'refuse', status: 400, body: { type: 'bad-currency', title: 'Unknown currency' } },
+      );
+      await expect(payments.payout(REQUEST, live())).resolves.toEqual({
+        outcome: 'refused',
+        status: 422,
+        body: DEFAULT_REFUSAL,
+      });
+      expect(DEFAULT_REFUSAL).toEqual({
+        type: 'insufficient-funds',
+        title: 'Insufficient funds in the merchant balance',
+      });
       await expect(payments.payout(REQUEST, live())).resolves.toEqual({
         outcome: 'refused',
         status: 400,
@@ -158,7 +192,10 @@ describe('FakePaymentsServer driven by the production HttpPaymentsProvider', () 
       expect(await pendingAfter(call, 100)).toBe(true);
 
       release();
-      await expect(call).resolves.toEqual({ outcome: 'paid', payout: expect.objectContaining({ payout_id: server.payouts[0].payout_id }) });
+      await expect(call).resolves.toEqual({
+        outcome: 'paid',
+        payout: expect.objectContaining({ payout_id: server.payouts[0].payout_id }),
+      });
     });
 
     it('gate with pay: false registers nothing and answers a refusal once released (a rejected gate releases too)', async () => {
@@ -205,16 +242,25 @@ describe('FakePaymentsServer driven by the production HttpPaymentsProvider', () 
       const second = await outcomeUnknown(payments.lookup(REFERENCE, live()));
       expect([second.reason, second.status]).toEqual(['status', 500]);
       // The queue is empty again: the default answers.
-      await expect(payments.lookup(REFERENCE, live())).resolves.toEqual(expect.objectContaining({ reference: REFERENCE }));
+      await expect(payments.lookup(REFERENCE, live())).resolves.toEqual(
+        expect.objectContaining({ reference: REFERENCE }),
+      );
     });
 
     it('drop: unknown (connection); hang and a slow answer: unknown (timeout)', async () => {
       await payments.payout(REQUEST, live());
-      server.nextLookups({ kind: 'drop' }, { kind: 'hang' }, { kind: 'answer', delayMs: TIMEOUT_MS + 100 }, { kind: 'answer', delayMs: 20 });
+      server.nextLookups(
+        { kind: 'drop' },
+        { kind: 'hang' },
+        { kind: 'answer', delayMs: TIMEOUT_MS + 100 },
+        { kind: 'answer', delayMs: 20 },
+      );
       expect((await outcomeUnknown(payments.lookup(REFERENCE, live()))).reason).toBe('connection');
       expect((await outcomeUnknown(payments.lookup(REFERENCE, live()))).reason).toBe('timeout');
       expect((await outcomeUnknown(payments.lookup(REFERENCE, live()))).reason).toBe('timeout');
-      await expect(payments.lookup(REFERENCE, live())).resolves.toEqual(expect.objectContaining({ reference: REFERENCE }));
+      await expect(payments.lookup(REFERENCE, live())).resolves.toEqual(
+        expect.objectContaining({ reference: REFERENCE }),
+      );
       expect(server.lookupRequests()).toHaveLength(4);
     });
 
@@ -244,7 +290,9 @@ describe('FakePaymentsServer driven by the production HttpPaymentsProvider', () 
 
     it('lookupArrivals counts lookups only', async () => {
       await payments.payout(REQUEST, live());
-      await expect(server.lookupArrivals(1, 100)).rejects.toThrow('expected 1 lookup request(s) within 100 ms, 0 arrived');
+      await expect(server.lookupArrivals(1, 100)).rejects.toThrow(
+        'expected 1 lookup request(s) within 100 ms, 0 arrived',
+      );
       await payments.lookup(REFERENCE, live());
       await expect(server.lookupArrivals(1, 100)).resolves.toBeUndefined();
     });
@@ -260,14 +308,26 @@ describe('FakePaymentsServer driven by the production HttpPaymentsProvider', () 
     it('a malformed JSON body is 400, registers nothing and takes no queued behaviour', async () => {
       server.nextPayouts({ kind: 'refuse', status: 402 });
       const post = (body: string) =>
-        fetch(`${server.url()}/payouts`, { method: 'POST', headers: { 'content-type': 'application/json', 'idempotency-key': 'k' }, body });
+        fetch(`${server.url()}/payouts`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'idempotency-key': 'k' },
+          body,
+        });
 
       const malformed = await post('{"reference": "r1", ');
       expect(malformed.status).toBe(400);
       expect(await malformed.json()).toEqual(expect.objectContaining({ detail: 'the body is not JSON' }));
-      expect((await post(JSON.stringify({ reference: 'r1', order_id: 'o', amount: 1.5, currency: 'EUR' }))).status).toBe(400);
       expect(
-        (await fetch(`${server.url()}/payouts`, { method: 'POST', headers: { 'content-type': 'text/plain' }, body: JSON.stringify(REQUEST) })).status,
+        (await post(JSON.stringify({ reference: 'r1', order_id: 'o', amount: 1.5, currency: 'EUR' }))).status,
+      ).toBe(400);
+      expect(
+        (
+          await fetch(`${server.url()}/payouts`, {
+            method: 'POST',
+            headers: { 'content-type': 'text/plain' },
+            body: JSON.stringify(REQUEST),
+          })
+        ).status,
       ).toBe(415);
       expect((await fetch(`${server.url()}/payouts`)).status).toBe(400); // a lookup without a reference
       expect(server.payouts).toEqual([]);
@@ -276,7 +336,9 @@ describe('FakePaymentsServer driven by the production HttpPaymentsProvider', () 
       expect(server.payoutRequests()[0].rawBody).toBe('{"reference": "r1", ');
 
       // The queued refusal is still the next one's.
-      await expect(payments.payout(REQUEST, live())).resolves.toEqual(expect.objectContaining({ outcome: 'refused', status: 402 }));
+      await expect(payments.payout(REQUEST, live())).resolves.toEqual(
+        expect.objectContaining({ outcome: 'refused', status: 402 }),
+      );
     });
 
     it("on('payout') hears every payout as it is made", async () => {
@@ -293,12 +355,19 @@ describe('FakePaymentsServer driven by the production HttpPaymentsProvider', () 
   describe('stop', () => {
     it('destroys hanging and gated requests, rejects pending arrivals, and is idempotent', async () => {
       const patient = new HttpPaymentsProvider({ baseUrl: server.url(), timeoutMs: 5000 });
-      server.nextPayouts({ kind: 'hang' }, { kind: 'gate', gate: new Promise(() => undefined) }, { kind: 'pay', delayMs: 10_000 });
+      server.nextPayouts(
+        { kind: 'hang' },
+        { kind: 'gate', gate: new Promise(() => undefined) },
+        { kind: 'pay', delayMs: 10_000 },
+      );
       server.nextLookups({ kind: 'hang' });
       // Each outcome caught at once: they settle during stop(), before they are awaited.
-      const calls = [patient.payout(REQUEST, live()), patient.payout(REQUEST, live()), patient.payout(REQUEST, live()), patient.lookup(REFERENCE, live())].map(
-        (call) => outcomeUnknown(call),
-      );
+      const calls = [
+        patient.payout(REQUEST, live()),
+        patient.payout(REQUEST, live()),
+        patient.payout(REQUEST, live()),
+        patient.lookup(REFERENCE, live()),
+      ].map((call) => outcomeUnknown(call));
       await server.arrivals(3, 1000);
       await server.lookupArrivals(1, 1000);
       const never = server.arrivals(10, 60_000).then(

@@ -34,21 +34,34 @@ describe('HttpPaymentsProvider against a local provider', () => {
       expect(seen.url).toBe('/v1/payouts');
       expect(seen.headers['idempotency-key']).toBe(REFERENCE);
       expect(seen.headers['content-type']).toBe('application/json');
-      expect(seen.body.toString()).toBe(JSON.stringify({ reference: REFERENCE, order_id: 'ord_42', amount: 1250, currency: 'EUR' }));
+      expect(seen.body.toString()).toBe(
+        JSON.stringify({ reference: REFERENCE, order_id: 'ord_42', amount: 1250, currency: 'EUR' }),
+      );
     });
 
     it('any 2xx with a payout id is paid, its reference filled in when the provider leaves it out', async () => {
       provider.handle = (res) => json(res, 200, { payout_id: 'po_2' });
-      await expect(payments.payout(REQUEST, live())).resolves.toEqual({ outcome: 'paid', payout: { payout_id: 'po_2', reference: REFERENCE } });
+      await expect(payments.payout(REQUEST, live())).resolves.toEqual({
+        outcome: 'paid',
+        payout: { payout_id: 'po_2', reference: REFERENCE },
+      });
     });
 
     it('422 is a refusal, with the JSON body; a text body is kept as text', async () => {
       const problem = { type: 'https://provider.example/insufficient-funds', title: 'Insufficient funds' };
       provider.handle = (res) => json(res, 422, problem);
-      await expect(payments.payout(REQUEST, live())).resolves.toEqual({ outcome: 'refused', status: 422, body: problem });
+      await expect(payments.payout(REQUEST, live())).resolves.toEqual({
+        outcome: 'refused',
+        status: 422,
+        body: problem,
+      });
 
       provider.handle = (res) => res.writeHead(400, { 'content-type': 'text/plain' }).end('bad currency');
-      await expect(payments.payout(REQUEST, live())).resolves.toEqual({ outcome: 'refused', status: 400, body: 'bad currency' });
+      await expect(payments.payout(REQUEST, live())).resolves.toEqual({
+        outcome: 'refused',
+        status: 400,
+        body: 'bad currency',
+      });
     });
 
     it.each([500, 503, 429, 409, 408, 425])('%i leaves the outcome unknown (status)', async (status) => {
@@ -58,7 +71,12 @@ describe('HttpPaymentsProvider against a local provider', () => {
     });
 
     it('a 2xx without a string payout id, or with an unreadable body, leaves it unknown', async () => {
-      for (const body of [JSON.stringify({ reference: REFERENCE }), JSON.stringify({ payout_id: 7 }), '{"payout_id": "po_', '[]']) {
+      for (const body of [
+        JSON.stringify({ reference: REFERENCE }),
+        JSON.stringify({ payout_id: 7 }),
+        '{"payout_id": "po_',
+        '[]',
+      ]) {
         provider.handle = (res) => res.writeHead(201, { 'content-type': 'application/json' }).end(body);
         const err = await outcomeUnknown(payments.payout(REQUEST, live()));
         expect(err).toMatchObject({ reason: 'status', status: 201 });
@@ -67,7 +85,10 @@ describe('HttpPaymentsProvider against a local provider', () => {
 
     it('a 2xx for another reference leaves it unknown', async () => {
       provider.handle = (res) => json(res, 201, { payout_id: 'po_3', reference: 'someone-else' });
-      await expect(outcomeUnknown(payments.payout(REQUEST, live()))).resolves.toMatchObject({ reason: 'status', status: 201 });
+      await expect(outcomeUnknown(payments.payout(REQUEST, live()))).resolves.toMatchObject({
+        reason: 'status',
+        status: 201,
+      });
     });
 
     it('a provider that never answers is unknown (timeout) after about the timeout', async () => {
@@ -134,12 +155,18 @@ describe('HttpPaymentsProvider against a local provider', () => {
 
     it.each([500, 429, 400])('%i is unknown (status)', async (status) => {
       provider.handle = (res) => json(res, status, {});
-      await expect(outcomeUnknown(payments.lookup(REFERENCE, live()))).resolves.toMatchObject({ reason: 'status', status });
+      await expect(outcomeUnknown(payments.lookup(REFERENCE, live()))).resolves.toMatchObject({
+        reason: 'status',
+        status,
+      });
     });
 
     it('200 without a payout id is unknown', async () => {
       provider.handle = (res) => json(res, 200, { reference: REFERENCE });
-      await expect(outcomeUnknown(payments.lookup(REFERENCE, live()))).resolves.toMatchObject({ reason: 'status', status: 200 });
+      await expect(outcomeUnknown(payments.lookup(REFERENCE, live()))).resolves.toMatchObject({
+        reason: 'status',
+        status: 200,
+      });
     });
 
     it('no answer is unknown (timeout)', async () => {

@@ -6,7 +6,8 @@ import { Pool } from 'pg';
 import type { DataSource } from 'typeorm';
 import { eventually, freePort, sleep, testDatabaseUrl, testDataSource } from '../support/infra';
 
-const newPool = (max = 10) => new Pool({ connectionString: testDatabaseUrl(), max, application_name: 'idempotency-test' });
+const newPool = (max = 10) =>
+  new Pool({ connectionString: testDatabaseUrl(), max, application_name: 'idempotency-test' });
 
 describeIdempotencyStoreContract('PostgresIdempotencyStore', async () => {
   const pool = newPool();
@@ -61,7 +62,10 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
       streamed: false,
       locked_until: null,
     });
-    const [{ ttl_s }] = await ds.query(`SELECT extract(epoch FROM expires_at - now()) AS ttl_s FROM idempotency_keys WHERE key = $1`, [k]);
+    const [{ ttl_s }] = await ds.query(
+      `SELECT extract(epoch FROM expires_at - now()) AS ttl_s FROM idempotency_keys WHERE key = $1`,
+      [k],
+    );
     expect(Number(ttl_s)).toBeGreaterThan(86_399);
     // No one followed and nothing streamed: no frame log at all.
     expect(await count(`SELECT count(*) AS n FROM idempotency_frames WHERE attempt = $1`, [running.attempt])).toBe(0);
@@ -105,7 +109,9 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
     expect(after.started_at.getTime()).toBeGreaterThan(before.started_at.getTime());
     await expect(store.renew(k, 'old', 10_000)).resolves.toBe(false);
     await expect(store.release(k, 'old')).resolves.toBe(false);
-    await expect(store.complete(k, `new-${winner}`, 'fp', { status: 200, headers: {}, body: 'ok' }, 60_000)).resolves.toBe(true);
+    await expect(
+      store.complete(k, `new-${winner}`, 'fp', { status: 200, headers: {}, body: 'ok' }, 60_000),
+    ).resolves.toBe(true);
   });
 
   it('does not let a claim with another body take over a dead request: it sees the running record and its fingerprint until the row expires', async () => {
@@ -113,12 +119,18 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
     await store.claim(k, 'old', 'fp', 100);
     await sleep(200);
     // Whatever the dead request did is this key's: another body must not run under it.
-    await expect(store.claim(k, 'other', 'fp2', 10_000)).resolves.toMatchObject({ outcome: 'in-progress', fingerprint: 'fp' });
+    await expect(store.claim(k, 'other', 'fp2', 10_000)).resolves.toMatchObject({
+      outcome: 'in-progress',
+      fingerprint: 'fp',
+    });
     expect(await rowOf(k)).toMatchObject({ state: 'running', token: 'old', fingerprint: 'fp' });
     // An abandoned key (outcome unknown) is the same: only its own body takes it over.
     await expect(store.claim(k, 'same', 'fp', 10_000)).resolves.toEqual({ outcome: 'claimed', tookOver: true });
     await expect(store.abandon(k, 'same')).resolves.toBe(true);
-    await expect(store.claim(k, 'other', 'fp2', 10_000)).resolves.toMatchObject({ outcome: 'in-progress', fingerprint: 'fp' });
+    await expect(store.claim(k, 'other', 'fp2', 10_000)).resolves.toMatchObject({
+      outcome: 'in-progress',
+      fingerprint: 'fp',
+    });
     // Once the dead row expires (its retention), the key is free for any body.
     await ds.query(`UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE key = $1`, [k]);
     await expect(store.claim(k, 'other', 'fp2', 10_000)).resolves.toMatchObject({ outcome: 'claimed' });
@@ -140,7 +152,11 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
       return events;
     });
     await sleep(200);
-    expect(await count(`SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = 'idempotency-listen' AND datname = current_database()`)).toBe(1);
+    expect(
+      await count(
+        `SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = 'idempotency-listen' AND datname = current_database()`,
+      ),
+    ).toBe(1);
     await Promise.all(keys.map((k) => store.release(k, 't1')));
     for (const events of await Promise.all(followed)) expect(events).toEqual([{ kind: 'end', outcome: 'aborted' }]);
     stop.abort();
@@ -210,7 +226,11 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
       try {
         await seed(450, 5);
         sweeper.startSweeping();
-        await eventually(async () => ((await count(`SELECT count(*) AS n FROM idempotency_keys`)) === 5 ? true : undefined), 5000, 'the sweep');
+        await eventually(
+          async () => ((await count(`SELECT count(*) AS n FROM idempotency_keys`)) === 5 ? true : undefined),
+          5000,
+          'the sweep',
+        );
         await sweeper.close();
         await ds.query(`UPDATE idempotency_keys SET expires_at = now() - interval '1 second'`);
         await sleep(200);
@@ -223,7 +243,10 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
   });
 
   it('fails closed: every operation rejects when PostgreSQL cannot be reached', async () => {
-    const pool = new Pool({ connectionString: `postgres://postgres@127.0.0.1:${freePort(7)}/nowhere`, connectionTimeoutMillis: 1000 });
+    const pool = new Pool({
+      connectionString: `postgres://postgres@127.0.0.1:${freePort(7)}/nowhere`,
+      connectionTimeoutMillis: 1000,
+    });
     pool.on('error', () => undefined);
     const down = new PostgresIdempotencyStore(pool);
     const k = key();
@@ -236,7 +259,8 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
       await expect(down.frames.append(k, 't', ['x'])).rejects.toThrow();
       await expect(down.frames.complete(k, 't', 'fp', 1000)).rejects.toThrow();
       const follow = async () => {
-        for await (const _ of down.frames.follow(`${randomUUID()}:${k}` as FramesRef, new AbortController().signal)) void _;
+        for await (const _ of down.frames.follow(`${randomUUID()}:${k}` as FramesRef, new AbortController().signal))
+          void _;
       };
       await expect(follow()).rejects.toThrow();
       await expect(down.sweepExpired()).rejects.toThrow();

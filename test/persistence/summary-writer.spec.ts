@@ -6,7 +6,12 @@ import { eventually, testDatabaseUrl, testDataSource, truncateAll } from '../sup
 describe('SummaryWriter (one statement, one transaction: summary and outbox row)', () => {
   let ds: DataSource;
   let writer: SummaryWriter;
-  const job = { jobId: '6f1c7a52-3f7e-5b8e-9b0e-1d2c3b4a5f60', tenant: 'acme', summary: 'Short.', notify: 'a@example.com' };
+  const job = {
+    jobId: '6f1c7a52-3f7e-5b8e-9b0e-1d2c3b4a5f60',
+    tenant: 'acme',
+    summary: 'Short.',
+    notify: 'a@example.com',
+  };
   const count = async (table: string) => Number((await ds.query(`SELECT count(*) AS n FROM ${table}`))[0].n);
 
   beforeAll(async () => {
@@ -43,7 +48,9 @@ describe('SummaryWriter (one statement, one transaction: summary and outbox row)
   it('is all or nothing: when the outbox row cannot be written, the summary is not stored either', async () => {
     // An outbox row already holding this job's dedupe key makes the second
     // insert of the statement fail (unique violation) after the first has run.
-    await ds.query(`INSERT INTO outbox (topic, dedupe_key, payload) VALUES ('t', $1, '{}')`, [summaryReadyDedupeKey(job.jobId)]);
+    await ds.query(`INSERT INTO outbox (topic, dedupe_key, payload) VALUES ('t', $1, '{}')`, [
+      summaryReadyDedupeKey(job.jobId),
+    ]);
     await expect(writer.writeWithNotification(job)).rejects.toThrow(/outbox_dedupe_key_unique/);
     expect(await count('summaries')).toBe(0);
     expect(await count('outbox')).toBe(1);

@@ -15,21 +15,29 @@ describe('relay: several relays side by side', () => {
       await eventually(() => (relays.every((r) => r.listener.listening) ? true : undefined), 5000, 'four listeners');
 
       const keys = await insertOutboxRows(ds, 1000, 'drain');
-      await eventually(async () => {
-        const [{ n }] = await ds.query('SELECT count(*)::int AS n FROM outbox WHERE sent_at IS NULL');
-        return n === 0 ? true : undefined;
-      }, 20_000, 'all rows sent');
+      await eventually(
+        async () => {
+          const [{ n }] = await ds.query('SELECT count(*)::int AS n FROM outbox WHERE sent_at IS NULL');
+          return n === 0 ? true : undefined;
+        },
+        20_000,
+        'all rows sent',
+      );
 
       const counts = provider.countsByKey();
       expect(provider.deliveries).toHaveLength(1000);
       expect(counts.size).toBe(1000);
       expect([...counts.values()].every((n) => n === 1)).toBe(true);
       expect([...counts.keys()].sort()).toEqual([...keys].sort());
-      expect(await ds.query('SELECT count(*)::int AS n FROM outbox WHERE attempts > 0 OR parked_at IS NOT NULL OR lease_until IS NOT NULL')).toEqual([
-        { n: 0 },
-      ]);
+      expect(
+        await ds.query(
+          'SELECT count(*)::int AS n FROM outbox WHERE attempts > 0 OR parked_at IS NOT NULL OR lease_until IS NOT NULL',
+        ),
+      ).toEqual([{ n: 0 }]);
       // Each row recorded as sent by exactly one relay; the work was shared.
-      const perRelay = await Promise.all(relays.map((r) => sample(r.registry, 'outbox_sends_total', { outcome: 'sent' })));
+      const perRelay = await Promise.all(
+        relays.map((r) => sample(r.registry, 'outbox_sends_total', { outcome: 'sent' })),
+      );
       expect(perRelay.reduce((a, b) => a + b, 0)).toBe(1000);
       expect(perRelay.filter((n) => n > 0).length).toBeGreaterThan(1);
     } finally {
@@ -50,16 +58,18 @@ describe('relay: several relays side by side', () => {
       const keysA = provider.deliveries.map((d) => d.idempotencyKey);
 
       // A's rows are not locked while it waits: a NOWAIT lock on them succeeds at once.
-      await ds.transaction(async (em) => {
-        const locked: unknown[] = await em.query(
-          `SELECT id FROM outbox WHERE dedupe_key = ANY($1) FOR UPDATE NOWAIT`,
-          [keysA],
-        );
-        expect(locked).toHaveLength(5);
-        throw new RollbackOnPurpose();
-      }).catch((err: unknown) => {
-        if (!(err instanceof RollbackOnPurpose)) throw err;
-      });
+      await ds
+        .transaction(async (em) => {
+          const locked: unknown[] = await em.query(
+            `SELECT id FROM outbox WHERE dedupe_key = ANY($1) FOR UPDATE NOWAIT`,
+            [keysA],
+          );
+          expect(locked).toHaveLength(5);
+          throw new RollbackOnPurpose();
+        })
+        .catch((err: unknown) => {
+          if (!(err instanceof RollbackOnPurpose)) throw err;
+        });
 
       const passB = b.relay.runOnce();
       await eventually(() => (provider.deliveries.length === 10 ? true : undefined), 1500, 'relay B’s five sends');
@@ -94,7 +104,10 @@ describe('relay: several relays side by side', () => {
       // Without SKIP LOCKED the claim waits until the holder's transaction ends; the bound makes
       // that a failure instead of a hang (it is generous: this asserts what is claimed, not speed).
       pass = relay.relay.runOnce();
-      await expect(settlesWithin(pass, 10_000, 'the claim next to locked rows')).resolves.toMatchObject({ claimed: 3, sent: 3 });
+      await expect(settlesWithin(pass, 10_000, 'the claim next to locked rows')).resolves.toMatchObject({
+        claimed: 3,
+        sent: 3,
+      });
       expect([...provider.countsByKey()].sort()).toEqual(keys.slice(2).map((k) => [k, 1]));
 
       // Once the other claim is gone (rolled back here), its rows are claimable again.

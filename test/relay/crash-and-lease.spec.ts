@@ -35,7 +35,9 @@ describe('relay: a crash between sending and recording, and lease ownership', ()
     const relayA: RelayHarness = await compileRelay({
       env,
       override: (b) =>
-        b.overrideProvider(NotificationSender).useValue(webhookThen(provider.url, async () => relayA.dataSource.destroy())),
+        b
+          .overrideProvider(NotificationSender)
+          .useValue(webhookThen(provider.url, async () => relayA.dataSource.destroy())),
     });
     try {
       await expect(relayA.relay.runOnce()).resolves.toMatchObject({ claimed: 1, sent: 0, unrecorded: 1 });
@@ -52,10 +54,14 @@ describe('relay: a crash between sending and recording, and lease ownership', ()
     expect(provider.deliveriesFor(key)).toHaveLength(1);
 
     // After it: relay B claims it and sends it again, with the same key and body.
-    const pass = await eventually(async () => {
-      const r = await relayB.relay.runOnce();
-      return r.claimed > 0 ? r : undefined;
-    }, 4000, 'relay B to claim the row after the lease');
+    const pass = await eventually(
+      async () => {
+        const r = await relayB.relay.runOnce();
+        return r.claimed > 0 ? r : undefined;
+      },
+      4000,
+      'relay B to claim the row after the lease',
+    );
     expect(pass).toMatchObject({ claimed: 1, sent: 1 });
 
     const deliveries = provider.deliveriesFor(key);
@@ -92,7 +98,12 @@ describe('relay: a crash between sending and recording, and lease ownership', ()
       await relayA.close();
     }
     // B's result stands: one failure counted, not two (A's late failure would have made it 2).
-    expect(await rowByKey(ds, key)).toMatchObject({ attempts: 1, last_error: 'HTTP 503', lease_until: null, parked_at: null });
+    expect(await rowByKey(ds, key)).toMatchObject({
+      attempts: 1,
+      last_error: 'HTTP 503',
+      lease_until: null,
+      parked_at: null,
+    });
     expect(provider.deliveriesFor(key)).toHaveLength(2);
   });
 

@@ -228,7 +228,12 @@ export async function startRelay(options: RelayHarnessOptions = {}): Promise<Rel
   return harness(moduleRef, config, app, () => app.close()) as RelayHarness & { app: INestApplication };
 }
 
-function harness(moduleRef: TestingModule, config: RelayConfig, app: INestApplication | undefined, close: () => Promise<void>): RelayHarness {
+function harness(
+  moduleRef: TestingModule,
+  config: RelayConfig,
+  app: INestApplication | undefined,
+  close: () => Promise<void>,
+): RelayHarness {
   const get = <T>(token: abstract new (...args: never[]) => T): T => (app ?? moduleRef).get(token);
   return {
     moduleRef,
@@ -250,7 +255,12 @@ export const TOPIC = 'email.summary_ready';
  * Outbox rows as the worker writes them (one transaction, NOTIFY per row
  * delivered at commit), with dedupe keys `<prefix>:<n>`. Returns the keys in id order.
  */
-export async function insertOutboxRows(ds: DataSource, count: number, prefix: string, notify = true): Promise<string[]> {
+export async function insertOutboxRows(
+  ds: DataSource,
+  count: number,
+  prefix: string,
+  notify = true,
+): Promise<string[]> {
   const rows: { dedupe_key: string }[] = await ds.query(
     `WITH row AS (
        INSERT INTO outbox (topic, dedupe_key, payload)

@@ -16,31 +16,42 @@ interface RelayProcess {
 async function spawnRelay(env: Record<string, string>): Promise<RelayProcess> {
   const healthPort = freePort(71);
   const { NODE_OPTIONS: _ignored, ...inherited } = process.env;
-  const child = spawn(process.execPath, ['-r', 'ts-node/register', '-r', 'tsconfig-paths/register', 'apps/relay/src/main.ts'], {
-    cwd: ROOT,
-    env: {
-      ...inherited,
-      TS_NODE_TRANSPILE_ONLY: 'true',
-      DATABASE_URL: testDatabaseUrl(),
-      REDIS_URL: testRedisUrl(),
-      HEALTH_PORT: String(healthPort),
-      LOG_LEVEL: 'warn',
-      ...env,
+  const child = spawn(
+    process.execPath,
+    ['-r', 'ts-node/register', '-r', 'tsconfig-paths/register', 'apps/relay/src/main.ts'],
+    {
+      cwd: ROOT,
+      env: {
+        ...inherited,
+        TS_NODE_TRANSPILE_ONLY: 'true',
+        DATABASE_URL: testDatabaseUrl(),
+        REDIS_URL: testRedisUrl(),
+        HEALTH_PORT: String(healthPort),
+        LOG_LEVEL: 'warn',
+        ...env,
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
     },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
+  );
   let output = '';
   child.stdout?.on('data', (c: Buffer) => (output += c.toString()));
   child.stderr?.on('data', (c: Buffer) => (output += c.toString()));
-  const exited = once(child, 'exit').then(([code, signal]) => ({ code: code as number | null, signal: signal as NodeJS.Signals | null }));
+  const exited = once(child, 'exit').then(([code, signal]) => ({
+    code: code as number | null,
+    signal: signal as NodeJS.Signals | null,
+  }));
   let gone = false;
   void exited.then(() => (gone = true));
   try {
-    await eventually(async () => {
-      if (gone) throw new Error(`relay exited during start-up:\n${output}`);
-      const res = await fetch(`http://127.0.0.1:${healthPort}/health/ready`).catch(() => undefined);
-      return res?.status === 200 ? true : undefined;
-    }, 20_000, 'the relay process to be ready');
+    await eventually(
+      async () => {
+        if (gone) throw new Error(`relay exited during start-up:\n${output}`);
+        const res = await fetch(`http://127.0.0.1:${healthPort}/health/ready`).catch(() => undefined);
+        return res?.status === 200 ? true : undefined;
+      },
+      20_000,
+      'the relay process to be ready',
+    );
   } catch (err) {
     child.kill('SIGKILL');
     throw err;
@@ -89,7 +100,11 @@ describe('relay: the process (main.ts)', () => {
 
     const other = await compileRelay({ env });
     try {
-      await eventually(async () => ((await other.relay.runOnce()).sent === 1 ? true : undefined), 5000, 'the second relay to send it');
+      await eventually(
+        async () => ((await other.relay.runOnce()).sent === 1 ? true : undefined),
+        5000,
+        'the second relay to send it',
+      );
     } finally {
       await other.close();
     }

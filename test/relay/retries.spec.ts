@@ -35,7 +35,11 @@ describe('relay: the webhook contract, a provider that is down, backoff and park
     const [d] = provider.deliveries;
     expect(d).toMatchObject({ method: 'POST', path: '/notify', idempotencyKey: key, contentType: 'application/json' });
     expect(Object.keys(d.body)).toEqual(['topic', 'dedupe_key', 'payload']);
-    expect(d.body).toEqual({ topic: TOPIC, dedupe_key: key, payload: { job_id: 'summary_ready-1', to: 'someone@example.com' } });
+    expect(d.body).toEqual({
+      topic: TOPIC,
+      dedupe_key: key,
+      payload: { job_id: 'summary_ready-1', to: 'someone@example.com' },
+    });
 
     const row = await rowByKey(ds, key);
     expect(row).toMatchObject({ attempts: 0, last_error: null, lease_until: null, parked_at: null });
@@ -57,7 +61,13 @@ describe('relay: the webhook contract, a provider that is down, backoff and park
 
       await expect(down.relay.runOnce()).resolves.toMatchObject({ claimed: 1, failed: 1, sent: 0 });
       const failed = await rowByKey(ds, key);
-      expect(failed).toMatchObject({ attempts: 1, last_error: 'HTTP 503', sent_at: null, parked_at: null, lease_until: null });
+      expect(failed).toMatchObject({
+        attempts: 1,
+        last_error: 'HTTP 503',
+        sent_at: null,
+        parked_at: null,
+        lease_until: null,
+      });
       expect(failed.due_in_ms).toBeGreaterThan(0);
       expect(failed.due_in_ms).toBeLessThanOrEqual(1000);
 
@@ -66,10 +76,14 @@ describe('relay: the webhook contract, a provider that is down, backoff and park
       expect(provider.deliveriesFor(key)).toHaveLength(1);
 
       provider.answer = () => ({ status: 200 });
-      const pass = await eventually(async () => {
-        const r = await down.relay.runOnce();
-        return r.claimed > 0 ? r : undefined;
-      }, 4000, 'the retry after the backoff');
+      const pass = await eventually(
+        async () => {
+          const r = await down.relay.runOnce();
+          return r.claimed > 0 ? r : undefined;
+        },
+        4000,
+        'the retry after the backoff',
+      );
       expect(pass).toMatchObject({ claimed: 1, sent: 1 });
 
       const sent = await rowByKey(ds, key);
@@ -90,11 +104,15 @@ describe('relay: the webhook contract, a provider that is down, backoff and park
     provider.answer = () => ({ status: 500 });
     const parkedBefore = await sample(relay.registry, 'outbox_sends_total', { outcome: 'parked' });
 
-    await eventually(async () => {
-      await relay.relay.runOnce();
-      const row = await rowByKey(ds, key);
-      return row.parked_at ? row : undefined;
-    }, 5000, 'the row to be parked');
+    await eventually(
+      async () => {
+        await relay.relay.runOnce();
+        const row = await rowByKey(ds, key);
+        return row.parked_at ? row : undefined;
+      },
+      5000,
+      'the row to be parked',
+    );
 
     const row = await rowByKey(ds, key);
     expect(row).toMatchObject({ attempts: 3, last_error: 'HTTP 500', sent_at: null, lease_until: null });
@@ -126,7 +144,11 @@ describe('relay: the webhook contract, a provider that is down, backoff and park
     const started = Date.now();
     await expect(relay.relay.runOnce()).resolves.toMatchObject({ claimed: 1, failed: 1 });
     expect(Date.now() - started).toBeLessThan(2000);
-    expect(await rowByKey(ds, key)).toMatchObject({ attempts: 1, last_error: 'timeout after 300 ms', lease_until: null });
+    expect(await rowByKey(ds, key)).toMatchObject({
+      attempts: 1,
+      last_error: 'timeout after 300 ms',
+      lease_until: null,
+    });
     expect(provider.deliveriesFor(key)).toHaveLength(1);
   });
 

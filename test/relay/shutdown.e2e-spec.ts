@@ -5,11 +5,17 @@ describe('relay: shutdown (app.close(), as SIGTERM runs it)', () => {
   const { ds, provider } = relayFixture(60);
 
   it('lets an in-flight slow send finish and records it as sent; claims nothing new meanwhile', async () => {
-    const relay = await startRelay({ env: { NOTIFY_WEBHOOK_URL: provider.url, NOTIFY_TIMEOUT_S: '5', OUTBOX_POLL_MS: '100' } });
+    const relay = await startRelay({
+      env: { NOTIFY_WEBHOOK_URL: provider.url, NOTIFY_TIMEOUT_S: '5', OUTBOX_POLL_MS: '100' },
+    });
     await eventually(() => (relay.listener.listening ? true : undefined), 5000, 'the LISTEN connection');
     provider.answer = () => ({ status: 200, delayMs: 1500 });
     const [inflight] = await insertOutboxRows(ds, 1, 'inflight');
-    await eventually(() => (provider.deliveriesFor(inflight).length === 1 ? true : undefined), 2000, 'the send to start');
+    await eventually(
+      () => (provider.deliveriesFor(inflight).length === 1 ? true : undefined),
+      2000,
+      'the send to start',
+    );
 
     const closing = relay.close();
     await sleep(100);
@@ -28,7 +34,9 @@ describe('relay: shutdown (app.close(), as SIGTERM runs it)', () => {
   });
 
   it('a send still hanging at shutdown is cut off at NOTIFY_TIMEOUT_S and recorded as a failure', async () => {
-    const relay = await startRelay({ env: { NOTIFY_WEBHOOK_URL: provider.url, NOTIFY_TIMEOUT_S: '0.5', OUTBOX_POLL_MS: '100' } });
+    const relay = await startRelay({
+      env: { NOTIFY_WEBHOOK_URL: provider.url, NOTIFY_TIMEOUT_S: '0.5', OUTBOX_POLL_MS: '100' },
+    });
     provider.answer = () => 'hang';
     const [key] = await insertOutboxRows(ds, 1, 'hangs');
     await eventually(() => (provider.deliveriesFor(key).length === 1 ? true : undefined), 3000, 'the send to start');

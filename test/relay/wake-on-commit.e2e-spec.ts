@@ -4,7 +4,10 @@ import type { Server } from 'node:http';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import { OutboxListener } from '../../apps/relay/src/outbox/outbox-listener';
-import { OUTBOX_RELAY_OPTIONS, type OutboxRelayOptions } from '../../apps/relay/src/outbox/outbox-relay.module-definition';
+import {
+  OUTBOX_RELAY_OPTIONS,
+  type OutboxRelayOptions,
+} from '../../apps/relay/src/outbox/outbox-relay.module-definition';
 import { eventually, freePort, sleep, testDatabaseUrl, testDataSource, truncateAll } from '../support/infra';
 import { TcpProxy } from '../support/tcp-proxy';
 import { FakeProvider, insertOutboxRows, startRelay, type RelayHarness } from './relay-harness';
@@ -56,10 +59,14 @@ describe('relay: woken by the commit, LISTEN reconnects, health', () => {
     await deliveredWithin(key, PROMPTLY_MS);
     expect(provider.deliveriesFor(key)[0].receivedAt - committed).toBeLessThan(PROMPTLY_MS);
     expect(provider.deliveriesFor(key)).toHaveLength(1);
-    await eventually(async () => {
-      const [row] = await ds.query('SELECT sent_at FROM outbox WHERE dedupe_key = $1', [key]);
-      return row.sent_at ? true : undefined;
-    }, PROMPTLY_MS, 'the row recorded as sent');
+    await eventually(
+      async () => {
+        const [row] = await ds.query('SELECT sent_at FROM outbox WHERE dedupe_key = $1', [key]);
+        return row.sent_at ? true : undefined;
+      },
+      PROMPTLY_MS,
+      'the row recorded as sent',
+    );
   });
 
   it('is live and ready, with the LISTEN connection among the readiness checks', async () => {
@@ -77,10 +84,14 @@ describe('relay: woken by the commit, LISTEN reconnects, health', () => {
     const during = await commitSummary();
     await deliveredWithin(during, PROMPTLY_MS + 1000);
 
-    await eventually(() => {
-      const pid = relay.listener.backendPid;
-      return pid !== undefined && pid !== oldPid ? pid : undefined;
-    }, 5000, 'a new LISTEN connection');
+    await eventually(
+      () => {
+        const pid = relay.listener.backendPid;
+        return pid !== undefined && pid !== oldPid ? pid : undefined;
+      },
+      5000,
+      'a new LISTEN connection',
+    );
     await request(server).get('/health/ready').expect(200);
 
     const after = await commitSummary();
@@ -93,7 +104,11 @@ describe('relay: woken by the commit, LISTEN reconnects, health', () => {
     const passes = jest.spyOn(relay.relay, 'runOnce');
     try {
       const keys = await insertOutboxRows(ds, 200, 'burst');
-      await eventually(() => (keys.every((k) => provider.deliveriesFor(k).length === 1) ? true : undefined), 5000, 'all 200 delivered');
+      await eventually(
+        () => (keys.every((k) => provider.deliveriesFor(k).length === 1) ? true : undefined),
+        5000,
+        'all 200 delivered',
+      );
       // 10 full batches of 20, drained back to back, plus at most a few passes for notifications that came in meanwhile.
       expect(passes.mock.calls.length).toBeGreaterThanOrEqual(10);
       expect(passes.mock.calls.length).toBeLessThan(30);
@@ -135,7 +150,8 @@ describe('relay: a LISTEN connection that hangs without closing', () => {
       env: { NOTIFY_WEBHOOK_URL: provider.url, OUTBOX_POLL_MS: '10000' },
       override: (b) =>
         b.overrideProvider(OutboxListener).useFactory({
-          factory: (options: OutboxRelayOptions) => new OutboxListener({ ...options, databaseUrl: proxy.urlFor(options.databaseUrl) }),
+          factory: (options: OutboxRelayOptions) =>
+            new OutboxListener({ ...options, databaseUrl: proxy.urlFor(options.databaseUrl) }),
           inject: [OUTBOX_RELAY_OPTIONS],
         }),
     });
@@ -160,10 +176,14 @@ describe('relay: a LISTEN connection that hangs without closing', () => {
     // The probe (every 5 s in Kubernetes) fails on the silent connection, and the listener replaces it.
     const probe = await request(server).get('/health/ready').expect(503);
     expect(probe.body.failing).toEqual(['outbox_listen']);
-    await eventually(() => {
-      const pid = relay.listener.backendPid;
-      return pid !== undefined && pid !== oldPid ? pid : undefined;
-    }, 5000, 'a new LISTEN connection');
+    await eventually(
+      () => {
+        const pid = relay.listener.backendPid;
+        return pid !== undefined && pid !== oldPid ? pid : undefined;
+      },
+      5000,
+      'a new LISTEN connection',
+    );
     await deliveredWithin(during, PROMPTLY_MS);
     await request(server).get('/health/ready').expect(200);
 

@@ -26,7 +26,12 @@ export interface AppProcess {
  * setup builds), with only `env` (and PATH) in its environment, once its
  * /health/live answers. `nodeArgs` go before the script (`--import`, say).
  */
-export async function startAppProcess(app: BuiltApp, port: number, env: Record<string, string>, nodeArgs: readonly string[] = []): Promise<AppProcess> {
+export async function startAppProcess(
+  app: BuiltApp,
+  port: number,
+  env: Record<string, string>,
+  nodeArgs: readonly string[] = [],
+): Promise<AppProcess> {
   const child = spawn(process.execPath, [...nodeArgs, join(ROOT, 'dist', 'apps', app, 'main.js')], {
     cwd: ROOT,
     env: { PATH: process.env.PATH, [app === 'api' ? 'PORT' : 'HEALTH_PORT']: String(port), ...env },
@@ -49,7 +54,10 @@ export async function startAppProcess(app: BuiltApp, port: number, env: Record<s
     }
   });
   child.stderr.on('data', (d: Buffer) => err.push(d));
-  const exited = once(child, 'close').then(([code, signal]) => ({ code: code as number | null, signal: signal as NodeJS.Signals | null }));
+  const exited = once(child, 'close').then(([code, signal]) => ({
+    code: code as number | null,
+    signal: signal as NodeJS.Signals | null,
+  }));
   const url = `http://127.0.0.1:${port}`;
   const proc: AppProcess = {
     pid: child.pid ?? -1,

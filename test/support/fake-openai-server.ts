@@ -4,7 +4,12 @@ import type { AddressInfo } from 'node:net';
 /** What the fake model does with one request. */
 export type ModelReply =
   | { readonly kind: 'complete'; readonly content: string | null; readonly delayMs?: number }
-  | { readonly kind: 'error'; readonly status: number; readonly headers?: Record<string, string>; readonly delayMs?: number }
+  | {
+      readonly kind: 'error';
+      readonly status: number;
+      readonly headers?: Record<string, string>;
+      readonly delayMs?: number;
+    }
   /** Accepts the request and never answers. */
   | { readonly kind: 'hang' }
   /** Sends 200 headers, then one byte every `everyMs`, for ever. */
@@ -41,16 +46,23 @@ export interface SeenRequest {
 }
 
 /** An OpenAI chat.completion.chunk stream for `content`, one chunk per word, with the usage chunk. */
-export function completionEvents(content: string, options: { id?: string; model?: string; usage?: boolean } = {}): string[] {
+export function completionEvents(
+  content: string,
+  options: { id?: string; model?: string; usage?: boolean } = {},
+): string[] {
   const id = options.id ?? 'chatcmpl-stream-1';
   const base = { id, object: 'chat.completion.chunk', created: 1_700_000_000, model: options.model ?? 'gpt-test' };
   const usageNull = options.usage ? { usage: null } : {};
-  const chunk = (choices: unknown[], extra: object = usageNull) => `data: ${JSON.stringify({ ...base, choices, ...extra })}\n\n`;
+  const chunk = (choices: unknown[], extra: object = usageNull) =>
+    `data: ${JSON.stringify({ ...base, choices, ...extra })}\n\n`;
   const words = content.split(/(?<= )/);
   const events = [chunk([{ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null }])];
   for (const word of words) events.push(chunk([{ index: 0, delta: { content: word }, finish_reason: null }]));
   events.push(chunk([{ index: 0, delta: {}, finish_reason: 'stop' }]));
-  if (options.usage) events.push(chunk([], { usage: { prompt_tokens: 11, completion_tokens: words.length, total_tokens: 11 + words.length } }));
+  if (options.usage)
+    events.push(
+      chunk([], { usage: { prompt_tokens: 11, completion_tokens: words.length, total_tokens: 11 + words.length } }),
+    );
   events.push('data: [DONE]\n\n');
   return events;
 }
@@ -71,7 +83,12 @@ export class FakeOpenAiServer {
   /** Most requests in progress at the same time. */
   peakConcurrency = 0;
 
-  constructor(public reply: (n: number, text: string) => ModelReply | Promise<ModelReply> = () => ({ kind: 'complete', content: 'A summary.' })) {}
+  constructor(
+    public reply: (n: number, text: string) => ModelReply | Promise<ModelReply> = () => ({
+      kind: 'complete',
+      content: 'A summary.',
+    }),
+  ) {}
 
   get baseUrl(): string {
     const { port } = this.server!.address() as AddressInfo;

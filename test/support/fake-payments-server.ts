@@ -1,6 +1,12 @@
 import { randomBytes } from 'node:crypto';
 import { EventEmitter, once } from 'node:events';
-import { createServer, type IncomingHttpHeaders, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import {
+  createServer,
+  type IncomingHttpHeaders,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 
 /** One payout the fake provider made: money that left. Two with one reference are a double payment. */
@@ -70,7 +76,10 @@ export interface FakePaymentsEvents {
   request: [FakeRequest];
 }
 
-export const DEFAULT_REFUSAL = { type: 'insufficient-funds', title: 'Insufficient funds in the merchant balance' } as const;
+export const DEFAULT_REFUSAL = {
+  type: 'insufficient-funds',
+  title: 'Insufficient funds in the merchant balance',
+} as const;
 
 interface Waiter {
   readonly kind: 'payout' | 'lookup';
@@ -208,7 +217,8 @@ export class FakePaymentsServer extends EventEmitter<FakePaymentsEvents> {
 
   private wait(kind: 'payout' | 'lookup', n: number, timeoutMs: number): Promise<void> {
     if (this.count(kind) >= n) return Promise.resolve();
-    if (this.stopped) return Promise.reject(new Error(`FakePaymentsServer: stopped, ${n} ${kind} request(s) will not arrive`));
+    if (this.stopped)
+      return Promise.reject(new Error(`FakePaymentsServer: stopped, ${n} ${kind} request(s) will not arrive`));
     return new Promise<void>((resolve, reject) => {
       const waiter: Waiter = {
         kind,
@@ -217,7 +227,11 @@ export class FakePaymentsServer extends EventEmitter<FakePaymentsEvents> {
         reject,
         timer: setTimeout(() => {
           this.waiters.delete(waiter);
-          reject(new Error(`FakePaymentsServer: expected ${n} ${kind} request(s) within ${timeoutMs} ms, ${this.count(kind)} arrived`));
+          reject(
+            new Error(
+              `FakePaymentsServer: expected ${n} ${kind} request(s) within ${timeoutMs} ms, ${this.count(kind)} arrived`,
+            ),
+          );
         }, timeoutMs),
       };
       this.waiters.add(waiter);
@@ -275,7 +289,8 @@ export class FakePaymentsServer extends EventEmitter<FakePaymentsEvents> {
       return this.send(res, 415, { type: 'unsupported-media-type', title: 'The body must be application/json' });
     }
     const problem = payoutProblem(seen);
-    if (problem !== undefined) return this.send(res, 400, { type: 'invalid-request', title: 'Invalid payout request', detail: problem });
+    if (problem !== undefined)
+      return this.send(res, 400, { type: 'invalid-request', title: 'Invalid payout request', detail: problem });
     const fields = seen.body as { reference: string; order_id: string; amount: number; currency: string };
 
     const behaviour = this.payoutQueue.shift() ?? this.defaultPayout;
@@ -410,7 +425,8 @@ function payoutProblem(seen: FakeRequest): string | undefined {
   const f = body as Record<string, unknown>;
   if (typeof f.reference !== 'string' || f.reference === '') return 'reference must be a non-empty string';
   if (typeof f.order_id !== 'string' || f.order_id === '') return 'order_id must be a non-empty string';
-  if (typeof f.amount !== 'number' || !Number.isSafeInteger(f.amount) || f.amount <= 0) return 'amount must be a positive integer (minor units)';
+  if (typeof f.amount !== 'number' || !Number.isSafeInteger(f.amount) || f.amount <= 0)
+    return 'amount must be a positive integer (minor units)';
   if (typeof f.currency !== 'string' || !/^[A-Z]{3}$/.test(f.currency)) return 'currency must be three capital letters';
   return undefined;
 }

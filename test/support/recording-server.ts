@@ -44,7 +44,13 @@ export class RecordingServer {
   private async receive(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const chunks: Buffer[] = [];
     for await (const chunk of req) chunks.push(chunk as Buffer);
-    const seen: SeenRequest = { method: req.method, url: req.url, headers: req.headers, body: Buffer.concat(chunks), socket: req.socket };
+    const seen: SeenRequest = {
+      method: req.method,
+      url: req.url,
+      headers: req.headers,
+      body: Buffer.concat(chunks),
+      socket: req.socket,
+    };
     this.seen.push(seen);
     await this.handle(res, seen);
   }

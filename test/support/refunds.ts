@@ -19,7 +19,10 @@ export type RefundRow = Omit<Refund, 'status' | 'created_at'> & { readonly tenan
 
 /** The `refunds` rows with this refund id. */
 export const refundRows = async (db: DataSource, refundId: string): Promise<RefundRow[]> =>
-  await db.query<RefundRow[]>(`SELECT refund_id, tenant, ticket_id, order_id, amount, currency, payout_id FROM refunds WHERE refund_id = $1`, [refundId]);
+  await db.query<RefundRow[]>(
+    `SELECT refund_id, tenant, ticket_id, order_id, amount, currency, payout_id FROM refunds WHERE refund_id = $1`,
+    [refundId],
+  );
 
 /** The row a refund of `body` by `tenant`, paid with `payoutId`, leaves in `refunds`. */
 export const paidRow = (refundId: string, tenant: string, body: RefundRequest, payoutId: string): RefundRow => ({
@@ -58,9 +61,10 @@ export interface KeyRecord {
 /** The record of this operation (see refundOperation), if any. */
 export const keyRecord = async (db: DataSource, operation: string): Promise<KeyRecord | undefined> =>
   (
-    await db.query<KeyRecord[]>(`SELECT state, status, body, token, locked_until, locked_until <= now() AS lock_expired FROM idempotency_keys WHERE key = $1`, [
-      operation,
-    ])
+    await db.query<KeyRecord[]>(
+      `SELECT state, status, body, token, locked_until, locked_until <= now() AS lock_expired FROM idempotency_keys WHERE key = $1`,
+      [operation],
+    )
   )[0];
 
 /**
@@ -95,7 +99,11 @@ const affected = (result: unknown): number => (result as [unknown[], number])[1]
  * (2 × PAYMENTS_TIMEOUT_S) is over, as if waited out. Fails unless the mark stands.
  */
 export async function ageAttempt(db: DataSource, refundId: string): Promise<void> {
-  const n = affected(await db.query(`UPDATE refund_attempts SET last_sent_at = now() - interval '1 hour' WHERE refund_id = $1`, [refundId]));
+  const n = affected(
+    await db.query(`UPDATE refund_attempts SET last_sent_at = now() - interval '1 hour' WHERE refund_id = $1`, [
+      refundId,
+    ]),
+  );
   expect({ refundId, aged: n }).toEqual({ refundId, aged: 1 });
 }
 
@@ -106,7 +114,10 @@ export async function ageAttempt(db: DataSource, refundId: string): Promise<void
  */
 export async function expireLock(db: DataSource, operation: string): Promise<void> {
   const n = affected(
-    await db.query(`UPDATE idempotency_keys SET locked_until = now() - interval '1 second' WHERE key = $1 AND state = 'running'`, [operation]),
+    await db.query(
+      `UPDATE idempotency_keys SET locked_until = now() - interval '1 second' WHERE key = $1 AND state = 'running'`,
+      [operation],
+    ),
   );
   expect({ operation, expired: n }).toEqual({ operation, expired: 1 });
 }

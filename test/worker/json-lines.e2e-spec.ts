@@ -4,7 +4,15 @@ import { randomUUID } from 'node:crypto';
 import type { DataSource } from 'typeorm';
 import { type AppProcess, startAppProcess } from '../support/app-process';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
-import { eventually, freePort, freshRedis, testDatabaseUrl, testDataSource, testRedisUrl, truncateAll } from '../support/infra';
+import {
+  eventually,
+  freePort,
+  freshRedis,
+  testDatabaseUrl,
+  testDataSource,
+  testRedisUrl,
+  truncateAll,
+} from '../support/infra';
 
 const CONCURRENCY = 64;
 const JOBS = 150;
@@ -85,7 +93,11 @@ describe('worker process under load writes JSON lines only', () => {
     );
     const queue = new SummaryJobQueue(redis);
     const jobIds = Array.from({ length: JOBS }, () => jobIdFor(`tenant-a:POST:/v1/summaries:${randomUUID()}`));
-    await Promise.all(jobIds.map((jobId) => queue.enqueue({ jobId, tenant: 'tenant-a', payload: { text: `Text of ${jobId}.`, notify: 'a@example.com' } })));
+    await Promise.all(
+      jobIds.map((jobId) =>
+        queue.enqueue({ jobId, tenant: 'tenant-a', payload: { text: `Text of ${jobId}.`, notify: 'a@example.com' } }),
+      ),
+    );
 
     const count = async (table: string) => Number((await db.query(`SELECT count(*) AS n FROM ${table}`))[0].n);
     await eventually(async () => ((await count('summaries')) === JOBS ? true : undefined), 15_000, `${JOBS} summaries`);

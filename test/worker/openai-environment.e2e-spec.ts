@@ -38,13 +38,24 @@ describe('the openai client and the environment', () => {
       printed.push(args.map((a) => (typeof a === 'string' ? a : JSON.stringify(a))).join(' '));
     };
     const spies = [
-      ...(['log', 'debug', 'info', 'warn', 'error'] as const).map((m) => jest.spyOn(console, m).mockImplementation(capture)),
-      jest.spyOn(process.stdout, 'write').mockImplementation((chunk: string | Uint8Array) => (capture(String(chunk)), true)),
-      jest.spyOn(process.stderr, 'write').mockImplementation((chunk: string | Uint8Array) => (capture(String(chunk)), true)),
+      ...(['log', 'debug', 'info', 'warn', 'error'] as const).map((m) =>
+        jest.spyOn(console, m).mockImplementation(capture),
+      ),
+      jest
+        .spyOn(process.stdout, 'write')
+        .mockImplementation((chunk: string | Uint8Array) => (capture(String(chunk)), true)),
+      jest
+        .spyOn(process.stderr, 'write')
+        .mockImplementation((chunk: string | Uint8Array) => (capture(String(chunk)), true)),
     ];
     const text = `A private text ${Date.now()} that must not reach a log.`;
     try {
-      const llm = new OpenAiLlmClient({ apiKey: 'test', baseUrl: server.baseUrl, model: 'gpt-4.1-mini', requestTimeoutMs: 5000 });
+      const llm = new OpenAiLlmClient({
+        apiKey: 'test',
+        baseUrl: server.baseUrl,
+        model: 'gpt-4.1-mini',
+        requestTimeoutMs: 5000,
+      });
       await expect(llm.summarize(text, { signal: new AbortController().signal })).resolves.toBe('A summary.');
     } finally {
       for (const spy of spies) spy.mockRestore();

@@ -42,7 +42,10 @@ describe('model calls through the openai SDK and RetryPolicy', () => {
   const recordArrival = () => arrivals.push(performance.now());
 
   it('a 429 is retried and succeeds on the second request', async () => {
-    server.reply = (n) => (recordArrival(), n === 1 ? { kind: 'error', status: 429 } : { kind: 'complete', content: 'Got it.' });
+    server.reply = (n) => (
+      recordArrival(),
+      n === 1 ? { kind: 'error', status: 429 } : { kind: 'complete', content: 'Got it.' }
+    );
     await expect(call()).resolves.toEqual({ value: 'Got it.', attempts: 2 });
     expect(server.calls).toBe(2);
   });
@@ -56,13 +59,23 @@ describe('model calls through the openai SDK and RetryPolicy', () => {
   });
 
   it('honours Retry-After: the second request waits for it', async () => {
-    server.reply = (n) => (recordArrival(), n === 1 ? { kind: 'error', status: 429, headers: { 'retry-after': '1' } } : { kind: 'complete', content: 'Later.' });
+    server.reply = (n) => (
+      recordArrival(),
+      n === 1
+        ? { kind: 'error', status: 429, headers: { 'retry-after': '1' } }
+        : { kind: 'complete', content: 'Later.' }
+    );
     await expect(call()).resolves.toMatchObject({ attempts: 2 });
     expect(arrivals[1] - arrivals[0]).toBeGreaterThanOrEqual(990);
   });
 
   it('honours retry-after-ms', async () => {
-    server.reply = (n) => (recordArrival(), n === 1 ? { kind: 'error', status: 503, headers: { 'retry-after-ms': '300' } } : { kind: 'complete', content: 'Later.' });
+    server.reply = (n) => (
+      recordArrival(),
+      n === 1
+        ? { kind: 'error', status: 503, headers: { 'retry-after-ms': '300' } }
+        : { kind: 'complete', content: 'Later.' }
+    );
     await expect(call()).resolves.toMatchObject({ attempts: 2 });
     expect(arrivals[1] - arrivals[0]).toBeGreaterThanOrEqual(290);
   });

@@ -41,7 +41,11 @@ describe('a worker whose database is not migrated yet', () => {
     const migrated = new DataSource(dataSourceOptions({ url, applicationName: 'test-migration' }));
     try {
       const jobId = jobIdFor(`tenant-a:POST:/v1/summaries:${randomUUID()}`);
-      const id = await new SummaryJobQueue(redis).enqueue({ jobId, tenant: 'tenant-a', payload: { text: 'Early.', notify: 'a@example.com' } });
+      const id = await new SummaryJobQueue(redis).enqueue({
+        jobId,
+        tenant: 'tenant-a',
+        payload: { text: 'Early.', notify: 'a@example.com' },
+      });
       expect(await w.consumer.runOnce()).toEqual([{ id, deliveries: 1, outcome: 'transient' }]);
       expect(model.calls).toBe(0); // the pre-check failed first
       expect(await redis.xlen(DEAD_LETTER_STREAM)).toBe(0);

@@ -1,10 +1,27 @@
-import { CONSUMER_GROUP, DEAD_LETTER_STREAM, fieldsOf, jobIdFor, jobRecordKey, JOBS_STREAM, SummaryJobQueue } from '@app/jobs';
+import {
+  CONSUMER_GROUP,
+  DEAD_LETTER_STREAM,
+  fieldsOf,
+  jobIdFor,
+  jobRecordKey,
+  JOBS_STREAM,
+  SummaryJobQueue,
+} from '@app/jobs';
 import { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import type { DataSource } from 'typeorm';
 import { ACK } from '../../apps/worker/src/consumer/stream-scripts';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
-import { eventually, freePort, freshRedis, type RedisServer, sleep, startRedisServer, testDataSource, truncateAll } from '../support/infra';
+import {
+  eventually,
+  freePort,
+  freshRedis,
+  type RedisServer,
+  sleep,
+  startRedisServer,
+  testDataSource,
+  truncateAll,
+} from '../support/infra';
 import { metricSample, metricValue } from '../support/metrics';
 import { startWorker, type WorkerHarness } from '../support/worker-harness';
 
@@ -30,9 +47,16 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
   const pending = async () => Number(((await redis.xpending(JOBS_STREAM, CONSUMER_GROUP)) as [number])[0]);
   /** What a consumer that then dies leaves behind: the entry delivered to it and never acknowledged. */
   const readAs = async (consumer: string, count = 10) => {
-    const reply = (await redis.xreadgroup('GROUP', CONSUMER_GROUP, consumer, 'COUNT', count, 'STREAMS', JOBS_STREAM, '>')) as
-      | [string, [string, string[]][]][]
-      | null;
+    const reply = (await redis.xreadgroup(
+      'GROUP',
+      CONSUMER_GROUP,
+      consumer,
+      'COUNT',
+      count,
+      'STREAMS',
+      JOBS_STREAM,
+      '>',
+    )) as [string, [string, string[]][]][] | null;
     return (reply?.[0]?.[1] ?? []).map(([id, flat]) => ({ id, fields: fieldsOf(flat) }));
   };
   const createGroup = () => redis.xgroup('CREATE', JOBS_STREAM, CONSUMER_GROUP, '0', 'MKSTREAM');
@@ -108,7 +132,13 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
     await createGroup();
     // Worker A reads and runs the job to its commit, then dies before XACK.
     const [entry] = await readAs('worker-a-dead');
-    await expect(a.handler.handle(job, { deadline: performance.now() + 10_000, stopRetrying: new AbortController().signal, signal: new AbortController().signal })).resolves.toBe('done');
+    await expect(
+      a.handler.handle(job, {
+        deadline: performance.now() + 10_000,
+        stopRetrying: new AbortController().signal,
+        signal: new AbortController().signal,
+      }),
+    ).resolves.toBe('done');
     expect(await pending()).toBe(1);
 
     expect(await b.consumer.runOnce()).toEqual([]); // not idle long enough yet
@@ -129,7 +159,11 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
     await queue.enqueue(job);
     await createGroup();
     await readAs('slow-worker'); // A holds it but does not refresh it (stalled)
-    const slow = a.handler.handle(job, { deadline: performance.now() + 10_000, stopRetrying: new AbortController().signal, signal: new AbortController().signal });
+    const slow = a.handler.handle(job, {
+      deadline: performance.now() + 10_000,
+      stopRetrying: new AbortController().signal,
+      signal: new AbortController().signal,
+    });
     await sleep(250);
     const reclaimed = b.consumer.runOnce();
     const [first, [second]] = await Promise.all([slow, reclaimed]);
@@ -147,7 +181,12 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
     const [entry] = await readAs('killed-consumer');
     await sleep(200);
     expect(await b.consumer.runOnce()).toEqual([]);
-    const [[, owner, , deliveriesBefore]] = (await redis.xpending(JOBS_STREAM, CONSUMER_GROUP, '-', '+', 10)) as [string, string, number, number][];
+    const [[, owner, , deliveriesBefore]] = (await redis.xpending(JOBS_STREAM, CONSUMER_GROUP, '-', '+', 10)) as [
+      string,
+      string,
+      number,
+      number,
+    ][];
     expect([owner, deliveriesBefore]).toEqual(['killed-consumer', 1]);
     await sleep(250);
     expect(await b.consumer.runOnce()).toEqual([{ id: entry.id, deliveries: 2, outcome: 'done' }]);
@@ -277,7 +316,9 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
       { reason: 'deleted_from_stream', source_id: goneId },
     ]);
     expect(await pending()).toBe(0);
-    expect(await metricValue(w.app.getHttpServer(), 'worker_dead_letters_total', { reason: 'deleted_from_stream' })).toBe(1);
+    expect(
+      await metricValue(w.app.getHttpServer(), 'worker_dead_letters_total', { reason: 'deleted_from_stream' }),
+    ).toBe(1);
   });
 
   it('never reclaims its own entry while the job runs, even when a refresh came too late', async () => {

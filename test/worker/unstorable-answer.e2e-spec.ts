@@ -39,7 +39,11 @@ describe('a model answer PostgreSQL cannot store as it is', () => {
   const run = async (content: string) => {
     model.reply = () => ({ kind: 'complete', content });
     const jobId = jobIdFor(`tenant-a:POST:/v1/summaries:${randomUUID()}`);
-    await new SummaryJobQueue(redis).enqueue({ jobId, tenant: 'tenant-a', payload: { text: 'Some text.', notify: 'a@example.com' } });
+    await new SummaryJobQueue(redis).enqueue({
+      jobId,
+      tenant: 'tenant-a',
+      payload: { text: 'Some text.', notify: 'a@example.com' },
+    });
     const [delivery] = await worker.consumer.runOnce();
     return { jobId, outcome: delivery?.outcome };
   };
@@ -57,7 +61,9 @@ describe('a model answer PostgreSQL cannot store as it is', () => {
   it('stores an unpaired surrogate as U+FFFD, and keeps a real pair', async () => {
     const { jobId, outcome } = await run('Broken \ud800 here, \udc00 there, intact \ud83d\ude00.');
     expect(outcome).toBe('done');
-    expect(await stored()).toEqual([{ job_id: jobId, summary: 'Broken \ufffd here, \ufffd there, intact \ud83d\ude00.' }]);
+    expect(await stored()).toEqual([
+      { job_id: jobId, summary: 'Broken \ufffd here, \ufffd there, intact \ud83d\ude00.' },
+    ]);
     expect(await outboxRows()).toBe(1);
   });
 

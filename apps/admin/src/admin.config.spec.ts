@@ -3,7 +3,10 @@ import { loadAdminConfig } from './admin.config';
 
 describe('admin CLI configuration', () => {
   it('has the documented defaults', () => {
-    expect(loadAdminConfig({})).toMatchObject({ redisUrl: 'redis://127.0.0.1:6379', databaseUrl: 'postgres://postgres@127.0.0.1:5432/postgres' });
+    expect(loadAdminConfig({})).toMatchObject({
+      redisUrl: 'redis://127.0.0.1:6379',
+      databaseUrl: 'postgres://postgres@127.0.0.1:5432/postgres',
+    });
   });
 
   it.each([

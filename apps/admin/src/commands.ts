@@ -47,7 +47,8 @@ function checkedId(name: string, raw: string, parse: (raw: string) => ParsedId):
 
 /** The one ID named, or undefined for --all. */
 function target(args: string[], parse: (raw: string) => ParsedId, what: string): string | undefined {
-  if (args.length !== 1 || (args[0].startsWith('--') && args[0] !== '--all')) throw new UsageError(`give one ${what} or --all`);
+  if (args.length !== 1 || (args[0].startsWith('--') && args[0] !== '--all'))
+    throw new UsageError(`give one ${what} or --all`);
   return args[0] === '--all' ? undefined : checkedId('ID', args[0], parse);
 }
 

@@ -33,7 +33,9 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
 
-  const app = await NestFactory.createApplicationContext(AdminCliModule.forRoot(config), { logger: new StderrJsonLogger() });
+  const app = await NestFactory.createApplicationContext(AdminCliModule.forRoot(config), {
+    logger: new StderrJsonLogger(),
+  });
   try {
     const { output, exitCode } = await runCommand(app.get(OperationsService), argv);
     process.stdout.write(`${JSON.stringify(output, null, 2)}\n`);
@@ -51,7 +53,9 @@ main(process.argv.slice(2)).then(
       process.exit(2);
     }
     process.stderr.write(
-      err instanceof ConfigValidationError ? `admin: ${err.message}\n` : `admin: ${err instanceof Error ? err.message : String(err)}\n`,
+      err instanceof ConfigValidationError
+        ? `admin: ${err.message}\n`
+        : `admin: ${err instanceof Error ? err.message : String(err)}\n`,
     );
     process.exit(1);
   },

@@ -26,6 +26,8 @@ export class StderrJsonLogger implements LoggerService {
     const context = typeof rest[rest.length - 1] === 'string' ? rest[rest.length - 1] : undefined;
     const fields = typeof message === 'object' && message !== null ? message : { msg: String(message) };
     const msg = typeof message === 'object' && typeof rest[0] === 'string' && rest.length > 1 ? rest[0] : undefined;
-    process.stderr.write(`${JSON.stringify({ level, time: new Date().toISOString(), app: 'admin', context, ...fields, ...(msg ? { msg } : {}) })}\n`);
+    process.stderr.write(
+      `${JSON.stringify({ level, time: new Date().toISOString(), app: 'admin', context, ...fields, ...(msg ? { msg } : {}) })}\n`,
+    );
   }
 }

@@ -34,7 +34,9 @@ describe('api configuration', () => {
     // Blank is unset, as for every variable.
     expect(loadApiConfig({ PAYMENTS_URL: '' }).paymentsUrl).toBeUndefined();
     expect(loadApiConfig({ PAYMENTS_URL: '   ' }).paymentsUrl).toBeUndefined();
-    expect(loadApiConfig({ PAYMENTS_URL: 'https://payments.example.com/v1' }).paymentsUrl).toBe('https://payments.example.com/v1');
+    expect(loadApiConfig({ PAYMENTS_URL: 'https://payments.example.com/v1' }).paymentsUrl).toBe(
+      'https://payments.example.com/v1',
+    );
     expect(loadApiConfig({ PAYMENTS_URL: 'http://127.0.0.1:8089' }).paymentsUrl).toBe('http://127.0.0.1:8089');
     // As LLM_PROVIDER=fake is: production does not force a provider (docker-compose.yml runs the fake with NODE_ENV=production).
     expect(loadApiConfig({ NODE_ENV: 'production', API_KEYS: 'acme:0123456789abcdef' }).paymentsUrl).toBeUndefined();
@@ -55,14 +57,19 @@ describe('api configuration', () => {
     expect(loadApiConfig({ PAYMENTS_TIMEOUT_S: '120' }).paymentsTimeoutMs).toBe(120_000);
     expect(loadApiConfig({ PAYMENTS_TIMEOUT_S: '' }).paymentsTimeoutMs).toBe(10_000);
     for (const value of ['0', '0.5', '121', '-1', 'ten', '10s']) {
-      expect({ value, problems: problemsOf({ PAYMENTS_TIMEOUT_S: value }) }).toEqual({ value, problems: ['PAYMENTS_TIMEOUT_S'] });
+      expect({ value, problems: problemsOf({ PAYMENTS_TIMEOUT_S: value }) }).toEqual({
+        value,
+        problems: ['PAYMENTS_TIMEOUT_S'],
+      });
     }
   });
 
   it('drains long enough for a refund in flight: three provider calls and a PostgreSQL query after the last request arrives', () => {
     // 30 s gateway drain + 2 s settle + 30 s arrival + (3 x 10 s + 20 s PostgreSQL).
     expect(apiDrainMs(loadApiConfig({}))).toBe(112_000);
-    expect(apiDrainMs(loadApiConfig({ PAYMENTS_TIMEOUT_S: '120' }))).toBe(30_000 + 2_000 + 30_000 + 3 * 120_000 + 20_000);
+    expect(apiDrainMs(loadApiConfig({ PAYMENTS_TIMEOUT_S: '120' }))).toBe(
+      30_000 + 2_000 + 30_000 + 3 * 120_000 + 20_000,
+    );
     const base = apiDrainMs(loadApiConfig({ PAYMENTS_TIMEOUT_S: '1' }));
     expect(apiDrainMs(loadApiConfig({ PAYMENTS_TIMEOUT_S: '11' })) - base).toBe(3 * 10_000);
   });
@@ -123,22 +130,35 @@ describe('api configuration', () => {
   };
 
   it.each([
-    ['an entry that reads two ways (a second colon)', 'acme:k1-0123456789,a:POST:secret-k2-0123', 'entry 2', "more than one ':'"],
+    [
+      'an entry that reads two ways (a second colon)',
+      'acme:k1-0123456789,a:POST:secret-k2-0123',
+      'entry 2',
+      "more than one ':'",
+    ],
     ['an empty tenant', ':secret-k1-0123', 'entry 1', 'empty tenant'],
     ['an empty key', 'acme:k1-0123456789,globex:', 'entry 2', 'empty key'],
     ['an empty entry (a stray comma)', 'acme:secret-k1-0123,', 'entry 2', 'empty'],
-    ['one key given to two tenants', 'acme:secret-shared-0123,globex:secret-shared-0123', 'entry 2', 'the key of entry 1'],
+    [
+      'one key given to two tenants',
+      'acme:secret-shared-0123,globex:secret-shared-0123',
+      'entry 2',
+      'the key of entry 1',
+    ],
     ['an entry written key first, in production', 'secret-live-0123456789:acme', 'entry 1', 'at least 16 characters'],
   ])('stops the start for %s, naming the entry and never the key', (_, value, entry, why) => {
     const message = apiKeysMessage(value, value.includes('live') ? { NODE_ENV: 'production' } : {});
     expect(message).toContain('API_KEYS');
     expect(message).toContain(entry);
     expect(message).toContain(why);
-    for (const secret of value.split(/[,:]/).filter((part) => part.includes('secret'))) expect(message).not.toContain(secret);
+    for (const secret of value.split(/[,:]/).filter((part) => part.includes('secret')))
+      expect(message).not.toContain(secret);
   });
 
   it('keeps one tenant with two keys: that is how keys are rotated', () => {
-    expect(loadApiConfig({ API_KEYS: 'acme:old-key-0123456789,acme:new-key-0123456789' }).apiKeys.map((e) => e.tenant)).toEqual(['acme', 'acme']);
+    expect(
+      loadApiConfig({ API_KEYS: 'acme:old-key-0123456789,acme:new-key-0123456789' }).apiKeys.map((e) => e.tenant),
+    ).toEqual(['acme', 'acme']);
   });
 
   it('names every bad variable at once', () => {
@@ -154,11 +174,19 @@ describe('api configuration', () => {
   });
 
   it('keeps the admin key apart from tenant keys, and off in production unless set', () => {
-    expect(problemsOf({ API_KEYS: 'acme:same-key-0123456789', ADMIN_API_KEY: 'same-key-0123456789' })).toEqual(['ADMIN_API_KEY']);
+    expect(problemsOf({ API_KEYS: 'acme:same-key-0123456789', ADMIN_API_KEY: 'same-key-0123456789' })).toEqual([
+      'ADMIN_API_KEY',
+    ]);
     expect(loadApiConfig({ NODE_ENV: 'production', API_KEYS: 'acme:0123456789abcdef' }).adminApiKey).toBeUndefined();
-    expect(problemsOf({ NODE_ENV: 'production', API_KEYS: 'acme:0123456789abcdef', ADMIN_API_KEY: 'too-short' })).toEqual(['ADMIN_API_KEY']);
     expect(
-      loadApiConfig({ NODE_ENV: 'production', API_KEYS: 'acme:0123456789abcdef', ADMIN_API_KEY: 'admin-0123456789abcdefghijk' }).adminApiKey,
+      problemsOf({ NODE_ENV: 'production', API_KEYS: 'acme:0123456789abcdef', ADMIN_API_KEY: 'too-short' }),
+    ).toEqual(['ADMIN_API_KEY']);
+    expect(
+      loadApiConfig({
+        NODE_ENV: 'production',
+        API_KEYS: 'acme:0123456789abcdef',
+        ADMIN_API_KEY: 'admin-0123456789abcdefghijk',
+      }).adminApiKey,
     ).toBe('admin-0123456789abcdefghijk');
   });
 

@@ -47,7 +47,8 @@ export const REFUND_PROVIDER_CALLS = 3;
  * PostgreSQL's query timeout. Every other route waits on PostgreSQL at most
  * its query timeout (Redis commands time out in 2 s), which is less.
  */
-export const longestHandlerMs = (config: ApiConfig): number => REFUND_PROVIDER_CALLS * config.paymentsTimeoutMs + QUERY_TIMEOUT_MS;
+export const longestHandlerMs = (config: ApiConfig): number =>
+  REFUND_PROVIDER_CALLS * config.paymentsTimeoutMs + QUERY_TIMEOUT_MS;
 
 /**
  * The longest SIGTERM-to-exit of the api. First the gateway lets its running

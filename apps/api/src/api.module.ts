@@ -57,7 +57,11 @@ export class ApiModule {
           }),
         }),
         SummariesModule,
-        RefundsModule.forRoot({ paymentsUrl: config.paymentsUrl, paymentsTimeoutMs: config.paymentsTimeoutMs, production: config.nodeEnv === 'production' }),
+        RefundsModule.forRoot({
+          paymentsUrl: config.paymentsUrl,
+          paymentsTimeoutMs: config.paymentsTimeoutMs,
+          production: config.nodeEnv === 'production',
+        }),
         GatewayModule.forRoot({
           timeoutMs: config.gatewayTimeoutMs,
           // Part of the api's drain (apiDrainMs), which the manifests' grace periods cover.

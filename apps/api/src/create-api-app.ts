@@ -31,7 +31,9 @@ export function configureApiApp(app: NestExpressApplication): NestExpressApplica
     maxBytes: MAX_BODY_BYTES,
     // A model's whole conversation (images as data URLs too) is larger than
     // any job of ours; only a tenant's request gets to send that much.
-    largerBodies: [{ path: `/${GATEWAY_PATH}`, maxBytes: GATEWAY_MAX_BODY_BYTES, when: (req) => keys.tenantOf(req) !== undefined }],
+    largerBodies: [
+      { path: `/${GATEWAY_PATH}`, maxBytes: GATEWAY_MAX_BODY_BYTES, when: (req) => keys.tenantOf(req) !== undefined },
+    ],
     maxDepth: MAX_JSON_DEPTH,
     maxMembers: MAX_JSON_MEMBERS,
     maxValues: MAX_JSON_VALUES,
@@ -40,10 +42,22 @@ export function configureApiApp(app: NestExpressApplication): NestExpressApplica
     app,
     new DocumentBuilder()
       .setTitle('LLM workflows API')
-      .setDescription('Summarisation jobs behind idempotent POSTs, and an OpenAI-compatible chat completions gateway whose retries never bill twice. Errors are application/problem+json (RFC 9457), except on the gateway, which answers in OpenAI\'s error envelope.')
+      .setDescription(
+        "Summarisation jobs behind idempotent POSTs, and an OpenAI-compatible chat completions gateway whose retries never bill twice. Errors are application/problem+json (RFC 9457), except on the gateway, which answers in OpenAI's error envelope.",
+      )
       .setVersion('1')
-      .addBearerAuth({ type: 'http', scheme: 'bearer', description: 'An API key from API_KEYS; it names the tenant' }, TENANT_KEY_AUTH)
-      .addBearerAuth({ type: 'http', scheme: 'bearer', description: 'ADMIN_API_KEY, for the /admin endpoints only; tenant keys get 401' }, ADMIN_KEY_AUTH)
+      .addBearerAuth(
+        { type: 'http', scheme: 'bearer', description: 'An API key from API_KEYS; it names the tenant' },
+        TENANT_KEY_AUTH,
+      )
+      .addBearerAuth(
+        {
+          type: 'http',
+          scheme: 'bearer',
+          description: 'ADMIN_API_KEY, for the /admin endpoints only; tenant keys get 401',
+        },
+        ADMIN_KEY_AUTH,
+      )
       .build(),
   );
   SwaggerModule.setup('docs', app, document, { jsonDocumentUrl: 'docs/openapi.json' });

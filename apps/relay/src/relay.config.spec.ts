@@ -62,8 +62,12 @@ describe('relay configuration', () => {
       'NOTIFY_TIMEOUT_S',
       'OUTBOX_BATCH',
     ]);
-    expect(problemsOf({ OUTBOX_BACKOFF_BASE_MS: '5000', OUTBOX_BACKOFF_MAX_MS: '4000' })).toEqual(['OUTBOX_BACKOFF_MAX_MS']);
-    expect(problemsOf({ OUTBOX_BACKOFF_BASE_MS: 'x', OUTBOX_BACKOFF_MAX_MS: '4000' })).toEqual(['OUTBOX_BACKOFF_BASE_MS']);
+    expect(problemsOf({ OUTBOX_BACKOFF_BASE_MS: '5000', OUTBOX_BACKOFF_MAX_MS: '4000' })).toEqual([
+      'OUTBOX_BACKOFF_MAX_MS',
+    ]);
+    expect(problemsOf({ OUTBOX_BACKOFF_BASE_MS: 'x', OUTBOX_BACKOFF_MAX_MS: '4000' })).toEqual([
+      'OUTBOX_BACKOFF_BASE_MS',
+    ]);
   });
 
   it('says what is wrong, without echoing a password from the webhook URL', () => {

@@ -23,7 +23,10 @@ describe('worker configuration', () => {
   });
 
   it('accepts fractional seconds', () => {
-    expect(loadWorkerConfig({ LLM_CALL_TIMEOUT_S: '0.2', JOB_BUDGET_S: '0.5' })).toMatchObject({ llmCallTimeoutMs: 200, jobBudgetMs: 500 });
+    expect(loadWorkerConfig({ LLM_CALL_TIMEOUT_S: '0.2', JOB_BUDGET_S: '0.5' })).toMatchObject({
+      llmCallTimeoutMs: 200,
+      jobBudgetMs: 500,
+    });
   });
 
   it.each([

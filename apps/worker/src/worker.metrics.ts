@@ -3,9 +3,27 @@ import { Counter, Histogram, Registry } from 'prom-client';
 import type { LlmErrorKind } from '@app/llm';
 
 const JOB_OUTCOMES = ['done', 'duplicate', 'transient', 'dead_lettered'] as const;
-const LLM_ERROR_KINDS: readonly LlmErrorKind[] = ['timeout', 'connection', 'rate_limited', 'server', 'conflict', 'client', 'empty_answer', 'unknown'];
+const LLM_ERROR_KINDS: readonly LlmErrorKind[] = [
+  'timeout',
+  'connection',
+  'rate_limited',
+  'server',
+  'conflict',
+  'client',
+  'empty_answer',
+  'unknown',
+];
 /** The reasons a delivery is dead-lettered for; `llm_<kind>` for the model errors that are never retried. */
-const DEAD_LETTER_REASONS = ['max_deliveries', 'deleted_from_stream', 'malformed', 'database', 'unexpected', 'llm_client', 'llm_empty_answer', 'llm_unknown'] as const;
+const DEAD_LETTER_REASONS = [
+  'max_deliveries',
+  'deleted_from_stream',
+  'malformed',
+  'database',
+  'unexpected',
+  'llm_client',
+  'llm_empty_answer',
+  'llm_unknown',
+] as const;
 
 /** The worker's own figures. Labels are bounded: no job ids or tenants. */
 @Injectable()

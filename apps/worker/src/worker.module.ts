@@ -65,7 +65,11 @@ export class WorkerModule {
         LoggingModule.forRoot({ level: config.logLevel, app: 'worker' }),
         MetricsModule,
         RedisModule.forRoot({ url: config.redisUrl, connectionName: 'worker', isGlobal: true }),
-        PersistenceModule.forRoot({ url: config.databaseUrl, applicationName: 'worker', poolSize: Math.min(config.concurrency + 2, 50) }),
+        PersistenceModule.forRoot({
+          url: config.databaseUrl,
+          applicationName: 'worker',
+          poolSize: Math.min(config.concurrency + 2, 50),
+        }),
         HealthModule,
         JobsModule,
         LlmModule.forRoot({

@@ -23,7 +23,11 @@ describe('the issue_refund tool: outcomes in words for the agent', () => {
     const result: ApiResult<Refund> = {
       outcome: 'rejected',
       status: 422,
-      problem: { type: 'https://example.com/problems/payment-refused', title: 'Payment refused', detail: 'The order was already refunded in full.' },
+      problem: {
+        type: 'https://example.com/problems/payment-refused',
+        title: 'Payment refused',
+        detail: 'The order was already refunded in full.',
+      },
       attempts: 1,
     };
     const reply = refundToolReply(result);
@@ -31,11 +35,14 @@ describe('the issue_refund tool: outcomes in words for the agent', () => {
     expect(reply.message).toMatch(/nothing was paid/);
   });
 
-  it.each(['deadline', 'aborted', 'attempts'] as const)('unknown (%s): pending, never "failed", and no new request', (reason) => {
-    const reply = refundToolReply({ outcome: 'unknown', reason, attempts: 3 });
-    expect(reply.status).toBe('pending');
-    expect(reply.message).toMatch(/still being processed/);
-    expect(reply.message).toMatch(/do not retry with a new request/);
-    expect(reply.message).not.toMatch(/\bhas failed\b/);
-  });
+  it.each(['deadline', 'aborted', 'attempts'] as const)(
+    'unknown (%s): pending, never "failed", and no new request',
+    (reason) => {
+      const reply = refundToolReply({ outcome: 'unknown', reason, attempts: 3 });
+      expect(reply.status).toBe('pending');
+      expect(reply.message).toMatch(/still being processed/);
+      expect(reply.message).toMatch(/do not retry with a new request/);
+      expect(reply.message).not.toMatch(/\bhas failed\b/);
+    },
+  );
 });

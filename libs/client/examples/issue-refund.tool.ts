@@ -49,7 +49,12 @@ export function createIssueRefundTool(
   options: IssueRefundToolOptions,
 ): (ticketId: string, orderId: string, amount: number) => Promise<RefundToolReply> {
   return async function issueRefund(ticketId, orderId, amount) {
-    const result = await postRefund(client, { ticket_id: ticketId, order_id: orderId, amount, currency: options.currency });
+    const result = await postRefund(client, {
+      ticket_id: ticketId,
+      order_id: orderId,
+      amount,
+      currency: options.currency,
+    });
     return refundToolReply(result);
   };
 }

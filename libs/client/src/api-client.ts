@@ -221,7 +221,9 @@ function positive(value: number, name: string): number {
 /** The header's rules, checked here so a bad key is a programming error, not a 400. */
 function assertKey(key: string): void {
   if (typeof key !== 'string' || key.length < IDEMPOTENCY_KEY_MIN_LENGTH || key.length > IDEMPOTENCY_KEY_MAX_LENGTH) {
-    throw new TypeError(`ApiClient: an Idempotency-Key has ${IDEMPOTENCY_KEY_MIN_LENGTH} to ${IDEMPOTENCY_KEY_MAX_LENGTH} characters`);
+    throw new TypeError(
+      `ApiClient: an Idempotency-Key has ${IDEMPOTENCY_KEY_MIN_LENGTH} to ${IDEMPOTENCY_KEY_MAX_LENGTH} characters`,
+    );
   }
   if (!/^[\x21-\x7e]+$/.test(key) || key.includes(',') || key.startsWith('"')) {
     throw new TypeError('ApiClient: an Idempotency-Key is printable ASCII without spaces, commas or a leading quote');

@@ -14,7 +14,29 @@ function mulberry32(seed: number): () => number {
     return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   };
 }
-const ALPHABET = ['a', 'Z', '0', '9', ':', '%', '~', ',', ' ', '"', '\\', '-', '_', '/', 'é', '€', '😀', '\n', '\u0000', '%3A', '~~'];
+const ALPHABET = [
+  'a',
+  'Z',
+  '0',
+  '9',
+  ':',
+  '%',
+  '~',
+  ',',
+  ' ',
+  '"',
+  '\\',
+  '-',
+  '_',
+  '/',
+  'é',
+  '€',
+  '😀',
+  '\n',
+  '\u0000',
+  '%3A',
+  '~~',
+];
 function randomFacts(rand: () => number): KeyFact[] {
   const n = Math.floor(rand() * 6);
   return Array.from({ length: n }, () => {
@@ -53,7 +75,10 @@ describe('idempotencyKey', () => {
 
   it('never lets separators inside facts make two fact lists meet', () => {
     const pairs: [KeyFact[], KeyFact[]][] = [
-      [['a:b', 'c'], ['a', 'b:c']],
+      [
+        ['a:b', 'c'],
+        ['a', 'b:c'],
+      ],
       [['a', ''], ['a']],
       [[''], []],
       [['a%3Ab'], ['a:b']],

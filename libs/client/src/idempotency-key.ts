@@ -47,7 +47,9 @@ export type KeyFact = string | number;
  */
 export function idempotencyKey(intent: string, ...facts: KeyFact[]): string {
   if (!INTENT.test(intent)) {
-    throw new TypeError(`idempotencyKey: the intent must be 1..32 of A-Z a-z 0-9 _ . - (got ${JSON.stringify(intent)})`);
+    throw new TypeError(
+      `idempotencyKey: the intent must be 1..32 of A-Z a-z 0-9 _ . - (got ${JSON.stringify(intent)})`,
+    );
   }
   const encoded = facts.map(encodeFact);
   let key = [intent, ...encoded].join(':');

@@ -44,7 +44,11 @@ export function refundKey(request: Pick<RefundRequest, 'ticket_id' | 'order_id'>
  * call this again later with the same request (same key), or look it up; never
  * issue it under another key.
  */
-export function issueRefund(client: ApiClient, request: RefundRequest, options: CallOptions = {}): Promise<ApiResult<Refund>> {
+export function issueRefund(
+  client: ApiClient,
+  request: RefundRequest,
+  options: CallOptions = {},
+): Promise<ApiResult<Refund>> {
   const body: RefundRequest = {
     ticket_id: request.ticket_id,
     order_id: request.order_id,

@@ -1,4 +1,11 @@
-import { type AttemptEnd, classifyStatus, decideAfterAttempt, fullJitterDelay, parseRetryAfter, type RetryFacts } from './retry-decision';
+import {
+  type AttemptEnd,
+  classifyStatus,
+  decideAfterAttempt,
+  fullJitterDelay,
+  parseRetryAfter,
+  type RetryFacts,
+} from './retry-decision';
 
 const backoff = { baseMs: 100, capMs: 5_000 };
 const facts = (end: AttemptEnd, over: Partial<RetryFacts> = {}): RetryFacts => ({
@@ -15,11 +22,29 @@ const status = (s: number, retryAfterMs?: number): AttemptEnd => ({ kind: 'respo
 
 describe('classifyStatus', () => {
   it.each([
-    [200, 'success'], [201, 'success'], [202, 'success'], [204, 'success'],
-    [408, 'retryable'], [409, 'retryable'], [425, 'retryable'], [429, 'retryable'],
-    [500, 'retryable'], [502, 'retryable'], [503, 'retryable'], [504, 'retryable'],
-    [301, 'rejected'], [400, 'rejected'], [401, 'rejected'], [403, 'rejected'], [404, 'rejected'],
-    [405, 'rejected'], [410, 'rejected'], [413, 'rejected'], [415, 'rejected'], [422, 'rejected'], [451, 'rejected'],
+    [200, 'success'],
+    [201, 'success'],
+    [202, 'success'],
+    [204, 'success'],
+    [408, 'retryable'],
+    [409, 'retryable'],
+    [425, 'retryable'],
+    [429, 'retryable'],
+    [500, 'retryable'],
+    [502, 'retryable'],
+    [503, 'retryable'],
+    [504, 'retryable'],
+    [301, 'rejected'],
+    [400, 'rejected'],
+    [401, 'rejected'],
+    [403, 'rejected'],
+    [404, 'rejected'],
+    [405, 'rejected'],
+    [410, 'rejected'],
+    [413, 'rejected'],
+    [415, 'rejected'],
+    [422, 'rejected'],
+    [451, 'rejected'],
   ] as const)('%i is %s', (s, expected) => {
     expect(classifyStatus(s)).toBe(expected);
   });
@@ -30,17 +55,45 @@ describe('decideAfterAttempt', () => {
     ['2xx: done', facts(status(202)), { action: 'succeed' }],
     ['422: rejected, never retried', facts(status(422)), { action: 'reject' }],
     ['400 even on the last attempt: rejected', facts(status(400), { attempts: 8 }), { action: 'reject' }],
-    ['401 with no time left: still rejected (a definitive answer)', facts(status(401), { remainingMs: 0 }), { action: 'reject' }],
+    [
+      '401 with no time left: still rejected (a definitive answer)',
+      facts(status(401), { remainingMs: 0 }),
+      { action: 'reject' },
+    ],
     ['503: retried after full jitter', facts(status(503)), { action: 'retry', delayMs: 50 }],
     ['a connection error: retried', facts({ kind: 'network' }, { attempts: 3 }), { action: 'retry', delayMs: 200 }],
     ['a timeout: retried', facts({ kind: 'timeout' }), { action: 'retry', delayMs: 50 }],
-    ['409 with Retry-After: the server\'s wait, not the jitter', facts(status(409, 1000)), { action: 'retry', delayMs: 1000 }],
+    [
+      "409 with Retry-After: the server's wait, not the jitter",
+      facts(status(409, 1000)),
+      { action: 'retry', delayMs: 1000 },
+    ],
     ['429 with Retry-After: 0: at once', facts(status(429, 0)), { action: 'retry', delayMs: 0 }],
-    ['Retry-After past the deadline: waits only until one last attempt fits', facts(status(409, 5000), { remainingMs: 1200 }), { action: 'retry', delayMs: 1150 }],
-    ['jitter past the deadline: capped the same way', facts({ kind: 'timeout' }, { attempts: 8, maxAttempts: 20, remainingMs: 300, random: () => 0.99 }), { action: 'retry', delayMs: 250 }],
-    ['no time left for an attempt: unknown (deadline)', facts({ kind: 'timeout' }, { remainingMs: 40 }), { action: 'give-up', reason: 'deadline' }],
-    ['a 5xx and no time left: unknown (deadline)', facts(status(500), { remainingMs: 10 }), { action: 'give-up', reason: 'deadline' }],
-    ['attempts used up: unknown (attempts)', facts(status(503), { attempts: 8 }), { action: 'give-up', reason: 'attempts' }],
+    [
+      'Retry-After past the deadline: waits only until one last attempt fits',
+      facts(status(409, 5000), { remainingMs: 1200 }),
+      { action: 'retry', delayMs: 1150 },
+    ],
+    [
+      'jitter past the deadline: capped the same way',
+      facts({ kind: 'timeout' }, { attempts: 8, maxAttempts: 20, remainingMs: 300, random: () => 0.99 }),
+      { action: 'retry', delayMs: 250 },
+    ],
+    [
+      'no time left for an attempt: unknown (deadline)',
+      facts({ kind: 'timeout' }, { remainingMs: 40 }),
+      { action: 'give-up', reason: 'deadline' },
+    ],
+    [
+      'a 5xx and no time left: unknown (deadline)',
+      facts(status(500), { remainingMs: 10 }),
+      { action: 'give-up', reason: 'deadline' },
+    ],
+    [
+      'attempts used up: unknown (attempts)',
+      facts(status(503), { attempts: 8 }),
+      { action: 'give-up', reason: 'attempts' },
+    ],
   ])('%s', (_name, input, expected) => {
     expect(decideAfterAttempt(input)).toEqual(expected);
   });

@@ -37,6 +37,10 @@ export function createSummary(
 }
 
 /** GET /v1/summaries/<job_id>: `rejected` with 404 for a job of another tenant or none. */
-export function getSummary(client: ApiClient, jobId: string, options: CallOptions = {}): Promise<ApiResult<SummaryStatus>> {
+export function getSummary(
+  client: ApiClient,
+  jobId: string,
+  options: CallOptions = {},
+): Promise<ApiResult<SummaryStatus>> {
   return client.get<SummaryStatus>(`/v1/summaries/${encodeURIComponent(jobId)}`, options);
 }

@@ -6,9 +6,7 @@ export interface ConfigProblem {
 /** Thrown once at boot with every bad variable, so an operator fixes them all in one go. */
 export class ConfigValidationError extends Error {
   constructor(readonly problems: readonly ConfigProblem[]) {
-    super(
-      `Invalid configuration: ${problems.map((p) => `${p.variable} ${p.message}`).join('; ')}`,
-    );
+    super(`Invalid configuration: ${problems.map((p) => `${p.variable} ${p.message}`).join('; ')}`);
     this.name = 'ConfigValidationError';
   }
 }

@@ -26,17 +26,22 @@ export class PostgresHealthIndicator {
           return;
         }
         const table = this.dataSource.options.migrationsTableName ?? 'migrations';
-        const rows = await this.dataSource.query<{ applied: string[] | null }[]>(
-          `SELECT array_agg(name) AS applied FROM ${table} WHERE name = ANY($1)`,
-          [expected],
-        ).catch((err: { code?: string; driverError?: { code?: string } }) => {
-          // 42P01: no migrations table yet.
-          if ((err.driverError?.code ?? err.code) === '42P01') return [{ applied: [] }];
-          throw err;
-        });
+        const rows = await this.dataSource
+          .query<{ applied: string[] | null }[]>(
+            `SELECT array_agg(name) AS applied FROM ${table} WHERE name = ANY($1)`,
+            [expected],
+          )
+          .catch((err: { code?: string; driverError?: { code?: string } }) => {
+            // 42P01: no migrations table yet.
+            if ((err.driverError?.code ?? err.code) === '42P01') return [{ applied: [] }];
+            throw err;
+          });
         const applied = new Set(rows[0]?.applied ?? []);
         const missing = expected.filter((name) => !applied.has(name));
-        if (missing.length > 0) throw new Error(`schema not migrated: ${missing.join(', ')} not applied (npm run migration:run, or the migration Job)`);
+        if (missing.length > 0)
+          throw new Error(
+            `schema not migrated: ${missing.join(', ')} not applied (npm run migration:run, or the migration Job)`,
+          );
       })
       .withTimeout(timeoutMs);
   }

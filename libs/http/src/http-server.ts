@@ -36,7 +36,12 @@ function statusFor(code: string | undefined): number {
  * see it: it is answered here as problem+json with an X-Request-Id, logged
  * and counted in `http_parser_refusals_total{status}`.
  */
-export function configureHttpServer(server: Server, settings: HttpServerSettings, logger: LoggerService, registry: Registry): void {
+export function configureHttpServer(
+  server: Server,
+  settings: HttpServerSettings,
+  logger: LoggerService,
+  registry: Registry,
+): void {
   server.requestTimeout = settings.httpRequestTimeoutMs;
   server.headersTimeout = Math.min(HEADERS_TIMEOUT_MS, settings.httpRequestTimeoutMs);
   server.keepAliveTimeout = settings.httpKeepAliveTimeoutMs;
@@ -113,10 +118,10 @@ export function beginDrain(server: Server): void {
 
 function drainKeepAliveOnClose(server: Server): void {
   const close = server.close.bind(server);
-  server.close = ((callback?: (err?: Error) => void) => {
+  server.close = (callback?: (err?: Error) => void) => {
     beginDrain(server);
     return close(callback);
-  });
+  };
   server.on('request', (_req: IncomingMessage, res: ServerResponse) => {
     if (draining.has(server) && !res.headersSent) res.shouldKeepAlive = false;
   });

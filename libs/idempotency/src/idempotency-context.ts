@@ -35,7 +35,8 @@ export const IdempotencyContext = createParamDecorator(
 const OUTCOME = Symbol('idempotency:outcome');
 
 /** What the idempotency layer did with a request, for a route's own metrics. */
-export type IdempotencyRequestOutcome = 'new' | 'replayed' | 'attached' | 'recovered' | 'in_progress' | 'mismatch' | 'key_invalid' | 'store_unavailable';
+export type IdempotencyRequestOutcome =
+  'new' | 'replayed' | 'attached' | 'recovered' | 'in_progress' | 'mismatch' | 'key_invalid' | 'store_unavailable';
 
 export function setIdempotencyOutcome(request: object, outcome: IdempotencyRequestOutcome): void {
   Object.defineProperty(request, OUTCOME, { value: outcome, configurable: true, writable: true });
@@ -55,13 +56,16 @@ export interface PendingIdempotencyRecord {
    * status from the handler. Throws IdempotencyLockLostError when another
    * request holds the key now: let it roll the transaction back.
    */
-  completeWithin(tx: unknown, answer: { readonly status: number; readonly body: unknown; readonly headers?: Readonly<Record<string, string>> }): Promise<void>;
+  completeWithin(
+    tx: unknown,
+    answer: { readonly status: number; readonly body: unknown; readonly headers?: Readonly<Record<string, string>> },
+  ): Promise<void>;
 }
 
 /** The lock is not this request's any more: another request took the key over. */
 export class IdempotencyLockLostError extends Error {
   constructor() {
-    super('the idempotency lock is no longer this request\'s: another request holds the key');
+    super("the idempotency lock is no longer this request's: another request holds the key");
     this.name = 'IdempotencyLockLostError';
   }
 }

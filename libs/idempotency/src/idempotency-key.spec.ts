@@ -11,7 +11,7 @@ describe('parseIdempotencyKey', () => {
     expect(parseIdempotencyKey(['a'.repeat(16)])).toBe('a'.repeat(16));
     expect(parseIdempotencyKey(['Z'.repeat(128)])).toBe('Z'.repeat(128));
     expect(parseIdempotencyKey(['8e03978e-40d5-43e8-bc93-6894a57f9324'])).toBe('8e03978e-40d5-43e8-bc93-6894a57f9324');
-    expect(parseIdempotencyKey(['!#$%&\'*+-.^_`|~:/?@[]{}<>=;'])).toBe('!#$%&\'*+-.^_`|~:/?@[]{}<>=;');
+    expect(parseIdempotencyKey(["!#$%&'*+-.^_`|~:/?@[]{}<>=;"])).toBe("!#$%&'*+-.^_`|~:/?@[]{}<>=;");
   });
 
   it('normalises the Structured Field string form to the bare value', () => {

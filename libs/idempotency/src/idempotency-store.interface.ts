@@ -95,14 +95,27 @@ export interface IdempotencyStore {
   /** Atomically: take the lock for `key` with `token` if the key is free, else return its record. */
   claim(key: string, token: string, fingerprint: string, lockTtlMs: number): Promise<ClaimResult>;
   /** Replace our lock by the final answer, kept `resultTtlMs`. False if the lock is no longer ours. */
-  complete(key: string, token: string, fingerprint: string, response: StoredResponse, resultTtlMs: number): Promise<boolean>;
+  complete(
+    key: string,
+    token: string,
+    fingerprint: string,
+    response: StoredResponse,
+    resultTtlMs: number,
+  ): Promise<boolean>;
   /**
    * complete(), inside the caller's own open transaction `tx` (store
    * specific: an EntityManager for a PostgreSQL store), so the answer commits
    * with the effect's rows or not at all. Stores that share no database with
    * the handler leave it out.
    */
-  completeWithin?(tx: unknown, key: string, token: string, fingerprint: string, response: StoredResponse, resultTtlMs: number): Promise<boolean>;
+  completeWithin?(
+    tx: unknown,
+    key: string,
+    token: string,
+    fingerprint: string,
+    response: StoredResponse,
+    resultTtlMs: number,
+  ): Promise<boolean>;
   /**
    * Free the key so a retry runs again; followers of its frames see `end:
    * aborted`. False if the lock is no longer ours.

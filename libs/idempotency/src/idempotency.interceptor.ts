@@ -127,7 +127,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const { lockTtlMs, resultTtlMs, maxStoredBodyBytes } = options;
     assertValidIdempotentOptions({ lockTtlMs, resultTtlMs, maxStoredBodyBytes }, 'IdempotencyModule options');
     this.replayHeaders = new Set(
-      (options.replayHeaders ?? DEFAULT_REPLAY_HEADERS).map((h) => h.toLowerCase()).filter((h) => !NEVER_REPLAYED.has(h)),
+      (options.replayHeaders ?? DEFAULT_REPLAY_HEADERS)
+        .map((h) => h.toLowerCase())
+        .filter((h) => !NEVER_REPLAYED.has(h)),
     );
   }
 
@@ -152,7 +154,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
       throw err;
     }
     if (key === undefined) {
-      if (!settings.required) return next.handle().pipe(map((value: unknown) => withNativeContentType(res, this.unrecorded(value, settings))));
+      if (!settings.required)
+        return next
+          .handle()
+          .pipe(map((value: unknown) => withNativeContentType(res, this.unrecorded(value, settings))));
       this.outcome(req, 'key_invalid');
       throw new IdempotencyKeyMissingException();
     }
@@ -193,13 +198,22 @@ export class IdempotencyInterceptor implements NestInterceptor {
         return of(withNativeContentType(res, this.replay(claim.response, settings.store.frames, settings)));
       case 'in-progress':
         if (claim.fingerprint !== ctx.fingerprint) return this.mismatch(req);
-        if (settings.attachWaitMs !== undefined && settings.store.frames && claim.frames && this.followers < MAX_FOLLOWERS) {
-          return from(this.follow(settings.store.frames, claim, next, req, res, attempt)).pipe(map((v) => withNativeContentType(res, v)));
+        if (
+          settings.attachWaitMs !== undefined &&
+          settings.store.frames &&
+          claim.frames &&
+          this.followers < MAX_FOLLOWERS
+        ) {
+          return from(this.follow(settings.store.frames, claim, next, req, res, attempt)).pipe(
+            map((v) => withNativeContentType(res, v)),
+          );
         }
         return this.inProgress(req, claim, attempt);
       case 'claimed':
         if (claim.tookOver && settings.recover) {
-          return from(this.recoverThenRun(settings.recover, next, req, res, attempt)).pipe(map((v) => withNativeContentType(res, v)));
+          return from(this.recoverThenRun(settings.recover, next, req, res, attempt)).pipe(
+            map((v) => withNativeContentType(res, v)),
+          );
         }
         this.outcome(req, 'new');
         // Subscribed here, not by the caller: the handler's outcome is recorded
@@ -418,18 +432,36 @@ export class IdempotencyInterceptor implements NestInterceptor {
    * the record completed, a refusal that is expected, not a lost lock.
    * `completed()` is what was stored, once the call returned.
    */
-  private pendingRecord(attempt: Attempt): { record: PendingIdempotencyRecord; readonly completing: boolean; completed(): StoredResponse | undefined } {
+  private pendingRecord(attempt: Attempt): {
+    record: PendingIdempotencyRecord;
+    readonly completing: boolean;
+    completed(): StoredResponse | undefined;
+  } {
     let completing = false;
     let completedWithin: StoredResponse | undefined;
     const record: PendingIdempotencyRecord = {
       completeWithin: async (tx, answer) => {
         const store = attempt.settings.store;
-        if (!store.completeWithin) throw new Error('Idempotency: this route\'s store cannot finalise inside a transaction (use a PostgreSQL store)');
-        if (!attempt.settings.storesStatus(answer.status)) throw new Error(`Idempotency: a ${answer.status} answer is not stored on this route; finalise only answers it stores`);
+        if (!store.completeWithin)
+          throw new Error(
+            "Idempotency: this route's store cannot finalise inside a transaction (use a PostgreSQL store)",
+          );
+        if (!attempt.settings.storesStatus(answer.status))
+          throw new Error(
+            `Idempotency: a ${answer.status} answer is not stored on this route; finalise only answers it stores`,
+          );
         const stored = jsonAnswer(answer, attempt.settings.replayHeaders);
-        if (Buffer.byteLength(stored.body) > attempt.settings.maxStoredBodyBytes) throw new Error('Idempotency: the answer is over the route\'s maxStoredBodyBytes');
+        if (Buffer.byteLength(stored.body) > attempt.settings.maxStoredBodyBytes)
+          throw new Error("Idempotency: the answer is over the route's maxStoredBodyBytes");
         completing = true;
-        const ours = await store.completeWithin(tx, attempt.context.operation, attempt.token, attempt.context.fingerprint, stored, attempt.settings.resultTtlMs);
+        const ours = await store.completeWithin(
+          tx,
+          attempt.context.operation,
+          attempt.token,
+          attempt.context.fingerprint,
+          stored,
+          attempt.settings.resultTtlMs,
+        );
         // Refused: another request holds the key now. Throwing rolls the effect back with it.
         if (!ours) {
           completing = false;
@@ -479,7 +511,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
     this.durations.record(attempt.handler, performance.now() - started);
     const outcome = isWebResponse(body)
       ? await webResponseOutcome(body, attempt.settings)
-      : ({ kind: 'returned', body, status: res.statusCode, headers: res.getHeaders(), headersSent: res.headersSent } satisfies HandlerOutcome);
+      : ({
+          kind: 'returned',
+          body,
+          status: res.statusCode,
+          headers: res.getHeaders(),
+          headersSent: res.headersSent,
+        } satisfies HandlerOutcome);
     const decision = settleDecision(outcome, attempt.settings);
     await this.settle(attempt, lease, decision);
     // An answer that cannot be sent either: its error is the answer, for the exception filter.
@@ -500,7 +538,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
    * caller's stream ends. The frames are read here, not by the caller: one
    * who goes away stops nothing, and the answer is stored for its retry.
    */
-  private record(answer: StreamedAnswer, res: ExpressResponse, attempt: Attempt, lease: LockLease, started: number): Response {
+  private record(
+    answer: StreamedAnswer,
+    res: ExpressResponse,
+    attempt: Attempt,
+    lease: LockLease,
+    started: number,
+  ): Response {
     const { context: ctx, settings } = attempt;
     const headers = pickHeaders(answer.headers, this.replayHeaders);
     const contentType = Object.entries(answer.headers).find(([name]) => name.toLowerCase() === 'content-type')?.[1];
@@ -510,7 +554,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
     // caller that stalls is cut); one that went away, even before its stream
     // was first read, is dropped.
     const channel = new FrameChannel(Math.max(4 * 1024 * 1024, settings.maxStoredBodyBytes), () => {
-      this.logger.warn(`idempotency: a caller read nothing of a streamed answer for 30 s and was cut (key ${attempt.keyHash})`);
+      this.logger.warn(
+        `idempotency: a caller read nothing of a streamed answer for 30 s and was cut (key ${attempt.keyHash})`,
+      );
       res.destroy();
     });
     onceClosed(res, () => channel.detach());
@@ -563,7 +609,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
     };
 
     if (!log && settings.storesStatus(answer.status)) {
-      this.logger.warn(`idempotency: the store keeps no frames, so a streamed answer is not stored; key ${attempt.keyHash} released`);
+      this.logger.warn(
+        `idempotency: the store keeps no frames, so a streamed answer is not stored; key ${attempt.keyHash} released`,
+      );
       this.metrics.count('not_stored');
     }
     if (storing && log) {
@@ -611,7 +659,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
       }
       this.durations.record(attempt.handler, performance.now() - started);
       if (broken !== undefined) {
-        this.logger.warn(`idempotency: a streamed answer broke before its end (key ${attempt.keyHash}): ${errorText(broken)}`);
+        this.logger.warn(
+          `idempotency: a streamed answer broke before its end (key ${attempt.keyHash}): ${errorText(broken)}`,
+        );
         for (const frame of brokenEnd(settings)) await channel.push(frame);
         if (!settings.errors) {
           channel.fail(broken);
@@ -671,13 +721,17 @@ export class IdempotencyInterceptor implements NestInterceptor {
         );
         break;
       case 'too-large':
-        this.logger.warn(`idempotency: answer of ${reason.size} bytes exceeds ${reason.limit}; not stored, key ${key} released`);
+        this.logger.warn(
+          `idempotency: answer of ${reason.size} bytes exceeds ${reason.limit}; not stored, key ${key} released`,
+        );
         break;
       case 'unserialisable':
         // A value JSON cannot hold: a bug in the handler that Express could not
         // send either. The exception filter answers 500 with this error (and
         // logs it); the key must not stay locked for the lock TTL meanwhile.
-        this.logger.warn(`idempotency: the answer cannot be serialised (${errorText(reason.error)}); not stored, key ${key} released`);
+        this.logger.warn(
+          `idempotency: the answer cannot be serialised (${errorText(reason.error)}); not stored, key ${key} released`,
+        );
         break;
       case 'unstorable':
         this.logger.warn(`idempotency: a ${reason.type} answer cannot be stored; key ${key} released`);
@@ -815,7 +869,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
 /** A stored answer as the web Response that sends it. */
 function asResponse(stored: StoredResponse): Response {
-  return new Response(NULL_BODY_STATUSES.has(stored.status) ? null : stored.body, { status: stored.status, headers: stored.headers });
+  return new Response(NULL_BODY_STATUSES.has(stored.status) ? null : stored.body, {
+    status: stored.status,
+    headers: stored.headers,
+  });
 }
 
 /**

@@ -20,7 +20,11 @@ export interface IdempotencyModuleOptions {
   readonly replayHeaders?: readonly string[];
 }
 
-export const { ConfigurableModuleClass, MODULE_OPTIONS_TOKEN: IDEMPOTENCY_MODULE_OPTIONS, OPTIONS_TYPE, ASYNC_OPTIONS_TYPE } =
-  new ConfigurableModuleBuilder<IdempotencyModuleOptions>({ moduleName: 'Idempotency' })
-    .setClassMethodName('forRoot')
-    .build();
+export const {
+  ConfigurableModuleClass,
+  MODULE_OPTIONS_TOKEN: IDEMPOTENCY_MODULE_OPTIONS,
+  OPTIONS_TYPE,
+  ASYNC_OPTIONS_TYPE,
+} = new ConfigurableModuleBuilder<IdempotencyModuleOptions>({ moduleName: 'Idempotency' })
+  .setClassMethodName('forRoot')
+  .build();

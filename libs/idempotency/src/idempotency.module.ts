@@ -2,7 +2,11 @@ import { BeforeApplicationShutdown, Inject, Module, Provider } from '@nestjs/com
 import { APP_INTERCEPTOR, DiscoveryModule } from '@nestjs/core';
 import { IdempotencyInterceptor } from './idempotency.interceptor';
 import { IdempotencyMetrics } from './idempotency.metrics';
-import { IDEMPOTENCY_MODULE_OPTIONS, type IdempotencyModuleOptions, ConfigurableModuleClass } from './idempotency.module-definition';
+import {
+  IDEMPOTENCY_MODULE_OPTIONS,
+  type IdempotencyModuleOptions,
+  ConfigurableModuleClass,
+} from './idempotency.module-definition';
 import { IdempotencyStore } from './idempotency-store.interface';
 import { IdempotentRoutesValidator } from './idempotent-routes.validator';
 
@@ -49,7 +53,10 @@ export class IdempotencyModule extends ConfigurableModuleClass implements Before
    * instance write on through the store's own client.
    */
   async beforeApplicationShutdown(): Promise<void> {
-    const stores = new Set<IdempotencyStore & { close?: () => Promise<void> }>([this.store, ...Object.values(this.options.stores ?? {})]);
+    const stores = new Set<IdempotencyStore & { close?: () => Promise<void> }>([
+      this.store,
+      ...Object.values(this.options.stores ?? {}),
+    ]);
     await Promise.all([...stores].map((store) => store.close?.() ?? Promise.resolve()));
   }
 }

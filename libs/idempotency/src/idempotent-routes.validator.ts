@@ -39,7 +39,10 @@ export class IdempotentRoutesValidator implements OnModuleInit {
       for (const name of this.scanner.getAllMethodNames(prototype)) {
         const handler = prototype[name];
         if (typeof handler !== 'function' || !Reflect.hasMetadata(PATH_METADATA, handler)) continue;
-        const options = this.reflector.getAllAndOverride<IdempotentOptions | undefined>(IdempotentMetadata, [handler, type]);
+        const options = this.reflector.getAllAndOverride<IdempotentOptions | undefined>(IdempotentMetadata, [
+          handler,
+          type,
+        ]);
         if (options === undefined) continue;
         const where = `@Idempotent() on ${type.name}.${name}`;
         try {
@@ -50,7 +53,9 @@ export class IdempotentRoutesValidator implements OnModuleInit {
         const stores = this.options.stores ?? {};
         if (options.store !== undefined && !Object.hasOwn(stores, options.store)) {
           const known = Object.keys(stores);
-          problems.push(`${where}: no store named "${options.store}" (IdempotencyModule's stores: ${known.length ? known.join(', ') : 'none'})`);
+          problems.push(
+            `${where}: no store named "${options.store}" (IdempotencyModule's stores: ${known.length ? known.join(', ') : 'none'})`,
+          );
         }
         if (options.recover !== undefined) problems.push(...this.recoveryProblems(options, where));
         if (this.handlesResponseItself(instance, name)) {
@@ -74,19 +79,28 @@ export class IdempotentRoutesValidator implements OnModuleInit {
     const problems: string[] = [];
     const store = options.store !== undefined ? this.options.stores?.[options.store] : this.options.store;
     if (store && !store.abandon) {
-      problems.push(`${where}: recover needs a store that can tell a request that died (e.g. PostgreSQL); this route's store cannot, so it would never run`);
+      problems.push(
+        `${where}: recover needs a store that can tell a request that died (e.g. PostgreSQL); this route's store cannot, so it would never run`,
+      );
     }
     try {
       this.moduleRef.get(options.recover as never, { strict: false });
     } catch {
-      problems.push(`${where}: recover names ${options.recover?.name ?? 'a class'}, which is not a provider of the app`);
+      problems.push(
+        `${where}: recover names ${options.recover?.name ?? 'a class'}, which is not a provider of the app`,
+      );
     }
     return problems;
   }
 
   /** Nest's RouterExecutionContext.isResponseHandled. */
   private handlesResponseItself(instance: object, method: string): boolean {
-    const args = this.contextUtils.reflectCallbackMetadata<Record<string, unknown> | undefined>(instance, method, ROUTE_ARGS_METADATA) ?? {};
+    const args =
+      this.contextUtils.reflectCallbackMetadata<Record<string, unknown> | undefined>(
+        instance,
+        method,
+        ROUTE_ARGS_METADATA,
+      ) ?? {};
     const takesResponse = Object.keys(args).some((key) => {
       const type = this.contextUtils.mapParamType(key);
       return type === String(RouteParamtypes.RESPONSE) || type === String(RouteParamtypes.NEXT);

@@ -18,13 +18,17 @@ describe('@Idempotent() options', () => {
     ['resultTtlMs', Number.POSITIVE_INFINITY],
     ['maxStoredBodyBytes', '1024'],
   ])('refuses %s %p when applied, naming the method and the option', (name, value) => {
-    expect(decorate({ [name]: value })).toThrow(new RegExp(`OrdersController\\.refund: ${name} must be a positive whole number`));
+    expect(decorate({ [name]: value })).toThrow(
+      new RegExp(`OrdersController\\.refund: ${name} must be a positive whole number`),
+    );
   });
 
   it('refuses a lock TTL longer than a timer can wait, and accepts every positive whole number up to it', () => {
     expect(decorate({ lockTtlMs: 2 ** 31 })).toThrow(/lockTtlMs must be at most/);
     expect(decorate({ lockTtlMs: 2 ** 31 - 1 })).not.toThrow();
-    expect(decorate({ lockTtlMs: 1, resultTtlMs: 86_400_000, maxStoredBodyBytes: 1024, required: false })).not.toThrow();
+    expect(
+      decorate({ lockTtlMs: 1, resultTtlMs: 86_400_000, maxStoredBodyBytes: 1024, required: false }),
+    ).not.toThrow();
     expect(decorate({})).not.toThrow();
   });
 

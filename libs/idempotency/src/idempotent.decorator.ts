@@ -70,7 +70,11 @@ export interface IdempotencyRecovery {
 /** A route's own error format, for the answers the idempotency layer writes itself. */
 export interface IdempotencyErrorFormat {
   /** A business error of the handler, as it is stored and replayed. */
-  render(exception: unknown): { readonly status: number; readonly headers: Readonly<Record<string, string>>; readonly body: string };
+  render(exception: unknown): {
+    readonly status: number;
+    readonly headers: Readonly<Record<string, string>>;
+    readonly body: string;
+  };
   /** The last frame every caller of a streamed answer gets when it broke before its end. */
   brokenStreamFrame(): string;
 }
@@ -109,11 +113,17 @@ export function assertValidIdempotentOptions(
       throw new Error(`${where}: attach.waitMs must be a positive whole number of milliseconds, got ${String(waitMs)}`);
     }
   }
-  if (storesStatus !== undefined && typeof storesStatus !== 'function') throw new Error(`${where}: storesStatus must be a function`);
+  if (storesStatus !== undefined && typeof storesStatus !== 'function')
+    throw new Error(`${where}: storesStatus must be a function`);
   const { store, recover } = options as IdempotentOptions;
-  if (store !== undefined && (typeof store !== 'string' || store.length === 0)) throw new Error(`${where}: store must be a store's name`);
-  if (recover !== undefined && typeof recover !== 'function') throw new Error(`${where}: recover must be a provider class`);
-  if (errors !== undefined && (typeof errors?.render !== 'function' || typeof errors?.brokenStreamFrame !== 'function')) {
+  if (store !== undefined && (typeof store !== 'string' || store.length === 0))
+    throw new Error(`${where}: store must be a store's name`);
+  if (recover !== undefined && typeof recover !== 'function')
+    throw new Error(`${where}: recover must be a provider class`);
+  if (
+    errors !== undefined &&
+    (typeof errors?.render !== 'function' || typeof errors?.brokenStreamFrame !== 'function')
+  ) {
     throw new Error(`${where}: errors must have render() and brokenStreamFrame()`);
   }
   if (options.lockTtlMs !== undefined && options.lockTtlMs > MAX_LOCK_TTL_MS) {
@@ -132,7 +142,7 @@ export const IdempotentMetadata = Reflector.createDecorator<IdempotentOptions | 
  * The OpenAPI document gets the header and the idempotency answers with it.
  */
 export function Idempotent(options?: IdempotentOptions): MethodDecorator & ClassDecorator {
-  return ((target: object, key?: string | symbol, descriptor?: PropertyDescriptor) => {
+  return (target: object, key?: string | symbol, descriptor?: PropertyDescriptor) => {
     const where = descriptor
       ? `@Idempotent() on ${(target as { constructor: { name: string } }).constructor.name}.${String(key)}`
       : `@Idempotent() on ${(target as { name: string }).name}`;
@@ -155,15 +165,18 @@ export function Idempotent(options?: IdempotentOptions): MethodDecorator & Class
       if (Reflect.hasOwnMetadata(IdempotentMetadata.KEY, fn)) continue;
       documentation(options)(proto, name, method);
     }
-  });
+  };
 }
 
 /** The OpenAPI description of what @Idempotent() adds to a route. */
 function documentation(options: IdempotentOptions | undefined): MethodDecorator {
   // A route with its own error format documents its errors' schema itself; here only what they mean.
   const respond = options?.errors
-    ? (status: number, description: string, headers?: Record<string, { description: string; schema: { type: 'integer' } }>) =>
-        ApiResponse({ status, description, ...(headers ? { headers } : {}) })
+    ? (
+        status: number,
+        description: string,
+        headers?: Record<string, { description: string; schema: { type: 'integer' } }>,
+      ) => ApiResponse({ status, description, ...(headers ? { headers } : {}) })
     : ApiProblemResponse;
   return applyDecorators(
     ApiHeader({

@@ -152,7 +152,8 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     const opts = typeof options === 'string' ? { prefix: options } : options;
     this.prefix = opts.prefix ?? 'idem:';
     const blockingClient =
-      opts.blockingClient ?? (() => redis.duplicate({ connectionName: `${redis.options.connectionName ?? 'idempotency'}:frames` }));
+      opts.blockingClient ??
+      (() => redis.duplicate({ connectionName: `${redis.options.connectionName ?? 'idempotency'}:frames` }));
     this.frames = new RedisFrameLog(redis, (key) => this.recordKey(key), blockingClient, opts.idleCheckMs ?? 1000);
   }
 
@@ -161,7 +162,11 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   }
 
   async claim(key: string, token: string, fingerprint: string, lockTtlMs: number): Promise<ClaimResult> {
-    const reply = await CLAIM.run<[string, ...(string | number)[]]>(this.redis, [this.recordKey(key)], [token, fingerprint, lockTtlMs]);
+    const reply = await CLAIM.run<[string, ...(string | number)[]]>(
+      this.redis,
+      [this.recordKey(key)],
+      [token, fingerprint, lockTtlMs],
+    );
     if (reply[0] === 'claimed') return { outcome: 'claimed' };
     const pttl = Number(reply[1]);
     const now = Number(reply[2]);
@@ -193,17 +198,27 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     };
   }
 
-  async complete(key: string, token: string, fingerprint: string, response: StoredResponse, resultTtlMs: number): Promise<boolean> {
+  async complete(
+    key: string,
+    token: string,
+    fingerprint: string,
+    response: StoredResponse,
+    resultTtlMs: number,
+  ): Promise<boolean> {
     const r = this.recordKey(key);
-    const ok = await COMPLETE.run<number>(this.redis, [r, framesKey(r, token)], [
-      token,
-      fingerprint,
-      response.status,
-      JSON.stringify(response.headers),
-      response.body,
-      resultTtlMs,
-      ABORTED_FRAMES_TTL_MS,
-    ]);
+    const ok = await COMPLETE.run<number>(
+      this.redis,
+      [r, framesKey(r, token)],
+      [
+        token,
+        fingerprint,
+        response.status,
+        JSON.stringify(response.headers),
+        response.body,
+        resultTtlMs,
+        ABORTED_FRAMES_TTL_MS,
+      ],
+    );
     return ok === 1;
   }
 
@@ -254,7 +269,9 @@ export class RedisFrameLog implements IdempotencyFrameLog {
 
   async complete(key: string, token: string, fingerprint: string, resultTtlMs: number): Promise<boolean> {
     const r = this.recordKey(key);
-    return (await COMPLETE_FRAMES.run<number>(this.redis, [r, framesKey(r, token)], [token, fingerprint, resultTtlMs])) === 1;
+    return (
+      (await COMPLETE_FRAMES.run<number>(this.redis, [r, framesKey(r, token)], [token, fingerprint, resultTtlMs])) === 1
+    );
   }
 
   async *follow(ref: FramesRef, signal: AbortSignal): AsyncIterable<FrameEvent> {
@@ -286,7 +303,12 @@ export class RedisFrameLog implements IdempotencyFrameLog {
         yield { kind: 'gone' };
         return;
       }
-      const news = await this.streamWaiter().waitFor(ref, after === '-' ? '0-0' : after.slice(1), this.idleCheckMs, signal);
+      const news = await this.streamWaiter().waitFor(
+        ref,
+        after === '-' ? '0-0' : after.slice(1),
+        this.idleCheckMs,
+        signal,
+      );
       if (news || signal.aborted) continue;
       // Nothing for a while: the request may have died, its lock and frames expiring with it.
       if ((await this.redis.exists(ref)) === 0) {

@@ -108,7 +108,7 @@ export class RedisStreamWaiter {
         this.unblockSent = false;
         let reply: [string, unknown[]][] | null;
         try {
-          reply = (await client.xread('COUNT', 1, 'BLOCK', BLOCK_MS, 'STREAMS', ...streams, ...ids));
+          reply = await client.xread('COUNT', 1, 'BLOCK', BLOCK_MS, 'STREAMS', ...streams, ...ids);
         } finally {
           this.blocked = false;
           this.inFlight.clear();
@@ -118,7 +118,8 @@ export class RedisStreamWaiter {
         }
       }
     } catch (err) {
-      if (!this.closed) this.logger.warn(`idempotency: waiting for frames failed: ${err instanceof Error ? err.message : String(err)}`);
+      if (!this.closed)
+        this.logger.warn(`idempotency: waiting for frames failed: ${err instanceof Error ? err.message : String(err)}`);
       for (const waiters of this.byStream.values()) for (const w of [...waiters]) w.fail(err);
     } finally {
       this.reading = false;
@@ -134,7 +135,10 @@ export class RedisStreamWaiter {
       client.on('error', () => undefined); // reported by the commands that fail
       client.on('ready', () => {
         // A reconnected client has a new id.
-        client.client('ID').then((id) => (this.blockingId = Number(id)), () => undefined);
+        client.client('ID').then(
+          (id) => (this.blockingId = Number(id)),
+          () => undefined,
+        );
       });
       if (client.status === 'wait') await client.connect();
       this.blockingId = Number(await client.client('ID'));

@@ -36,7 +36,10 @@ export class HandlerDurations {
  * typical run to go by, 1 s: most handlers take milliseconds, and a retry
  * that comes too early is only told again.
  */
-export function retryAfterSeconds(running: { readonly runningForMs: number; readonly expiresInMs: number }, typicalMs: number | undefined): number {
+export function retryAfterSeconds(
+  running: { readonly runningForMs: number; readonly expiresInMs: number },
+  typicalMs: number | undefined,
+): number {
   const untilExpiry = Math.max(1, Math.floor(running.expiresInMs / 1000));
   const remainingMs = (typicalMs ?? 0) - running.runningForMs;
   return Math.min(untilExpiry, Math.max(1, Math.ceil(remainingMs / 1000)));

@@ -42,7 +42,12 @@ const route = (overrides: Partial<SettleRoute> = {}): SettleRoute => ({
 });
 const plain = route();
 
-const returned = (body: unknown, status = 200, headers: Record<string, string | string[] | number> = {}, headersSent = false): HandlerOutcome => ({
+const returned = (
+  body: unknown,
+  status = 200,
+  headers: Record<string, string | string[] | number> = {},
+  headersSent = false,
+): HandlerOutcome => ({
   kind: 'returned',
   body,
   status,
@@ -66,7 +71,10 @@ const store = (status: number, headers: Record<string, string>, body: string): S
   action: 'store',
   response: { status, headers, body },
 });
-const released = (reason: Extract<SettleDecision, { action: 'release' }>['reason']): SettleDecision => ({ action: 'release', reason });
+const released = (reason: Extract<SettleDecision, { action: 'release' }>['reason']): SettleDecision => ({
+  action: 'release',
+  reason,
+});
 const releasedFor = (status: number): SettleDecision => released({ kind: 'status', status });
 const abandoned: SettleDecision = { action: 'abandon' };
 const problemOf = (status: number, title: string, detail: string, type: string): string =>
@@ -99,18 +107,58 @@ describe('settleDecision', () => {
       route({ replayHeaders: new Set(['content-type', 'etag', 'content-length']) }),
       store(200, { 'content-type': 'application/vnd.x+json', etag: '"a", "b"', 'content-length': '7' }, '{"a":1}'),
     ],
-    ['exactly maxStoredBodyBytes: stored', returned('x'.repeat(LIMIT)), plain, store(200, { 'content-type': 'text/html; charset=utf-8' }, 'x'.repeat(LIMIT))],
-    ['over maxStoredBodyBytes: released', returned(big), plain, released({ kind: 'too-large', size: LIMIT + 1, limit: LIMIT })],
-    ['size in bytes, not characters', returned('é'.repeat(LIMIT / 2 + 1)), plain, released({ kind: 'too-large', size: LIMIT + 2, limit: LIMIT })],
-    ['a BigInt JSON cannot hold: released, its error the answer', returned({ n: 1n }), plain, released({ kind: 'unserialisable', error: expect.any(TypeError) })],
-    ['a cycle: released, its error the answer', returned(cycle), plain, released({ kind: 'unserialisable', error: expect.any(TypeError) })],
+    [
+      'exactly maxStoredBodyBytes: stored',
+      returned('x'.repeat(LIMIT)),
+      plain,
+      store(200, { 'content-type': 'text/html; charset=utf-8' }, 'x'.repeat(LIMIT)),
+    ],
+    [
+      'over maxStoredBodyBytes: released',
+      returned(big),
+      plain,
+      released({ kind: 'too-large', size: LIMIT + 1, limit: LIMIT }),
+    ],
+    [
+      'size in bytes, not characters',
+      returned('é'.repeat(LIMIT / 2 + 1)),
+      plain,
+      released({ kind: 'too-large', size: LIMIT + 2, limit: LIMIT }),
+    ],
+    [
+      'a BigInt JSON cannot hold: released, its error the answer',
+      returned({ n: 1n }),
+      plain,
+      released({ kind: 'unserialisable', error: expect.any(TypeError) }),
+    ],
+    [
+      'a cycle: released, its error the answer',
+      returned(cycle),
+      plain,
+      released({ kind: 'unserialisable', error: expect.any(TypeError) }),
+    ],
     ['a Buffer cannot be stored', returned(Buffer.from('x')), plain, released({ kind: 'unstorable', type: 'Buffer' })],
     ['an Observable cannot be stored', returned(of(1)), plain, released({ kind: 'unstorable', type: 'Observable' })],
-    ['a stream cannot be stored', returned(Readable.from(['x'])), plain, released({ kind: 'unstorable', type: 'Readable' })],
-    ['the handler sent its answer itself (@Res())', returned({ id: 1 }, 200, {}, true), plain, released({ kind: 'headers-sent' })],
+    [
+      'a stream cannot be stored',
+      returned(Readable.from(['x'])),
+      plain,
+      released({ kind: 'unstorable', type: 'Readable' }),
+    ],
+    [
+      'the handler sent its answer itself (@Res())',
+      returned({ id: 1 }, 200, {}, true),
+      plain,
+      released({ kind: 'headers-sent' }),
+    ],
     ['a 5xx status it set', returned({ retry: true }, 503), plain, releasedFor(503)],
     ['a transient 4xx it set (429)', returned({}, 429), plain, releasedFor(429)],
-    ['a 4xx it set, stored', returned({ error: 'no' }, 404), plain, store(404, { 'content-type': JSON_TYPE }, '{"error":"no"}')],
+    [
+      'a 4xx it set, stored',
+      returned({ error: 'no' }, 404),
+      plain,
+      store(404, { 'content-type': JSON_TYPE }, '{"error":"no"}'),
+    ],
 
     // ── the handler returned a web Response ──
     [
@@ -125,9 +173,19 @@ describe('settleDecision', () => {
       route({ replayHeaders: new Set() }),
       store(200, { 'content-type': 'application/json' }, '{}'),
     ],
-    ['a web Response over maxStoredBodyBytes', web(200, big), plain, released({ kind: 'too-large', size: LIMIT + 1, limit: LIMIT })],
+    [
+      'a web Response over maxStoredBodyBytes',
+      web(200, big),
+      plain,
+      released({ kind: 'too-large', size: LIMIT + 1, limit: LIMIT }),
+    ],
     ['a web Response of a status not stored (sent unread)', web(503, undefined), plain, releasedFor(503)],
-    ['a web Response whose body cannot be read', { kind: 'web-response-unreadable', error: new Error('aborted') }, plain, released({ kind: 'unreadable', error: new Error('aborted') })],
+    [
+      'a web Response whose body cannot be read',
+      { kind: 'web-response-unreadable', error: new Error('aborted') },
+      plain,
+      released({ kind: 'unreadable', error: new Error('aborted') }),
+    ],
 
     // ── the handler threw ──
     [
@@ -138,47 +196,155 @@ describe('settleDecision', () => {
     ],
     [
       'a ProblemException: its document, its allowlisted headers',
-      threw(new ProblemException({ type: 'urn:t', title: 'Card declined', status: 402, detail: 'd', headers: { ETag: '"p"', 'Set-Cookie': 'x' } })),
+      threw(
+        new ProblemException({
+          type: 'urn:t',
+          title: 'Card declined',
+          status: 402,
+          detail: 'd',
+          headers: { ETag: '"p"', 'Set-Cookie': 'x' },
+        }),
+      ),
       plain,
       store(402, { etag: '"p"', 'content-type': PROBLEM_TYPE }, problemOf(402, 'Card declined', 'd', 'urn:t')),
     ],
     [
-      "a business 4xx on a route with its own errors: rendered by it, its content type kept",
+      'a business 4xx on a route with its own errors: rendered by it, its content type kept',
       threw(new NotFoundException('gone')),
       route({ errors: customErrors }),
       store(404, { etag: '"e1"', 'content-type': 'application/vnd.shop.error+json' }, '{"error":"gone"}'),
     ],
-    ['a business 4xx its renderer answers with a status not stored', threw(new NotFoundException()), route({ errors: unavailableErrors }), releasedFor(503)],
-    ['a business 4xx over maxStoredBodyBytes', threw(new BadRequestException(big)), plain, released({ kind: 'too-large', size: expect.any(Number), limit: LIMIT })],
+    [
+      'a business 4xx its renderer answers with a status not stored',
+      threw(new NotFoundException()),
+      route({ errors: unavailableErrors }),
+      releasedFor(503),
+    ],
+    [
+      'a business 4xx over maxStoredBodyBytes',
+      threw(new BadRequestException(big)),
+      plain,
+      released({ kind: 'too-large', size: expect.any(Number), limit: LIMIT }),
+    ],
     ['408 Request Timeout', threw(new HttpException('slow', HttpStatus.REQUEST_TIMEOUT)), plain, releasedFor(408)],
     ['409 Conflict', threw(new ConflictException()), plain, releasedFor(409)],
     ['425 Too Early', threw(new HttpException('early', 425)), plain, releasedFor(425)],
-    ['429 Too Many Requests', threw(new HttpException('slow down', HttpStatus.TOO_MANY_REQUESTS)), plain, releasedFor(429)],
-    ['429 even with its own errors', threw(new HttpException('slow down', 429)), route({ errors: customErrors }), releasedFor(429)],
+    [
+      '429 Too Many Requests',
+      threw(new HttpException('slow down', HttpStatus.TOO_MANY_REQUESTS)),
+      plain,
+      releasedFor(429),
+    ],
+    [
+      '429 even with its own errors',
+      threw(new HttpException('slow down', 429)),
+      route({ errors: customErrors }),
+      releasedFor(429),
+    ],
     ['a 5xx HttpException', threw(new HttpException('down', HttpStatus.BAD_GATEWAY)), plain, releasedFor(502)],
     ['any other error (a 500)', threw(new Error('bug')), plain, releasedFor(500)],
     ['a thrown 3xx', threw(new HttpException('moved', 302)), plain, releasedFor(302)],
-    ['rejected by the pipes: the handler never ran', threw(new BadRequestException('bad'), { rejectedByPipes: true }), plain, released({ kind: 'rejected-by-pipes' })],
-    ['rejected by the pipes, whatever the error', threw(new IdempotencyOutcomeUnknownException('?'), { rejectedByPipes: true }), plain, released({ kind: 'rejected-by-pipes' })],
-    ['the outcome is unknown: abandoned for a recovery', threw(new IdempotencyOutcomeUnknownException('provider timed out')), plain, abandoned],
-    ['the outcome is unknown, even after headers went out', threw(new IdempotencyOutcomeUnknownException('?'), { headersSent: true }), plain, abandoned],
-    ['the key was reused with another body: not stored', threw(new IdempotencyKeyReusedException()), plain, released({ kind: 'key-reused' })],
-    ['a 4xx after the handler sent its answer itself', threw(new NotFoundException(), { headersSent: true }), plain, released({ kind: 'headers-sent' })],
+    [
+      'rejected by the pipes: the handler never ran',
+      threw(new BadRequestException('bad'), { rejectedByPipes: true }),
+      plain,
+      released({ kind: 'rejected-by-pipes' }),
+    ],
+    [
+      'rejected by the pipes, whatever the error',
+      threw(new IdempotencyOutcomeUnknownException('?'), { rejectedByPipes: true }),
+      plain,
+      released({ kind: 'rejected-by-pipes' }),
+    ],
+    [
+      'the outcome is unknown: abandoned for a recovery',
+      threw(new IdempotencyOutcomeUnknownException('provider timed out')),
+      plain,
+      abandoned,
+    ],
+    [
+      'the outcome is unknown, even after headers went out',
+      threw(new IdempotencyOutcomeUnknownException('?'), { headersSent: true }),
+      plain,
+      abandoned,
+    ],
+    [
+      'the key was reused with another body: not stored',
+      threw(new IdempotencyKeyReusedException()),
+      plain,
+      released({ kind: 'key-reused' }),
+    ],
+    [
+      'a 4xx after the handler sent its answer itself',
+      threw(new NotFoundException(), { headersSent: true }),
+      plain,
+      released({ kind: 'headers-sent' }),
+    ],
 
     // ── the route's own storesStatus ──
-    ['storesStatus: a 409 it stores', threw(new ConflictException('taken')), route({ storesStatus: () => true }), store(409, { 'content-type': PROBLEM_TYPE }, problemOf(409, 'Conflict', 'taken', ProblemTypes.http(409)))],
-    ['storesStatus: a 404 it does not store', threw(new NotFoundException()), route({ storesStatus: (s) => s < 300 }), releasedFor(404)],
-    ['storesStatus: a success it does not store', returned({ id: 1 }, 202), route({ storesStatus: (s) => s !== 202 }), releasedFor(202)],
-    ['storesStatus: a 5xx thrown is never stored', threw(new Error('bug')), route({ storesStatus: () => true }), releasedFor(500)],
-    ['storesStatus: a 5xx returned it stores', returned({ partial: true }, 500), route({ storesStatus: () => true }), store(500, { 'content-type': JSON_TYPE }, '{"partial":true}')],
+    [
+      'storesStatus: a 409 it stores',
+      threw(new ConflictException('taken')),
+      route({ storesStatus: () => true }),
+      store(409, { 'content-type': PROBLEM_TYPE }, problemOf(409, 'Conflict', 'taken', ProblemTypes.http(409))),
+    ],
+    [
+      'storesStatus: a 404 it does not store',
+      threw(new NotFoundException()),
+      route({ storesStatus: (s) => s < 300 }),
+      releasedFor(404),
+    ],
+    [
+      'storesStatus: a success it does not store',
+      returned({ id: 1 }, 202),
+      route({ storesStatus: (s) => s !== 202 }),
+      releasedFor(202),
+    ],
+    [
+      'storesStatus: a 5xx thrown is never stored',
+      threw(new Error('bug')),
+      route({ storesStatus: () => true }),
+      releasedFor(500),
+    ],
+    [
+      'storesStatus: a 5xx returned it stores',
+      returned({ partial: true }, 500),
+      route({ storesStatus: () => true }),
+      store(500, { 'content-type': JSON_TYPE }, '{"partial":true}'),
+    ],
 
     // ── the route's recovery ──
-    ['recovered an answer: stored', { kind: 'recovered', response: { status: 201, headers: {}, body: '{}' } }, plain, store(201, {}, '{}')],
-    ['recovered an answer of a status not stored: abandoned', { kind: 'recovered', response: { status: 503, headers: {}, body: '{}' } }, plain, abandoned],
-    ['recovered an answer over maxStoredBodyBytes', { kind: 'recovered', response: { status: 200, headers: {}, body: big } }, plain, released({ kind: 'too-large', size: LIMIT + 1, limit: LIMIT })],
-    ['the recovery cannot know yet', { kind: 'recovery-failed', error: new IdempotencyOutcomeUnknownException('?') }, plain, abandoned],
+    [
+      'recovered an answer: stored',
+      { kind: 'recovered', response: { status: 201, headers: {}, body: '{}' } },
+      plain,
+      store(201, {}, '{}'),
+    ],
+    [
+      'recovered an answer of a status not stored: abandoned',
+      { kind: 'recovered', response: { status: 503, headers: {}, body: '{}' } },
+      plain,
+      abandoned,
+    ],
+    [
+      'recovered an answer over maxStoredBodyBytes',
+      { kind: 'recovered', response: { status: 200, headers: {}, body: big } },
+      plain,
+      released({ kind: 'too-large', size: LIMIT + 1, limit: LIMIT }),
+    ],
+    [
+      'the recovery cannot know yet',
+      { kind: 'recovery-failed', error: new IdempotencyOutcomeUnknownException('?') },
+      plain,
+      abandoned,
+    ],
     ['the recovery failed otherwise', { kind: 'recovery-failed', error: new Error('db down') }, plain, abandoned],
-    ['the recovery found the key reused', { kind: 'recovery-failed', error: new IdempotencyKeyReusedException() }, plain, released({ kind: 'key-reused' })],
+    [
+      'the recovery found the key reused',
+      { kind: 'recovery-failed', error: new IdempotencyKeyReusedException() },
+      plain,
+      released({ kind: 'key-reused' }),
+    ],
   ])('%s', (_, outcome, settings, expected) => {
     expect(settleDecision(outcome, settings)).toEqual(expected);
   });

@@ -187,7 +187,10 @@ export function pickHeaders(all: HeaderValues, allowlist: ReadonlySet<string>): 
 
 /** An answer a route gave the library itself (recovered, finalised in a transaction), as it is stored: JSON, allowlisted headers. */
 export function jsonAnswer(answer: RecoveredAnswer, allowlist: ReadonlySet<string>): StoredResponse {
-  const headers = { ...pickHeaders(answer.headers ?? {}, allowlist), 'content-type': 'application/json; charset=utf-8' };
+  const headers = {
+    ...pickHeaders(answer.headers ?? {}, allowlist),
+    'content-type': 'application/json; charset=utf-8',
+  };
   return { status: answer.status, headers, body: JSON.stringify(answer.body) ?? '' };
 }
 

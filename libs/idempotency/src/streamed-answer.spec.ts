@@ -41,9 +41,11 @@ describe('FrameChannel', () => {
     await channel.push('a');
     channel.fail(new Error('broke'));
     const out: string[] = [];
-    await expect((async () => {
-      for await (const frame of channel) out.push(frame);
-    })()).rejects.toThrow('broke');
+    await expect(
+      (async () => {
+        for await (const frame of channel) out.push(frame);
+      })(),
+    ).rejects.toThrow('broke');
     expect(out).toEqual(['a']);
   });
 });
@@ -65,10 +67,15 @@ describe('framesResponse', () => {
 
   it('sends the frames as they come and runs onCancel at the end too', async () => {
     let cancelled = 0;
-    const response = framesResponse(200, new Headers({ 'content-type': 'text/plain' }), (async function* () {
-      yield 'a';
-      yield 'b';
-    })(), () => cancelled++);
+    const response = framesResponse(
+      200,
+      new Headers({ 'content-type': 'text/plain' }),
+      (async function* () {
+        yield 'a';
+        yield 'b';
+      })(),
+      () => cancelled++,
+    );
     const reader = response.body!.getReader();
     const chunks: unknown[] = [];
     for (;;) {

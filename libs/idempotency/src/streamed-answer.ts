@@ -136,7 +136,12 @@ export class FrameChannel implements AsyncIterable<string> {
  * `onCancel` runs when the body is cancelled (the caller went away), also
  * before its first read, when a generator's own `finally` would not run.
  */
-export function framesResponse(status: number, headers: Headers, frames: AsyncIterable<string>, onCancel?: () => void): Response {
+export function framesResponse(
+  status: number,
+  headers: Headers,
+  frames: AsyncIterable<string>,
+  onCancel?: () => void,
+): Response {
   const iterator = frames[Symbol.asyncIterator]();
   let cancelled = false;
   const cancel = (): void => {
@@ -144,30 +149,38 @@ export function framesResponse(status: number, headers: Headers, frames: AsyncIt
     cancelled = true;
     onCancel?.();
   };
-  const body = new ReadableStream<string>({
-    async pull(controller) {
-      try {
-        const step = await iterator.next();
-        if (step.done) {
-          controller.close();
+  const body = new ReadableStream<string>(
+    {
+      async pull(controller) {
+        try {
+          const step = await iterator.next();
+          if (step.done) {
+            controller.close();
+            cancel();
+          } else controller.enqueue(step.value);
+        } catch (err) {
           cancel();
-        } else controller.enqueue(step.value);
-      } catch (err) {
+          controller.error(err);
+        }
+      },
+      async cancel() {
         cancel();
-        controller.error(err);
-      }
+        await iterator.return?.();
+      },
     },
-    async cancel() {
-      cancel();
-      await iterator.return?.();
-    },
-  }, { highWaterMark: 0 });
+    { highWaterMark: 0 },
+  );
   return new Response(body as ReadableStream<never>, { status, headers });
 }
 
 /** Runs `fn` once the response is closed (sent, or the caller went away), at once if it already is. */
 export function onceClosed(
-  res: { readonly destroyed: boolean; readonly closed?: boolean; readonly socket?: { readonly destroyed: boolean } | null; once(event: 'close', fn: () => void): unknown },
+  res: {
+    readonly destroyed: boolean;
+    readonly closed?: boolean;
+    readonly socket?: { readonly destroyed: boolean } | null;
+    once(event: 'close', fn: () => void): unknown;
+  },
   fn: () => void,
 ): void {
   if (res.destroyed || res.closed || res.socket?.destroyed) fn();

@@ -1,7 +1,14 @@
 import { Injectable } from '@nestjs/common';
 import { InjectRedis, RedisScript } from '@app/redis';
 import type { Redis } from 'ioredis';
-import { ADMIN_ACTIONS_KEY, DEAD_LETTER_STREAM, fieldsOf, JOB_RECORD_TTL_MS, jobRecordKey, JOBS_STREAM } from './summary-job';
+import {
+  ADMIN_ACTIONS_KEY,
+  DEAD_LETTER_STREAM,
+  fieldsOf,
+  JOB_RECORD_TTL_MS,
+  jobRecordKey,
+  JOBS_STREAM,
+} from './summary-job';
 
 export interface DeadLetter {
   /** The dead-letter entry's id: what a re-drive names. */

@@ -1,7 +1,14 @@
 import { Injectable } from '@nestjs/common';
 import { InjectRedis, RedisScript } from '@app/redis';
 import type { Redis } from 'ioredis';
-import { CONSUMER_GROUP, DEAD_LETTER_STREAM, JOB_RECORD_TTL_MS, JOBS_STREAM, jobRecordKey, SummaryJob } from './summary-job';
+import {
+  CONSUMER_GROUP,
+  DEAD_LETTER_STREAM,
+  JOB_RECORD_TTL_MS,
+  JOBS_STREAM,
+  jobRecordKey,
+  SummaryJob,
+} from './summary-job';
 
 /*
  * The job record and the stream entry are written by one script: one round
@@ -39,13 +46,11 @@ export class SummaryJobQueue {
 
   /** Records the job and appends it to the stream; returns the entry id. */
   async enqueue(job: SummaryJob): Promise<string> {
-    return ENQUEUE.run<string>(this.redis, [jobRecordKey(job.jobId), JOBS_STREAM], [
-      job.jobId,
-      job.tenant,
-      JSON.stringify(job.payload),
-      Date.now(),
-      JOB_RECORD_TTL_MS,
-    ]);
+    return ENQUEUE.run<string>(
+      this.redis,
+      [jobRecordKey(job.jobId), JOBS_STREAM],
+      [job.jobId, job.tenant, JSON.stringify(job.payload), Date.now(), JOB_RECORD_TTL_MS],
+    );
   }
 
   async findRecord(jobId: string): Promise<JobRecord | undefined> {

@@ -11,7 +11,11 @@ import { HttpChatCompletionsUpstream } from './http-chat-completions.upstream';
 export function createChatCompletionsUpstream(options: ChatCompletionsUpstreamModuleOptions): ChatCompletionsUpstream {
   if (options.provider === 'fake') return new FakeChatCompletionsUpstream(options.fake);
   if (!options.apiKey) throw new Error('the openai provider needs an API key');
-  return new HttpChatCompletionsUpstream({ apiKey: options.apiKey, baseUrl: options.baseUrl, maxSockets: options.maxSockets });
+  return new HttpChatCompletionsUpstream({
+    apiKey: options.apiKey,
+    baseUrl: options.baseUrl,
+    maxSockets: options.maxSockets,
+  });
 }
 
 /**

@@ -2,25 +2,35 @@ import { usageOf } from './chat-completions.usage';
 
 describe('usageOf', () => {
   it('reads the counts of a stream’s usage chunk', () => {
-    const event = 'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":12,"total_tokens":21}}\n\n';
+    const event =
+      'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":12,"total_tokens":21}}\n\n';
     expect(usageOf(event)).toEqual({ prompt_tokens: 9, completion_tokens: 12 });
   });
 
   it('reads a whole answer, pretty-printed as OpenAI sends it', () => {
-    const body = JSON.stringify({ id: 'chatcmpl-1', choices: [], usage: { prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 } }, null, 2);
+    const body = JSON.stringify(
+      { id: 'chatcmpl-1', choices: [], usage: { prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 } },
+      null,
+      2,
+    );
     expect(body).toContain('"usage": {');
     expect(usageOf(body)).toEqual({ prompt_tokens: 3, completion_tokens: 4 });
   });
 
   it('reads an event with CRLF lines and its data over two lines', () => {
-    expect(usageOf('data: {"choices":[],\r\ndata: "usage":{"prompt_tokens":1,"completion_tokens":2}}\r\n\r\n')).toEqual({ prompt_tokens: 1, completion_tokens: 2 });
+    expect(usageOf('data: {"choices":[],\r\ndata: "usage":{"prompt_tokens":1,"completion_tokens":2}}\r\n\r\n')).toEqual(
+      { prompt_tokens: 1, completion_tokens: 2 },
+    );
   });
 
   it.each([
     ['a chunk with "usage":null', 'data: {"choices":[{"delta":{"content":"hi"}}],"usage":null}\n\n'],
     ['a chunk without usage', 'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'],
     ['the end of the stream', 'data: [DONE]\n\n'],
-    ['usage only inside the content', 'data: {"choices":[{"delta":{"content":"\\"usage\\":{\\"prompt_tokens\\":1}"}}]}\n\n'],
+    [
+      'usage only inside the content',
+      'data: {"choices":[{"delta":{"content":"\\"usage\\":{\\"prompt_tokens\\":1}"}}]}\n\n',
+    ],
     ['a nested usage', 'data: {"choices":[{"usage":{"prompt_tokens":1,"completion_tokens":2}}]}\n\n'],
     ['broken JSON', 'data: {"usage":{"prompt_tokens":1,\n\n'],
     ['negative counts', '{"usage":{"prompt_tokens":-1,"completion_tokens":2}}'],

@@ -25,7 +25,8 @@ export function usageOf(eventOrJsonBody: string): TokenUsage | undefined {
   } catch {
     return undefined;
   }
-  const usage = (parsed as { usage?: unknown } | null)?.usage as { prompt_tokens?: unknown; completion_tokens?: unknown } | null | undefined;
+  const usage = (parsed as { usage?: unknown } | null)?.usage as
+    { prompt_tokens?: unknown; completion_tokens?: unknown } | null | undefined;
   const prompt = usage?.prompt_tokens;
   const completion = usage?.completion_tokens;
   if (!isCount(prompt) || !isCount(completion)) return undefined;

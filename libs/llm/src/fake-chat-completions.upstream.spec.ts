@@ -9,8 +9,11 @@ import { sseEvents } from './sse-event.splitter';
 
 const PREFIX = 'This is the built-in fake model. You wrote: ';
 
-const send = (json: unknown, upstream = new FakeChatCompletionsUpstream(), signal = new AbortController().signal): Promise<UpstreamResponse> =>
-  upstream.send({ body: Buffer.from(JSON.stringify(json)), json, signal });
+const send = (
+  json: unknown,
+  upstream = new FakeChatCompletionsUpstream(),
+  signal = new AbortController().signal,
+): Promise<UpstreamResponse> => upstream.send({ body: Buffer.from(JSON.stringify(json)), json, signal });
 
 async function text(body: AsyncIterable<Buffer>): Promise<string> {
   const chunks: Buffer[] = [];
@@ -30,7 +33,11 @@ describe('the built-in fake model, read by the openai SDK', () => {
         const chunks: Buffer[] = [];
         for await (const chunk of req) chunks.push(chunk as Buffer);
         const body = Buffer.concat(chunks);
-        const answer = await upstream.send({ body, json: JSON.parse(body.toString()), signal: AbortSignal.timeout(5000) });
+        const answer = await upstream.send({
+          body,
+          json: JSON.parse(body.toString()),
+          signal: AbortSignal.timeout(5000),
+        });
         res.writeHead(answer.status, answer.headers);
         await pipeline(Readable.from(answer.body), res);
       })().catch((err: unknown) => res.destroy(err as Error));
@@ -59,11 +66,18 @@ describe('the built-in fake model, read by the openai SDK', () => {
     const expected = `${PREFIX}"Hello there, fake model"`;
     const words = expected.split(' ').length;
     expect(chunks).toHaveLength(1 + words + 2);
-    expect(chunks[0].choices[0]).toMatchObject({ index: 0, delta: { role: 'assistant', content: '' }, finish_reason: null });
+    expect(chunks[0].choices[0]).toMatchObject({
+      index: 0,
+      delta: { role: 'assistant', content: '' },
+      finish_reason: null,
+    });
     expect(chunks.map((c) => c.choices[0]?.delta.content ?? '').join('')).toBe(expected);
     expect(chunks.slice(1, 1 + words).map((c) => c.choices[0].delta.content)).toEqual(expected.split(/(?= )/));
     expect(chunks.at(-2)?.choices[0]).toMatchObject({ delta: {}, finish_reason: 'stop' });
-    expect(chunks.at(-1)).toMatchObject({ choices: [], usage: { prompt_tokens: 11, completion_tokens: words, total_tokens: 11 + words } });
+    expect(chunks.at(-1)).toMatchObject({
+      choices: [],
+      usage: { prompt_tokens: 11, completion_tokens: words, total_tokens: 11 + words },
+    });
     expect(chunks.slice(0, -1).every((c) => c.usage === null)).toBe(true);
     expect(new Set(chunks.map((c) => `${c.id} ${c.created} ${c.model} ${c.object}`))).toEqual(
       new Set([`${chunks[0].id} ${chunks[0].created} gpt-4.1-mini chat.completion.chunk`]),
@@ -73,7 +87,11 @@ describe('the built-in fake model, read by the openai SDK', () => {
   });
 
   it('streams without usage unless asked for it', async () => {
-    const stream = await openai.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'Hi' }], stream: true });
+    const stream = await openai.chat.completions.create({
+      model: 'm',
+      messages: [{ role: 'user', content: 'Hi' }],
+      stream: true,
+    });
     const chunks = [];
     for await (const chunk of stream) chunks.push(chunk);
     expect(chunks.every((c) => !('usage' in c) && c.choices.length === 1)).toBe(true);
@@ -83,23 +101,47 @@ describe('the built-in fake model, read by the openai SDK', () => {
   it('answers a request without a stream with one chat.completion', async () => {
     const completion = await openai.chat.completions.create({
       model: 'gpt-4.1-mini',
-      messages: [{ role: 'user', content: [{ type: 'text', text: 'First part.' }, { type: 'image_url', image_url: { url: 'https://example.com/a.png' } }, { type: 'text', text: 'Second part.' }] }],
+      messages: [
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'First part.' },
+            { type: 'image_url', image_url: { url: 'https://example.com/a.png' } },
+            { type: 'text', text: 'Second part.' },
+          ],
+        },
+      ],
     });
     expect(completion).toMatchObject({
       object: 'chat.completion',
       model: 'gpt-4.1-mini',
-      choices: [{ index: 0, message: { role: 'assistant', content: `${PREFIX}"First part. Second part."` }, finish_reason: 'stop' }],
+      choices: [
+        {
+          index: 0,
+          message: { role: 'assistant', content: `${PREFIX}"First part. Second part."` },
+          finish_reason: 'stop',
+        },
+      ],
       usage: { prompt_tokens: 4, completion_tokens: 12, total_tokens: 16 },
     });
     expect(completion.id).toMatch(/^chatcmpl-\w+$/);
   });
 
   it('stops at max_tokens, or max_completion_tokens, with finish_reason length', async () => {
-    const cut = await openai.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'Hi' }], max_tokens: 3 });
+    const cut = await openai.chat.completions.create({
+      model: 'm',
+      messages: [{ role: 'user', content: 'Hi' }],
+      max_tokens: 3,
+    });
     expect(cut.choices[0]).toMatchObject({ message: { content: 'This is the' }, finish_reason: 'length' });
     expect(cut.usage?.completion_tokens).toBe(3);
 
-    const stream = await openai.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: 'Hi' }], max_completion_tokens: 2, stream: true });
+    const stream = await openai.chat.completions.create({
+      model: 'm',
+      messages: [{ role: 'user', content: 'Hi' }],
+      max_completion_tokens: 2,
+      stream: true,
+    });
     const chunks = [];
     for await (const chunk of stream) chunks.push(chunk);
     expect(chunks.map((c) => c.choices[0].delta.content ?? '').join('')).toBe('This is');
@@ -108,7 +150,10 @@ describe('the built-in fake model, read by the openai SDK', () => {
 
   it('quotes at most 200 characters of the user’s text, never half a character', async () => {
     const long = `${'😀'.repeat(199)}${'x'.repeat(500)}`;
-    const completion = await openai.chat.completions.create({ model: 'm', messages: [{ role: 'user', content: long }] });
+    const completion = await openai.chat.completions.create({
+      model: 'm',
+      messages: [{ role: 'user', content: long }],
+    });
     expect(completion.choices[0].message.content).toBe(`${PREFIX}"${'😀'.repeat(199)}x"`);
   });
 
@@ -116,7 +161,9 @@ describe('the built-in fake model, read by the openai SDK', () => {
     ['no messages', { model: 'm', messages: [] }, 'messages'],
     ['no model', { model: '', messages: [{ role: 'user', content: 'Hi' }] }, 'model'],
   ])('refuses a request with %s as OpenAI does: a 400 the SDK raises as BadRequestError', async (_, body, param) => {
-    const err = await openai.chat.completions.create(body as OpenAI.ChatCompletionCreateParamsNonStreaming).catch((e: unknown) => e);
+    const err = await openai.chat.completions
+      .create(body as OpenAI.ChatCompletionCreateParamsNonStreaming)
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(BadRequestError);
     expect(err).toMatchObject({ status: 400, type: 'invalid_request_error', param, code: null });
   });
@@ -124,13 +171,20 @@ describe('the built-in fake model, read by the openai SDK', () => {
 
 describe('the built-in fake model on the wire', () => {
   it('sends data: events with a blank line after each, and data: [DONE] last', async () => {
-    const answer = await send({ model: 'm', messages: [{ role: 'user', content: 'Hi' }], stream: true, stream_options: { include_usage: true } });
+    const answer = await send({
+      model: 'm',
+      messages: [{ role: 'user', content: 'Hi' }],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     expect(answer.status).toBe(200);
     expect(answer.headers['content-type']).toBe('text/event-stream; charset=utf-8');
     const events: string[] = [];
     for await (const event of sseEvents(answer.body)) events.push(event);
     expect(events.at(-1)).toBe('data: [DONE]\n\n');
-    expect(events.slice(0, -1).every((e) => /^data: \{.*\}\n\n$/s.test(e) && !e.slice(6, -2).includes('\n'))).toBe(true);
+    expect(events.slice(0, -1).every((e) => /^data: \{.*\}\n\n$/s.test(e) && !e.slice(6, -2).includes('\n'))).toBe(
+      true,
+    );
     expect(events.slice(0, -2).every((e) => e.includes('"usage":null'))).toBe(true);
   });
 
@@ -143,7 +197,9 @@ describe('the built-in fake model on the wire', () => {
   ])('answers %s with a 400 in OpenAI’s error envelope', async (_, json, param) => {
     const answer = await send(json);
     expect(answer).toMatchObject({ status: 400, headers: { 'content-type': 'application/json' } });
-    expect(JSON.parse(await text(answer.body))).toEqual({ error: { message: expect.any(String), type: 'invalid_request_error', param, code: null } });
+    expect(JSON.parse(await text(answer.body))).toEqual({
+      error: { message: expect.any(String), type: 'invalid_request_error', param, code: null },
+    });
   });
 
   it('answers a conversation without a user message', async () => {
@@ -154,7 +210,9 @@ describe('the built-in fake model on the wire', () => {
   it('is an UpstreamTimeoutError when a timeout ends the wait for the first byte', async () => {
     const slow = new FakeChatCompletionsUpstream({ firstByteMs: 5000 });
     const t0 = performance.now();
-    await expect(send({ model: 'm', messages: [] }, slow, AbortSignal.timeout(50))).rejects.toBeInstanceOf(UpstreamTimeoutError);
+    await expect(send({ model: 'm', messages: [] }, slow, AbortSignal.timeout(50))).rejects.toBeInstanceOf(
+      UpstreamTimeoutError,
+    );
     expect(performance.now() - t0).toBeLessThan(1000);
   });
 
@@ -162,13 +220,19 @@ describe('the built-in fake model on the wire', () => {
     const shutdown = new AbortController();
     const reason = new Error('shutting down');
     shutdown.abort(reason);
-    await expect(send({ model: 'm', messages: [] }, new FakeChatCompletionsUpstream(), shutdown.signal)).rejects.toBe(reason);
+    await expect(send({ model: 'm', messages: [] }, new FakeChatCompletionsUpstream(), shutdown.signal)).rejects.toBe(
+      reason,
+    );
   });
 
   it('stops the stream with the signal’s reason when it aborts midway', async () => {
     const call = new AbortController();
     const reason = new Error('gateway timeout');
-    const answer = await send({ model: 'm', messages: [{ role: 'user', content: 'Hi' }], stream: true }, new FakeChatCompletionsUpstream({ chunkMs: 10 }), call.signal);
+    const answer = await send(
+      { model: 'm', messages: [{ role: 'user', content: 'Hi' }], stream: true },
+      new FakeChatCompletionsUpstream({ chunkMs: 10 }),
+      call.signal,
+    );
     const seen: string[] = [];
     const read = (async () => {
       for await (const event of sseEvents(answer.body)) {

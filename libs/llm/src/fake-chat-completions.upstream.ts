@@ -1,6 +1,11 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
-import { abortedBeforeHead, type ChatCompletionsUpstream, type UpstreamRequest, type UpstreamResponse } from './chat-completions.upstream';
+import {
+  abortedBeforeHead,
+  type ChatCompletionsUpstream,
+  type UpstreamRequest,
+  type UpstreamResponse,
+} from './chat-completions.upstream';
 
 export interface FakeChatCompletionsUpstreamOptions {
   /** Before the response head: the model's time to its first token. Default 0. */
@@ -41,7 +46,12 @@ export class FakeChatCompletionsUpstream implements ChatCompletionsUpstream {
       throw signal.aborted ? abortedBeforeHead(signal) : err;
     }
     const invalid = invalidRequest(json);
-    if (invalid !== undefined) return { status: 400, headers: jsonHeaders(), body: once(`${JSON.stringify({ error: invalid }, null, 2)}\n`, signal) };
+    if (invalid !== undefined)
+      return {
+        status: 400,
+        headers: jsonHeaders(),
+        body: once(`${JSON.stringify({ error: invalid }, null, 2)}\n`, signal),
+      };
 
     const request = json as ChatRequest;
     const answer = answerTo(request);
@@ -86,7 +96,9 @@ export class FakeChatCompletionsUpstream implements ChatCompletionsUpstream {
       chunk({ role: 'assistant', content: '' }, null),
       ...answer.pieces.map((piece) => chunk({ content: piece }, null)),
       chunk({}, answer.finishReason),
-      ...(includeUsage ? [event({ id, object: 'chat.completion.chunk', created, model: request.model, choices: [], usage })] : []),
+      ...(includeUsage
+        ? [event({ id, object: 'chat.completion.chunk', created, model: request.model, choices: [], usage })]
+        : []),
       'data: [DONE]\n\n',
     ];
     return {
@@ -129,16 +141,23 @@ interface OpenAiError {
 
 /** OpenAI's refusals for a request without its two required parameters. */
 function invalidRequest(json: unknown): OpenAiError | undefined {
-  const body = typeof json === 'object' && json !== null && !Array.isArray(json) ? (json as Record<string, unknown>) : {};
+  const body =
+    typeof json === 'object' && json !== null && !Array.isArray(json) ? (json as Record<string, unknown>) : {};
   if (typeof body.model !== 'string' || body.model === '') {
     return { message: 'you must provide a model parameter', type: 'invalid_request_error', param: 'model', code: null };
   }
   if (!Array.isArray(body.messages)) {
-    return { message: "Missing required parameter: 'messages'.", type: 'invalid_request_error', param: 'messages', code: null };
+    return {
+      message: "Missing required parameter: 'messages'.",
+      type: 'invalid_request_error',
+      param: 'messages',
+      code: null,
+    };
   }
   if (body.messages.length === 0) {
     return {
-      message: "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead.",
+      message:
+        "Invalid 'messages': empty array. Expected an array with minimum length 1, but got an empty array instead.",
       type: 'invalid_request_error',
       param: 'messages',
       code: null,

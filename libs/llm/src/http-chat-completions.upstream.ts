@@ -25,7 +25,14 @@ export interface HttpChatCompletionsUpstreamOptions {
 
 export const DEFAULT_OPENAI_BASE_URL = 'https://api.openai.com/v1';
 
-const RELAYED_HEADERS = new Set(['content-type', 'retry-after', 'retry-after-ms', 'x-should-retry', 'x-request-id', 'openai-processing-ms']);
+const RELAYED_HEADERS = new Set([
+  'content-type',
+  'retry-after',
+  'retry-after-ms',
+  'x-should-retry',
+  'x-request-id',
+  'openai-processing-ms',
+]);
 
 /** The provider's response headers the gateway passes on (UpstreamResponse.headers). */
 export function relayedHeaders(headers: IncomingHttpHeaders): Record<string, string> {
@@ -51,7 +58,8 @@ export class HttpChatCompletionsUpstream implements ChatCompletionsUpstream {
 
   constructor(options: HttpChatCompletionsUpstreamOptions) {
     const url = new URL(options.baseUrl ?? DEFAULT_OPENAI_BASE_URL);
-    if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error(`the provider's URL must be http or https, got "${url.protocol}"`);
+    if (url.protocol !== 'http:' && url.protocol !== 'https:')
+      throw new Error(`the provider's URL must be http or https, got "${url.protocol}"`);
     url.pathname = `${url.pathname.replace(/\/+$/, '')}/chat/completions`;
     const agentOptions = { keepAlive: true, maxSockets: options.maxSockets ?? 256 };
     const https = url.protocol === 'https:';
@@ -94,7 +102,12 @@ export class HttpChatCompletionsUpstream implements ChatCompletionsUpstream {
    * once more on a new connection, as node:http's documentation advises,
    * instead of being a 502 for an idle moment.
    */
-  private attempt(body: Buffer, headers: OutgoingHttpHeaders, signal: AbortSignal, mayRetry: boolean): Promise<UpstreamResponse> {
+  private attempt(
+    body: Buffer,
+    headers: OutgoingHttpHeaders,
+    signal: AbortSignal,
+    mayRetry: boolean,
+  ): Promise<UpstreamResponse> {
     return new Promise((resolve, reject) => {
       const req = this.request({ ...this.target, headers });
       let res: IncomingMessage | undefined;

@@ -33,7 +33,10 @@ describe('classifyLlmError', () => {
     expect(apiError(429)).toBeInstanceOf(RateLimitError);
     expect(apiError(400)).toBeInstanceOf(BadRequestError);
     expect(apiError(503)).toBeInstanceOf(InternalServerError);
-    expect(classifyLlmError(new APIConnectionError({ message: 'refused' }))).toEqual({ kind: 'connection', retryable: true });
+    expect(classifyLlmError(new APIConnectionError({ message: 'refused' }))).toEqual({
+      kind: 'connection',
+      retryable: true,
+    });
     expect(classifyLlmError(new APIConnectionTimeoutError())).toEqual({ kind: 'connection', retryable: true });
   });
 
@@ -54,12 +57,16 @@ describe('classifyLlmError', () => {
   });
 
   it('retries a socket error from below the SDK', () => {
-    expect(classifyLlmError(Object.assign(new Error('reset'), { code: 'ECONNRESET' }))).toMatchObject({ retryable: true });
+    expect(classifyLlmError(Object.assign(new Error('reset'), { code: 'ECONNRESET' }))).toMatchObject({
+      retryable: true,
+    });
   });
 
   it('carries the provider’s Retry-After', () => {
     expect(classifyLlmError(apiError(429, { 'retry-after': '3' }))).toMatchObject({ retryAfterMs: 3000 });
-    expect(classifyLlmError(apiError(429, { 'retry-after-ms': '1500', 'retry-after': '9' }))).toMatchObject({ retryAfterMs: 1500 });
+    expect(classifyLlmError(apiError(429, { 'retry-after-ms': '1500', 'retry-after': '9' }))).toMatchObject({
+      retryAfterMs: 1500,
+    });
   });
 });
 

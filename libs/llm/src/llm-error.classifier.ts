@@ -21,7 +21,15 @@ export function classifyLlmError(err: unknown): LlmErrorClass {
     const headers = err.headers as Headers | undefined;
     const retryAfterMs = headers ? retryAfterFrom(headers) : undefined;
     const kind =
-      status === 429 ? 'rate_limited' : status >= 500 ? 'server' : status === 409 ? 'conflict' : status === 408 ? 'timeout' : 'client';
+      status === 429
+        ? 'rate_limited'
+        : status >= 500
+          ? 'server'
+          : status === 409
+            ? 'conflict'
+            : status === 408
+              ? 'timeout'
+              : 'client';
     let retryable = RETRYABLE_STATUS.has(status) || status >= 500;
     const shouldRetry = headers?.get('x-should-retry');
     if (shouldRetry === 'true') retryable = true;
@@ -43,9 +51,19 @@ export function retryAfterFrom(headers: Headers, now = Date.now()): number | und
   return Number.isNaN(date) ? undefined : Math.max(0, date - now);
 }
 
-const CONNECTION_CODES = new Set(['ECONNREFUSED', 'ECONNRESET', 'ETIMEDOUT', 'EPIPE', 'ENOTFOUND', 'EAI_AGAIN', 'UND_ERR_SOCKET']);
+const CONNECTION_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ETIMEDOUT',
+  'EPIPE',
+  'ENOTFOUND',
+  'EAI_AGAIN',
+  'UND_ERR_SOCKET',
+]);
 
 function isNodeConnectionError(err: unknown): boolean {
-  const code = (err as { code?: unknown; cause?: { code?: unknown } } | null)?.code ?? (err as { cause?: { code?: unknown } } | null)?.cause?.code;
+  const code =
+    (err as { code?: unknown; cause?: { code?: unknown } } | null)?.code ??
+    (err as { cause?: { code?: unknown } } | null)?.cause?.code;
   return typeof code === 'string' && CONNECTION_CODES.has(code);
 }

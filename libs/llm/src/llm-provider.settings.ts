@@ -10,7 +10,8 @@ export const llmProviderEnv = {
   llmProvider: env.custom('LLM_PROVIDER', (raw, all): LlmProvider => {
     const value = raw ?? (all.OPENAI_API_KEY?.trim() ? 'openai' : 'fake');
     if (value !== 'openai' && value !== 'fake') throw new ConfigFieldError(`must be openai or fake, got "${value}"`);
-    if (value === 'openai' && !all.OPENAI_API_KEY?.trim()) throw new ConfigFieldError('is openai but OPENAI_API_KEY is unset');
+    if (value === 'openai' && !all.OPENAI_API_KEY?.trim())
+      throw new ConfigFieldError('is openai but OPENAI_API_KEY is unset');
     return value;
   }),
   openaiApiKey: env.optionalString('OPENAI_API_KEY'),

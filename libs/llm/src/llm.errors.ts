@@ -16,7 +16,8 @@ export interface ErrorClass<Kind extends string = string> {
 }
 
 /** What a failed model call was. */
-export type LlmErrorKind = 'timeout' | 'connection' | 'rate_limited' | 'server' | 'conflict' | 'client' | 'empty_answer' | 'unknown';
+export type LlmErrorKind =
+  'timeout' | 'connection' | 'rate_limited' | 'server' | 'conflict' | 'client' | 'empty_answer' | 'unknown';
 
 export type LlmErrorClass = ErrorClass<LlmErrorKind>;
 

@@ -45,7 +45,8 @@ describe('sseEvents', () => {
       for (let b = a; b <= SAMPLE.length; b++) {
         const { events } = await collect(chunksOf(SAMPLE.subarray(0, a), SAMPLE.subarray(a, b), SAMPLE.subarray(b)));
         // One expect per pair would make this test slow; a mismatch is reported with its cuts.
-        if (JSON.stringify(events) !== JSON.stringify(EVENTS)) expect({ a, b, events }).toEqual({ a, b, events: EVENTS });
+        if (JSON.stringify(events) !== JSON.stringify(EVENTS))
+          expect({ a, b, events }).toEqual({ a, b, events: EVENTS });
       }
     }
   });
@@ -58,7 +59,8 @@ describe('sseEvents', () => {
   it('gives back the body byte for byte, bytes that are not UTF-8 included', async () => {
     const body = Buffer.concat([Buffer.from('data: '), Buffer.from([0xff, 0xc3]), Buffer.from('\n\ndata: [DONE]\n\n')]);
     const events: Buffer[] = [];
-    for await (const event of sseEventBuffers(chunksOf(body.subarray(0, 7), body.subarray(7)))) events.push(Buffer.from(event));
+    for await (const event of sseEventBuffers(chunksOf(body.subarray(0, 7), body.subarray(7))))
+      events.push(Buffer.from(event));
     expect(events).toHaveLength(2);
     expect(Buffer.concat(events).equals(body)).toBe(true);
   });

@@ -12,7 +12,8 @@ export interface LoggingOptions {
 
 const REQUEST_ID = /^[\w.:-]{1,128}$/;
 
-const isProbe = (url: string | undefined): boolean => url !== undefined && (url.startsWith('/health/') || url === '/metrics');
+const isProbe = (url: string | undefined): boolean =>
+  url !== undefined && (url.startsWith('/health/') || url === '/metrics');
 
 /**
  * JSON logs through pino, one line per answer with a request id (taken from
@@ -54,7 +55,11 @@ export class LoggingModule {
               censor: '[redacted]',
             },
             serializers: {
-              req: (req: { id: unknown; method: string; url: string }) => ({ id: req.id, method: req.method, url: req.url }),
+              req: (req: { id: unknown; method: string; url: string }) => ({
+                id: req.id,
+                method: req.method,
+                url: req.url,
+              }),
             },
           },
         }),

@@ -18,12 +18,20 @@ describe('the ids an operator names', () => {
     ['1-0 ', false],
     ['', false],
   ])('dead-letter id %j can exist: %s', (raw, ok) => {
-    expect(parseDeadLetterId(raw)).toEqual(ok ? { ok: true, id: raw } : { ok: false, message: expect.stringMatching(/^must be a dead-letter id/) });
+    expect(parseDeadLetterId(raw)).toEqual(
+      ok ? { ok: true, id: raw } : { ok: false, message: expect.stringMatching(/^must be a dead-letter id/) },
+    );
   });
 
   it('says which: malformed, or a part above the largest', () => {
-    expect(parseDeadLetterId('1-2-3')).toEqual({ ok: false, message: 'must be a dead-letter id <ms>-<seq> such as 1764460800000-0' });
-    expect(parseDeadLetterId('0-18446744073709551616')).toEqual({ ok: false, message: 'must be a dead-letter id whose parts are at most 18446744073709551615' });
+    expect(parseDeadLetterId('1-2-3')).toEqual({
+      ok: false,
+      message: 'must be a dead-letter id <ms>-<seq> such as 1764460800000-0',
+    });
+    expect(parseDeadLetterId('0-18446744073709551616')).toEqual({
+      ok: false,
+      message: 'must be a dead-letter id whose parts are at most 18446744073709551615',
+    });
   });
 
   it('names the largest stream id, after which nothing can come', () => {
@@ -46,6 +54,8 @@ describe('the ids an operator names', () => {
     ['not-an-id', false],
     ['', false],
   ])('outbox row id %j can exist: %s', (raw, ok) => {
-    expect(parseOutboxRowId(raw)).toEqual(ok ? { ok: true, id: raw } : { ok: false, message: expect.stringMatching(/^must be an outbox row id/) });
+    expect(parseOutboxRowId(raw)).toEqual(
+      ok ? { ok: true, id: raw } : { ok: false, message: expect.stringMatching(/^must be an outbox row id/) },
+    );
   });
 });

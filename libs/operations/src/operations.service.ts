@@ -70,7 +70,10 @@ export class OperationsService {
    * Every dead letter that can run again, oldest first, from after `after`,
    * looking at `limit` dead letters at most; each re-drive is logged on its own.
    */
-  async redriveAll(actor: Actor, { limit = REDRIVE_ALL_DEFAULT_LIMIT, after }: { limit?: number; after?: string } = {}): Promise<RedriveAllResult> {
+  async redriveAll(
+    actor: Actor,
+    { limit = REDRIVE_ALL_DEFAULT_LIMIT, after }: { limit?: number; after?: string } = {},
+  ): Promise<RedriveAllResult> {
     let redriven = 0;
     let seen = 0;
     const notRedrivable: string[] = [];
@@ -103,7 +106,10 @@ export class OperationsService {
       await this.counts.add('requeue', ids.length);
     } catch (err) {
       // The rows are re-queued (committed); only the count is missing.
-      this.logger.warn({ actor, requeued: ids.length, err: (err as Error).message }, 're-queue not counted: Redis did not answer');
+      this.logger.warn(
+        { actor, requeued: ids.length, err: (err as Error).message },
+        're-queue not counted: Redis did not answer',
+      );
     }
     return ids;
   }

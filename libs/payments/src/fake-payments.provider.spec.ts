@@ -15,7 +15,12 @@ describe('FakePaymentsProvider', () => {
     const result = await new FakePaymentsProvider().payout(request(), live());
     expect(result).toEqual({
       outcome: 'paid',
-      payout: expect.objectContaining({ reference: request().reference, order_id: 'ord_1', amount: 1250, currency: 'EUR' }),
+      payout: expect.objectContaining({
+        reference: request().reference,
+        order_id: 'ord_1',
+        amount: 1250,
+        currency: 'EUR',
+      }),
     });
     expect(result.outcome === 'paid' && result.payout.payout_id).toMatch(/^po_[0-9a-f]{24}$/);
   });
@@ -26,22 +31,32 @@ describe('FakePaymentsProvider', () => {
     const again = await fake.payout(request({ amount: 99 }), live());
     const other = await fake.payout(request({ reference: 'other' }), live());
     expect(again).toEqual(first);
-    expect(other.outcome === 'paid' && other.payout.payout_id).not.toBe(first.outcome === 'paid' && first.payout.payout_id);
+    expect(other.outcome === 'paid' && other.payout.payout_id).not.toBe(
+      first.outcome === 'paid' && first.payout.payout_id,
+    );
   });
 
   it('refuses an amount over the limit with a 422 and records nothing; the limit itself is paid', async () => {
     const fake = new FakePaymentsProvider();
     const refused = await fake.payout(request({ amount: FAKE_PAYOUT_LIMIT + 1 }), live());
-    expect(refused).toEqual({ outcome: 'refused', status: 422, body: expect.objectContaining({ type: 'amount-over-limit' }) });
+    expect(refused).toEqual({
+      outcome: 'refused',
+      status: 422,
+      body: expect.objectContaining({ type: 'amount-over-limit' }),
+    });
     await expect(fake.lookup(request().reference, live())).resolves.toBeUndefined();
-    await expect(fake.payout(request({ amount: FAKE_PAYOUT_LIMIT }), live())).resolves.toMatchObject({ outcome: 'paid' });
+    await expect(fake.payout(request({ amount: FAKE_PAYOUT_LIMIT }), live())).resolves.toMatchObject({
+      outcome: 'paid',
+    });
   });
 
   it('looks payouts up by reference', async () => {
     const fake = new FakePaymentsProvider();
     await expect(fake.lookup(request().reference, live())).resolves.toBeUndefined();
     const paid = await fake.payout(request(), live());
-    await expect(fake.lookup(request().reference, live())).resolves.toEqual(paid.outcome === 'paid' ? paid.payout : undefined);
+    await expect(fake.lookup(request().reference, live())).resolves.toEqual(
+      paid.outcome === 'paid' ? paid.payout : undefined,
+    );
     await expect(fake.lookup('someone-else', live())).resolves.toBeUndefined();
   });
 

@@ -35,7 +35,12 @@ export function payoutResultFrom(answer: Answer, reference: string): PayoutResul
   const { status, text } = answer;
   if (status >= 200 && status < 300) {
     const payout = payoutFrom(parsedBody(text), reference);
-    if (payout === undefined) throw new PaymentOutcomeUnknownError('status', `the provider answered ${status} without a payout for this reference`, status);
+    if (payout === undefined)
+      throw new PaymentOutcomeUnknownError(
+        'status',
+        `the provider answered ${status} without a payout for this reference`,
+        status,
+      );
     return { outcome: 'paid', payout };
   }
   if (isRefusal(status)) return { outcome: 'refused', status, body: parsedBody(text) };
@@ -48,7 +53,12 @@ export function lookupResultFrom(answer: Answer, reference: string): Payout | un
   if (status === 404) return undefined;
   if (status === 200) {
     const payout = payoutFrom(parsedBody(text), reference);
-    if (payout === undefined) throw new PaymentOutcomeUnknownError('status', 'the provider answered 200 without a payout for this reference', status);
+    if (payout === undefined)
+      throw new PaymentOutcomeUnknownError(
+        'status',
+        'the provider answered 200 without a payout for this reference',
+        status,
+      );
     return payout;
   }
   throw new PaymentOutcomeUnknownError('status', `the provider answered ${status} to a lookup`, status);
@@ -65,8 +75,10 @@ export class HttpPaymentsProvider implements PaymentsProvider {
 
   constructor(options: HttpPaymentsProviderOptions) {
     const url = new URL(options.baseUrl);
-    if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new Error(`the payment provider's URL must be http or https, got "${url.protocol}"`);
-    if (!Number.isFinite(options.timeoutMs) || options.timeoutMs <= 0) throw new Error(`the payment provider's timeout must be a positive number of ms, got ${options.timeoutMs}`);
+    if (url.protocol !== 'http:' && url.protocol !== 'https:')
+      throw new Error(`the payment provider's URL must be http or https, got "${url.protocol}"`);
+    if (!Number.isFinite(options.timeoutMs) || options.timeoutMs <= 0)
+      throw new Error(`the payment provider's timeout must be a positive number of ms, got ${options.timeoutMs}`);
     url.pathname = `${url.pathname.replace(/\/+$/, '')}/payouts`;
     url.search = '';
     url.hash = '';
@@ -86,7 +98,9 @@ export class HttpPaymentsProvider implements PaymentsProvider {
 
   lookup(reference: string, signal: AbortSignal): Promise<Payout | undefined> {
     const url = `${this.payoutsUrl}?reference=${encodeURIComponent(reference)}`;
-    return this.call(signal, url, { method: 'GET', headers: { Accept: 'application/json' } }).then((answer) => lookupResultFrom(answer, reference));
+    return this.call(signal, url, { method: 'GET', headers: { Accept: 'application/json' } }).then((answer) =>
+      lookupResultFrom(answer, reference),
+    );
   }
 
   /**
@@ -101,17 +115,36 @@ export class HttpPaymentsProvider implements PaymentsProvider {
     const deadline = new AbortController();
     const timer = setTimeout(() => deadline.abort(), this.timeoutMs);
     try {
-      const response = await fetch(url, { ...init, redirect: 'manual', signal: AbortSignal.any([signal, deadline.signal]) });
+      const response = await fetch(url, {
+        ...init,
+        redirect: 'manual',
+        signal: AbortSignal.any([signal, deadline.signal]),
+      });
       return { status: response.status, text: await response.text() };
     } catch (err) {
       if (deadline.signal.aborted) {
-        throw new PaymentOutcomeUnknownError('timeout', `the payment provider did not answer within ${this.timeoutMs} ms`, undefined, { cause: err });
+        throw new PaymentOutcomeUnknownError(
+          'timeout',
+          `the payment provider did not answer within ${this.timeoutMs} ms`,
+          undefined,
+          { cause: err },
+        );
       }
       if (signal.aborted) {
         // The caller gave up while the request was out: it may have reached the provider.
-        throw new PaymentOutcomeUnknownError('timeout', 'the call to the payment provider was aborted before its answer', undefined, { cause: signal.reason });
+        throw new PaymentOutcomeUnknownError(
+          'timeout',
+          'the call to the payment provider was aborted before its answer',
+          undefined,
+          { cause: signal.reason },
+        );
       }
-      throw new PaymentOutcomeUnknownError('connection', `the payment provider could not be reached: ${describe(err)}`, undefined, { cause: err });
+      throw new PaymentOutcomeUnknownError(
+        'connection',
+        `the payment provider could not be reached: ${describe(err)}`,
+        undefined,
+        { cause: err },
+      );
     } finally {
       clearTimeout(timer);
     }

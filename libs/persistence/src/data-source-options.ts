@@ -9,7 +9,13 @@ import { RefundAttempts1764806400000 } from './migrations/1764806400000-refund-a
 
 export const ENTITIES = [Summary, Outbox];
 /** Listed, not globbed: the apps are bundled, so there is no directory to scan. */
-export const MIGRATIONS = [InitialSchema1764460800000, OutboxParkedIndex1764547200000, IdempotencyKeys1764633600000, Refunds1764720000000, RefundAttempts1764806400000];
+export const MIGRATIONS = [
+  InitialSchema1764460800000,
+  OutboxParkedIndex1764547200000,
+  IdempotencyKeys1764633600000,
+  Refunds1764720000000,
+  RefundAttempts1764806400000,
+];
 
 /** The longest the client waits for one query's answer: what bounds a request that reads PostgreSQL. */
 export const QUERY_TIMEOUT_MS = 20_000;

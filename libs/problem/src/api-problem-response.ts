@@ -16,13 +16,25 @@ const PROBLEM_SCHEMA = {
       description: 'On validation-failed: each field and what is wrong with it',
       items: {
         type: 'object' as const,
-        properties: { field: { type: 'string' as const }, messages: { type: 'array' as const, items: { type: 'string' as const } } },
+        properties: {
+          field: { type: 'string' as const },
+          messages: { type: 'array' as const, items: { type: 'string' as const } },
+        },
       },
     },
   },
 };
 
 /** An error answer in the OpenAPI document: `application/problem+json` with `description`. */
-export function ApiProblemResponse(status: number, description: string, headers?: Headers): MethodDecorator & ClassDecorator {
-  return ApiResponse({ status, description, headers, content: { 'application/problem+json': { schema: PROBLEM_SCHEMA } } });
+export function ApiProblemResponse(
+  status: number,
+  description: string,
+  headers?: Headers,
+): MethodDecorator & ClassDecorator {
+  return ApiResponse({
+    status,
+    description,
+    headers,
+    content: { 'application/problem+json': { schema: PROBLEM_SCHEMA } },
+  });
 }

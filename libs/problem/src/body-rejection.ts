@@ -33,8 +33,12 @@ const NOT_DTOS = new Set<unknown>([String, Boolean, Number, Array, Object, Buffe
  * TypeScript's emitDecoratorMetadata leave, as @nestjs/swagger reads it.
  */
 function bodyDtoOf(controller: Class, handler: (...args: never[]) => unknown): Class | undefined {
-  const params = (Reflect.getMetadata(ROUTE_ARGS_METADATA, controller, handler.name) ?? {}) as Record<string, { index: number; data?: unknown }>;
-  const types = (Reflect.getMetadata('design:paramtypes', controller.prototype as object, handler.name) ?? []) as unknown[];
+  const params = (Reflect.getMetadata(ROUTE_ARGS_METADATA, controller, handler.name) ?? {}) as Record<
+    string,
+    { index: number; data?: unknown }
+  >;
+  const types = (Reflect.getMetadata('design:paramtypes', controller.prototype as object, handler.name) ??
+    []) as unknown[];
   for (const [key, param] of Object.entries(params)) {
     if (Number(key.split(':')[0]) !== RouteParamtypes.BODY || param.data !== undefined) continue;
     const type = types[param.index];

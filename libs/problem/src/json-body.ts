@@ -58,7 +58,13 @@ export function useJsonBody(app: NestExpressApplication, options: JsonBodyOption
   for (const route of largerBodies) {
     const parse = express.json({ limit: route.maxBytes, verify });
     const when = route.when;
-    app.use(route.path, when ? (req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void) => (when(req) ? parse(req, res, next) : next()) : parse);
+    app.use(
+      route.path,
+      when
+        ? (req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void) =>
+            when(req) ? parse(req, res, next) : next()
+        : parse,
+    );
   }
   app.use(express.json({ limit: maxBytes, verify }));
   app.use(bodyParserErrorHandler);

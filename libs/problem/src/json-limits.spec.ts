@@ -20,10 +20,28 @@ function reference(value: unknown): { depth: number; members: number; values: nu
 /** A small deterministic generator, so a failure names a seed that reproduces it. */
 function random(seed: number): () => number {
   let s = seed >>> 0;
-  return () => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 2 ** 32);
+  return () => (s = (Math.imul(s, 1664525) + 1013904223) >>> 0) / 2 ** 32;
 }
 
-const NASTY_STRINGS = ['', 'a', '"', '\\', '\\"', '{', '}', '[', ']', ',', ':', 'x":1,"y', 'naïve ☃ 💩', '\u0000', '\n\t', 'true', '-1.5e3'];
+const NASTY_STRINGS = [
+  '',
+  'a',
+  '"',
+  '\\',
+  '\\"',
+  '{',
+  '}',
+  '[',
+  ']',
+  ',',
+  ':',
+  'x":1,"y',
+  'naïve ☃ 💩',
+  '\u0000',
+  '\n\t',
+  'true',
+  '-1.5e3',
+];
 
 function generate(rnd: () => number, level: number): unknown {
   const pick = rnd();
@@ -34,7 +52,8 @@ function generate(rnd: () => number, level: number): unknown {
   const size = Math.floor(rnd() * 6);
   if (pick < 0.65) return Array.from({ length: size }, () => generate(rnd, level + 1));
   const obj: Record<string, unknown> = {};
-  for (let i = 0; i < size; i++) obj[`${NASTY_STRINGS[Math.floor(rnd() * NASTY_STRINGS.length)]}${i}`] = generate(rnd, level + 1);
+  for (let i = 0; i < size; i++)
+    obj[`${NASTY_STRINGS[Math.floor(rnd() * NASTY_STRINGS.length)]}${i}`] = generate(rnd, level + 1);
   return obj;
 }
 
@@ -60,11 +79,17 @@ describe('scanJsonLimits', () => {
   });
 
   it('counts duplicate member names each time (JSON.parse keeps one): the text is what costs', () => {
-    expect(scanJsonLimits(Buffer.from('{"a":1,"a":2,"a":3}'), { ...none, maxMembers: 2 })).toEqual({ limit: 'maxMembers', max: 2 });
+    expect(scanJsonLimits(Buffer.from('{"a":1,"a":2,"a":3}'), { ...none, maxMembers: 2 })).toEqual({
+      limit: 'maxMembers',
+      max: 2,
+    });
   });
 
   it('stops at the first limit, however long the rest', () => {
     const buf = Buffer.from(`[${'['.repeat(40)}${'0,'.repeat(500_000)}0${']'.repeat(41)}`);
-    expect(scanJsonLimits(buf, { maxDepth: 32, maxMembers: 1000, maxValues: 20_000 })).toEqual({ limit: 'maxDepth', max: 32 });
+    expect(scanJsonLimits(buf, { maxDepth: 32, maxMembers: 1000, maxValues: 20_000 })).toEqual({
+      limit: 'maxDepth',
+      max: 32,
+    });
   });
 });

@@ -28,7 +28,8 @@ export interface JsonLimitExceeded {
 
 export function assertValidJsonLimits(limits: JsonLimits): void {
   for (const [name, n] of Object.entries(limits)) {
-    if (!Number.isSafeInteger(n) || (n as number) < 1) throw new Error(`JSON limits: ${name} must be a positive integer, got ${String(n)}`);
+    if (!Number.isSafeInteger(n) || (n as number) < 1)
+      throw new Error(`JSON limits: ${name} must be a positive integer, got ${String(n)}`);
   }
 }
 

@@ -43,33 +43,48 @@ async function problemOf(value: object): Promise<ProblemException> {
 }
 
 describe('RequestValidationPipe', () => {
-  it.each(['__proto__', 'constructor'])('rejects an unknown top-level field named %s (Nest strips it silently)', async (name) => {
-    const body = parsed(JSON.stringify(order()).replace(/^\{/, `{"${name}":{"isAdmin":true},`));
-    const problem = await problemOf(body);
-    expect(problem.problem.type).toBe(ProblemTypes.validationFailed);
-    expect(problem.problem.errors).toEqual([{ field: name, messages: [`property ${name} should not exist`] }]);
-  });
+  it.each(['__proto__', 'constructor'])(
+    'rejects an unknown top-level field named %s (Nest strips it silently)',
+    async (name) => {
+      const body = parsed(JSON.stringify(order()).replace(/^\{/, `{"${name}":{"isAdmin":true},`));
+      const problem = await problemOf(body);
+      expect(problem.problem.type).toBe(ProblemTypes.validationFailed);
+      expect(problem.problem.errors).toEqual([{ field: name, messages: [`property ${name} should not exist`] }]);
+    },
+  );
 
   it.each([
-    ['in a nested DTO', (name: string) => `{"customer":"c","first":{"sku":"a","quantity":1,"${name}":{}},"lines":[]}`, 'first'],
+    [
+      'in a nested DTO',
+      (name: string) => `{"customer":"c","first":{"sku":"a","quantity":1,"${name}":{}},"lines":[]}`,
+      'first',
+    ],
     [
       'in an array of nested DTOs',
-      (name: string) => `{"customer":"c","first":{"sku":"a","quantity":1},"lines":[{"sku":"b","quantity":2,"${name}":{}}]}`,
+      (name: string) =>
+        `{"customer":"c","first":{"sku":"a","quantity":1},"lines":[{"sku":"b","quantity":2,"${name}":{}}]}`,
       'lines.0',
     ],
   ])('rejects an unknown field %s, named by its path', async (_, json, parent) => {
     // The same body without it is valid.
-    const valid = await new RequestValidationPipe().transform(parsed(json('extra').replace(',"extra":{}', '')), { type: 'body', metatype: OrderDto });
+    const valid = await new RequestValidationPipe().transform(parsed(json('extra').replace(',"extra":{}', '')), {
+      type: 'body',
+      metatype: OrderDto,
+    });
     expect((valid as OrderDto).first).toBeInstanceOf(LineDto);
     for (const name of ['__proto__', 'constructor']) {
       const problem = await problemOf(parsed(json(name)));
-      expect(problem.problem.errors).toEqual([{ field: `${parent}.${name}`, messages: [`property ${name} should not exist`] }]);
+      expect(problem.problem.errors).toEqual([
+        { field: `${parent}.${name}`, messages: [`property ${name} should not exist`] },
+      ]);
     }
   });
 
   it('refuses unknown fields before class-validator runs: only they are listed', async () => {
     // `customer` is invalid too, but a body with unknown fields gets no further than them.
-    const problem = await problemOf(parsed('{"constructor":{},"priority":"high","customer":5,"first":{"sku":"a","quantity":1},"lines":[]}'));
+    const problem = await problemOf(
+      parsed('{"constructor":{},"priority":"high","customer":5,"first":{"sku":"a","quantity":1},"lines":[]}'),
+    );
     const fields = (problem.problem.errors as { field: string }[]).map((e) => e.field);
     expect(fields.sort()).toEqual(['constructor', 'priority']);
     expect(problem.problem.error_count).toBe(2);
@@ -77,12 +92,17 @@ describe('RequestValidationPipe', () => {
 
   it("lists class-validator's errors once the fields are all known", async () => {
     const problem = await problemOf(parsed('{"customer":5,"first":{"sku":"a","quantity":"1"},"lines":[]}'));
-    expect((problem.problem.errors as { field: string }[]).map((e) => e.field).sort()).toEqual(['customer', 'first.quantity']);
+    expect((problem.problem.errors as { field: string }[]).map((e) => e.field).sort()).toEqual([
+      'customer',
+      'first.quantity',
+    ]);
   });
 
   it(`lists the first ${MAX_LISTED_ERRORS} problems, outermost first, and counts them all`, async () => {
     const extra = Array.from({ length: 30 }, (_, i) => `"x${i}":0`).join(',');
-    const problem = await problemOf(parsed(`{"customer":"c","first":{"sku":"a","quantity":1,"deep":0},"lines":[],${extra}}`));
+    const problem = await problemOf(
+      parsed(`{"customer":"c","first":{"sku":"a","quantity":1,"deep":0},"lines":[],${extra}}`),
+    );
     const errors = problem.problem.errors as { field: string }[];
     expect(errors).toHaveLength(MAX_LISTED_ERRORS);
     expect(errors.map((e) => e.field)).toEqual(Array.from({ length: MAX_LISTED_ERRORS }, (_, i) => `x${i}`));

@@ -9,8 +9,10 @@ import { ProblemTypes } from './problem-types';
  * a nested DTO. Not part of its typed entry point; @nestjs/mapped-types reads
  * it from the same path.
  */
-// eslint-disable-next-line @typescript-eslint/no-require-imports -- the CommonJS path class-transformer itself uses, so both share one registry
-const transformMetadata = (require('class-transformer/cjs/storage') as { defaultMetadataStorage: TransformMetadataStorage }).defaultMetadataStorage;
+const transformMetadata =
+  // eslint-disable-next-line @typescript-eslint/no-require-imports -- the CommonJS path class-transformer itself uses, so both share one registry
+  (require('class-transformer/cjs/storage') as { defaultMetadataStorage: TransformMetadataStorage })
+    .defaultMetadataStorage;
 
 export interface FieldError {
   readonly field: string;
@@ -77,7 +79,11 @@ function nestedType(type: Class, key: string, parent: object): Class | undefined
   const metadata = transformMetadata.findTypeMetadata(type, key);
   if (!metadata || metadata.options?.discriminator) return undefined;
   try {
-    const nested = metadata.typeFunction({ newObject: {}, object: parent as Record<string, unknown>, property: key }) as Class | undefined;
+    const nested = metadata.typeFunction({
+      newObject: {},
+      object: parent as Record<string, unknown>,
+      property: key,
+    }) as Class | undefined;
     return typeof nested === 'function' ? nested : undefined;
   } catch {
     return undefined;
@@ -103,7 +109,9 @@ function unknownFields(raw: object, type: Class): { listed: FieldError[]; total:
   const listed: FieldError[] = [];
   let total = 0;
   // Breadth first, so the fields listed are the outermost ones, in body order.
-  const queue: { raw: Record<string, unknown>; type: Class; path: string }[] = [{ raw: raw as Record<string, unknown>, type, path: '' }];
+  const queue: { raw: Record<string, unknown>; type: Class; path: string }[] = [
+    { raw: raw as Record<string, unknown>, type, path: '' },
+  ];
   for (let i = 0; i < queue.length; i++) {
     const item = queue[i];
     const known = knownProperties(item.type);
@@ -114,7 +122,10 @@ function unknownFields(raw: object, type: Class): { listed: FieldError[]; total:
       if (listed.length < MAX_LISTED_ERRORS) {
         const name = shortField(key);
         // class-validator's own message for a field that is not whitelisted
-        listed.push({ field: item.path ? `${item.path}.${name}` : name, messages: [`property ${name} should not exist`] });
+        listed.push({
+          field: item.path ? `${item.path}.${name}` : name,
+          messages: [`property ${name} should not exist`],
+        });
       }
     }
     for (const key of known) {
@@ -135,7 +146,10 @@ function unknownFields(raw: object, type: Class): { listed: FieldError[]; total:
 }
 
 /** The 400 for the fields of `body` that the DTO `type` does not declare, or undefined when there are none. */
-export function unknownFieldsProblem(body: object, type: abstract new (...args: never[]) => unknown): ProblemException | undefined {
+export function unknownFieldsProblem(
+  body: object,
+  type: abstract new (...args: never[]) => unknown,
+): ProblemException | undefined {
   const unknown = unknownFields(body, type);
   return unknown.total > 0 ? validationProblem(unknown.listed, unknown.total) : undefined;
 }

@@ -29,7 +29,10 @@ export async function connectOrContinue(client: Redis, timeoutMs: number): Promi
   });
   const connect =
     client.status === 'wait'
-      ? client.connect().then(() => true, () => false)
+      ? client.connect().then(
+          () => true,
+          () => false,
+        )
       : new Promise<boolean>((resolve) => client.once('ready', () => resolve(true)));
   try {
     return await Promise.race([connect, timeout]);

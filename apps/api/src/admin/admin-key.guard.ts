@@ -25,7 +25,9 @@ export class AdminKeyGuard implements CanActivate {
       type: ProblemTypes.unauthorized,
       title: 'Admin authentication required',
       status: HttpStatus.UNAUTHORIZED,
-      detail: this.digest ? 'Send one Authorization: Bearer <admin api key> header.' : 'The admin API is off: ADMIN_API_KEY is not set.',
+      detail: this.digest
+        ? 'Send one Authorization: Bearer <admin api key> header.'
+        : 'The admin API is off: ADMIN_API_KEY is not set.',
       headers: { 'WWW-Authenticate': 'Bearer realm="admin"' },
     });
   }

@@ -109,8 +109,16 @@ export class AdminController {
     summary: 'Re-drive every dead letter that can run again',
     description: `Looks at up to ?limit= dead letters (default ${REDRIVE_ALL_DEFAULT_LIMIT}) per call, so a call stays short; when more remain, the answer's next is the ?after= of the next call.`,
   })
-  @ApiQuery({ name: 'limit', required: false, description: `Dead letters to look at, 1 to ${REDRIVE_ALL_MAX}; default ${REDRIVE_ALL_DEFAULT_LIMIT}` })
-  @ApiQuery({ name: 'after', required: false, description: 'Start after this dead-letter id (a previous answer\'s next)' })
+  @ApiQuery({
+    name: 'limit',
+    required: false,
+    description: `Dead letters to look at, 1 to ${REDRIVE_ALL_MAX}; default ${REDRIVE_ALL_DEFAULT_LIMIT}`,
+  })
+  @ApiQuery({
+    name: 'after',
+    required: false,
+    description: "Start after this dead-letter id (a previous answer's next)",
+  })
   @ApiOkResponse({ type: RedriveAllDto })
   @ApiProblemResponse(400, 'limit is malformed, or after is not an id that can exist')
   redriveAll(

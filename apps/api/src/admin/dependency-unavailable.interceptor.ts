@@ -1,4 +1,11 @@
-import { type CallHandler, type ExecutionContext, HttpException, Injectable, Logger, type NestInterceptor } from '@nestjs/common';
+import {
+  type CallHandler,
+  type ExecutionContext,
+  HttpException,
+  Injectable,
+  Logger,
+  type NestInterceptor,
+} from '@nestjs/common';
 import { serviceUnavailable } from '@app/problem';
 import { catchError, type Observable, throwError } from 'rxjs';
 
@@ -15,10 +22,15 @@ export class DependencyUnavailableInterceptor implements NestInterceptor {
     return next.handle().pipe(
       catchError((err: unknown) => {
         if (err instanceof HttpException) return throwError(() => err);
-        this.logger.warn({ err: err instanceof Error ? err.message : String(err), handler: context.getHandler().name }, 'admin request failed: a store did not answer');
-        return throwError(
-          () =>
-            serviceUnavailable('Redis or PostgreSQL did not answer', 'Retry; changes made before the failure, if any, are logged and stay made.'),
+        this.logger.warn(
+          { err: err instanceof Error ? err.message : String(err), handler: context.getHandler().name },
+          'admin request failed: a store did not answer',
+        );
+        return throwError(() =>
+          serviceUnavailable(
+            'Redis or PostgreSQL did not answer',
+            'Retry; changes made before the failure, if any, are logged and stay made.',
+          ),
         );
       }),
     );

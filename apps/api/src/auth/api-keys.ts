@@ -30,19 +30,33 @@ export function parseApiKeys(raw: string | undefined, production: boolean): read
   for (const [i, pair] of raw.split(',').entries()) {
     const entry = `entry ${i + 1}`;
     const parts = pair.trim().split(':');
-    if (parts.length === 1) throw new ConfigFieldError(`${entry} is not tenant:key${parts[0] === '' ? ' (it is empty: a stray comma?)' : ''}`);
-    if (parts.length > 2) throw new ConfigFieldError(`${entry} has more than one ':', so its tenant and key could be read two ways; neither may contain ':'`);
+    if (parts.length === 1)
+      throw new ConfigFieldError(
+        `${entry} is not tenant:key${parts[0] === '' ? ' (it is empty: a stray comma?)' : ''}`,
+      );
+    if (parts.length > 2)
+      throw new ConfigFieldError(
+        `${entry} has more than one ':', so its tenant and key could be read two ways; neither may contain ':'`,
+      );
     const [tenant, key] = parts;
     if (tenant === '') throw new ConfigFieldError(`${entry} has an empty tenant`);
-    if (!TENANT.test(tenant)) throw new ConfigFieldError(`${entry} has an invalid tenant name (1 to 64 letters, digits, _ . -, starting with a letter or digit)`);
+    if (!TENANT.test(tenant))
+      throw new ConfigFieldError(
+        `${entry} has an invalid tenant name (1 to 64 letters, digits, _ . -, starting with a letter or digit)`,
+      );
     if (key === '') throw new ConfigFieldError(`${entry} has an empty key`);
-    if (!KEY.test(key)) throw new ConfigFieldError(`${entry} has a key with spaces or characters other than printable ASCII`);
+    if (!KEY.test(key))
+      throw new ConfigFieldError(`${entry} has a key with spaces or characters other than printable ASCII`);
     if (production && key.length < MIN_PRODUCTION_KEY_LENGTH) {
-      throw new ConfigFieldError(`${entry}: keys must be at least ${MIN_PRODUCTION_KEY_LENGTH} characters in production`);
+      throw new ConfigFieldError(
+        `${entry}: keys must be at least ${MIN_PRODUCTION_KEY_LENGTH} characters in production`,
+      );
     }
     const owner = owners.get(key);
     if (owner !== undefined && owner.tenant !== tenant) {
-      throw new ConfigFieldError(`${entry} has the key of entry ${owner.entry}, another tenant's: a key names one tenant`);
+      throw new ConfigFieldError(
+        `${entry} has the key of entry ${owner.entry}, another tenant's: a key names one tenant`,
+      );
     }
     owners.set(key, { tenant, entry: i + 1 });
     entries.push({ tenant, key });

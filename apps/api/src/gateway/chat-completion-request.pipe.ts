@@ -32,11 +32,17 @@ export class ChatCompletionRequestPipe implements PipeTransform<unknown, ChatCom
     if (typeof model !== 'string' || model.length === 0 || model.length > MAX_MODEL_LENGTH) {
       throw invalid(`model must be a string of 1 to ${MAX_MODEL_LENGTH} characters.`, 'model');
     }
-    if (!Array.isArray(messages) || messages.length === 0) throw invalid('messages must be a non-empty array.', 'messages');
+    if (!Array.isArray(messages) || messages.length === 0)
+      throw invalid('messages must be a non-empty array.', 'messages');
     const notObject = messages.findIndex((m) => typeof m !== 'object' || m === null || Array.isArray(m));
     if (notObject >= 0) throw invalid(`messages[${notObject}] must be an object.`, `messages[${notObject}]`);
-    if (stream !== undefined && stream !== null && typeof stream !== 'boolean') throw invalid('stream must be true or false.', 'stream');
-    if (streamOptions !== undefined && streamOptions !== null && (typeof streamOptions !== 'object' || Array.isArray(streamOptions))) {
+    if (stream !== undefined && stream !== null && typeof stream !== 'boolean')
+      throw invalid('stream must be true or false.', 'stream');
+    if (
+      streamOptions !== undefined &&
+      streamOptions !== null &&
+      (typeof streamOptions !== 'object' || Array.isArray(streamOptions))
+    ) {
       throw invalid('stream_options must be an object.', 'stream_options');
     }
     return body as ChatCompletionRequest;

@@ -1,6 +1,12 @@
 import { Body, Controller, HttpCode, Inject, Post, Req, Res, UseFilters, UseGuards } from '@nestjs/common';
 import { ApiBearerAuth, ApiBody, ApiOkResponse, ApiOperation, ApiTags } from '@nestjs/swagger';
-import { IdempotencyContext, Idempotent, onceClosed, type IdempotencyRequestContext, StreamedAnswer } from '@app/idempotency';
+import {
+  IdempotencyContext,
+  Idempotent,
+  onceClosed,
+  type IdempotencyRequestContext,
+  StreamedAnswer,
+} from '@app/idempotency';
 import { uuidV5 } from '@app/jobs';
 import {
   type ChatCompletionsUpstream,
@@ -61,9 +67,14 @@ interface CallState {
 }
 
 function shuttingDown(): OpenAiErrorException {
-  return new OpenAiErrorException(503, 'shutting_down', 'This api instance is shutting down; nothing was stored. Retry with the same Idempotency-Key.', {
-    'Retry-After': '1',
-  });
+  return new OpenAiErrorException(
+    503,
+    'shutting_down',
+    'This api instance is shutting down; nothing was stored. Retry with the same Idempotency-Key.',
+    {
+      'Retry-After': '1',
+    },
+  );
 }
 
 class StreamBrokenError extends Error {
@@ -148,7 +159,10 @@ export class ChatCompletionsController {
     description:
       'The provider’s answer as it sent it: a chat.completion (application/json) or, for stream: true, text/event-stream chunks ending in data: [DONE]. ' +
       'A replay or an attached retry carries Idempotent-Replayed: true.',
-    content: { 'application/json': { schema: { type: 'object' } }, 'text/event-stream': { schema: { type: 'string' } } },
+    content: {
+      'application/json': { schema: { type: 'object' } },
+      'text/event-stream': { schema: { type: 'string' } },
+    },
   })
   @ApiOpenAiErrors({
     400: 'The body is not a Chat Completions request, or the Idempotency-Key is malformed. Nothing was done.',
@@ -172,7 +186,12 @@ export class ChatCompletionsController {
       this.metrics.call('rejected');
       // Its retry must open a new connection, which reaches another instance.
       res.shouldKeepAlive = false;
-      throw new OpenAiErrorException(503, 'shutting_down', 'This api instance is shutting down; nothing was sent upstream. Retry.', { 'Retry-After': '1' });
+      throw new OpenAiErrorException(
+        503,
+        'shutting_down',
+        'This api instance is shutting down; nothing was sent upstream. Retry.',
+        { 'Retry-After': '1' },
+      );
     }
     const keyed = idempotency !== undefined;
     const stream = body.stream === true;
@@ -183,7 +202,10 @@ export class ChatCompletionsController {
     // A timer cleared when the call ends, not AbortSignal.timeout(): that one
     // keeps the call's signal and async context alive for the whole 300 s.
     const timeout = new AbortController();
-    const timer = setTimeout(() => timeout.abort(new DOMException('The call ran out of time', 'TimeoutError')), this.options.timeoutMs);
+    const timer = setTimeout(
+      () => timeout.abort(new DOMException('The call ran out of time', 'TimeoutError')),
+      this.options.timeoutMs,
+    );
     timer.unref();
     const gone = new AbortController();
     const call: CallState = { answered: false, gone: gone.signal };
@@ -241,7 +263,11 @@ export class ChatCompletionsController {
       return new Response(bytes, { status: upstream.status, headers: relayed(upstream.headers) });
     }
     if ((upstream.headers['content-type'] ?? '').toLowerCase().startsWith('text/event-stream')) {
-      return new StreamedAnswer(upstream.status, relayed(upstream.headers), this.relayEvents(upstream, tenant, keyed, sent, end, call));
+      return new StreamedAnswer(
+        upstream.status,
+        relayed(upstream.headers),
+        this.relayEvents(upstream, tenant, keyed, sent, end, call),
+      );
     }
     let bytes: Buffer;
     try {
@@ -296,7 +322,9 @@ export class ChatCompletionsController {
         yield event;
       }
     } catch (err) {
-      this.metrics.call(call.gone.aborted ? 'caller_gone' : this.calls.signal.aborted ? 'cut_by_shutdown' : 'broken_stream');
+      this.metrics.call(
+        call.gone.aborted ? 'caller_gone' : this.calls.signal.aborted ? 'cut_by_shutdown' : 'broken_stream',
+      );
       await events.return?.().catch(() => undefined);
       end();
       throw err;
@@ -317,7 +345,12 @@ export class ChatCompletionsController {
     void drainAfterDone(events, upstream.body).finally(end);
   }
 
-  private async readWhole(upstream: UpstreamResponse, maxBytes: number, sent: number, stream: boolean): Promise<Buffer> {
+  private async readWhole(
+    upstream: UpstreamResponse,
+    maxBytes: number,
+    sent: number,
+    stream: boolean,
+  ): Promise<Buffer> {
     const chunks: Buffer[] = [];
     let size = 0;
     for await (const chunk of upstream.body) {
@@ -338,7 +371,11 @@ export class ChatCompletionsController {
       return new OpenAiErrorException(504, 'upstream_timeout', this.timeoutMessage());
     }
     this.metrics.call('broken_stream');
-    return new OpenAiErrorException(502, 'upstream_broken', `The model provider’s answer broke off: ${(err as Error).message}. Nothing was stored.`);
+    return new OpenAiErrorException(
+      502,
+      'upstream_broken',
+      `The model provider’s answer broke off: ${(err as Error).message}. Nothing was stored.`,
+    );
   }
 
   private unreachable(err: unknown, call: CallState): OpenAiErrorException {
@@ -350,7 +387,11 @@ export class ChatCompletionsController {
     }
     this.metrics.call('upstream_unreachable');
     const why = err instanceof UpstreamUnreachableError ? err.message : 'the model provider is unreachable';
-    return new OpenAiErrorException(502, 'upstream_unreachable', `${why}. Nothing was stored; retry with the same Idempotency-Key.`);
+    return new OpenAiErrorException(
+      502,
+      'upstream_unreachable',
+      `${why}. Nothing was stored; retry with the same Idempotency-Key.`,
+    );
   }
 
   /** The call was ended on our side, not the provider's: its keyless caller left, or a shutdown cut it. Counted as such. */

@@ -5,7 +5,6 @@ import type { Server } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { GATEWAY_OPTIONS, GATEWAY_SETTLE_MS, type GatewayOptions } from './gateway.options';
 
-
 /**
  * The upstream calls running in this process, for shutdown: on SIGTERM the
  * gateway refuses new calls (503, the load balancer sends the retry to
@@ -62,7 +61,9 @@ export class GatewayCalls implements BeforeApplicationShutdown {
     await Promise.race([idle, sleep(this.options.drainMs, undefined, { signal: stop.signal }).catch(() => undefined)]);
     stop.abort();
     if (this.running === 0) return;
-    this.logger.warn(`cutting ${this.running} gateway call(s) still running after ${this.options.drainMs} ms; their keys are freed`);
+    this.logger.warn(
+      `cutting ${this.running} gateway call(s) still running after ${this.options.drainMs} ms; their keys are freed`,
+    );
     this.stopping.abort(new Error('the api is shutting down'));
     const settled = new AbortController();
     await Promise.race([idle, sleep(GATEWAY_SETTLE_MS, undefined, { signal: settled.signal }).catch(() => undefined)]);

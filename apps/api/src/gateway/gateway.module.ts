@@ -15,7 +15,10 @@ export class GatewayModule implements NestModule {
       imports: [ChatCompletionsUpstreamModule.forRoot(options.provider)],
       controllers: [ChatCompletionsController],
       providers: [
-        { provide: GATEWAY_OPTIONS, useValue: { timeoutMs: options.timeoutMs, drainMs: options.drainMs, tenants: options.tenants } },
+        {
+          provide: GATEWAY_OPTIONS,
+          useValue: { timeoutMs: options.timeoutMs, drainMs: options.drainMs, tenants: options.tenants },
+        },
         GatewayMetrics,
         GatewayCalls,
       ],

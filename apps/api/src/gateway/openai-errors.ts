@@ -1,4 +1,12 @@
-import { applyDecorators, ArgumentsHost, Catch, ExceptionFilter, HttpException, HttpStatus, Logger } from '@nestjs/common';
+import {
+  applyDecorators,
+  ArgumentsHost,
+  Catch,
+  ExceptionFilter,
+  HttpException,
+  HttpStatus,
+  Logger,
+} from '@nestjs/common';
 import { ApiResponse } from '@nestjs/swagger';
 import type { IdempotencyErrorFormat } from '@app/idempotency';
 import { PROBLEM_TYPE_PREFIX, toProblem } from '@app/problem';
@@ -6,7 +14,12 @@ import type { Response } from 'express';
 
 /** OpenAI's error object, as its SDKs read it. */
 export interface OpenAiErrorBody {
-  readonly error: { readonly message: string; readonly type: string; readonly param: string | null; readonly code: string };
+  readonly error: {
+    readonly message: string;
+    readonly type: string;
+    readonly param: string | null;
+    readonly code: string;
+  };
 }
 
 /** An error of the gateway itself, already in OpenAI's shape. */
@@ -35,7 +48,9 @@ const CODE_RENAMES: Readonly<Record<string, string>> = { unauthorized: 'invalid_
 
 /** The stable name of a problem type: its last segment, snake_cased (`idempotency-key-reused` → `idempotency_key_reused`). */
 function codeOfProblemType(type: string): string {
-  const name = (type.startsWith(PROBLEM_TYPE_PREFIX) ? type.slice(PROBLEM_TYPE_PREFIX.length) : (type.split(/[:/]/).pop() ?? type)).replace(/-/g, '_');
+  const name = (
+    type.startsWith(PROBLEM_TYPE_PREFIX) ? type.slice(PROBLEM_TYPE_PREFIX.length) : (type.split(/[:/]/).pop() ?? type)
+  ).replace(/-/g, '_');
   return CODE_RENAMES[name] ?? name;
 }
 
@@ -56,20 +71,29 @@ export function toOpenAiError(exception: unknown): RenderedOpenAiError {
     return {
       status,
       headers: withRetryAfterMs(exception.headers),
-      body: { error: { message: exception.message, type: typeFor(status), param: exception.param, code: exception.code } },
+      body: {
+        error: { message: exception.message, type: typeFor(status), param: exception.param, code: exception.code },
+      },
     };
   }
   const problem = toProblem(exception);
   const detail = problem.body.detail;
   const errors = (problem.body as { errors?: unknown }).errors;
   const fields = Array.isArray(errors)
-    ? errors.map((e: { field?: unknown; messages?: unknown }) => `${String(e.field)}: ${Array.isArray(e.messages) ? e.messages.join(', ') : ''}`).join('; ')
+    ? errors
+        .map(
+          (e: { field?: unknown; messages?: unknown }) =>
+            `${String(e.field)}: ${Array.isArray(e.messages) ? e.messages.join(', ') : ''}`,
+        )
+        .join('; ')
     : '';
   const message = [problem.body.title, detail, fields].filter((part) => part).join('. ');
   return {
     status: problem.status,
     headers: withRetryAfterMs(problem.headers),
-    body: { error: { message, type: typeFor(problem.status), param: null, code: codeOfProblemType(problem.body.type) } },
+    body: {
+      error: { message, type: typeFor(problem.status), param: null, code: codeOfProblemType(problem.body.type) },
+    },
   };
 }
 
@@ -83,7 +107,8 @@ function withRetryAfterMs(headers: Readonly<Record<string, string>>): Record<str
 /** The last event of a stream the gateway could not finish: the SDKs raise it as an APIError. */
 export const BROKEN_STREAM_EVENT = `data: ${JSON.stringify({
   error: {
-    message: 'The model provider’s stream ended before data: [DONE]. Nothing was stored; retry with the same Idempotency-Key.',
+    message:
+      'The model provider’s stream ended before data: [DONE]. Nothing was stored; retry with the same Idempotency-Key.',
     type: 'server_error',
     param: null,
     code: 'stream_broken',
@@ -144,7 +169,11 @@ const OPENAI_ERROR_SCHEMA: SchemaObject = {
 export function ApiOpenAiErrors(descriptions: Readonly<Record<number, string>>): MethodDecorator {
   return applyDecorators(
     ...Object.entries(descriptions).map(([status, description]) =>
-      ApiResponse({ status: Number(status), description, content: { 'application/json': { schema: OPENAI_ERROR_SCHEMA } } }),
+      ApiResponse({
+        status: Number(status),
+        description,
+        content: { 'application/json': { schema: OPENAI_ERROR_SCHEMA } },
+      }),
     ),
   );
 }

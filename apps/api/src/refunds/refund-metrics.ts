@@ -34,7 +34,8 @@ export class RefundMetrics {
       registers: [registry],
     });
     for (const outcome of REFUND_OUTCOMES) this.refunds.inc({ outcome }, 0);
-    for (const [call, results] of Object.entries(PROVIDER_CALL_RESULTS)) for (const result of results) this.calls.inc({ call, result }, 0);
+    for (const [call, results] of Object.entries(PROVIDER_CALL_RESULTS))
+      for (const result of results) this.calls.inc({ call, result }, 0);
   }
 
   refund(outcome: RefundOutcome): void {

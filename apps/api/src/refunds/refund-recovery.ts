@@ -1,5 +1,10 @@
 import { Injectable } from '@nestjs/common';
-import type { IdempotencyRecovery, IdempotencyRequestContext, PendingIdempotencyRecord, RecoveredAnswer } from '@app/idempotency';
+import type {
+  IdempotencyRecovery,
+  IdempotencyRequestContext,
+  PendingIdempotencyRecord,
+  RecoveredAnswer,
+} from '@app/idempotency';
 import { RequestValidationPipe } from '@app/problem';
 import type { Request } from 'express';
 import { CreateRefundDto } from './refund.dto';
@@ -18,10 +23,17 @@ export class RefundRecovery implements IdempotencyRecovery {
 
   constructor(private readonly refunds: RefundsService) {}
 
-  async recover(context: IdempotencyRequestContext, request: Request, pending: PendingIdempotencyRecord): Promise<RecoveredAnswer | undefined> {
+  async recover(
+    context: IdempotencyRequestContext,
+    request: Request,
+    pending: PendingIdempotencyRecord,
+  ): Promise<RecoveredAnswer | undefined> {
     let body: CreateRefundDto;
     try {
-      body = (await this.validation.transform(request.body, { type: 'body', metatype: CreateRefundDto })) as CreateRefundDto;
+      body = (await this.validation.transform(request.body, {
+        type: 'body',
+        metatype: CreateRefundDto,
+      })) as CreateRefundDto;
     } catch {
       return undefined;
     }

@@ -21,7 +21,12 @@ export class CreateRefundDto {
   @IsStorableText()
   order_id!: string;
 
-  @ApiProperty({ description: 'Minor units (cents), a whole number', minimum: 1, maximum: MAX_REFUND_AMOUNT, example: 1250 })
+  @ApiProperty({
+    description: 'Minor units (cents), a whole number',
+    minimum: 1,
+    maximum: MAX_REFUND_AMOUNT,
+    example: 1250,
+  })
   @IsInt()
   @Min(1)
   @Max(MAX_REFUND_AMOUNT)
@@ -35,7 +40,10 @@ export class CreateRefundDto {
 
 /** A paid refund, as POST answers it (201) and GET reads it. */
 export class RefundDto {
-  @ApiProperty({ format: 'uuid', description: 'UUIDv5 of tenant, method, path and Idempotency-Key; the payout’s reference at the provider' })
+  @ApiProperty({
+    format: 'uuid',
+    description: 'UUIDv5 of tenant, method, path and Idempotency-Key; the payout’s reference at the provider',
+  })
   refund_id!: string;
 
   @ApiProperty()

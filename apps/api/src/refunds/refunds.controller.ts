@@ -1,6 +1,12 @@
 import { Body, Controller, Get, HttpCode, HttpStatus, Param, Post, Req, Res, UseGuards } from '@nestjs/common';
 import { ApiBearerAuth, ApiCreatedResponse, ApiOkResponse, ApiTags } from '@nestjs/swagger';
-import { IdempotencyContext, IdempotencyRecord, Idempotent, type IdempotencyRequestContext, type PendingIdempotencyRecord } from '@app/idempotency';
+import {
+  IdempotencyContext,
+  IdempotencyRecord,
+  Idempotent,
+  type IdempotencyRequestContext,
+  type PendingIdempotencyRecord,
+} from '@app/idempotency';
 import { ApiProblemResponse } from '@app/problem';
 import type { Request, Response } from 'express';
 import { ApiKeyGuard } from '../auth/api-key.guard';
@@ -26,9 +32,18 @@ export class RefundsController {
   @Post()
   @Idempotent({ store: 'postgres', recover: RefundRecovery })
   @HttpCode(HttpStatus.CREATED)
-  @ApiCreatedResponse({ type: RefundDto, description: 'Paid; Location names the refund. A replay carries Idempotent-Replayed: true.' })
-  @ApiProblemResponse(422, 'The payment provider refused the payout (type …payment-refused; stored and replayed), or the key was used with another body.')
-  @ApiProblemResponse(503, 'The payout’s outcome is not known yet (type …outcome-unknown): retry with the same key after Retry-After; nothing is paid twice.')
+  @ApiCreatedResponse({
+    type: RefundDto,
+    description: 'Paid; Location names the refund. A replay carries Idempotent-Replayed: true.',
+  })
+  @ApiProblemResponse(
+    422,
+    'The payment provider refused the payout (type …payment-refused; stored and replayed), or the key was used with another body.',
+  )
+  @ApiProblemResponse(
+    503,
+    'The payout’s outcome is not known yet (type …outcome-unknown): retry with the same key after Retry-After; nothing is paid twice.',
+  )
   @ApiProblemResponse(413, 'The body is over 1 MiB. Nothing was done.')
   async create(
     @Body() body: CreateRefundDto,

@@ -9,7 +9,13 @@ import {
 } from '@app/idempotency';
 import { isUuid, uuidV5 } from '@app/jobs';
 import { PaymentOutcomeUnknownError, PaymentsProvider, type Payout } from '@app/payments';
-import { type RefundFacts, RefundRepository, type RefundState, type SendClaim, type StoredRefund } from '@app/persistence';
+import {
+  type RefundFacts,
+  RefundRepository,
+  type RefundState,
+  type SendClaim,
+  type StoredRefund,
+} from '@app/persistence';
 import { PROBLEM_TYPE_PREFIX, ProblemException, serviceUnavailable } from '@app/problem';
 import { DataSource } from 'typeorm';
 import type { CreateRefundDto, RefundDto, StoredRefundDto } from './refund.dto';
@@ -115,7 +121,12 @@ export class RefundsService {
    * POST /v1/refunds, run under the request's claimed key. `context.scope`
    * is the tenant (the api scopes keys by tenant).
    */
-  async refund(context: IdempotencyRequestContext, body: CreateRefundDto, pending: PendingIdempotencyRecord, request: object): Promise<RefundDto> {
+  async refund(
+    context: IdempotencyRequestContext,
+    body: CreateRefundDto,
+    pending: PendingIdempotencyRecord,
+    request: object,
+  ): Promise<RefundDto> {
     const facts = factsOf(context, body);
     const state = await this.stateOf(facts.refundId);
     // Recorded already (the key's stored answer may have expired): that is the answer.
@@ -140,7 +151,12 @@ export class RefundsService {
    * provider, recorded now with the answer. Undefined: the handler runs (and
    * pays, with the same reference). Throws while it cannot be known.
    */
-  async recover(context: IdempotencyRequestContext, body: CreateRefundDto, pending: PendingIdempotencyRecord, request: object): Promise<RecoveredAnswer | undefined> {
+  async recover(
+    context: IdempotencyRequestContext,
+    body: CreateRefundDto,
+    pending: PendingIdempotencyRecord,
+    request: object,
+  ): Promise<RecoveredAnswer | undefined> {
     const facts = factsOf(context, body);
     const state = await this.stateOf(facts.refundId);
     if (state.paid) return this.created(this.answerFrom(state.paid, body));
@@ -151,7 +167,9 @@ export class RefundsService {
       this.lookedUpAbsent.add(request);
       return undefined;
     }
-    this.logger.log(`refund ${facts.refundId}: a request died after sending its payout; payout ${found.payout_id} found by lookup`);
+    this.logger.log(
+      `refund ${facts.refundId}: a request died after sending its payout; payout ${found.payout_id} found by lookup`,
+    );
     return this.created(await this.recordFound(facts, found, pending));
   }
 
@@ -203,7 +221,12 @@ export class RefundsService {
         Math.max(1, Math.ceil(claim.waitMs / 1000)),
       );
     }
-    const request = { reference: facts.refundId, order_id: facts.orderId, amount: facts.amount, currency: facts.currency };
+    const request = {
+      reference: facts.refundId,
+      order_id: facts.orderId,
+      amount: facts.amount,
+      currency: facts.currency,
+    };
     let result;
     try {
       result = await this.provider.payout(request, this.signal);
@@ -269,7 +292,11 @@ export class RefundsService {
       return await this.dataSource.transaction(async (em) => {
         const stored = await this.rows.record(em, { ...facts, payoutId: payout.payout_id });
         const answer = refundAnswerOf(stored);
-        await pending.completeWithin(em, { status: HttpStatus.CREATED, body: answer, headers: { location: refundLocation(facts.refundId) } });
+        await pending.completeWithin(em, {
+          status: HttpStatus.CREATED,
+          body: answer,
+          headers: { location: refundLocation(facts.refundId) },
+        });
         return answer;
       });
     } catch (err) {
@@ -277,7 +304,9 @@ export class RefundsService {
       const why = err instanceof IdempotencyLockLostError ? 'another request holds the key now' : errorText(err);
       this.logger.error(`refund ${facts.refundId}: payout ${payout.payout_id} made but not recorded (${why})`);
       this.metrics.refund('unknown');
-      throw new IdempotencyOutcomeUnknownException('The refund was paid but could not be recorded yet. Retry with the same Idempotency-Key to get it.');
+      throw new IdempotencyOutcomeUnknownException(
+        'The refund was paid but could not be recorded yet. Retry with the same Idempotency-Key to get it.',
+      );
     }
   }
 }
@@ -295,12 +324,20 @@ function factsOf(context: IdempotencyRequestContext, body: CreateRefundDto): Ref
 }
 
 /** The same refund id with other facts is the key reused for another refund: a 422, never a payout. */
-function assertSameRefund(known: Pick<RefundFacts, 'ticketId' | 'orderId' | 'amount' | 'currency'>, body: CreateRefundDto): void {
-  const same = known.ticketId === body.ticket_id && known.orderId === body.order_id && known.amount === body.amount && known.currency === body.currency;
+function assertSameRefund(
+  known: Pick<RefundFacts, 'ticketId' | 'orderId' | 'amount' | 'currency'>,
+  body: CreateRefundDto,
+): void {
+  const same =
+    known.ticketId === body.ticket_id &&
+    known.orderId === body.order_id &&
+    known.amount === body.amount &&
+    known.currency === body.currency;
   if (!same) throw new IdempotencyKeyReusedException();
 }
 
-const errorText = (err: unknown): string => (err instanceof Error ? err.message : String((err as { message?: unknown })?.message ?? err));
+const errorText = (err: unknown): string =>
+  err instanceof Error ? err.message : String((err as { message?: unknown })?.message ?? err);
 
 function notFound(): NotFoundException {
   return new NotFoundException('No such refund.');

@@ -35,7 +35,10 @@ export class SummariesController {
   @Post()
   @Idempotent()
   @HttpCode(HttpStatus.ACCEPTED)
-  @ApiAcceptedResponse({ type: JobAcceptedDto, description: 'Queued; Location names the job. A replay carries Idempotent-Replayed: true.' })
+  @ApiAcceptedResponse({
+    type: JobAcceptedDto,
+    description: 'Queued; Location names the job. A replay carries Idempotent-Replayed: true.',
+  })
   @ApiProblemResponse(413, 'The body is over 1 MiB. Nothing was done.')
   async create(
     @Body() body: CreateSummaryDto,
@@ -47,7 +50,10 @@ export class SummariesController {
     try {
       await this.queue.enqueue({ jobId, tenant, payload: { text: body.text, notify: body.notify } });
     } catch {
-      throw serviceUnavailable('The job could not be queued', 'The job queue is unreachable; nothing was queued. Retry with the same Idempotency-Key.');
+      throw serviceUnavailable(
+        'The job could not be queued',
+        'The job queue is unreachable; nothing was queued. Retry with the same Idempotency-Key.',
+      );
     }
     res.location(`/v1/summaries/${jobId}`);
     return { job_id: jobId, status: 'queued' };

@@ -33,7 +33,8 @@ export class SummaryStatusService {
       this.summaries.findForTenant(this.dataSource.manager, lowered, tenant),
       this.queue.findRecord(lowered),
     ]);
-    if (stored.status === 'fulfilled' && stored.value) return { job_id: lowered, status: 'done', summary: stored.value.summary };
+    if (stored.status === 'fulfilled' && stored.value)
+      return { job_id: lowered, status: 'done', summary: stored.value.summary };
     if (stored.status === 'rejected' || record.status === 'rejected') throw unavailable();
     if (record.value?.tenant === tenant) {
       return record.value.status === 'failed'

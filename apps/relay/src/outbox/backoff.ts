@@ -11,7 +11,12 @@
  * The relay's one backoff: a row's next try (OutboxRelay, OUTBOX_BACKOFF_*)
  * and the LISTEN connection's next reconnect (OutboxListener).
  */
-export function retryDelayMs(failures: number, baseMs: number, capMs: number, random: () => number = Math.random): number {
+export function retryDelayMs(
+  failures: number,
+  baseMs: number,
+  capMs: number,
+  random: () => number = Math.random,
+): number {
   const exponent = Math.min(Math.max(failures - 1, 0), 40);
   const step = Math.min(capMs, baseMs * 2 ** exponent);
   return Math.round(step / 2 + random() * (step / 2));

@@ -19,11 +19,7 @@ export class OutboxRelayMetrics {
   private readonly duration: Histogram<'outcome'>;
   private readonly leaseLost: Counter;
 
-  constructor(
-    registry: Registry,
-    dataSource: DataSource,
-    figures: OutboxAdminRepository,
-  ) {
+  constructor(registry: Registry, dataSource: DataSource, figures: OutboxAdminRepository) {
     const registers = [registry];
     this.sends = new Counter({
       name: 'outbox_sends_total',

@@ -2,7 +2,11 @@ import { Module, type Provider } from '@nestjs/common';
 import { LogSender } from './log.sender';
 import { NotificationSender } from './notification-sender.interface';
 import { OutboxListener } from './outbox-listener';
-import { ConfigurableModuleClass, OUTBOX_RELAY_OPTIONS, type OutboxRelayOptions } from './outbox-relay.module-definition';
+import {
+  ConfigurableModuleClass,
+  OUTBOX_RELAY_OPTIONS,
+  type OutboxRelayOptions,
+} from './outbox-relay.module-definition';
 import { OutboxRelayMetrics } from './outbox-relay.metrics';
 import { OutboxRelayRepository } from './outbox-relay.repository';
 import { OutboxRelay } from './outbox.relay';

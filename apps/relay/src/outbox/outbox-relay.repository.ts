@@ -67,49 +67,55 @@ export class OutboxRelayRepository {
   /** False when the lease is no longer ours: it expired and another relay claimed the row. */
   async markSent(em: EntityManager, id: string, lease: Date): Promise<boolean> {
     return (
-      await returning(
-        em,
-        `UPDATE outbox
+      (
+        await returning(
+          em,
+          `UPDATE outbox
             SET sent_at = now(), lease_until = NULL
           WHERE id = $1 AND lease_until = $2 AND sent_at IS NULL
          RETURNING id`,
-        [id, lease],
-      )
-    ).length === 1;
+          [id, lease],
+        )
+      ).length === 1
+    );
   }
 
   /** Another try after `delayMs`; the lease is cleared so the row waits only for its backoff. */
   async markFailed(em: EntityManager, id: string, lease: Date, error: string, delayMs: number): Promise<boolean> {
     return (
-      await returning(
-        em,
-        `UPDATE outbox
+      (
+        await returning(
+          em,
+          `UPDATE outbox
             SET attempts = attempts + 1,
                 last_error = $3,
                 next_attempt_at = now() + $4::integer * interval '1 millisecond',
                 lease_until = NULL
           WHERE id = $1 AND lease_until = $2 AND sent_at IS NULL
          RETURNING id`,
-        [id, lease, error, delayMs],
-      )
-    ).length === 1;
+          [id, lease, error, delayMs],
+        )
+      ).length === 1
+    );
   }
 
   /** The last attempt failed: no more tries until a person re-queues the row (docs/operations.md, Dead letters and parked notifications). */
   async park(em: EntityManager, id: string, lease: Date, error: string): Promise<boolean> {
     return (
-      await returning(
-        em,
-        `UPDATE outbox
+      (
+        await returning(
+          em,
+          `UPDATE outbox
             SET attempts = attempts + 1,
                 last_error = $3,
                 parked_at = now(),
                 lease_until = NULL
           WHERE id = $1 AND lease_until = $2 AND sent_at IS NULL
          RETURNING id`,
-        [id, lease, error],
-      )
-    ).length === 1;
+          [id, lease, error],
+        )
+      ).length === 1
+    );
   }
 
   /**

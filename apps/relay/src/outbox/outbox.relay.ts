@@ -1,17 +1,15 @@
-import {
-  BeforeApplicationShutdown,
-  Inject,
-  Injectable,
-  Logger,
-  OnApplicationBootstrap,
-} from '@nestjs/common';
+import { BeforeApplicationShutdown, Inject, Injectable, Logger, OnApplicationBootstrap } from '@nestjs/common';
 import { HealthChecksRegistry } from '@app/health';
 import { PinoLogger } from 'nestjs-pino';
 import { once } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { DataSource } from 'typeorm';
 import { retryDelayMs } from './backoff';
-import { InjectNotificationSender, NotificationRejectedError, type NotificationSender } from './notification-sender.interface';
+import {
+  InjectNotificationSender,
+  NotificationRejectedError,
+  type NotificationSender,
+} from './notification-sender.interface';
 import { OutboxListener } from './outbox-listener';
 import { OUTBOX_RELAY_OPTIONS, type OutboxRelayOptions } from './outbox-relay.module-definition';
 import { OutboxRelayMetrics, type SendOutcome } from './outbox-relay.metrics';
@@ -83,7 +81,10 @@ export class OutboxRelay implements OnApplicationBootstrap, BeforeApplicationShu
     void this.listener.start({ onNotify: () => this.wake(), onListening: () => this.wake() });
     this.loop = this.run();
     this.runRetention();
-    this.retentionTimer = setInterval(() => this.runRetention(), this.options.retentionIntervalMs ?? RETENTION_INTERVAL_MS);
+    this.retentionTimer = setInterval(
+      () => this.runRetention(),
+      this.options.retentionIntervalMs ?? RETENTION_INTERVAL_MS,
+    );
     this.retentionTimer.unref();
     const { webhookUrl } = this.options;
     this.logger.log(
@@ -133,7 +134,11 @@ export class OutboxRelay implements OnApplicationBootstrap, BeforeApplicationShu
     const limit = this.options.retentionBatch ?? RETENTION_BATCH;
     let total = 0;
     for (;;) {
-      const deleted = await this.repository.deleteSentBefore(this.dataSource.manager, this.options.retentionDays, limit);
+      const deleted = await this.repository.deleteSentBefore(
+        this.dataSource.manager,
+        this.options.retentionDays,
+        limit,
+      );
       total += deleted;
       if (deleted < limit || this.stopping) return total;
     }
@@ -194,7 +199,12 @@ export class OutboxRelay implements OnApplicationBootstrap, BeforeApplicationShu
         recorded = await this.repository.park(em, message.id, message.lease, error);
       } else {
         outcome = 'failed';
-        const delay = retryDelayMs(failures, this.options.backoffBaseMs, this.options.backoffMaxMs, this.options.random);
+        const delay = retryDelayMs(
+          failures,
+          this.options.backoffBaseMs,
+          this.options.backoffMaxMs,
+          this.options.random,
+        );
         recorded = await this.repository.markFailed(em, message.id, message.lease, error, delay);
       }
     } catch (err) {
@@ -203,7 +213,9 @@ export class OutboxRelay implements OnApplicationBootstrap, BeforeApplicationShu
     }
     if (!recorded) {
       this.metrics.leaseWasLost();
-      this.logger.warn(`outbox row ${message.id}: lease lost before recording (${error ?? 'sent'}); it will be sent again`);
+      this.logger.warn(
+        `outbox row ${message.id}: lease lost before recording (${error ?? 'sent'}); it will be sent again`,
+      );
       return 'leaseLost';
     }
     this.metrics.recorded(outcome);
@@ -248,7 +260,8 @@ export class OutboxRelay implements OnApplicationBootstrap, BeforeApplicationShu
       const parked = await this.repository.parkExhausted(em, this.options.maxAttempts);
       if (parked > 0) this.logger.error(`${parked} outbox rows had run out of attempts and are now parked`);
       const deleted = await this.purgeSent();
-      if (deleted > 0) this.logger.log(`retention: deleted ${deleted} sent outbox rows older than ${this.options.retentionDays} days`);
+      if (deleted > 0)
+        this.logger.log(`retention: deleted ${deleted} sent outbox rows older than ${this.options.retentionDays} days`);
     })()
       .catch((err: unknown) => this.logger.warn(`outbox retention failed: ${describe(err)}`))
       .finally(() => (this.retention = undefined));

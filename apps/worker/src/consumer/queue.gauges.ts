@@ -12,8 +12,10 @@ export class QueueGauges {
   private readonly logger = new Logger(QueueGauges.name);
 
   constructor(registry: Registry, queue: SummaryJobQueue) {
-    const figures = scrapeOnce<QueueFigures>(() => queue.figures(), { length: 0, pending: 0, deadLetters: 0 }, (err) =>
-      this.logger.warn(`queue gauges not refreshed: ${err instanceof Error ? err.message : String(err)}`),
+    const figures = scrapeOnce<QueueFigures>(
+      () => queue.figures(),
+      { length: 0, pending: 0, deadLetters: 0 },
+      (err) => this.logger.warn(`queue gauges not refreshed: ${err instanceof Error ? err.message : String(err)}`),
     );
     const gauge = (name: string, help: string, pick: (f: QueueFigures) => number) =>
       new Gauge({
@@ -24,7 +26,11 @@ export class QueueGauges {
           this.set(pick(await figures()));
         },
       });
-    gauge('jobs_stream_length', 'Entries in the job stream: not yet acknowledged (acked entries are deleted)', (f) => f.length);
+    gauge(
+      'jobs_stream_length',
+      'Entries in the job stream: not yet acknowledged (acked entries are deleted)',
+      (f) => f.length,
+    );
     gauge('jobs_stream_pending', 'Entries delivered to a consumer and not yet acknowledged', (f) => f.pending);
     gauge('jobs_dead_letter_length', 'Entries in the dead-letter stream', (f) => f.deadLetters);
   }

@@ -132,7 +132,9 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
         delay(this.options.drainTimeoutMs, false, { ref: false }),
       ]);
       if (!drained) {
-        this.logger.warn(`drain timed out after ${this.options.drainTimeoutMs} ms; cutting ${this.inFlight.size} job(s) off`);
+        this.logger.warn(
+          `drain timed out after ${this.options.drainTimeoutMs} ms; cutting ${this.inFlight.size} job(s) off`,
+        );
         this.hardStop.abort(new Error('drain timed out'));
         await Promise.allSettled([...this.inFlight.values()]);
       }
@@ -146,8 +148,13 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
   private async forgetConsumer(): Promise<void> {
     if (!this.groupReady) return; // never read: Redis has no such consumer
     try {
-      const removed = await FORGET_CONSUMER.run<number>(this.redis, [this.options.stream], [this.options.group, this.options.consumer]);
-      if (!removed) this.logger.log('entries are still pending for this consumer; it stays in the group for them to be reclaimed');
+      const removed = await FORGET_CONSUMER.run<number>(
+        this.redis,
+        [this.options.stream],
+        [this.options.group, this.options.consumer],
+      );
+      if (!removed)
+        this.logger.log('entries are still pending for this consumer; it stays in the group for them to be reclaimed');
     } catch (err) {
       this.logger.warn(`could not remove this consumer from the group: ${(err as Error).message}`);
     }
@@ -218,7 +225,10 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       // Gone from the stream while pending: XAUTOCLAIM dropped it from the
       // group and the script recorded it in the dead-letter stream.
       this.metrics.deadLetters.inc({ reason: 'deleted_from_stream' });
-      this.logger.error({ entry: id }, 'a pending entry was deleted from the stream; recorded in the dead-letter stream');
+      this.logger.error(
+        { entry: id },
+        'a pending entry was deleted from the stream; recorded in the dead-letter stream',
+      );
     }
     const started: Delivery[] = [];
     for (const [i, [id, flat]] of entries.entries()) {
@@ -236,7 +246,10 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
         } catch (err) {
           // Still pending, claimed by us: the next claim tries again. The rest
           // of the batch, claimed with it, must still run.
-          this.logger.error({ job_id: message.fields.job_id, entry: id, deliveries }, `dead-lettering failed: ${(err as Error).message}`);
+          this.logger.error(
+            { job_id: message.fields.job_id, entry: id, deliveries },
+            `dead-lettering failed: ${(err as Error).message}`,
+          );
         }
         continue;
       }
@@ -259,10 +272,12 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
   private dispatch(message: StreamMessage, deliveries: number): Delivery {
     // Every log line of the job, however deep, carries its job id and entry.
     const bindings = { job_id: message.fields.job_id, entry: message.id };
-    const outcome = this.pino.runInContext(() => this.process(message, deliveries), { bindings }).finally(() => {
-      this.inFlight.delete(message.id);
-      this.wakeSlotWaiters();
-    });
+    const outcome = this.pino
+      .runInContext(() => this.process(message, deliveries), { bindings })
+      .finally(() => {
+        this.inFlight.delete(message.id);
+        this.wakeSlotWaiters();
+      });
     this.inFlight.set(message.id, outcome);
     return { id: message.id, deliveries, outcome };
   }
@@ -287,10 +302,16 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       const { kind: reason, retryable } = failureOf(err);
       if (retryable) {
         // Left pending and no longer refreshed: redelivered after claimIdleMs.
-        this.logger.warn({ job_id: jobId, entry: message.id, deliveries, reason }, `job failed, will be redelivered: ${(err as Error).message}`);
+        this.logger.warn(
+          { job_id: jobId, entry: message.id, deliveries, reason },
+          `job failed, will be redelivered: ${(err as Error).message}`,
+        );
         return finish('transient');
       }
-      this.logger.error({ job_id: jobId, entry: message.id, deliveries, reason }, `job failed for good: ${(err as Error).message}`);
+      this.logger.error(
+        { job_id: jobId, entry: message.id, deliveries, reason },
+        `job failed for good: ${(err as Error).message}`,
+      );
       try {
         await this.deadLetter(message, reason, (err as Error).message);
       } catch (dlqErr) {
@@ -308,7 +329,10 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       // finished job failed. Left pending, it is redelivered after
       // claimIdleMs, stops at the handler's pre-check as a duplicate and is
       // acked then; if the ack did run, nothing is left to redeliver.
-      this.logger.warn({ job_id: jobId, entry: message.id, deliveries, result }, `job finished but its ack failed, left pending: ${(err as Error).message}`);
+      this.logger.warn(
+        { job_id: jobId, entry: message.id, deliveries, result },
+        `job finished but its ack failed, left pending: ${(err as Error).message}`,
+      );
       return finish('transient');
     }
     this.logger.log({ deliveries, result }, 'job finished');
@@ -330,12 +354,28 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       .flat();
     const tx = this.redis
       .multi()
-      .xadd(this.options.deadLetterStream, 'MAXLEN', '~', DEAD_LETTER_MAXLEN, '*', ...fields, 'reason', reason, 'detail', detail.slice(0, 1000), 'source_id', message.id)
+      .xadd(
+        this.options.deadLetterStream,
+        'MAXLEN',
+        '~',
+        DEAD_LETTER_MAXLEN,
+        '*',
+        ...fields,
+        'reason',
+        reason,
+        'detail',
+        detail.slice(0, 1000),
+        'source_id',
+        message.id,
+      )
       .xack(this.options.stream, this.options.group, message.id)
       .xdel(this.options.stream, message.id);
     const { job_id: jobId, tenant } = message.fields;
     if (jobId && tenant && isUuid(jobId)) {
-      tx.hset(jobRecordKey(jobId), 'tenant', tenant, 'status', 'failed', 'error', reason).pexpire(jobRecordKey(jobId), JOB_RECORD_TTL_MS);
+      tx.hset(jobRecordKey(jobId), 'tenant', tenant, 'status', 'failed', 'error', reason).pexpire(
+        jobRecordKey(jobId),
+        JOB_RECORD_TTL_MS,
+      );
     }
     const results = await tx.exec();
     const failed = results?.find(([e]) => e);
@@ -363,7 +403,11 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
   private async refresh(): Promise<void> {
     if (this.inFlight.size === 0) return;
     try {
-      await REFRESH.run(this.redis, [this.options.stream], [this.options.group, this.options.consumer, ...this.inFlight.keys()]);
+      await REFRESH.run(
+        this.redis,
+        [this.options.stream],
+        [this.options.group, this.options.consumer, ...this.inFlight.keys()],
+      );
     } catch (err) {
       this.logger.warn(`could not refresh in-flight entries: ${(err as Error).message}`);
     }

@@ -57,7 +57,10 @@ export class SummaryJobHandler {
           stopRetrying: ctx.stopRetrying,
           onAttemptFailed: (attempt, error) => {
             this.metrics.llmCalls.inc({ outcome: 'failed', error_class: error.kind });
-            this.logger.warn({ job_id: job.jobId, attempt, error_class: error.kind, status: error.status }, 'model call failed');
+            this.logger.warn(
+              { job_id: job.jobId, attempt, error_class: error.kind, status: error.status },
+              'model call failed',
+            );
           },
         },
       );

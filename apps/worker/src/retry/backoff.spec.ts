@@ -4,7 +4,9 @@ describe('backoffDelay', () => {
   const backoff = { baseMs: 100, capMs: 5000 };
 
   it('without a random source is the capped exponential step itself', () => {
-    expect([0, 1, 2, 3, 4, 5, 6, 7].map((retry) => backoffDelay(retry, backoff))).toEqual([100, 200, 400, 800, 1600, 3200, 5000, 5000]);
+    expect([0, 1, 2, 3, 4, 5, 6, 7].map((retry) => backoffDelay(retry, backoff))).toEqual([
+      100, 200, 400, 800, 1600, 3200, 5000, 5000,
+    ]);
   });
 
   it('with one draws full jitter: anywhere in [0, step)', () => {

@@ -32,7 +32,11 @@ class Fail extends Error {
   }
 }
 const classify = (err: unknown): LlmErrorClass =>
-  err instanceof Fail ? err.cls : err instanceof CallTimeoutError ? { kind: 'timeout', retryable: true } : { kind: 'unknown', retryable: false };
+  err instanceof Fail
+    ? err.cls
+    : err instanceof CallTimeoutError
+      ? { kind: 'timeout', retryable: true }
+      : { kind: 'unknown', retryable: false };
 
 function setup(options: Partial<RetryPolicyOptions> = {}, random = 0.5) {
   const time = new FakeTime();
@@ -104,7 +108,9 @@ describe('RetryPolicy', () => {
 
   it('treats unknown errors as not retryable', async () => {
     const { policy } = setup();
-    const err = await policy.run(async () => Promise.reject(new Error('?')), classify, { deadline: 60_000 }).catch((e: unknown) => e);
+    const err = await policy
+      .run(async () => Promise.reject(new Error('?')), classify, { deadline: 60_000 })
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(NonRetryableError);
   });
 
@@ -192,14 +198,21 @@ describe('RetryPolicy', () => {
       stop.abort(new Error('shutdown'));
       throw new Fail(retryable);
     };
-    const err = await policy.run(op, classify, { deadline: 60_000, stopRetrying: stop.signal }).catch((e: unknown) => e);
+    const err = await policy
+      .run(op, classify, { deadline: 60_000, stopRetrying: stop.signal })
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(RetryCancelledError);
     expect(err).toMatchObject({ transient: true, attempts: 1 });
     expect(calls).toHaveLength(1);
   });
 
   it('cuts off an attempt at its wall-clock limit even when the operation ignores its signal', async () => {
-    const policy = new RetryPolicy({ ...defaults, maxAttempts: 2, callTimeoutMs: 50, minUsefulAttemptMs: 10 }, { now: () => performance.now() }, async () => undefined, () => 0);
+    const policy = new RetryPolicy(
+      { ...defaults, maxAttempts: 2, callTimeoutMs: 50, minUsefulAttemptMs: 10 },
+      { now: () => performance.now() },
+      async () => undefined,
+      () => 0,
+    );
     let signals = 0;
     const t0 = performance.now();
     const err = await policy
@@ -218,11 +231,13 @@ describe('RetryPolicy', () => {
     expect(performance.now() - t0).toBeLessThan(1000);
   });
 
-  describe('with many jobs in flight under the consumer\'s shared signals', () => {
+  describe("with many jobs in flight under the consumer's shared signals", () => {
     const JOBS = 300;
     // Jest gives each test file a copy of `process`; Node emits its warnings on
     // the real one, which a function from outside the sandbox still sees.
-    const hostProcess = (AbortController as unknown as { constructor: FunctionConstructor }).constructor('return process')() as NodeJS.Process;
+    const hostProcess = (AbortController as unknown as { constructor: FunctionConstructor }).constructor(
+      'return process',
+    )() as NodeJS.Process;
     const warnings: Error[] = [];
     const onWarning = (w: Error) => warnings.push(w);
     beforeEach(() => {
@@ -252,7 +267,12 @@ describe('RetryPolicy', () => {
       }
     };
     const realPolicy = (sleep: Sleep = realSleep) =>
-      new RetryPolicy({ ...defaults, callTimeoutMs: 5000, minUsefulAttemptMs: 10 }, { now: () => performance.now() }, sleep, () => 0);
+      new RetryPolicy(
+        { ...defaults, callTimeoutMs: 5000, minUsefulAttemptMs: 10 },
+        { now: () => performance.now() },
+        sleep,
+        () => 0,
+      );
 
     it('puts no listener on them, during the calls, during the backoff, or after', async () => {
       const hardStop = sharedSignal();
@@ -309,7 +329,9 @@ describe('RetryPolicy', () => {
       const reason = new Error('drain timed out');
       hardStop.abort(reason);
       const errors = await Promise.all(runs);
-      expect(errors.every((e) => e instanceof RetryCancelledError && e.attempts === 1 && e.cause === reason)).toBe(true);
+      expect(errors.every((e) => e instanceof RetryCancelledError && e.attempts === 1 && e.cause === reason)).toBe(
+        true,
+      );
       expect(seen.every((s) => s.aborted && s.reason === reason)).toBe(true);
       await new Promise((r) => setImmediate(r));
       expect(maxListenerWarnings()).toEqual([]);

@@ -1,12 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { CallTimeoutError, type ErrorClass } from '@app/llm';
 import { backoffDelay } from './backoff';
-import {
-  DeadlineExceededError,
-  NonRetryableError,
-  RetriesExhaustedError,
-  RetryCancelledError,
-} from './retry.errors';
+import { DeadlineExceededError, NonRetryableError, RetriesExhaustedError, RetryCancelledError } from './retry.errors';
 import {
   type Clock,
   InjectRetryPolicyOptions,
@@ -78,14 +73,17 @@ export class RetryPolicy {
         const value = await this.attempt(operation, Math.min(callTimeoutMs, remaining), ctx.signal);
         return { value, attempts: attempt };
       } catch (err) {
-        if (ctx.signal?.aborted) throw new RetryCancelledError('cancelled during a call', attempt, last, { cause: err });
+        if (ctx.signal?.aborted)
+          throw new RetryCancelledError('cancelled during a call', attempt, last, { cause: err });
         last = classify(err);
         ctx.onAttemptFailed?.(attempt, last);
         if (!last.retryable) {
           throw new NonRetryableError(`model call failed: ${describe(err)}`, attempt, last, { cause: err });
         }
         if (attempt === maxAttempts) {
-          throw new RetriesExhaustedError(`model call failed ${attempt} times: ${describe(err)}`, attempt, last, { cause: err });
+          throw new RetriesExhaustedError(`model call failed ${attempt} times: ${describe(err)}`, attempt, last, {
+            cause: err,
+          });
         }
         const delay = this.delayBefore(attempt + 1, last);
         if (this.clock.now() + delay + usefulMs > ctx.deadline) {
@@ -126,7 +124,11 @@ export class RetryPolicy {
    * and the one listener we need goes on this attempt's own signal and is
    * removed when it ends.
    */
-  private async attempt<T>(operation: (signal: AbortSignal) => Promise<T>, limitMs: number, outer?: AbortSignal): Promise<T> {
+  private async attempt<T>(
+    operation: (signal: AbortSignal) => Promise<T>,
+    limitMs: number,
+    outer?: AbortSignal,
+  ): Promise<T> {
     const limit = new AbortController();
     const timer = setTimeout(() => limit.abort(new CallTimeoutError(limitMs)), limitMs);
     const signal = outer ? AbortSignal.any([outer, limit.signal]) : limit.signal;

@@ -1,5 +1,12 @@
 import { randomUUID } from 'node:crypto';
-import type { ClaimResult, FrameEvent, FramesRef, IdempotencyFrameLog, IdempotencyStore, StoredResponse } from '../idempotency-store.interface';
+import type {
+  ClaimResult,
+  FrameEvent,
+  FramesRef,
+  IdempotencyFrameLog,
+  IdempotencyStore,
+  StoredResponse,
+} from '../idempotency-store.interface';
 
 export interface StoreUnderTest {
   readonly store: IdempotencyStore;
@@ -9,7 +16,11 @@ export interface StoreUnderTest {
 const wait = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Every event of a follow, until it ends or `ms` pass (then the events so far, and a 'timeout' marker). */
-async function collect(log: IdempotencyFrameLog, ref: FramesRef, ms = 5000): Promise<(FrameEvent | { kind: 'timeout' })[]> {
+async function collect(
+  log: IdempotencyFrameLog,
+  ref: FramesRef,
+  ms = 5000,
+): Promise<(FrameEvent | { kind: 'timeout' })[]> {
   const out: (FrameEvent | { kind: 'timeout' })[] = [];
   const stop = new AbortController();
   const timer = setTimeout(() => stop.abort(), ms);
@@ -179,7 +190,11 @@ export function describeIdempotencyStoreContract(name: string, setup: () => Prom
         await expect(log.append(k, 't1', frames.slice(2))).resolves.toBe(true);
         await expect(log.complete(k, 't1', 'fp', 60_000)).resolves.toBe(true);
         const claim = await store.claim(k, 't2', 'fp', 10_000);
-        expect(claim).toMatchObject({ outcome: 'completed', fingerprint: 'fp', response: { status: 200, headers: head.headers, body: '' } });
+        expect(claim).toMatchObject({
+          outcome: 'completed',
+          fingerprint: 'fp',
+          response: { status: 200, headers: head.headers, body: '' },
+        });
         expect(await collect(log, framesOf(claim))).toEqual([
           { kind: 'head', head },
           ...frames.map((data) => ({ kind: 'frame', data })),
@@ -227,13 +242,21 @@ export function describeIdempotencyStoreContract(name: string, setup: () => Prom
         const followed = collect(log, framesOf(await store.claim(k, 't2', 'fp', 10_000)));
         await wait(100);
         await expect(store.release(k, 't1')).resolves.toBe(true);
-        expect(await followed).toEqual([{ kind: 'head', head }, { kind: 'frame', data: frames[0] }, { kind: 'end', outcome: 'aborted' }]);
+        expect(await followed).toEqual([
+          { kind: 'head', head },
+          { kind: 'frame', data: frames[0] },
+          { kind: 'end', outcome: 'aborted' },
+        ]);
         await expect(store.claim(k, 't3', 'fp', 10_000)).resolves.toEqual({ outcome: 'claimed' });
         await log.begin(k, 't3', head);
         await log.append(k, 't3', [frames[1]]);
         await log.complete(k, 't3', 'fp', 60_000);
         const replayed = await collect(log, framesOf(await store.claim(k, 't4', 'fp', 10_000)));
-        expect(replayed).toEqual([{ kind: 'head', head }, { kind: 'frame', data: frames[1] }, { kind: 'end', outcome: 'completed' }]);
+        expect(replayed).toEqual([
+          { kind: 'head', head },
+          { kind: 'frame', data: frames[1] },
+          { kind: 'end', outcome: 'completed' },
+        ]);
       });
 
       it('tells a follower at once when the request ends with a whole answer instead', async () => {
@@ -290,7 +313,10 @@ export function describeIdempotencyStoreContract(name: string, setup: () => Prom
         await store.claim(k, 't1', 'fp', 10_000);
         await log.begin(k, 't1', head);
         const started = Date.now();
-        expect(await collect(log, framesOf(await store.claim(k, 't2', 'fp', 10_000)), 300)).toEqual([{ kind: 'head', head }, { kind: 'timeout' }]);
+        expect(await collect(log, framesOf(await store.claim(k, 't2', 'fp', 10_000)), 300)).toEqual([
+          { kind: 'head', head },
+          { kind: 'timeout' },
+        ]);
         expect(Date.now() - started).toBeLessThan(1500);
       });
 
@@ -300,14 +326,24 @@ export function describeIdempotencyStoreContract(name: string, setup: () => Prom
           await store.claim(k, 't1', 'fp', 10_000);
           await log.begin(k, 't1', head);
         }
-        const followed = Promise.all(keys.map(async (k) => collect(log, framesOf(await store.claim(k, 't2', 'fp', 10_000)))));
+        const followed = Promise.all(
+          keys.map(async (k) => collect(log, framesOf(await store.claim(k, 't2', 'fp', 10_000)))),
+        );
         await wait(200);
-        await Promise.all(keys.map(async (k, i) => {
-          await log.append(k, 't1', [`data: ${i}\n\n`]);
-          await log.complete(k, 't1', 'fp', 60_000);
-        }));
+        await Promise.all(
+          keys.map(async (k, i) => {
+            await log.append(k, 't1', [`data: ${i}\n\n`]);
+            await log.complete(k, 't1', 'fp', 60_000);
+          }),
+        );
         const all = await followed;
-        all.forEach((events, i) => expect(events).toEqual([{ kind: 'head', head }, { kind: 'frame', data: `data: ${i}\n\n` }, { kind: 'end', outcome: 'completed' }]));
+        all.forEach((events, i) =>
+          expect(events).toEqual([
+            { kind: 'head', head },
+            { kind: 'frame', data: `data: ${i}\n\n` },
+            { kind: 'end', outcome: 'completed' },
+          ]),
+        );
       });
     });
 

@@ -57,7 +57,8 @@ interface Answer {
 }
 
 /** The idempotency layer's error cases, by the last segment of their problem type. */
-type IdempotencyCase = 'idempotency-key-missing' | 'idempotency-key-invalid' | 'idempotency-request-in-progress' | 'idempotency-key-reused';
+type IdempotencyCase =
+  'idempotency-key-missing' | 'idempotency-key-invalid' | 'idempotency-request-in-progress' | 'idempotency-key-reused';
 
 /** The same value with every object's keys in the reverse order: one request, other bytes. */
 function reordered(value: unknown): unknown {
@@ -101,7 +102,11 @@ async function within<T>(promise: Promise<T>, ms: number, what: string): Promise
  *
  *   describeIdempotentRoute('POST /v1/things', async () => ({ server, method: 'POST', ... }));
  */
-export function describeIdempotentRoute(name: string, setup: () => Promise<RouteUnderTest>, options: IdempotentRouteOptions = {}): void {
+export function describeIdempotentRoute(
+  name: string,
+  setup: () => Promise<RouteUnderTest>,
+  options: IdempotentRouteOptions = {},
+): void {
   const whileRunning = options.whileRunning ?? 'conflict';
   const keyRequired = options.keyRequired ?? true;
   const reachTimeoutMs = options.reachTimeoutMs ?? 5000;
@@ -120,12 +125,15 @@ export function describeIdempotentRoute(name: string, setup: () => Promise<Route
       let req = request(route.server)[method](route.path).set(route.headers).set('content-type', 'application/json');
       if (key !== undefined) req = req.set('idempotency-key', key);
       // Serialised here: the bytes sent are the ones the case means (key order included).
-      const res = await req.send(JSON.stringify(body)).buffer(true).parse((r, done) => {
-        let text = '';
-        r.setEncoding('utf8');
-        r.on('data', (chunk: string) => (text += chunk));
-        r.on('end', () => done(null, text));
-      });
+      const res = await req
+        .send(JSON.stringify(body))
+        .buffer(true)
+        .parse((r, done) => {
+          let text = '';
+          r.setEncoding('utf8');
+          r.on('data', (chunk: string) => (text += chunk));
+          r.on('end', () => done(null, text));
+        });
       return { status: res.status, headers: res.headers, text: res.body as string };
     }
 
@@ -138,7 +146,9 @@ export function describeIdempotentRoute(name: string, setup: () => Promise<Route
         expect(body).toMatchObject({ type: expect.stringMatching(new RegExp(`${which}$`)), status });
       } else {
         expect(answer.headers['content-type']).toMatch(/^application\/json/);
-        expect(body).toMatchObject({ error: { code: which.replace(/-/g, '_'), message: expect.any(String), type: expect.any(String) } });
+        expect(body).toMatchObject({
+          error: { code: which.replace(/-/g, '_'), message: expect.any(String), type: expect.any(String) },
+        });
       }
     }
 
@@ -158,7 +168,10 @@ export function describeIdempotentRoute(name: string, setup: () => Promise<Route
     }
 
     function expectFirstRun(answer: Answer): void {
-      expect({ status: answer.status, replayed: answer.headers['idempotent-replayed'] }).toEqual({ status: route.successStatus, replayed: undefined });
+      expect({ status: answer.status, replayed: answer.headers['idempotent-replayed'] }).toEqual({
+        status: route.successStatus,
+        replayed: undefined,
+      });
     }
 
     function expectReplayOf(answer: Answer, first: Answer): void {
@@ -167,7 +180,12 @@ export function describeIdempotentRoute(name: string, setup: () => Promise<Route
         replayed: answer.headers['idempotent-replayed'],
         contentType: answer.headers['content-type'],
         text: answer.text,
-      }).toEqual({ status: first.status, replayed: 'true', contentType: first.headers['content-type'], text: first.text });
+      }).toEqual({
+        status: first.status,
+        replayed: 'true',
+        contentType: first.headers['content-type'],
+        text: first.text,
+      });
     }
 
     it('replays the answer to the same key and body (keys in another order): same status and body, Idempotent-Replayed, one effect', async () => {
@@ -224,7 +242,11 @@ export function describeIdempotentRoute(name: string, setup: () => Promise<Route
         } finally {
           held.release();
         }
-        const [answered, attached] = await within(Promise.all([first, duplicate]), reachTimeoutMs, 'both answers after the release');
+        const [answered, attached] = await within(
+          Promise.all([first, duplicate]),
+          reachTimeoutMs,
+          'both answers after the release',
+        );
         expectFirstRun(answered);
         expectReplayOf(attached, answered);
         expect(await route.effects()).toBe(before + 1);

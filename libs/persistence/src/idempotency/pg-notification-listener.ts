@@ -130,7 +130,10 @@ export class PgNotificationListener {
     if (this.client !== client) return;
     this.client = undefined;
     client.end().catch(() => undefined);
-    if (!this.closed) this.logger.warn(`LISTEN ${this.channel} connection lost (${err?.message ?? 'ended'}); followers poll until it is back`);
+    if (!this.closed)
+      this.logger.warn(
+        `LISTEN ${this.channel} connection lost (${err?.message ?? 'ended'}); followers poll until it is back`,
+      );
     this.wakeAll();
   }
 

@@ -64,11 +64,24 @@ const OURS = `key = $1 AND token = $2 AND state = 'running' AND locked_until > n
  * the dead one did); it sees the running record and its fingerprint, the 422
  * of any mismatch, until the row expires.
  */
-const FREE = (k: string, fp: string) => `((${k}.state = 'running' AND ${k}.locked_until <= now() AND ${k}.fingerprint = ${fp}) OR ${k}.expires_at <= now())`;
+const FREE = (k: string, fp: string) =>
+  `((${k}.state = 'running' AND ${k}.locked_until <= now() AND ${k}.fingerprint = ${fp}) OR ${k}.expires_at <= now())`;
 /** Every column a claim writes: on a takeover all of them, on a lost race none (each keeps its value). */
 const CLAIM_COLUMNS = [
-  'fingerprint', 'state', 'token', 'attempt', 'status', 'headers', 'body', 'streamed',
-  'head', 'watched', 'next_seq', 'started_at', 'locked_until', 'expires_at',
+  'fingerprint',
+  'state',
+  'token',
+  'attempt',
+  'status',
+  'headers',
+  'body',
+  'streamed',
+  'head',
+  'watched',
+  'next_seq',
+  'started_at',
+  'locked_until',
+  'expires_at',
 ] as const;
 
 /*
@@ -294,8 +307,23 @@ export function claimResultOf(row: ClaimRow, key: string): ClaimResult {
 }
 
 /** COMPLETE_SQL's parameters, alike on the store's pool and in a caller's transaction. */
-function completeParams(key: string, token: string, fingerprint: string, response: StoredResponse, resultTtlMs: number): unknown[] {
-  return [key, token, fingerprint, response.status, JSON.stringify(response.headers), response.body, resultTtlMs, ENDED_FRAMES_TTL_MS];
+function completeParams(
+  key: string,
+  token: string,
+  fingerprint: string,
+  response: StoredResponse,
+  resultTtlMs: number,
+): unknown[] {
+  return [
+    key,
+    token,
+    fingerprint,
+    response.status,
+    JSON.stringify(response.headers),
+    response.body,
+    resultTtlMs,
+    ENDED_FRAMES_TTL_MS,
+  ];
 }
 
 /** A frames ref names the attempt and its key (so the liveness check reads the key row by its primary key). */
@@ -337,7 +365,11 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     this.sweepIntervalMs = options.sweepIntervalMs ?? DEFAULT_SWEEP_INTERVAL_MS;
     const applicationName = options.listenApplicationName ?? 'idempotency-listen';
     this.listener = new PgNotificationListener(CHANNEL, () => listenConfig(this.pool(), applicationName));
-    this.frames = new PostgresFrameLog((sql, params) => this.query(sql, params), this.listener, options.idleCheckMs ?? 1000);
+    this.frames = new PostgresFrameLog(
+      (sql, params) => this.query(sql, params),
+      this.listener,
+      options.idleCheckMs ?? 1000,
+    );
   }
 
   async claim(key: string, token: string, fingerprint: string, lockTtlMs: number): Promise<ClaimResult> {
@@ -346,8 +378,16 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     return claimResultOf(rows[0], key);
   }
 
-  async complete(key: string, token: string, fingerprint: string, response: StoredResponse, resultTtlMs: number): Promise<boolean> {
-    return (await this.query(COMPLETE_SQL, completeParams(key, token, fingerprint, response, resultTtlMs))).length === 1;
+  async complete(
+    key: string,
+    token: string,
+    fingerprint: string,
+    response: StoredResponse,
+    resultTtlMs: number,
+  ): Promise<boolean> {
+    return (
+      (await this.query(COMPLETE_SQL, completeParams(key, token, fingerprint, response, resultTtlMs))).length === 1
+    );
   }
 
   /**
@@ -364,13 +404,22 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     response: StoredResponse,
     resultTtlMs: number,
   ): Promise<boolean> {
-    const runner = tx as { query?: (sql: string, params: unknown[]) => Promise<unknown>; isTransactionActive?: boolean; queryRunner?: { isTransactionActive?: boolean } };
+    const runner = tx as {
+      query?: (sql: string, params: unknown[]) => Promise<unknown>;
+      isTransactionActive?: boolean;
+      queryRunner?: { isTransactionActive?: boolean };
+    };
     // An EntityManager of dataSource.transaction() carries its QueryRunner; a QueryRunner is one.
     const active = runner?.queryRunner?.isTransactionActive ?? runner?.isTransactionActive;
     if (typeof runner?.query !== 'function' || active !== true) {
-      throw new TypeError('completeWithin needs the EntityManager or QueryRunner of an open transaction (dataSource.transaction(tx => ...))');
+      throw new TypeError(
+        'completeWithin needs the EntityManager or QueryRunner of an open transaction (dataSource.transaction(tx => ...))',
+      );
     }
-    const rows = (await runner.query(COMPLETE_SQL, completeParams(key, token, fingerprint, response, resultTtlMs))) as unknown[];
+    const rows = (await runner.query(
+      COMPLETE_SQL,
+      completeParams(key, token, fingerprint, response, resultTtlMs),
+    )) as unknown[];
     return Array.isArray(rows) && rows.length === 1;
   }
 
@@ -417,7 +466,9 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
         if (keys < this.sweepBatch && frameLogs < this.sweepBatch) return;
       }
     } catch (err) {
-      this.logger.warn(`idempotency: sweeping expired keys failed: ${err instanceof Error ? err.message : String(err)}`);
+      this.logger.warn(
+        `idempotency: sweeping expired keys failed: ${err instanceof Error ? err.message : String(err)}`,
+      );
     }
   }
 
@@ -461,7 +512,13 @@ function statementName(sql: string): string {
 
 /** The pool's connection settings for the LISTEN connection, which no statement timeout may end. */
 function listenConfig(pool: Pool, applicationName: string): ClientConfig {
-  const { max: _max, idleTimeoutMillis: _idle, statement_timeout: _st, query_timeout: _qt, ...connection } = pool.options as ClientConfig & {
+  const {
+    max: _max,
+    idleTimeoutMillis: _idle,
+    statement_timeout: _st,
+    query_timeout: _qt,
+    ...connection
+  } = pool.options as ClientConfig & {
     max?: number;
     idleTimeoutMillis?: number;
   };

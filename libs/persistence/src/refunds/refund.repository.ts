@@ -94,7 +94,9 @@ FROM refund_attempts WHERE refund_id = $1`;
 export class RefundRepository {
   /** The refund's row and its unsettled attempt, in one round trip. */
   async state(em: EntityManager, refundId: string): Promise<RefundState> {
-    const [row] = await em.query<{ paid: (Omit<RefundRow, 'created_at'> & { created_at: string }) | null; attempt: AttemptJson | null }[]>(STATE_SQL, [refundId]);
+    const [row] = await em.query<
+      { paid: (Omit<RefundRow, 'created_at'> & { created_at: string }) | null; attempt: AttemptJson | null }[]
+    >(STATE_SQL, [refundId]);
     const paid = row?.paid ? fromRow({ ...row.paid, created_at: new Date(row.paid.created_at) }) : undefined;
     const a = row?.attempt;
     const attempt: RefundAttempt | undefined = a
@@ -144,7 +146,15 @@ export class RefundRepository {
        VALUES ($1, $2, $3, $4, $5, $6, $7)
        ON CONFLICT (refund_id) DO NOTHING
        RETURNING ${COLUMNS}`,
-      [refund.refundId, refund.tenant, refund.ticketId, refund.orderId, refund.amount, refund.currency, refund.payoutId],
+      [
+        refund.refundId,
+        refund.tenant,
+        refund.ticketId,
+        refund.orderId,
+        refund.amount,
+        refund.currency,
+        refund.payoutId,
+      ],
     );
     if (inserted[0]) return fromRow(inserted[0]);
     const existing = await this.find(em, refund.refundId);
@@ -158,7 +168,10 @@ export class RefundRepository {
   }
 
   async findForTenant(em: EntityManager, refundId: string, tenant: string): Promise<StoredRefund | undefined> {
-    const rows: RefundRow[] = await em.query(`SELECT ${COLUMNS} FROM refunds WHERE refund_id = $1 AND tenant = $2`, [refundId, tenant]);
+    const rows: RefundRow[] = await em.query(`SELECT ${COLUMNS} FROM refunds WHERE refund_id = $1 AND tenant = $2`, [
+      refundId,
+      tenant,
+    ]);
     return rows[0] && fromRow(rows[0]);
   }
 }

@@ -84,6 +84,10 @@ export class OutboxAdminRepository {
               (SELECT count(*) AS parked
                  FROM outbox WHERE parked_at IS NOT NULL AND sent_at IS NULL) AS parked`,
     );
-    return { backlog: Number(row.backlog), parked: Number(row.parked), oldestUnsentAgeSeconds: Math.max(0, row.oldest ?? 0) };
+    return {
+      backlog: Number(row.backlog),
+      parked: Number(row.parked),
+      oldestUnsentAgeSeconds: Math.max(0, row.oldest ?? 0),
+    };
   }
 }
