@@ -40,7 +40,9 @@ describe('readiness and the database schema', () => {
       expect(JSON.stringify(empty.body.checks.postgres)).toContain('schema not migrated');
 
       await migrator.runMigrations();
-      await request(api.server).get('/health/ready').expect(200);
+      const ready = await request(api.server).get('/health/ready').expect(200);
+      // The api's own list: Redis and PostgreSQL.
+      expect(Object.keys(ready.body.details).sort()).toEqual(['postgres', 'redis']);
 
       // The newest migration undone: an older schema than this build's.
       await migrator.undoLastMigration();

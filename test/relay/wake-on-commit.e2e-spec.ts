@@ -73,6 +73,8 @@ describe('relay: woken by the commit, LISTEN reconnects, health', () => {
     await request(server).get('/health/live').expect(200);
     const ready = await request(server).get('/health/ready').expect(200);
     expect(ready.body.details).toMatchObject({ postgres: { status: 'up' }, outbox_listen: { status: 'up' } });
+    // The relay's own list, and nothing else: no Redis.
+    expect(Object.keys(ready.body.details).sort()).toEqual(['outbox_listen', 'postgres']);
   });
 
   it('re-establishes a killed LISTEN connection; commits during and after the outage are still delivered promptly', async () => {

@@ -19,7 +19,9 @@ describe('worker health', () => {
       w.consumer.start();
       const server = w.app.getHttpServer();
       await request(server).get('/health/live').expect(200);
-      await request(server).get('/health/ready').expect(200);
+      const up = await request(server).get('/health/ready').expect(200);
+      // The worker's own list: Redis (the stream) and PostgreSQL.
+      expect(Object.keys(up.body.details).sort()).toEqual(['postgres', 'redis']);
       await redis.stop();
       await sleep(500);
       const ready = await request(server).get('/health/ready').expect(503);

@@ -1,6 +1,6 @@
 import { DynamicModule, Module } from '@nestjs/common';
 import { APP_FILTER, APP_PIPE } from '@nestjs/core';
-import { HealthModule } from '@app/health';
+import { HealthModule, PostgresHealthIndicator, RedisHealthIndicator } from '@app/health';
 import { IdempotencyModule, RedisIdempotencyStore } from '@app/idempotency';
 import { LoggingModule, MetricsModule } from '@app/observability';
 import { PersistenceModule, PostgresIdempotencyStore } from '@app/persistence';
@@ -45,7 +45,7 @@ export class ApiModule {
         MetricsModule,
         RedisModule.forRoot({ url: config.redisUrl, connectionName: 'api', isGlobal: true }),
         PersistenceModule.forRoot({ url: config.databaseUrl, applicationName: 'api' }),
-        HealthModule,
+        HealthModule.forRoot({ readiness: [RedisHealthIndicator, PostgresHealthIndicator] }),
         AuthModule.forRoot(config.apiKeys),
         IdempotencyModule.forRootAsync({
           inject: [REDIS_CLIENT, DataSource],

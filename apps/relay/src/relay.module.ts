@@ -1,10 +1,9 @@
 import { DynamicModule, Module } from '@nestjs/common';
 import { APP_FILTER } from '@nestjs/core';
-import { HealthModule } from '@app/health';
+import { HealthModule, PostgresHealthIndicator } from '@app/health';
 import { LoggingModule, MetricsModule } from '@app/observability';
 import { PersistenceModule } from '@app/persistence';
 import { ProblemDetailsFilter } from '@app/problem';
-import { RedisModule } from '@app/redis';
 import { OutboxRelayModule } from './outbox/outbox-relay.module';
 import type { RelayConfig } from './relay.config';
 
@@ -16,9 +15,10 @@ export class RelayModule {
       imports: [
         LoggingModule.forRoot({ level: config.logLevel, app: 'relay' }),
         MetricsModule,
-        RedisModule.forRoot({ url: config.redisUrl, connectionName: 'relay', isGlobal: true }),
         PersistenceModule.forRoot({ url: config.databaseUrl, applicationName: 'relay' }),
-        HealthModule,
+        // PostgreSQL only: the relay has no Redis, so it neither checks nor opens it
+        // (its LISTEN connection registers its own readiness check).
+        HealthModule.forRoot({ readiness: [PostgresHealthIndicator] }),
         OutboxRelayModule.forRoot({
           databaseUrl: config.databaseUrl,
           webhookUrl: config.notifyWebhookUrl,

@@ -1,6 +1,6 @@
 import { DynamicModule, Module } from '@nestjs/common';
 import { APP_FILTER } from '@nestjs/core';
-import { HealthModule } from '@app/health';
+import { HealthModule, PostgresHealthIndicator, RedisHealthIndicator } from '@app/health';
 import { CONSUMER_GROUP, DEAD_LETTER_STREAM, JOBS_STREAM, JobsModule } from '@app/jobs';
 import { LlmModule } from '@app/llm';
 import { LoggingModule, MetricsModule } from '@app/observability';
@@ -70,7 +70,7 @@ export class WorkerModule {
           applicationName: 'worker',
           poolSize: Math.min(config.concurrency + 2, 50),
         }),
-        HealthModule,
+        HealthModule.forRoot({ readiness: [RedisHealthIndicator, PostgresHealthIndicator] }),
         JobsModule,
         LlmModule.forRoot({
           provider: config.llmProvider,

@@ -1,9 +1,8 @@
-import { Controller, Get, HttpStatus, ServiceUnavailableException } from '@nestjs/common';
+import { Controller, Get, HttpStatus, Inject, ServiceUnavailableException } from '@nestjs/common';
 import { HealthCheckService, HealthIndicatorService, type HealthIndicatorFunction } from '@nestjs/terminus';
 import { ProblemException, PROBLEM_TYPE_PREFIX } from '@app/problem';
 import { HealthChecksRegistry } from './health-checks.registry';
-import { PostgresHealthIndicator } from './postgres.health';
-import { RedisHealthIndicator } from './redis.health';
+import { READINESS_INDICATORS, type ReadinessIndicator } from './readiness-indicator';
 
 export const HealthProblemTypes = {
   notLive: `${PROBLEM_TYPE_PREFIX}health-not-live`,
@@ -15,8 +14,7 @@ export class HealthController {
   constructor(
     private readonly health: HealthCheckService,
     private readonly indicators: HealthIndicatorService,
-    private readonly redis: RedisHealthIndicator,
-    private readonly postgres: PostgresHealthIndicator,
+    @Inject(READINESS_INDICATORS) private readonly readiness: readonly ReadinessIndicator[],
     private readonly registry: HealthChecksRegistry,
   ) {}
 
@@ -36,10 +34,10 @@ export class HealthController {
     return { status: 'ok' };
   }
 
-  /** Redis, PostgreSQL and whatever the app registered answer. */
+  /** The app's readiness indicators (HealthModule.forRoot) and whatever it registered answer. */
   @Get('ready')
   async ready(): Promise<unknown> {
-    const checks: HealthIndicatorFunction[] = [() => this.redis.check(), () => this.postgres.check()];
+    const checks: HealthIndicatorFunction[] = this.readiness.map((indicator) => () => indicator.check());
     for (const [name, check] of this.registry.readinessChecks()) {
       checks.push(() => this.indicators.check(name).attempt(check).withTimeout(1000));
     }
