@@ -9,6 +9,7 @@ import { ProblemDetailsFilter } from '@app/problem';
 import { RedisModule } from '@app/redis';
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
+import { JOB_HANDLER } from './consumer/job-handler';
 import { QueueGauges } from './consumer/queue.gauges';
 import { StreamsConsumer } from './consumer/streams.consumer';
 import { STREAMS_CONSUMER_OPTIONS, type StreamsConsumerOptions } from './consumer/streams-consumer.options';
@@ -90,6 +91,7 @@ export class WorkerModule {
         RetryPolicy,
         WorkerMetrics,
         SummaryJobHandler,
+        { provide: JOB_HANDLER, useExisting: SummaryJobHandler },
         StreamsConsumer,
         QueueGauges,
       ],

@@ -1,22 +1,24 @@
 import { BeforeApplicationShutdown, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy } from '@nestjs/common';
 import { HealthChecksRegistry } from '@app/health';
 import { fieldsOf, isUuid, jobRecordKey, JOB_RECORD_TTL_MS } from '@app/jobs';
-import type { WriteOutcome } from '@app/persistence';
 import { InjectRedis } from '@app/redis';
 import type { Redis } from 'ioredis';
 import { PinoLogger } from 'nestjs-pino';
-import { EventEmitter, once } from 'node:events';
 import { setTimeout as delay } from 'node:timers/promises';
-import { parseSummaryJob, type StreamMessage } from '../jobs/job-message';
 import { failureOf } from '../jobs/job.errors';
-import { SummaryJobHandler } from '../jobs/summary-job.handler';
 import { backoffDelay } from '../retry/backoff';
 import { WorkerMetrics } from '../worker.metrics';
-import { ACK, FORGET_CONSUMER, RECLAIM, REFRESH } from './stream-scripts';
+import { InjectJobHandler, type JobHandler, type StreamMessage } from './job-handler';
+import { LeaseManager } from './lease-manager';
+import { SlotLimiter } from './slot-limiter';
+import { ACK, FORGET_CONSUMER, RECLAIM } from './stream-scripts';
 import { InjectStreamsConsumerOptions, type StreamsConsumerOptions } from './streams-consumer.options';
 
-/** The handler's result, or what its error's class decided: retryable is `transient`, anything else `dead_lettered`. */
-export type DeliveryOutcome = WriteOutcome | 'transient' | 'dead_lettered';
+/**
+ * The handler's result (for the summary job, `done` or `duplicate`), or what
+ * its error's class decided: retryable is `transient`, anything else `dead_lettered`.
+ */
+export type DeliveryOutcome = string;
 
 export interface Delivery {
   readonly id: string;
@@ -36,21 +38,22 @@ type RawEntry = [string, string[]];
 /**
  * Owns the loop on the job stream: reclaims entries that dead consumers left
  * (XAUTOCLAIM, with the cursor kept between turns), reads new ones
- * (XREADGROUP >) for as many free slots as it has, runs up to `concurrency`
- * jobs at once, and keeps its in-flight entries fresh so no live job is
- * taken from under it. The handler's outcome decides: success acks; an
- * error's class (failureOf) leaves the entry pending for redelivery when it
- * is retryable, and dead-letters it at once when not; past maxDeliveries an
- * entry is dead-lettered without running. A job that finished but whose ack
- * failed stays pending: its redelivery stops at the handler's pre-check as a
+ * (XREADGROUP >) for as many free slots as it has, runs each with the
+ * JOB_HANDLER, up to `concurrency` at once (SlotLimiter), while LeaseManager
+ * keeps its in-flight entries fresh so no live job is taken from under it.
+ * The handler's outcome decides: success acks; an error's class (failureOf)
+ * leaves the entry pending for redelivery when it is retryable, and
+ * dead-letters it at once when not; past maxDeliveries an entry is
+ * dead-lettered without running. A job that finished but whose ack failed
+ * stays pending: its redelivery stops at the handler's pre-check as a
  * duplicate.
  */
 @Injectable()
 export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicationShutdown, OnModuleDestroy {
   private readonly logger = new Logger(StreamsConsumer.name);
-  private readonly inFlight = new Map<string, Promise<DeliveryOutcome>>();
-  /** Emits `freed` when a slot frees up (or shutdown begins). */
-  private readonly slots = new EventEmitter().setMaxListeners(0);
+  /** The jobs in flight, by entry id. */
+  private readonly slots: SlotLimiter<DeliveryOutcome>;
+  private readonly leases: LeaseManager;
   /** Aborted when shutdown begins: no new retries, backoff sleeps end. */
   private readonly stopRetrying = new AbortController();
   /** Aborted when the drain time is over: calls in progress are cut off. */
@@ -61,27 +64,29 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
   private groupReady = false;
   private stopping = false;
   private loop: Promise<void> | undefined;
-  private refresher: NodeJS.Timeout | undefined;
 
   constructor(
     @InjectRedis() private readonly redis: Redis,
     @InjectStreamsConsumerOptions() private readonly options: StreamsConsumerOptions,
-    private readonly handler: SummaryJobHandler,
+    @InjectJobHandler() private readonly handler: JobHandler,
     private readonly health: HealthChecksRegistry,
     private readonly metrics: WorkerMetrics,
     private readonly pino: PinoLogger,
-  ) {}
+  ) {
+    this.slots = new SlotLimiter(options.concurrency);
+    this.leases = new LeaseManager(redis, options, () => this.slots.ids(), this.logger);
+  }
 
   get consumerName(): string {
     return this.options.consumer;
   }
 
   get inFlightCount(): number {
-    return this.inFlight.size;
+    return this.slots.size;
   }
 
   onApplicationBootstrap(): void {
-    this.startRefresher();
+    this.leases.start();
     if (this.options.autoStart) this.start();
   }
 
@@ -97,7 +102,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
    * for the jobs it started. Returns what each delivery came to.
    */
   async runOnce(): Promise<{ id: string; deliveries: number; outcome: DeliveryOutcome }[]> {
-    this.startRefresher();
+    this.leases.start();
     const started = await this.turn(false);
     return Promise.all(started.map(async (d) => ({ id: d.id, deliveries: d.deliveries, outcome: await d.outcome })));
   }
@@ -122,25 +127,24 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     this.stopping = true;
     this.stopRetrying.abort(new Error('shutting down'));
     this.blocking?.disconnect(); // ends a blocking XREADGROUP at once
-    this.wakeSlotWaiters();
+    this.slots.wake();
     await this.loop;
     this.health.unregisterLoop(LOOP);
-    if (this.inFlight.size > 0) {
-      this.logger.log(`draining ${this.inFlight.size} in-flight job(s)`);
+    if (this.slots.size > 0) {
+      this.logger.log(`draining ${this.slots.size} in-flight job(s)`);
       const drained = await Promise.race([
-        Promise.allSettled([...this.inFlight.values()]).then(() => true),
+        this.slots.settled().then(() => true),
         delay(this.options.drainTimeoutMs, false, { ref: false }),
       ]);
       if (!drained) {
         this.logger.warn(
-          `drain timed out after ${this.options.drainTimeoutMs} ms; cutting ${this.inFlight.size} job(s) off`,
+          `drain timed out after ${this.options.drainTimeoutMs} ms; cutting ${this.slots.size} job(s) off`,
         );
         this.hardStop.abort(new Error('drain timed out'));
-        await Promise.allSettled([...this.inFlight.values()]);
+        await this.slots.settled();
       }
     }
-    clearInterval(this.refresher);
-    this.refresher = undefined;
+    this.leases.stop();
     await this.forgetConsumer();
   }
 
@@ -193,9 +197,9 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
 
   private async turnOnce(block: boolean): Promise<Delivery[]> {
     await this.ensureGroup();
-    let free = this.options.concurrency - this.inFlight.size;
+    let free = this.slots.free;
     if (free <= 0) {
-      await this.slotFreed(1000);
+      await this.slots.slotFreed(1000);
       return [];
     }
     const started: Delivery[] = [];
@@ -236,7 +240,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       // a failed REFRESH) and the claim has just reset its idle time, which is
       // all it needed (at the cost of one delivery counted). Running it again
       // would run the job twice in this process and take a second slot.
-      if (this.inFlight.has(id)) continue;
+      if (this.slots.has(id)) continue;
       const deliveries = Number(counts[i]);
       this.metrics.reclaimed.inc();
       const message = { id, fields: fieldsOf(flat) };
@@ -272,13 +276,10 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
   private dispatch(message: StreamMessage, deliveries: number): Delivery {
     // Every log line of the job, however deep, carries its job id and entry.
     const bindings = { job_id: message.fields.job_id, entry: message.id };
-    const outcome = this.pino
-      .runInContext(() => this.process(message, deliveries), { bindings })
-      .finally(() => {
-        this.inFlight.delete(message.id);
-        this.wakeSlotWaiters();
-      });
-    this.inFlight.set(message.id, outcome);
+    const outcome = this.slots.hold(
+      message.id,
+      this.pino.runInContext(() => this.process(message, deliveries), { bindings }),
+    );
     return { id: message.id, deliveries, outcome };
   }
 
@@ -290,10 +291,9 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       return outcome;
     };
     const jobId = message.fields.job_id;
-    let result: WriteOutcome;
+    let result: DeliveryOutcome;
     try {
-      const job = parseSummaryJob(message);
-      result = await this.handler.handle(job, {
+      result = await this.handler.process(message, {
         deadline: performance.now() + this.options.jobBudgetMs,
         stopRetrying: this.stopRetrying.signal,
         signal: this.hardStop.signal,
@@ -394,25 +394,6 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     this.groupReady = true;
   }
 
-  private startRefresher(): void {
-    if (this.refresher) return;
-    this.refresher = setInterval(() => void this.refresh(), this.options.refreshIntervalMs);
-    this.refresher.unref();
-  }
-
-  private async refresh(): Promise<void> {
-    if (this.inFlight.size === 0) return;
-    try {
-      await REFRESH.run(
-        this.redis,
-        [this.options.stream],
-        [this.options.group, this.options.consumer, ...this.inFlight.keys()],
-      );
-    } catch (err) {
-      this.logger.warn(`could not refresh in-flight entries: ${(err as Error).message}`);
-    }
-  }
-
   private blockingClient(): Redis {
     // Its own connection: a blocking read must not hold up acks and refreshes.
     if (!this.blocking) {
@@ -426,14 +407,5 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       this.blocking.on('error', (err: Error) => this.logger.debug(`blocking connection: ${err.message}`));
     }
     return this.blocking;
-  }
-
-  /** Resolves when a slot frees up, or after `timeoutMs` at the latest. */
-  private async slotFreed(timeoutMs: number): Promise<void> {
-    await once(this.slots, 'freed', { signal: AbortSignal.timeout(timeoutMs) }).catch(() => undefined);
-  }
-
-  private wakeSlotWaiters(): void {
-    this.slots.emit('freed');
   }
 }

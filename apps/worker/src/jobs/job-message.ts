@@ -1,12 +1,7 @@
 import { isUuid, type SummaryJob } from '@app/jobs';
 import type { ErrorClass } from '@app/llm';
+import type { StreamMessage } from '../consumer/job-handler';
 import { JobError } from './job.errors';
-
-/** A stream entry as read: its id and its flat field list turned into a map. */
-export interface StreamMessage {
-  readonly id: string;
-  readonly fields: Readonly<Record<string, string>>;
-}
 
 /** A malformed message never gets better. */
 const MALFORMED: ErrorClass = { kind: 'malformed', retryable: false };

@@ -2,19 +2,12 @@ import { Injectable, Logger } from '@nestjs/common';
 import { SummaryWriter, type WriteOutcome } from '@app/persistence';
 import type { SummaryJob } from '@app/jobs';
 import { classifyLlmError, InjectLlmClient, type LlmClient } from '@app/llm';
+import type { JobHandler, JobRunContext, StreamMessage } from '../consumer/job-handler';
 import { RetryError } from '../retry/retry.errors';
 import { RetryPolicy } from '../retry/retry-policy.service';
+import { parseSummaryJob } from './job-message';
 import { JobError, UNEXPECTED } from './job.errors';
 import { WorkerMetrics } from '../worker.metrics';
-
-export interface JobRunContext {
-  /** Monotonic deadline of this delivery (JOB_BUDGET_S from its start). */
-  readonly deadline: number;
-  /** Aborted when shutdown begins: no new attempt, backoff sleeps end at once. */
-  readonly stopRetrying: AbortSignal;
-  /** Aborted when shutdown's drain time is over: the call in progress is cut off too. */
-  readonly signal: AbortSignal;
-}
 
 /**
  * One delivery of a summary job. Safe to run any number of times for one job:
@@ -22,7 +15,7 @@ export interface JobRunContext {
  * at the end lets only one delivery store the summary and its notification.
  */
 @Injectable()
-export class SummaryJobHandler {
+export class SummaryJobHandler implements JobHandler {
   private readonly logger = new Logger(SummaryJobHandler.name);
 
   constructor(
@@ -31,6 +24,11 @@ export class SummaryJobHandler {
     @InjectLlmClient() private readonly llm: LlmClient,
     private readonly metrics: WorkerMetrics,
   ) {}
+
+  /** One entry of the job stream: a malformed one throws a JobError (MALFORMED) before anything runs. */
+  async process(message: StreamMessage, ctx: JobRunContext): Promise<WriteOutcome> {
+    return this.handle(parseSummaryJob(message), ctx);
+  }
 
   /** Throws a JobError: RetryError for the model call, `database` for PostgreSQL, `unexpected` for anything else. */
   async handle(job: SummaryJob, ctx: JobRunContext): Promise<WriteOutcome> {

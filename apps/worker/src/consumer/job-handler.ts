@@ -1,0 +1,33 @@
+import { Inject } from '@nestjs/common';
+
+/** A stream entry as read: its id and its flat field list turned into a map. */
+export interface StreamMessage {
+  readonly id: string;
+  readonly fields: Readonly<Record<string, string>>;
+}
+
+/** What the consumer gives one delivery besides its entry. */
+export interface JobRunContext {
+  /** Monotonic deadline of this delivery (JOB_BUDGET_S from its start). */
+  readonly deadline: number;
+  /** Aborted when shutdown begins: no new attempt, backoff sleeps end at once. */
+  readonly stopRetrying: AbortSignal;
+  /** Aborted when shutdown's drain time is over: the call in progress is cut off too. */
+  readonly signal: AbortSignal;
+}
+
+/**
+ * The work the consumer runs for each entry, in the shape of @nestjs/bullmq's
+ * `WorkerHost.process(job)`. It resolves with a name for what it did (the
+ * `outcome` of the job metrics, logged as `result`), and the entry is acked;
+ * or it throws, and the error's class (failureOf) decides: retryable leaves
+ * the entry pending for redelivery, anything else dead-letters it. It may run
+ * more than once for one entry, so it must be idempotent.
+ */
+export interface JobHandler {
+  process(message: StreamMessage, ctx: JobRunContext): Promise<string>;
+}
+
+/** The provider StreamsConsumer runs its entries with. */
+export const JOB_HANDLER = 'worker:job-handler';
+export const InjectJobHandler = (): ParameterDecorator => Inject(JOB_HANDLER);
