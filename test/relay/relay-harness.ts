@@ -156,13 +156,16 @@ export function relayFixture(portOffset: number, hooks: RelayFixtureHooks = {}):
   // What testDataSource() opens, made here so it can be handed out before beforeAll runs.
   const ds = new DataSource(dataSourceOptions({ url: testDatabaseUrl(), applicationName: 'test' }));
   const provider = new FakeProvider(freePort(portOffset));
+  let setUp = false;
   beforeAll(async () => {
     await ds.initialize();
     await provider.listen();
     await hooks.setUp?.();
+    setUp = true;
   });
   afterAll(async () => {
-    await hooks.tearDown?.();
+    // A setUp that threw left nothing to tear down, and its error is the one to see.
+    if (setUp) await hooks.tearDown?.();
     await provider.close();
     await ds.destroy();
   });

@@ -110,7 +110,9 @@ export function assertValidIdempotentOptions(
   if (attach !== undefined) {
     const waitMs: unknown = (attach as { waitMs?: unknown } | null)?.waitMs;
     if (typeof waitMs !== 'number' || !Number.isSafeInteger(waitMs) || waitMs <= 0 || waitMs > MAX_LOCK_TTL_MS) {
-      throw new Error(`${where}: attach.waitMs must be a positive whole number of milliseconds, got ${String(waitMs)}`);
+      throw new Error(
+        `${where}: attach.waitMs must be a positive whole number of milliseconds, got ${inspect(waitMs)}`,
+      );
     }
   }
   if (storesStatus !== undefined && typeof storesStatus !== 'function')

@@ -19,19 +19,28 @@ describe('SlotLimiter', () => {
   });
 
   it('a waiter wakes when a slot frees up, or after its timeout at the latest', async () => {
-    const slots = new SlotLimiter<void>(1);
-    let finish!: () => void;
-    void slots.hold('1-0', new Promise<void>((r) => (finish = r)));
+    jest.useFakeTimers();
+    try {
+      const slots = new SlotLimiter<void>(1);
+      let finish!: () => void;
+      void slots.hold('1-0', new Promise<void>((r) => (finish = r)));
 
-    const startedAt = performance.now();
-    const waiting = slots.slotFreed(10_000);
-    finish();
-    await waiting;
-    expect(performance.now() - startedAt).toBeLessThan(1000);
+      // No timer is advanced: the slot freeing is what ends the wait.
+      const waiting = slots.slotFreed(10_000);
+      finish();
+      await waiting;
 
-    const timedOut = performance.now();
-    await slots.slotFreed(50);
-    expect(performance.now() - timedOut).toBeGreaterThanOrEqual(40);
+      let timedOut = false;
+      const waitingLonger = slots.slotFreed(50).then(() => (timedOut = true));
+      await jest.advanceTimersByTimeAsync(49);
+      expect(timedOut).toBe(false);
+      await jest.advanceTimersByTimeAsync(1);
+      await waitingLonger;
+      expect(timedOut).toBe(true);
+      expect(jest.getTimerCount()).toBe(0);
+    } finally {
+      jest.useRealTimers();
+    }
   });
 
   it('wake() ends every wait at once; settled() waits for everything running now', async () => {

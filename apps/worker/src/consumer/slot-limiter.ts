@@ -44,7 +44,14 @@ export class SlotLimiter<T> {
 
   /** Resolves when a slot frees up, or after `timeoutMs` at the latest. */
   async slotFreed(timeoutMs: number): Promise<void> {
-    await once(this.freed, 'freed', { signal: AbortSignal.timeout(timeoutMs) }).catch(() => undefined);
+    // A cleared timer, not AbortSignal.timeout: a slot usually frees long before, and each wait would leave its timer behind.
+    const deadline = new AbortController();
+    const timer = setTimeout(() => deadline.abort(), timeoutMs);
+    try {
+      await once(this.freed, 'freed', { signal: deadline.signal }).catch(() => undefined);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 
   wake(): void {

@@ -13,8 +13,9 @@ export abstract class RetryError extends JobError {
     readonly attempts: number,
     readonly last: ErrorClass | undefined,
     options?: ErrorOptions,
+    retryable: boolean = last?.retryable ?? true,
   ) {
-    super(message, { kind: `llm_${last?.kind ?? 'cancelled'}`, retryable: last?.retryable ?? true }, options);
+    super(message, { kind: `llm_${last?.kind ?? 'cancelled'}`, retryable }, options);
   }
 
   /** Worth another delivery later: `failure.retryable`. */
@@ -23,8 +24,12 @@ export abstract class RetryError extends JobError {
   }
 }
 
-/** The call failed in a way retrying cannot fix (a 400, an unknown error). */
-export class NonRetryableError extends RetryError {}
+/** The call failed in a way retrying cannot fix (a 400, an unknown error): never retryable, whatever its last class says. */
+export class NonRetryableError extends RetryError {
+  constructor(message: string, attempts: number, last: ErrorClass | undefined, options?: ErrorOptions) {
+    super(message, attempts, last, options, false);
+  }
+}
 
 /** Every attempt failed with a retryable error. */
 export class RetriesExhaustedError extends RetryError {}
