@@ -1,3 +1,4 @@
 export * from './config.errors';
 export * from './env-schema';
 export * from './config-problems';
+export * from './backoff';

@@ -1,5 +1,9 @@
+import { backoffDelay } from '@app/config';
 import { Redis } from 'ioredis';
 import type { RedisModuleOptions } from './redis.module-definition';
+
+/** ioredis counts `times` from 1: 100, 200, 400, ... ms, at most 2 s, between reconnects. */
+const RECONNECT_BACKOFF = { baseMs: 50, capMs: 2000, jitter: 'none' } as const;
 
 /**
  * A client that fails fast rather than queueing: while Redis is unreachable a
@@ -14,7 +18,7 @@ export function createRedisClient(options: RedisModuleOptions): Redis {
     maxRetriesPerRequest: 0,
     commandTimeout: options.commandTimeoutMs ?? 2000,
     connectTimeout: options.connectTimeoutMs ?? 5000,
-    retryStrategy: (times) => Math.min(50 * 2 ** times, 2000),
+    retryStrategy: (times) => backoffDelay(times, RECONNECT_BACKOFF),
     // On shutdown, a socket that does not close after QUIT is destroyed this soon.
     disconnectTimeout: 500,
   });

@@ -1,8 +1,8 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
+import { backoffDelay } from '@app/config';
 import { OUTBOX_CHANNEL } from '@app/persistence';
 import { once } from 'node:events';
 import { Client } from 'pg';
-import { retryDelayMs } from './backoff';
 import { OUTBOX_RELAY_OPTIONS, type OutboxRelayOptions } from './outbox-relay.module-definition';
 
 export interface OutboxListenerHandlers {
@@ -15,8 +15,8 @@ export interface OutboxListenerHandlers {
   onListening(): void;
 }
 
-const RECONNECT_FIRST_MS = 100;
-const RECONNECT_MAX_MS = 5000;
+/** Equal jitter, so a reconnect never comes back at once to a database that is down. */
+const RECONNECT_BACKOFF = { baseMs: 100, capMs: 5000, jitter: 'equal' } as const;
 /**
  * The first TCP keepalive probe after this much silence (the OS default is
  * about 2 h): a LISTEN connection is idle between notifications, so a peer or
@@ -158,7 +158,7 @@ export class OutboxListener {
   private scheduleReconnect(err: unknown): void {
     if (this.stopped) return;
     this.failures++;
-    const delay = retryDelayMs(this.failures, RECONNECT_FIRST_MS, RECONNECT_MAX_MS);
+    const delay = backoffDelay(this.failures - 1, RECONNECT_BACKOFF);
     this.logger.warn(
       `LISTEN ${OUTBOX_CHANNEL} connection lost (${err instanceof Error ? err.message : String(err)}); reconnecting in ${delay} ms`,
     );

@@ -1,10 +1,10 @@
 import { BeforeApplicationShutdown, Inject, Injectable, Logger, OnApplicationBootstrap } from '@nestjs/common';
+import { backoffDelay } from '@app/config';
 import { HealthChecksRegistry } from '@app/health';
 import { PinoLogger } from 'nestjs-pino';
 import { once } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { DataSource } from 'typeorm';
-import { retryDelayMs } from './backoff';
 import {
   InjectNotificationSender,
   NotificationRejectedError,
@@ -199,10 +199,9 @@ export class OutboxRelay implements OnApplicationBootstrap, BeforeApplicationShu
         recorded = await this.repository.park(em, message.id, message.lease, error);
       } else {
         outcome = 'failed';
-        const delay = retryDelayMs(
-          failures,
-          this.options.backoffBaseMs,
-          this.options.backoffMaxMs,
+        const delay = backoffDelay(
+          failures - 1,
+          { baseMs: this.options.backoffBaseMs, capMs: this.options.backoffMaxMs, jitter: 'equal' },
           this.options.random,
         );
         recorded = await this.repository.markFailed(em, message.id, message.lease, error, delay);

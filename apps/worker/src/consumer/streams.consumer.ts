@@ -1,4 +1,5 @@
 import { BeforeApplicationShutdown, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy } from '@nestjs/common';
+import { backoffDelay } from '@app/config';
 import { HealthChecksRegistry } from '@app/health';
 import { fieldsOf, isUuid, jobRecordKey, JOB_RECORD_TTL_MS } from '@app/jobs';
 import { InjectRedis } from '@app/redis';
@@ -6,7 +7,6 @@ import type { Redis } from 'ioredis';
 import { PinoLogger } from 'nestjs-pino';
 import { setTimeout as delay } from 'node:timers/promises';
 import { failureOf } from '../jobs/job.errors';
-import { backoffDelay } from '../retry/backoff';
 import { WorkerMetrics } from '../worker.metrics';
 import { InjectJobHandler, type JobHandler, type StreamMessage } from './job-handler';
 import { LeaseManager } from './lease-manager';
@@ -31,7 +31,7 @@ const LOOP = 'streams-consumer';
 /** Dead letters are kept, but not without bound. */
 const DEAD_LETTER_MAXLEN = 100_000;
 /** After a failed turn the loop waits 100 ms, doubling up to 5 s. */
-const TURN_BACKOFF = { baseMs: 100, capMs: 5000 };
+const TURN_BACKOFF = { baseMs: 100, capMs: 5000, jitter: 'none' } as const;
 
 type RawEntry = [string, string[]];
 

@@ -1,6 +1,6 @@
 import { Inject, Injectable } from '@nestjs/common';
+import { backoffDelay } from '@app/config';
 import { CallTimeoutError, type ErrorClass } from '@app/llm';
-import { backoffDelay } from './backoff';
 import { DeadlineExceededError, NonRetryableError, RetriesExhaustedError, RetryCancelledError } from './retry.errors';
 import {
   type Clock,
@@ -109,7 +109,11 @@ export class RetryPolicy {
   /** The wait before attempt `next` (2, 3, ...): what Retry-After asks (capped), or the full-jitter backoff. */
   delayBefore(next: number, failure: ErrorClass): number {
     if (failure.retryAfterMs !== undefined) return Math.min(failure.retryAfterMs, this.options.maxRetryAfterMs);
-    return backoffDelay(next - 2, { baseMs: this.options.baseDelayMs, capMs: this.options.maxDelayMs }, this.random);
+    return backoffDelay(
+      next - 2,
+      { baseMs: this.options.baseDelayMs, capMs: this.options.maxDelayMs, jitter: 'full' },
+      this.random,
+    );
   }
 
   /**
