@@ -2,6 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { parseAllDocuments } from 'yaml';
+import { configReferenceVariables } from '@app/config';
 import { apiDrainMs, apiEnvSchema, loadApiConfig } from '../../apps/api/src/api.config';
 import { loadRelayConfig, relayEnvSchema } from '../../apps/relay/src/relay.config';
 import { loadWorkerConfig, workerEnvSchema } from '../../apps/worker/src/worker.config';
@@ -28,11 +29,12 @@ const K8S_DIR = join(REPO_ROOT, 'deploy/k8s');
 const INTERFACE_PATH = resolve(REPO_ROOT, '../shared/INTERFACE.md');
 /**
  * INTERFACE.md lets the project add to the interface; the additions (and every
- * variable INTERFACE.md names) are the Configuration table of the operators'
- * page, docs/operations.md (README links to it).
+ * variable INTERFACE.md names) are the configuration reference: the apps'
+ * schemas, which render the Configuration table of the operators' page,
+ * docs/operations.md (scripts/config-reference.mjs; test/docs/config-reference.spec.ts
+ * checks the committed table against them).
  */
-const CONFIGURATION_DOC = 'docs/operations.md';
-const CONFIGURATION_DOC_PATH = join(REPO_ROOT, CONFIGURATION_DOC);
+const CONFIGURATION_DOC = 'the configuration reference';
 /** The kustomizations an operator applies or builds on; each is rendered and checked whole. */
 const RENDERINGS = ['base', 'overlays/example'] as const;
 
@@ -185,8 +187,8 @@ const APP_SPECS: Readonly<Record<App, AppSpec>> = {
 // ---------------------------------------------------------------------------
 
 /**
- * The variable table under `heading` (INTERFACE.md's `## Environment`,
- * docs/operations.md's `## Configuration`): variable names per app (`all` means every app).
+ * The variable table under `heading` (INTERFACE.md's `## Environment`):
+ * variable names per app (`all` means every app).
  * The first two columns are the variables and the apps; the rest is ignored.
  */
 function parseEnvTable(markdown: string, heading: string, file: string): Record<App, string[]> {
@@ -218,8 +220,19 @@ const interfaceSource = existsSync(INTERFACE_PATH)
   ? { from: INTERFACE_PATH, env: parseInterfaceEnv(readFileSync(INTERFACE_PATH, 'utf8')) }
   : { from: 'INTERFACE_ENV_FALLBACK in this test (../shared/INTERFACE.md is absent)', env: INTERFACE_ENV_FALLBACK };
 
-/** The Configuration table of docs/operations.md: INTERFACE.md's variables and the project's additions. */
-const docsEnv = parseEnvTable(readFileSync(CONFIGURATION_DOC_PATH, 'utf8'), 'Configuration', CONFIGURATION_DOC);
+/**
+ * The configuration reference, per app: the rows docs/operations.md's
+ * Configuration table renders from the schemas (INTERFACE.md's variables and
+ * the project's additions), read from the schemas rather than the prose.
+ */
+const docsEnv: Record<App, string[]> = (() => {
+  const byApp = configReferenceVariables([
+    { app: 'api', schema: apiEnvSchema },
+    { app: 'worker', schema: workerEnvSchema },
+    { app: 'relay', schema: relayEnvSchema },
+  ]);
+  return { api: byApp.api, worker: byApp.worker, relay: byApp.relay };
+})();
 
 // ---------------------------------------------------------------------------
 // Manifests: the shapes read here.
@@ -735,25 +748,25 @@ describe('deploy/k8s manifests', () => {
     }
   });
 
-  it(`${CONFIGURATION_DOC}'s Configuration table has every variable ${interfaceSource.from === INTERFACE_PATH ? 'INTERFACE.md' : 'INTERFACE_ENV_FALLBACK'} names, and every variable the apps read`, () => {
+  it(`${CONFIGURATION_DOC} has every variable ${interfaceSource.from === INTERFACE_PATH ? 'INTERFACE.md' : 'INTERFACE_ENV_FALLBACK'} names, and every variable the apps read`, () => {
     const problems: string[] = [];
     for (const app of APPS) {
       for (const name of interfaceSource.env[app]) {
         if (!docsEnv[app].includes(name))
           problems.push(
-            `${CONFIGURATION_DOC}: the Configuration table has no row giving ${name} to the ${app}, which ${interfaceSource.from} lists`,
+            `${CONFIGURATION_DOC} has no row giving ${name} to the ${app}, which ${interfaceSource.from} lists`,
           );
       }
       for (const name of APP_SPECS[app].variables) {
         if (!docsEnv[app].includes(name))
           problems.push(
-            `${CONFIGURATION_DOC}: the ${app} reads ${name} (${APP_SPECS[app].schemaName}), but the Configuration table does not say so`,
+            `${CONFIGURATION_DOC}: the ${app} reads ${name} (${APP_SPECS[app].schemaName}), but the reference does not say so`,
           );
       }
       for (const name of docsEnv[app]) {
         if (!APP_SPECS[app].variables.has(name))
           problems.push(
-            `${CONFIGURATION_DOC}: the Configuration table gives ${name} to the ${app}, but ${APP_SPECS[app].schemaName} has no such variable`,
+            `${CONFIGURATION_DOC} gives ${name} to the ${app}, but ${APP_SPECS[app].schemaName} has no such variable`,
           );
       }
     }
@@ -796,7 +809,7 @@ describe('deploy/k8s manifests', () => {
         for (const name of docsEnv[app]) {
           if (!view.env.has(name))
             problems.push(
-              `${view.where}: ${CONFIGURATION_DOC}'s Configuration table lists ${name} for the ${app}, but neither env nor envFrom provides it`,
+              `${view.where}: ${CONFIGURATION_DOC} lists ${name} for the ${app}, but neither env nor envFrom provides it`,
             );
         }
         const nodeEnv = view.env.get('NODE_ENV');

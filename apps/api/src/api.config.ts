@@ -10,22 +10,71 @@ export const apiEnvSchema = {
   ...commonEnv,
   ...httpServerEnv,
   port: env.int('PORT', 3000, { min: 0, max: 65535 }),
-  apiKeys: env.custom('API_KEYS', (raw, all) => parseApiKeys(raw, all.NODE_ENV === 'production')),
-  adminApiKey: env.custom('ADMIN_API_KEY', (raw, all) => parseAdminKey(raw, all)),
-  idempotencyLockTtlMs: env.secondsAsMs('IDEMPOTENCY_LOCK_TTL_S', 10, { min: 1, max: 3600 }),
+  apiKeys: env.custom('API_KEYS', (raw, all) => parseApiKeys(raw, all.NODE_ENV === 'production'), {
+    docDefault: '`demo:demo-key` outside production',
+    describe:
+      '`tenant:key` pairs, comma separated; a tenant may have several keys (rotation); in production required, ' +
+      'keys of at least 16 characters. An entry with a second `:` (ambiguous), an empty tenant or key, or a key ' +
+      'given to two tenants stops the start; the message names the entry by its position, never its parts ' +
+      '(one written `key:tenant` would put the key where the tenant goes)',
+  }),
+  adminApiKey: env.custom('ADMIN_API_KEY', (raw, all) => parseAdminKey(raw, all), {
+    docDefault: '`demo-admin-key` outside production',
+    describe:
+      "the admin endpoints' key, never a tenant's; in production 24+ characters, " +
+      'and unset turns the admin endpoints off',
+  }),
+  idempotencyLockTtlMs: env.secondsAsMs(
+    'IDEMPOTENCY_LOCK_TTL_S',
+    10,
+    { min: 1, max: 3600 },
+    {
+      describe:
+        "the lease on a running request's key, renewed every third of it while the request runs: " +
+        'how long a request that died (a killed pod) holds its key, not a limit on handlers',
+    },
+  ),
   idempotencyResultTtlMs: env.secondsAsMs('IDEMPOTENCY_RESULT_TTL_S', 86400, { min: 60, max: 30 * 86400 }),
-  idempotencyStore: env.oneOf('IDEMPOTENCY_STORE', 'redis', ['redis', 'postgres']),
+  idempotencyStore: env.oneOf('IDEMPOTENCY_STORE', 'redis', ['redis', 'postgres'], {
+    describe:
+      'where the idempotency records live: `redis`, or `postgres` (the `idempotency_keys` table, swept in ' +
+      'batches; streamed answers in `idempotency_frames`, followed through one LISTEN connection per api process)',
+  }),
   ...llmProviderEnv,
-  gatewayTimeoutMs: env.secondsAsMs('GATEWAY_TIMEOUT_S', 300, { min: 1, max: 3600 }),
+  gatewayTimeoutMs: env.secondsAsMs(
+    'GATEWAY_TIMEOUT_S',
+    300,
+    { min: 1, max: 3600 },
+    {
+      describe:
+        'the longest one upstream call of the gateway may take, a whole stream included; ' +
+        'past it the caller gets `504` (or, mid-stream, the error event) and nothing is stored',
+    },
+  ),
   /**
    * POST /v1/refunds's payment provider: its base URL, or unset for the
    * built-in fake (the quick start). Like LLM_PROVIDER's fake, the fake is
    * allowed in production too (docker-compose.yml runs NODE_ENV=production);
    * the manifests are where an environment says which provider it pays with.
    */
-  paymentsUrl: env.optionalUrl('PAYMENTS_URL', ['http:', 'https:']),
+  paymentsUrl: env.optionalUrl('PAYMENTS_URL', ['http:', 'https:'], {
+    docDefault: 'unset: a built-in fake provider that pays in memory (refuses amounts over 1,000,000 minor units)',
+    describe:
+      "the payment provider's base URL for `POST /v1/refunds` (`http://` or `https://`); the fake is for the " +
+      'quick start, and production allows it too, so set this wherever refunds are real',
+  }),
   /** The longest one call to the payment provider may take; a refund request makes up to three (REFUND_PROVIDER_CALLS). */
-  paymentsTimeoutMs: env.secondsAsMs('PAYMENTS_TIMEOUT_S', 10, { min: 1, max: 120 }),
+  paymentsTimeoutMs: env.secondsAsMs(
+    'PAYMENTS_TIMEOUT_S',
+    10,
+    { min: 1, max: 120 },
+    {
+      describe:
+        "the longest one call to the payment provider may take, 1 to 120; past it the refund's outcome is " +
+        "unknown (`503`). A refund request makes up to three calls, so the api's drain on SIGTERM grows by " +
+        'three times this',
+    },
+  ),
 };
 
 export type ApiConfig = ConfigOf<typeof apiEnvSchema>;

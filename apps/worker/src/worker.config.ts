@@ -6,14 +6,29 @@ import { llmProviderEnv } from '@app/llm';
 export const workerEnvSchema = {
   ...commonEnv,
   ...httpServerEnv,
-  healthPort: env.int('HEALTH_PORT', 3001, { min: 0, max: 65535 }),
-  concurrency: env.int('WORKER_CONCURRENCY', 16, { min: 1, max: 1000 }),
-  claimIdleMs: env.int('CLAIM_IDLE_MS', 30_000, { min: 100, max: 3_600_000 }),
+  healthPort: env.int('HEALTH_PORT', 3001, { min: 0, max: 65535 }, { describe: 'health and metrics' }),
+  concurrency: env.int('WORKER_CONCURRENCY', 16, { min: 1, max: 1000 }, { describe: 'jobs in flight per process' }),
+  claimIdleMs: env.int(
+    'CLAIM_IDLE_MS',
+    30_000,
+    { min: 100, max: 3_600_000 },
+    { describe: 'a live worker refreshes its entries every third of this' },
+  ),
   maxDeliveries: env.int('MAX_DELIVERIES', 5, { min: 1, max: 1000 }),
-  jobBudgetMs: env.secondsAsMs('JOB_BUDGET_S', 60, { max: 3600 }),
+  jobBudgetMs: env.secondsAsMs(
+    'JOB_BUDGET_S',
+    60,
+    { max: 3600 },
+    { describe: "one delivery's deadline; fractions allowed" },
+  ),
   ...llmProviderEnv,
-  llmCallTimeoutMs: env.secondsAsMs('LLM_CALL_TIMEOUT_S', 20, { max: 600 }),
-  llmMaxAttempts: env.int('LLM_MAX_ATTEMPTS', 4, { min: 1, max: 20 }),
+  llmCallTimeoutMs: env.secondsAsMs(
+    'LLM_CALL_TIMEOUT_S',
+    20,
+    { max: 600 },
+    { describe: 'hard limit of one attempt; fractions allowed' },
+  ),
+  llmMaxAttempts: env.int('LLM_MAX_ATTEMPTS', 4, { min: 1, max: 20 }, { describe: 'total attempts per delivery' }),
 };
 
 export type WorkerConfig = ConfigOf<typeof workerEnvSchema>;

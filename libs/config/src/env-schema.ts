@@ -17,6 +17,24 @@ export function processEnv(): Env {
 export interface EnvField<T> {
   readonly variable: string;
   parse(raw: string | undefined, env: Env): T;
+  /** What docs/operations.md's Configuration table says of it (libs/config's config-reference). */
+  readonly doc?: FieldDoc;
+}
+
+/**
+ * A variable's row in the configuration reference. `describe` is its meaning
+ * (empty when the name says it all); `default` the default as the docs read
+ * it, Markdown: derived from the schema's fallback unless given.
+ */
+export interface FieldDoc {
+  readonly describe?: string;
+  readonly default?: string;
+}
+
+/** What a schema may say of a variable for the docs; `docDefault` when the default needs words. */
+export interface DocOptions {
+  readonly describe?: string;
+  readonly docDefault?: string;
 }
 
 export type EnvSchema = Readonly<Record<string, EnvField<unknown>>>;
@@ -45,9 +63,18 @@ export function parseConfig<S extends EnvSchema>(schema: S, env: Env): ConfigOf<
   return out as ConfigOf<S>;
 }
 
-function field<T>(variable: string, parse: (raw: string | undefined, env: Env) => T): EnvField<T> {
-  return { variable, parse };
+function field<T>(
+  variable: string,
+  parse: (raw: string | undefined, env: Env) => T,
+  doc: DocOptions = {},
+  derivedDefault?: string,
+): EnvField<T> {
+  return { variable, parse, doc: { describe: doc.describe ?? '', default: doc.docDefault ?? derivedDefault ?? '—' } };
 }
+
+/** A default as the docs show it: code, or a dash when there is none. */
+const code = (value: string | number | undefined): string | undefined =>
+  value === undefined ? undefined : `\`${value}\``;
 
 function required<T>(raw: string | undefined, fallback: T | undefined): string | T {
   if (raw !== undefined) return raw;
@@ -56,65 +83,101 @@ function required<T>(raw: string | undefined, fallback: T | undefined): string |
 }
 
 export const env = {
-  string(variable: string, fallback?: string): EnvField<string> {
-    return field(variable, (raw) => required(raw, fallback));
+  string(variable: string, fallback?: string, doc?: DocOptions): EnvField<string> {
+    return field(variable, (raw) => required(raw, fallback), doc, code(fallback));
   },
 
-  optionalString(variable: string): EnvField<string | undefined> {
-    return field(variable, (raw) => raw);
+  optionalString(variable: string, doc?: DocOptions): EnvField<string | undefined> {
+    return field(variable, (raw) => raw, doc);
   },
 
-  int(variable: string, fallback: number, opts: { min?: number; max?: number } = {}): EnvField<number> {
-    return field(variable, (raw) => {
-      if (raw === undefined) return fallback;
-      if (!/^-?\d+$/.test(raw)) throw new ConfigFieldError(`must be an integer, got "${raw}"`);
-      return inRange(Number(raw), opts);
-    });
+  int(
+    variable: string,
+    fallback: number,
+    opts: { min?: number; max?: number } = {},
+    doc?: DocOptions,
+  ): EnvField<number> {
+    return field(
+      variable,
+      (raw) => {
+        if (raw === undefined) return fallback;
+        if (!/^-?\d+$/.test(raw)) throw new ConfigFieldError(`must be an integer, got "${raw}"`);
+        return inRange(Number(raw), opts);
+      },
+      doc,
+      code(fallback),
+    );
   },
 
   /** A positive number of seconds, fractions allowed ("0.2"); returned in milliseconds. */
-  secondsAsMs(variable: string, fallbackSeconds: number, opts: { min?: number; max?: number } = {}): EnvField<number> {
-    return field(variable, (raw) => {
-      if (raw === undefined) return Math.round(fallbackSeconds * 1000);
-      if (!/^\d+(\.\d+)?$/.test(raw)) throw new ConfigFieldError(`must be a number of seconds, got "${raw}"`);
-      const seconds = inRange(Number(raw), { min: 0.001, ...opts });
-      return Math.round(seconds * 1000);
-    });
+  secondsAsMs(
+    variable: string,
+    fallbackSeconds: number,
+    opts: { min?: number; max?: number } = {},
+    doc?: DocOptions,
+  ): EnvField<number> {
+    return field(
+      variable,
+      (raw) => {
+        if (raw === undefined) return Math.round(fallbackSeconds * 1000);
+        if (!/^\d+(\.\d+)?$/.test(raw)) throw new ConfigFieldError(`must be a number of seconds, got "${raw}"`);
+        const seconds = inRange(Number(raw), { min: 0.001, ...opts });
+        return Math.round(seconds * 1000);
+      },
+      doc,
+      code(fallbackSeconds),
+    );
   },
 
-  url(variable: string, fallback: string | undefined, protocols: readonly string[]): EnvField<string> {
-    return field(variable, (raw) => {
-      const value = required(raw, fallback);
-      let parsed: URL;
-      try {
-        parsed = new URL(value);
-      } catch {
-        throw new ConfigFieldError(`must be a URL, got "${redactUrl(value)}"`);
-      }
-      if (!protocols.includes(parsed.protocol)) {
-        throw new ConfigFieldError(`must use ${protocols.join(' or ')}, got "${parsed.protocol}"`);
-      }
-      return value;
-    });
+  url(
+    variable: string,
+    fallback: string | undefined,
+    protocols: readonly string[],
+    doc?: DocOptions,
+  ): EnvField<string> {
+    return field(
+      variable,
+      (raw) => {
+        const value = required(raw, fallback);
+        let parsed: URL;
+        try {
+          parsed = new URL(value);
+        } catch {
+          throw new ConfigFieldError(`must be a URL, got "${redactUrl(value)}"`);
+        }
+        if (!protocols.includes(parsed.protocol)) {
+          throw new ConfigFieldError(`must use ${protocols.join(' or ')}, got "${parsed.protocol}"`);
+        }
+        return value;
+      },
+      doc,
+      code(fallback),
+    );
   },
 
-  optionalUrl(variable: string, protocols: readonly string[]): EnvField<string | undefined> {
+  optionalUrl(variable: string, protocols: readonly string[], doc?: DocOptions): EnvField<string | undefined> {
     const inner = env.url(variable, undefined, protocols);
-    return field(variable, (raw, all) => (raw === undefined ? undefined : inner.parse(raw, all)));
+    return field(variable, (raw, all) => (raw === undefined ? undefined : inner.parse(raw, all)), doc);
   },
 
-  oneOf<const T extends string>(variable: string, fallback: T, values: readonly T[]): EnvField<T> {
-    return field(variable, (raw) => {
-      const value = raw ?? fallback;
-      if (!(values as readonly string[]).includes(value)) {
-        throw new ConfigFieldError(`must be one of ${values.join(', ')}, got "${value}"`);
-      }
-      return value as T;
-    });
+  oneOf<const T extends string>(variable: string, fallback: T, values: readonly T[], doc?: DocOptions): EnvField<T> {
+    return field(
+      variable,
+      (raw) => {
+        const value = raw ?? fallback;
+        if (!(values as readonly string[]).includes(value)) {
+          throw new ConfigFieldError(`must be one of ${values.join(', ')}, got "${value}"`);
+        }
+        return value as T;
+      },
+      doc,
+      code(fallback),
+    );
   },
 
-  custom<T>(variable: string, parse: (raw: string | undefined, env: Env) => T): EnvField<T> {
-    return field(variable, parse);
+  /** A variable parsed by `parse`; its default for the docs is `doc.docDefault` (a dash when unset). */
+  custom<T>(variable: string, parse: (raw: string | undefined, env: Env) => T, doc?: DocOptions): EnvField<T> {
+    return field(variable, parse, doc);
   },
 };
 
@@ -134,8 +197,12 @@ export type LogLevel = (typeof LOG_LEVELS)[number];
 
 /** The variables every app shares (INTERFACE.md). */
 export const commonEnv = {
-  nodeEnv: env.string('NODE_ENV', 'development'),
-  redisUrl: env.url('REDIS_URL', 'redis://127.0.0.1:6379', ['redis:', 'rediss:']),
+  nodeEnv: env.string('NODE_ENV', 'development', { describe: '`production` makes `API_KEYS` required' }),
+  redisUrl: env.url('REDIS_URL', 'redis://127.0.0.1:6379', ['redis:', 'rediss:'], {
+    describe: '`redis://` or `rediss://`, database number allowed',
+  }),
   databaseUrl: env.url('DATABASE_URL', 'postgres://postgres@127.0.0.1:5432/postgres', ['postgres:', 'postgresql:']),
-  logLevel: env.oneOf('LOG_LEVEL', 'info', LOG_LEVELS),
+  logLevel: env.oneOf('LOG_LEVEL', 'info', LOG_LEVELS, {
+    describe: LOG_LEVELS.map((level) => `\`${level}\``).join(', '),
+  }),
 };
