@@ -1,4 +1,4 @@
-import { DEAD_LETTER_STREAM, JOBS_STREAM } from '@app/jobs';
+import { DEAD_LETTER_STREAM, JOBS_STREAM, SUMMARY_READY_TOPIC } from '@app/jobs';
 import type { Redis } from 'ioredis';
 import { spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
@@ -160,9 +160,10 @@ describe('operating the dead letters and the outbox', () => {
   it('lists parked outbox rows and re-queues them: fresh attempts, due now', async () => {
     await db.query(
       `INSERT INTO outbox (topic, dedupe_key, payload, attempts, last_error, parked_at)
-       VALUES ('email.summary_ready', 'summary_ready:a', '{}', 10, 'HTTP 503', now()),
-              ('email.summary_ready', 'summary_ready:b', '{}', 10, 'HTTP 503', now()),
-              ('email.summary_ready', 'summary_ready:c', '{}', 0, NULL, NULL)`,
+       VALUES ($1, 'summary_ready:a', '{}', 10, 'HTTP 503', now()),
+              ($1, 'summary_ready:b', '{}', 10, 'HTTP 503', now()),
+              ($1, 'summary_ready:c', '{}', 0, NULL, NULL)`,
+      [SUMMARY_READY_TOPIC],
     );
     const parked = (await admin('get', '/admin/outbox/parked').expect(200)).body.parked;
     expect(parked.map((p: { dedupeKey: string }) => p.dedupeKey)).toEqual(['summary_ready:a', 'summary_ready:b']);
@@ -266,7 +267,8 @@ describe('operating the dead letters and the outbox', () => {
       '1-0',
     );
     await db.query(
-      `INSERT INTO outbox (topic, dedupe_key, payload, attempts, last_error, parked_at) VALUES ('email.summary_ready', 'summary_ready:a', '{}', 10, 'HTTP 503', now())`,
+      `INSERT INTO outbox (topic, dedupe_key, payload, attempts, last_error, parked_at) VALUES ($1, 'summary_ready:a', '{}', 10, 'HTTP 503', now())`,
+      [SUMMARY_READY_TOPIC],
     );
   };
   const unchanged = async () => {

@@ -1,5 +1,4 @@
-import { CONSUMER_GROUP, fieldsOf, JOBS_STREAM } from '@app/jobs';
-import { summaryReadyDedupeKey } from '@app/persistence';
+import { CONSUMER_GROUP, fieldsOf, JOBS_STREAM, SUMMARY_READY_TOPIC, summaryReadyDedupeKey } from '@app/jobs';
 import type { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import request from 'supertest';
@@ -99,7 +98,7 @@ describe('the whole chain', () => {
     expect(model.calls).toBe(1);
     expect([...provider.countsByKey()]).toEqual([[summaryReadyDedupeKey(jobId), 1]]);
     expect(provider.deliveries[0].body).toEqual({
-      topic: 'email.summary_ready',
+      topic: SUMMARY_READY_TOPIC,
       dedupe_key: summaryReadyDedupeKey(jobId),
       payload: { job_id: jobId, to: 'reader@example.com' },
     });

@@ -1,4 +1,5 @@
-import { SummaryRepository, SummaryWriter, summaryReadyDedupeKey } from '@app/persistence';
+import { SUMMARY_READY_TOPIC, summaryReadyDedupeKey, summaryReadyMessage } from '@app/jobs';
+import { SummaryRepository, SummaryWriter } from '@app/persistence';
 import { randomUUID } from 'node:crypto';
 import type { DataSource } from 'typeorm';
 import { freePort, testDataSource, truncateAll } from '../support/infra';
@@ -31,17 +32,18 @@ describe('relay: a job whose write ran twice is sent once', () => {
   it('SummaryWriter twice for one job, then relay passes: exactly one webhook delivery for the job', async () => {
     const writer = new SummaryWriter(ds, new SummaryRepository());
     const jobId = randomUUID();
-    const done = { jobId, tenant: 'acme', summary: 'Short.', notify: 'ops@example.com' };
-    await expect(writer.writeWithNotification(done)).resolves.toBe('done');
+    const done = { jobId, tenant: 'acme', summary: 'Short.' };
+    const message = summaryReadyMessage(jobId, 'ops@example.com');
+    await expect(writer.writeWithNotification(done, message)).resolves.toBe('done');
     // The same job written again, as its redelivery does after a worker died between commit and XACK.
-    await expect(writer.writeWithNotification({ ...done, summary: 'Second run.' })).resolves.toBe('duplicate');
+    await expect(writer.writeWithNotification({ ...done, summary: 'Second run.' }, message)).resolves.toBe('duplicate');
 
     await expect(relay.relay.runOnce()).resolves.toMatchObject({ claimed: 1, sent: 1 });
     await expect(relay.relay.runOnce()).resolves.toMatchObject({ claimed: 0 });
     expect(provider.deliveries).toHaveLength(1);
     expect(provider.deliveries[0].idempotencyKey).toBe(summaryReadyDedupeKey(jobId));
     expect(provider.deliveries[0].body).toEqual({
-      topic: 'email.summary_ready',
+      topic: SUMMARY_READY_TOPIC,
       dedupe_key: summaryReadyDedupeKey(jobId),
       payload: { job_id: jobId, to: 'ops@example.com' },
     });

@@ -1,5 +1,6 @@
 import type { INestApplication } from '@nestjs/common';
 import { Test, type TestingModule, type TestingModuleBuilder } from '@nestjs/testing';
+import { SUMMARY_READY_TOPIC } from '@app/jobs';
 import { dataSourceOptions, OUTBOX_CHANNEL } from '@app/persistence';
 import { Logger } from 'nestjs-pino';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
@@ -252,7 +253,7 @@ function harness(
 
 /* ------------------------------------------------------------------ rows */
 
-export const TOPIC = 'email.summary_ready';
+export const TOPIC = SUMMARY_READY_TOPIC;
 
 /**
  * Outbox rows as the worker writes them (one transaction, NOTIFY per row

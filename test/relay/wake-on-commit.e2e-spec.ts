@@ -1,4 +1,5 @@
-import { SummaryRepository, SummaryWriter, summaryReadyDedupeKey } from '@app/persistence';
+import { summaryReadyDedupeKey, summaryReadyMessage } from '@app/jobs';
+import { SummaryRepository, SummaryWriter } from '@app/persistence';
 import { randomUUID } from 'node:crypto';
 import type { Server } from 'node:http';
 import request from 'supertest';
@@ -29,7 +30,10 @@ describe('relay: woken by the commit, LISTEN reconnects, health', () => {
   const commitSummary = async () => {
     const jobId = randomUUID();
     await expect(
-      writer.writeWithNotification({ jobId, tenant: 'acme', summary: 'Short.', notify: 'ops@example.com' }),
+      writer.writeWithNotification(
+        { jobId, tenant: 'acme', summary: 'Short.' },
+        summaryReadyMessage(jobId, 'ops@example.com'),
+      ),
     ).resolves.toBe('done');
     return summaryReadyDedupeKey(jobId);
   };

@@ -5,6 +5,7 @@ import {
   jobIdFor,
   jobRecordKey,
   JOBS_STREAM,
+  summaryReadyDedupeKey,
   SummaryJobQueue,
 } from '@app/jobs';
 import { Redis } from 'ioredis';
@@ -101,7 +102,7 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
       { job_id: job.jobId, tenant: 'tenant-a', summary: 'A short summary.' },
     ]);
     expect(await db.query('SELECT dedupe_key, payload FROM outbox')).toEqual([
-      { dedupe_key: `summary_ready:${job.jobId}`, payload: { job_id: job.jobId, to: 'someone@example.com' } },
+      { dedupe_key: summaryReadyDedupeKey(job.jobId), payload: { job_id: job.jobId, to: 'someone@example.com' } },
     ]);
     expect(await pending()).toBe(0);
     expect(await redis.xlen(JOBS_STREAM)).toBe(0);

@@ -1,4 +1,5 @@
 import { Injectable } from '@nestjs/common';
+import { OutboxSql } from '@app/persistence';
 import type { EntityManager } from 'typeorm';
 import type { OutboxMessage } from './notification-sender.interface';
 
@@ -13,9 +14,10 @@ export interface ClaimedMessage extends OutboxMessage {
 }
 
 /**
- * The relay's SQL, I/O only; every method runs in the EntityManager it is
- * given. Times all come from PostgreSQL's clock (now()), never from the
- * relays' clocks, so leases and backoff mean the same to every relay.
+ * The relay's I/O; the SQL text is OutboxSql's (libs/persistence/src/outbox),
+ * and every method runs in the EntityManager it is given. Times all come from
+ * PostgreSQL's clock (now()), never from the relays' clocks, so leases and
+ * backoff mean the same to every relay.
  *
  * Lease ownership: `lease_until` is the fencing token. A claim stamps it with
  * a fresh value, and every update of a claimed row matches that exact value,
@@ -32,26 +34,7 @@ export class OutboxRelayRepository {
    * the rows, and nothing blocks another relay.
    */
   async claim(em: EntityManager, batch: number, leaseMs: number, maxAttempts: number): Promise<ClaimedMessage[]> {
-    const rows = await returning<ClaimRow>(
-      em,
-      `WITH due AS MATERIALIZED (
-         SELECT id FROM outbox
-          WHERE sent_at IS NULL
-            AND parked_at IS NULL
-            AND attempts < $3
-            AND next_attempt_at <= now()
-            AND (lease_until IS NULL OR lease_until < now())
-          ORDER BY id
-          LIMIT $1
-          FOR UPDATE SKIP LOCKED
-       )
-       UPDATE outbox o
-          SET lease_until = date_trunc('milliseconds', now()) + $2::integer * interval '1 millisecond'
-         FROM due
-        WHERE o.id = due.id
-       RETURNING o.id, o.topic, o.dedupe_key, o.payload, o.attempts, o.lease_until`,
-      [batch, leaseMs, maxAttempts],
-    );
+    const rows = await returning<ClaimRow>(em, OutboxSql.claim, [batch, leaseMs, maxAttempts]);
     return rows
       .map((r) => ({
         id: r.id,
@@ -66,56 +49,17 @@ export class OutboxRelayRepository {
 
   /** False when the lease is no longer ours: it expired and another relay claimed the row. */
   async markSent(em: EntityManager, id: string, lease: Date): Promise<boolean> {
-    return (
-      (
-        await returning(
-          em,
-          `UPDATE outbox
-            SET sent_at = now(), lease_until = NULL
-          WHERE id = $1 AND lease_until = $2 AND sent_at IS NULL
-         RETURNING id`,
-          [id, lease],
-        )
-      ).length === 1
-    );
+    return (await returning(em, OutboxSql.markSent, [id, lease])).length === 1;
   }
 
   /** Another try after `delayMs`; the lease is cleared so the row waits only for its backoff. */
   async markFailed(em: EntityManager, id: string, lease: Date, error: string, delayMs: number): Promise<boolean> {
-    return (
-      (
-        await returning(
-          em,
-          `UPDATE outbox
-            SET attempts = attempts + 1,
-                last_error = $3,
-                next_attempt_at = now() + $4::integer * interval '1 millisecond',
-                lease_until = NULL
-          WHERE id = $1 AND lease_until = $2 AND sent_at IS NULL
-         RETURNING id`,
-          [id, lease, error, delayMs],
-        )
-      ).length === 1
-    );
+    return (await returning(em, OutboxSql.markFailed, [id, lease, error, delayMs])).length === 1;
   }
 
   /** The last attempt failed: no more tries until a person re-queues the row (docs/operations.md, Dead letters and parked notifications). */
   async park(em: EntityManager, id: string, lease: Date, error: string): Promise<boolean> {
-    return (
-      (
-        await returning(
-          em,
-          `UPDATE outbox
-            SET attempts = attempts + 1,
-                last_error = $3,
-                parked_at = now(),
-                lease_until = NULL
-          WHERE id = $1 AND lease_until = $2 AND sent_at IS NULL
-         RETURNING id`,
-          [id, lease, error],
-        )
-      ).length === 1
-    );
+    return (await returning(em, OutboxSql.park, [id, lease, error])).length === 1;
   }
 
   /**
@@ -123,15 +67,7 @@ export class OutboxRelayRepository {
    * was lowered): the claim no longer picks them, and they must not hide.
    */
   async parkExhausted(em: EntityManager, maxAttempts: number): Promise<number> {
-    const rows = await returning(
-      em,
-      `UPDATE outbox
-          SET parked_at = now()
-        WHERE sent_at IS NULL AND parked_at IS NULL AND attempts >= $1
-          AND (lease_until IS NULL OR lease_until < now())
-       RETURNING id`,
-      [maxAttempts],
-    );
+    const rows = await returning(em, OutboxSql.parkExhausted, [maxAttempts]);
     return rows.length;
   }
 
@@ -141,18 +77,7 @@ export class OutboxRelayRepository {
    * bursts short; SKIP LOCKED lets several relays purge side by side.
    */
   async deleteSentBefore(em: EntityManager, retentionDays: number, limit: number): Promise<number> {
-    const rows = await returning(
-      em,
-      `DELETE FROM outbox
-        WHERE id IN (
-          SELECT id FROM outbox
-           WHERE sent_at < now() - $1::integer * interval '1 day'
-           LIMIT $2
-           FOR UPDATE SKIP LOCKED
-        )
-       RETURNING id`,
-      [retentionDays, limit],
-    );
+    const rows = await returning(em, OutboxSql.deleteSentBefore, [retentionDays, limit]);
     return rows.length;
   }
 }

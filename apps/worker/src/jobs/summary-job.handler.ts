@@ -1,6 +1,6 @@
 import { Injectable, Logger } from '@nestjs/common';
 import { SummaryWriter, type WriteOutcome } from '@app/persistence';
-import type { SummaryJob } from '@app/jobs';
+import { summaryReadyMessage, type SummaryJob } from '@app/jobs';
 import { classifyLlmError, InjectLlmClient, type LlmClient } from '@app/llm';
 import type { JobHandler, JobRunContext, StreamMessage } from '../consumer/job-handler';
 import { RetryError } from '../retry/retry.errors';
@@ -35,12 +35,10 @@ export class SummaryJobHandler implements JobHandler {
     if (await this.database(() => this.writer.isStored(job.jobId))) return 'duplicate';
     const summary = await this.summarize(job, ctx);
     return this.database(() =>
-      this.writer.writeWithNotification({
-        jobId: job.jobId,
-        tenant: job.tenant,
-        summary,
-        notify: job.payload.notify,
-      }),
+      this.writer.writeWithNotification(
+        { jobId: job.jobId, tenant: job.tenant, summary },
+        summaryReadyMessage(job.jobId, job.payload.notify),
+      ),
     );
   }
 

@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import type { EntityManager } from 'typeorm';
-import { OUTBOX_CHANNEL } from '../outbox-channel';
+import { OutboxSql } from '../outbox/outbox.sql';
 
 export interface ParkedMessage {
   readonly id: string;
@@ -37,14 +37,7 @@ export class OutboxAdminRepository {
       last_error: string | null;
       created_at: Date;
       parked_at: Date;
-    }[] = await em.query(
-      `SELECT id, topic, dedupe_key, attempts, last_error, created_at, parked_at
-         FROM outbox
-        WHERE parked_at IS NOT NULL AND sent_at IS NULL
-        ORDER BY id
-        LIMIT $1`,
-      [limit],
-    );
+    }[] = await em.query(OutboxSql.listParked, [limit]);
     return rows.map((r) => ({
       id: String(r.id),
       topic: r.topic,
@@ -58,32 +51,13 @@ export class OutboxAdminRepository {
 
   /** Re-queues one parked row (by id) or all of them (id undefined); returns the ids re-queued. */
   async requeueParked(em: EntityManager, id?: string): Promise<string[]> {
-    const rows: { id: string }[] = await em.query(
-      `WITH requeued AS (
-         UPDATE outbox
-            SET parked_at = NULL, attempts = 0, last_error = NULL, lease_until = NULL, next_attempt_at = now()
-          WHERE parked_at IS NOT NULL AND sent_at IS NULL AND ($1::bigint IS NULL OR id = $1::bigint)
-          RETURNING id
-       )
-       SELECT id, pg_notify('${OUTBOX_CHANNEL}', id::text) FROM requeued`,
-      [id ?? null],
-    );
+    const rows: { id: string }[] = await em.query(OutboxSql.requeueParked, [id ?? null]);
     return rows.map((r) => String(r.id));
   }
 
-  /**
-   * Read on every metrics scrape. Each part matches the predicate of a partial
-   * index (outbox_pending_idx, outbox_parked_idx) so only unsent rows are read:
-   * one pass over the table with FILTERs would read the sent history too.
-   */
+  /** Read on every metrics scrape; only unsent rows are read (see OutboxSql.figures). */
   async figures(em: EntityManager): Promise<OutboxFigures> {
-    const [row]: { backlog: string; parked: string; oldest: number | null }[] = await em.query(
-      `SELECT pending.backlog, parked.parked, extract(epoch FROM now() - pending.oldest)::float8 AS oldest
-         FROM (SELECT count(*) AS backlog, min(created_at) AS oldest
-                 FROM outbox WHERE sent_at IS NULL AND parked_at IS NULL) AS pending,
-              (SELECT count(*) AS parked
-                 FROM outbox WHERE parked_at IS NOT NULL AND sent_at IS NULL) AS parked`,
-    );
+    const [row]: { backlog: string; parked: string; oldest: number | null }[] = await em.query(OutboxSql.figures);
     return {
       backlog: Number(row.backlog),
       parked: Number(row.parked),
