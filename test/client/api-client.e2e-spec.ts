@@ -6,6 +6,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo } from 'node:net';
 import { type ApiHarness, startApi, TENANT_A } from '../support/api-harness';
 import { freshRedis } from '../support/infra';
+import { forward, sendForwarded } from '../support/forward';
 
 /**
  * @app/client against the real api (in-process, on a loopback port), with a
@@ -61,28 +62,13 @@ async function startFront(behave: (n: number) => Behaviour, upstream?: string): 
         return;
       }
       void (async () => {
-        const headers: Record<string, string> = {};
-        for (const name of ['authorization', 'content-type', 'idempotency-key', 'accept']) {
-          const v = req.headers[name];
-          if (typeof v === 'string') headers[name] = v;
-        }
-        const up = await fetch(`${upstream}${req.url}`, {
-          method: req.method,
-          headers,
-          body: req.method === 'GET' ? undefined : body,
-        });
-        const upBody = Buffer.from(await up.arrayBuffer());
+        const answer = await forward(upstream!, req, body);
         if (b.kind === 'forward-and-drop') {
           // The api has answered (and stored its answer); the caller never hears it.
           req.socket.destroy();
           return;
         }
-        const out: Record<string, string> = {};
-        up.headers.forEach((v, k) => {
-          if (!['connection', 'keep-alive', 'transfer-encoding', 'content-length'].includes(k)) out[k] = v;
-        });
-        res.writeHead(up.status, out);
-        res.end(upBody);
+        sendForwarded(res, answer);
       })().catch((err: unknown) => {
         res.writeHead(599);
         res.end(String(err));

@@ -18,6 +18,7 @@ import {
   refundOperation,
   refundRows,
 } from '../support/refunds';
+import { forward, sendForwarded } from '../support/forward';
 
 /**
  * `issueRefund` from @app/client against the real api (in-process, on a
@@ -54,7 +55,6 @@ interface Proxy {
   close(): Promise<void>;
 }
 
-const HOP_BY_HOP = new Set(['connection', 'keep-alive', 'transfer-encoding', 'content-length']);
 const isRefundPost = (s: Seen): boolean => s.method === 'POST' && s.url === '/v1/refunds';
 
 async function startProxy(upstream: string, behave: (seen: Seen) => Behaviour): Promise<Proxy> {
@@ -75,40 +75,24 @@ async function startProxy(upstream: string, behave: (seen: Seen) => Behaviour): 
       seen.push(entry);
       const behaviour = behave(entry);
       void (async () => {
-        const headers: Record<string, string> = {};
-        for (const name of ['authorization', 'content-type', 'idempotency-key', 'accept']) {
-          const v = req.headers[name];
-          if (typeof v === 'string') headers[name] = v;
-        }
-        // Not tied to the caller: a caller that gave up does not cancel what the api does.
-        const up = await fetch(`${upstream}${req.url}`, {
-          method: req.method,
-          headers,
-          body: req.method === 'GET' ? undefined : body,
-        });
-        const upBody = Buffer.from(await up.arrayBuffer());
+        const answer = await forward(upstream, req, body);
         entry.upstream = {
-          status: up.status,
-          replayed: up.headers.get('idempotent-replayed') === 'true',
-          body: upBody.toString('utf8'),
+          status: answer.status,
+          replayed: answer.headers['idempotent-replayed'] === 'true',
+          body: answer.body.toString('utf8'),
         };
         if (behaviour.kind === 'forward-and-drop') {
           req.socket.destroy();
           return;
         }
-        const out: Record<string, string> = {};
-        up.headers.forEach((v, k) => {
-          if (!HOP_BY_HOP.has(k)) out[k] = v;
-        });
         if (behaviour.kind === 'forward-and-cut') {
-          res.writeHead(up.status, { ...out, 'content-length': String(upBody.length) });
-          res.write(upBody.subarray(0, Math.floor(upBody.length / 2)), () =>
+          res.writeHead(answer.status, { ...answer.headers, 'content-length': String(answer.body.length) });
+          res.write(answer.body.subarray(0, Math.floor(answer.body.length / 2)), () =>
             setTimeout(() => req.socket.destroy(), 20),
           );
           return;
         }
-        res.writeHead(up.status, out);
-        res.end(upBody);
+        sendForwarded(res, answer);
       })().catch((err: unknown) => {
         if (!res.headersSent) res.writeHead(599).end(String(err));
       });
