@@ -1,4 +1,4 @@
-import { DEAD_LETTER_STREAM, JOBS_STREAM, SUMMARY_READY_TOPIC } from '@app/jobs';
+import { DEAD_LETTER_STREAM, JOBS_STREAM, SUMMARY_READY_TOPIC } from '@app/summary-queue';
 import type { Redis } from 'ioredis';
 import { spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';

@@ -1,5 +1,5 @@
 import { describeIdempotentRoute, type RouteHold } from '@app/idempotency/testing/idempotent-route.conformance';
-import { JOBS_STREAM, SummaryJobQueue, type SummaryJob } from '@app/jobs';
+import { JOBS_STREAM, SummaryJobQueue, type SummaryJob } from '@app/summary-queue';
 import { REDIS_CLIENT } from '@app/redis';
 import type { Redis } from 'ioredis';
 import type { AddressInfo } from 'node:net';

@@ -1,4 +1,4 @@
-import { JOBS_STREAM, jobIdFor } from '@app/jobs';
+import { JOBS_STREAM, jobIdFor } from '@app/summary-queue';
 import { ProblemTypes } from '@app/problem';
 import type { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';

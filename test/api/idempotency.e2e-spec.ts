@@ -19,7 +19,7 @@ import {
   Idempotent,
   RedisIdempotencyStore,
 } from '@app/idempotency';
-import { JOBS_STREAM } from '@app/jobs';
+import { JOBS_STREAM } from '@app/summary-queue';
 import { PROBLEM_CONTENT_TYPE, ProblemException } from '@app/problem';
 import { REDIS_CLIENT } from '@app/redis';
 import { IsInt, Max, Min } from 'class-validator';

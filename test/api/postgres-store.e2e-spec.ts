@@ -1,5 +1,5 @@
 import { fingerprintBody, IdempotencyProblemTypes } from '@app/idempotency';
-import { JOBS_STREAM } from '@app/jobs';
+import { JOBS_STREAM } from '@app/summary-queue';
 import { PostgresIdempotencyStore } from '@app/persistence';
 import type { Redis } from 'ioredis';
 import OpenAI from 'openai';

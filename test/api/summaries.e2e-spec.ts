@@ -1,5 +1,5 @@
 import { fingerprintBody, IdempotencyProblemTypes, IdempotencyStore, RedisIdempotencyStore } from '@app/idempotency';
-import { JOBS_STREAM, jobIdFor, jobRecordKey } from '@app/jobs';
+import { JOBS_STREAM, jobIdFor, jobRecordKey } from '@app/summary-queue';
 import { ProblemTypes } from '@app/problem';
 import type { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';

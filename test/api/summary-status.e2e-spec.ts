@@ -1,4 +1,4 @@
-import { jobRecordKey } from '@app/jobs';
+import { jobRecordKey } from '@app/summary-queue';
 import { ProblemTypes } from '@app/problem';
 import type { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';

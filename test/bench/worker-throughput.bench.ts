@@ -1,4 +1,4 @@
-import { jobIdFor, JOBS_STREAM, SummaryJobQueue } from '@app/jobs';
+import { jobIdFor, JOBS_STREAM, SummaryJobQueue } from '@app/summary-queue';
 import { LlmClient } from '@app/llm';
 import { REDIS_CLIENT } from '@app/redis';
 import { Test } from '@nestjs/testing';

@@ -1,6 +1,6 @@
 import { ApiClient, createSummary, getSummary, idempotencyKey, type SummaryJob } from '@app/client';
 import { IdempotencyProblemTypes } from '@app/idempotency';
-import { JOBS_STREAM, jobIdFor } from '@app/jobs';
+import { JOBS_STREAM, jobIdFor } from '@app/summary-queue';
 import type { Redis } from 'ioredis';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';

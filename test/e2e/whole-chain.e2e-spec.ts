@@ -1,9 +1,15 @@
-import { CONSUMER_GROUP, fieldsOf, JOBS_STREAM, SUMMARY_READY_TOPIC, summaryReadyDedupeKey } from '@app/jobs';
+import {
+  CONSUMER_GROUP,
+  fieldsOf,
+  JOBS_STREAM,
+  parseSummaryJob,
+  SUMMARY_READY_TOPIC,
+  summaryReadyDedupeKey,
+} from '@app/summary-queue';
 import type { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
-import { parseSummaryJob } from '../../apps/worker/src/jobs/job-message';
 import { ApiHarness, bearer, startApi, TENANT_A } from '../support/api-harness';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
 import { freePort, freshRedis, sleep, testDataSource, truncateAll } from '../support/infra';

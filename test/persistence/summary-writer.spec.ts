@@ -1,4 +1,4 @@
-import { SUMMARY_READY_TOPIC, summaryReadyDedupeKey, summaryReadyMessage } from '@app/jobs';
+import { SUMMARY_READY_TOPIC, summaryReadyDedupeKey, summaryReadyMessage } from '@app/summary-queue';
 import { OUTBOX_CHANNEL, SummaryRepository, SummaryWriter } from '@app/persistence';
 import { Client } from 'pg';
 import type { DataSource } from 'typeorm';

@@ -1,4 +1,4 @@
-import { SUMMARY_READY_TOPIC, summaryReadyDedupeKey, summaryReadyMessage } from '@app/jobs';
+import { SUMMARY_READY_TOPIC, summaryReadyDedupeKey, summaryReadyMessage } from '@app/summary-queue';
 import { SummaryRepository, SummaryWriter } from '@app/persistence';
 import { randomUUID } from 'node:crypto';
 import type { DataSource } from 'typeorm';

@@ -1,6 +1,6 @@
 import type { INestApplication } from '@nestjs/common';
 import { Test, type TestingModule, type TestingModuleBuilder } from '@nestjs/testing';
-import { SUMMARY_READY_TOPIC } from '@app/jobs';
+import { SUMMARY_READY_TOPIC } from '@app/summary-queue';
 import { dataSourceOptions, OUTBOX_CHANNEL } from '@app/persistence';
 import { Logger } from 'nestjs-pino';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';

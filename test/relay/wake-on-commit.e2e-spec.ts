@@ -1,4 +1,4 @@
-import { summaryReadyDedupeKey, summaryReadyMessage } from '@app/jobs';
+import { summaryReadyDedupeKey, summaryReadyMessage } from '@app/summary-queue';
 import { SummaryRepository, SummaryWriter } from '@app/persistence';
 import { randomUUID } from 'node:crypto';
 import type { Server } from 'node:http';

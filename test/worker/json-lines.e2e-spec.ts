@@ -1,4 +1,4 @@
-import { jobIdFor, SummaryJobQueue } from '@app/jobs';
+import { jobIdFor, SummaryJobQueue } from '@app/summary-queue';
 import type { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import type { DataSource } from 'typeorm';

@@ -1,5 +1,5 @@
 import { dataSourceOptions } from '@app/persistence';
-import { DEAD_LETTER_STREAM, jobIdFor, jobRecordKey, SummaryJobQueue } from '@app/jobs';
+import { DEAD_LETTER_STREAM, jobIdFor, jobRecordKey, SummaryJobQueue } from '@app/summary-queue';
 import type { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import { Client } from 'pg';

@@ -1,4 +1,4 @@
-import { CONSUMER_GROUP, jobIdFor, JOBS_STREAM, SummaryJobQueue } from '@app/jobs';
+import { CONSUMER_GROUP, jobIdFor, JOBS_STREAM, SummaryJobQueue } from '@app/summary-queue';
 import type { Redis } from 'ioredis';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';

@@ -7,7 +7,7 @@ import {
   JOBS_STREAM,
   summaryReadyDedupeKey,
   SummaryJobQueue,
-} from '@app/jobs';
+} from '@app/summary-queue';
 import { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import type { DataSource } from 'typeorm';

@@ -1,7 +1,7 @@
 import { DynamicModule, Module } from '@nestjs/common';
 import { APP_FILTER } from '@nestjs/core';
 import { HealthModule, PostgresHealthIndicator, RedisHealthIndicator } from '@app/health';
-import { CONSUMER_GROUP, DEAD_LETTER_STREAM, JOBS_STREAM, JobsModule } from '@app/jobs';
+import { CONSUMER_GROUP, DEAD_LETTER_STREAM, JOBS_STREAM, SummaryQueueModule } from '@app/summary-queue';
 import { LlmModule } from '@app/llm';
 import { LoggingModule, MetricsModule } from '@app/observability';
 import { PersistenceModule } from '@app/persistence';
@@ -72,7 +72,7 @@ export class WorkerModule {
           poolSize: Math.min(config.concurrency + 2, 50),
         }),
         HealthModule.forRoot({ readiness: [RedisHealthIndicator, PostgresHealthIndicator] }),
-        JobsModule,
+        SummaryQueueModule,
         LlmModule.forRoot({
           provider: config.llmProvider,
           apiKey: config.openaiApiKey,

@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { ADMIN_ACTIONS_KEY } from '@app/jobs';
+import { ADMIN_ACTIONS_KEY } from '@app/summary-queue';
 import { InjectRedis } from '@app/redis';
 import type { Redis } from 'ioredis';
 

@@ -1,4 +1,4 @@
-import { LAST_STREAM_ID } from '@app/jobs';
+import { LAST_STREAM_ID } from '@app/summary-queue';
 import { parseDeadLetterId, parseOutboxRowId } from './admin-ids';
 
 describe('the ids an operator names', () => {

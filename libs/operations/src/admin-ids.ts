@@ -4,7 +4,7 @@
  * would come back as a store error (a 503 "retry" that no retry mends), when
  * it is the caller's mistake (a 400, a usage error).
  */
-import { STREAM_ID_PART_MAX } from '@app/jobs';
+import { STREAM_ID_PART_MAX } from '@app/summary-queue';
 
 /** PostgreSQL's bigint; a bigserial starts at 1. */
 const ROW_ID_MAX = 2n ** 63n - 1n;

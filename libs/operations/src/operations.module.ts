@@ -1,11 +1,11 @@
 import { Module } from '@nestjs/common';
-import { JobsModule } from '@app/jobs';
+import { SummaryQueueModule } from '@app/summary-queue';
 import { AdminActionCounts } from './admin-action-counts';
 import { OperationsService } from './operations.service';
 
 /** Needs the global RedisModule and PersistenceModule. */
 @Module({
-  imports: [JobsModule],
+  imports: [SummaryQueueModule],
   providers: [OperationsService, AdminActionCounts],
   exports: [OperationsService],
 })

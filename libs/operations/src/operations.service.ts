@@ -1,5 +1,11 @@
 import { Injectable, Logger, Optional } from '@nestjs/common';
-import { DeadLetterQueue, type DeadLetter, type QueueFigures, type RedriveResult, SummaryJobQueue } from '@app/jobs';
+import {
+  DeadLetterQueue,
+  type DeadLetter,
+  type QueueFigures,
+  type RedriveResult,
+  SummaryJobQueue,
+} from '@app/summary-queue';
 import { OutboxAdminRepository, type OutboxFigures, type ParkedMessage } from '@app/persistence';
 import { Counter, Registry } from 'prom-client';
 import { DataSource } from 'typeorm';

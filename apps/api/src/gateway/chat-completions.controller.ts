@@ -7,7 +7,7 @@ import {
   type IdempotencyRequestContext,
   StreamedAnswer,
 } from '@app/idempotency';
-import { uuidV5 } from '@app/jobs';
+import { uuidV5 } from '@app/summary-queue';
 import {
   type ChatCompletionsUpstream,
   InjectChatCompletionsUpstream,

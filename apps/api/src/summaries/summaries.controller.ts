@@ -1,7 +1,7 @@
 import { Body, Controller, Get, HttpCode, HttpStatus, Param, Post, Res, UseGuards } from '@nestjs/common';
 import { ApiAcceptedResponse, ApiBearerAuth, ApiOkResponse, ApiTags } from '@nestjs/swagger';
 import { IdempotencyContext, Idempotent, type IdempotencyRequestContext } from '@app/idempotency';
-import { jobIdFor, SummaryJobQueue } from '@app/jobs';
+import { jobIdFor, SummaryJobQueue } from '@app/summary-queue';
 import { ApiProblemResponse, serviceUnavailable } from '@app/problem';
 import type { Response } from 'express';
 import { ApiKeyGuard } from '../auth/api-key.guard';

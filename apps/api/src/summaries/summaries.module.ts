@@ -1,10 +1,10 @@
 import { Module } from '@nestjs/common';
-import { JobsModule } from '@app/jobs';
+import { SummaryQueueModule } from '@app/summary-queue';
 import { SummariesController } from './summaries.controller';
 import { SummaryStatusService } from './summary-status.service';
 
 @Module({
-  imports: [JobsModule],
+  imports: [SummaryQueueModule],
   controllers: [SummariesController],
   providers: [SummaryStatusService],
 })

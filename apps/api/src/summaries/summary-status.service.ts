@@ -1,5 +1,5 @@
 import { Injectable, NotFoundException } from '@nestjs/common';
-import { isUuid, SummaryJobQueue } from '@app/jobs';
+import { isUuid, SummaryJobQueue } from '@app/summary-queue';
 import { SummaryRepository } from '@app/persistence';
 import { ProblemException, serviceUnavailable } from '@app/problem';
 import { DataSource } from 'typeorm';

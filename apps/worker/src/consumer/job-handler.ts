@@ -1,4 +1,5 @@
 import { Inject } from '@nestjs/common';
+import type { ChainableCommander } from 'ioredis';
 
 /** A stream entry as read: its id and its flat field list turned into a map. */
 export interface StreamMessage {
@@ -26,6 +27,14 @@ export interface JobRunContext {
  */
 export interface JobHandler {
   process(message: StreamMessage, ctx: JobRunContext): Promise<string>;
+  /**
+   * Called when the consumer dead-letters an entry (a failure that is not
+   * retryable, or one delivery too many), while it builds the MULTI that
+   * copies the entry to the dead-letter stream, acks and deletes it: the
+   * commands added to `tx` run in that same transaction, so they must only
+   * name keys in the stream's hash slot. Synchronous: it queues, never awaits.
+   */
+  deadLettered?(tx: ChainableCommander, message: StreamMessage, reason: string): void;
 }
 
 /** The provider StreamsConsumer runs its entries with. */

@@ -1,5 +1,5 @@
 import { Injectable, Logger } from '@nestjs/common';
-import { SummaryJobQueue, type QueueFigures } from '@app/jobs';
+import { SummaryJobQueue, type QueueFigures } from '@app/summary-queue';
 import { scrapeOnce } from '@app/observability';
 import { Gauge, Registry } from 'prom-client';
 

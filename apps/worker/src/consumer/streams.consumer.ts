@@ -1,7 +1,7 @@
 import { BeforeApplicationShutdown, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy } from '@nestjs/common';
 import { backoffDelay } from '@app/config';
 import { HealthChecksRegistry } from '@app/health';
-import { fieldsOf, isUuid, jobRecordKey, JOB_RECORD_TTL_MS } from '@app/jobs';
+import { fieldsOf } from '@app/summary-queue';
 import { InjectRedis } from '@app/redis';
 import type { Redis } from 'ioredis';
 import { PinoLogger } from 'nestjs-pino';
@@ -345,8 +345,9 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
 
   /**
    * Copies the entry to the dead-letter stream with its fields, a reason and
-   * its source id, acknowledges and deletes it, and marks the job failed where
-   * the API reads it: all in one MULTI/EXEC (the keys share a hash slot).
+   * its source id, acknowledges and deletes it, plus whatever the handler's
+   * `deadLettered` hook adds (for the summary job, marking it failed where
+   * the API reads it): all in one MULTI/EXEC (the keys share a hash slot).
    */
   private async deadLetter(message: StreamMessage, reason: string, detail: string): Promise<void> {
     const fields = Object.entries(message.fields)
@@ -370,13 +371,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       )
       .xack(this.options.stream, this.options.group, message.id)
       .xdel(this.options.stream, message.id);
-    const { job_id: jobId, tenant } = message.fields;
-    if (jobId && tenant && isUuid(jobId)) {
-      tx.hset(jobRecordKey(jobId), 'tenant', tenant, 'status', 'failed', 'error', reason).pexpire(
-        jobRecordKey(jobId),
-        JOB_RECORD_TTL_MS,
-      );
-    }
+    this.handler.deadLettered?.(tx, message, reason);
     const results = await tx.exec();
     const failed = results?.find(([e]) => e);
     if (!results || failed) throw failed?.[0] ?? new Error('MULTI aborted');

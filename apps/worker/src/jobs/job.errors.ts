@@ -16,6 +16,9 @@ export class JobError extends Error {
   }
 }
 
+/** A malformed message never gets better. */
+export const MALFORMED: ErrorClass = { kind: 'malformed', retryable: false };
+
 /** What anything but a JobError stands for: a bug, never retried. */
 export const UNEXPECTED: ErrorClass = { kind: 'unexpected', retryable: false };
 

@@ -1,12 +1,18 @@
 import { Injectable, Logger } from '@nestjs/common';
 import { SummaryWriter, type WriteOutcome } from '@app/persistence';
-import { summaryReadyMessage, type SummaryJob } from '@app/jobs';
+import {
+  MalformedSummaryJobError,
+  markSummaryJobFailed,
+  parseSummaryJob,
+  summaryReadyMessage,
+  type SummaryJob,
+} from '@app/summary-queue';
 import { classifyLlmError, InjectLlmClient, type LlmClient } from '@app/llm';
+import type { ChainableCommander } from 'ioredis';
 import type { JobHandler, JobRunContext, StreamMessage } from '../consumer/job-handler';
 import { RetryError } from '../retry/retry.errors';
 import { RetryPolicy } from '../retry/retry-policy.service';
-import { parseSummaryJob } from './job-message';
-import { JobError, UNEXPECTED } from './job.errors';
+import { JobError, MALFORMED, UNEXPECTED } from './job.errors';
 import { WorkerMetrics } from '../worker.metrics';
 
 /**
@@ -27,7 +33,12 @@ export class SummaryJobHandler implements JobHandler {
 
   /** One entry of the job stream: a malformed one throws a JobError (MALFORMED) before anything runs. */
   async process(message: StreamMessage, ctx: JobRunContext): Promise<WriteOutcome> {
-    return this.handle(parseSummaryJob(message), ctx);
+    return this.handle(this.parse(message), ctx);
+  }
+
+  /** A dead-lettered entry's job is marked failed for GET, in the consumer's dead-letter MULTI. */
+  deadLettered(tx: ChainableCommander, message: StreamMessage, reason: string): void {
+    markSummaryJobFailed(tx, message.fields, reason);
   }
 
   /** Throws a JobError: RetryError for the model call, `database` for PostgreSQL, `unexpected` for anything else. */
@@ -40,6 +51,16 @@ export class SummaryJobHandler implements JobHandler {
         summaryReadyMessage(job.jobId, job.payload.notify),
       ),
     );
+  }
+
+  /** The job an entry carries, or a JobError: MALFORMED. */
+  private parse(message: StreamMessage): SummaryJob {
+    try {
+      return parseSummaryJob(message);
+    } catch (err) {
+      if (err instanceof MalformedSummaryJobError) throw new JobError(err.message, MALFORMED, { cause: err });
+      throw err;
+    }
   }
 
   private async summarize(job: SummaryJob, ctx: JobRunContext): Promise<string> {

@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { InjectRedis, RedisScript } from '@app/redis';
-import type { Redis } from 'ioredis';
+import type { ChainableCommander, Redis } from 'ioredis';
 import {
   CONSUMER_GROUP,
   DEAD_LETTER_STREAM,
@@ -9,6 +9,7 @@ import {
   jobRecordKey,
   SummaryJob,
 } from './summary-job';
+import { isUuid } from './uuid-v5';
 
 /*
  * The job record and the stream entry are written by one script: one round
@@ -24,6 +25,25 @@ redis.call('HSETNX', KEYS[1], 'accepted_at', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
 return redis.call('XADD', KEYS[2], '*', 'job_id', ARGV[1], 'tenant', ARGV[2], 'payload', ARGV[3])`,
 );
+
+/**
+ * Adds to a dead-letter MULTI what marks the entry's job failed where GET
+ * reads it (`reason` as its error), so the dead letter and the job record
+ * change together: the record shares the streams' hash slot. An entry without
+ * a usable job id or tenant has no record to mark and adds nothing.
+ */
+export function markSummaryJobFailed(
+  tx: ChainableCommander,
+  fields: Readonly<Record<string, string>>,
+  reason: string,
+): void {
+  const { job_id: jobId, tenant } = fields;
+  if (!jobId || !tenant || !isUuid(jobId)) return;
+  tx.hset(jobRecordKey(jobId), 'tenant', tenant, 'status', 'failed', 'error', reason).pexpire(
+    jobRecordKey(jobId),
+    JOB_RECORD_TTL_MS,
+  );
+}
 
 export interface QueueFigures {
   /** Entries not yet acknowledged (acknowledged entries are deleted). */

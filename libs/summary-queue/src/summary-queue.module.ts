@@ -7,4 +7,4 @@ import { SummaryJobQueue } from './summary-job.queue';
   providers: [SummaryJobQueue, DeadLetterQueue],
   exports: [SummaryJobQueue, DeadLetterQueue],
 })
-export class JobsModule {}
+export class SummaryQueueModule {}
