@@ -129,16 +129,61 @@ describe('fullJitterDelay', () => {
 });
 
 describe('parseRetryAfter', () => {
+  // What the client (ApiClient) and the model calls (classifyLlmError, @app/llm) both read.
   it.each<[Record<string, string>, number | undefined]>([
     [{}, undefined],
     [{ 'retry-after': '1' }, 1000],
+    [{ 'retry-after': '2' }, 2000],
+    [{ 'retry-after': '0' }, 0],
     [{ 'retry-after': ' 3 ' }, 3000],
     [{ 'retry-after-ms': '250' }, 250],
     [{ 'retry-after-ms': '250', 'retry-after': '9' }, 250],
+    [{ 'retry-after-ms': '1500', 'retry-after': '9' }, 1500],
+    // Fractions of a millisecond round up: never sooner than asked.
+    [{ 'retry-after-ms': '0.4' }, 1],
+    [{ 'retry-after-ms': '12.5' }, 13],
+    // An unreadable retry-after-ms leaves Retry-After to say.
+    [{ 'retry-after-ms': 'soon', 'retry-after': '2' }, 2000],
     [{ 'retry-after': 'soon' }, undefined],
+    // delay-seconds is 1*DIGIT (RFC 9110 §10.2.3): no fraction, no sign, and
+    // not read as a date either (Date.parse('0.5') is in the year 2000).
+    [{ 'retry-after': '0.5' }, undefined],
+    [{ 'retry-after': '-1' }, undefined],
+    [{ 'retry-after': '1e3' }, undefined],
+    // IMF-fixdate; in the past it is 0.
     [{ 'retry-after': 'Wed, 21 Oct 2015 07:28:05 GMT' }, 5000],
     [{ 'retry-after': 'Wed, 21 Oct 2015 07:27:00 GMT' }, 0],
+    // The two obsolete HTTP-date formats a recipient must accept (RFC 9110 §5.6.7).
+    [{ 'retry-after': 'Wednesday, 21-Oct-15 07:28:05 GMT' }, 5000],
+    [{ 'retry-after': 'Wed Oct 21 07:28:05 2015' }, 5000],
+    [{ 'retry-after': 'Wed Oct  1 07:28:05 2015' }, 0],
+    // Dates that are not HTTP-dates are ignored, however Date.parse would read them.
+    [{ 'retry-after': '2015-10-21T07:28:05Z' }, undefined],
+    [{ 'retry-after': 'Wed, 21 Oct 2015 07:28:05 +0000' }, undefined],
+    [{ 'retry-after': 'Wed, 21 Oct 2015 25:28:05 GMT' }, undefined],
+    [{ 'retry-after': 'Wed, 21 Foo 2015 07:28:05 GMT' }, undefined],
   ])('%j → %s', (headers, expected) => {
     expect(parseRetryAfter(new Headers(headers), Date.parse('Wed, 21 Oct 2015 07:28:00 GMT'))).toBe(expected);
+  });
+
+  it('reads seconds, milliseconds and HTTP dates', () => {
+    // The cases of the classifier's own parser (retryAfterFrom) before the two were one.
+    const now = Date.parse('2026-11-30T12:00:00Z');
+    expect(parseRetryAfter(new Headers({ 'retry-after': '2' }), now)).toBe(2000);
+    // It read 500: fractional delay-seconds are not RFC 9110's, and are ignored now.
+    expect(parseRetryAfter(new Headers({ 'retry-after': '0.5' }), now)).toBeUndefined();
+    expect(parseRetryAfter(new Headers({ 'retry-after-ms': '250' }), now)).toBe(250);
+    expect(parseRetryAfter(new Headers({ 'retry-after': 'Mon, 30 Nov 2026 12:00:04 GMT' }), now)).toBe(4000);
+    expect(parseRetryAfter(new Headers({ 'retry-after': 'soon' }), now)).toBeUndefined();
+    expect(parseRetryAfter(new Headers({}), now)).toBeUndefined();
+  });
+
+  it('takes a two-digit rfc850 year as the latest one at most 50 years ahead', () => {
+    const now = Date.parse('2026-11-30T12:00:00Z');
+    const at = (value: string) => parseRetryAfter(new Headers({ 'retry-after': value }), now);
+    expect(at('Monday, 30-Nov-26 12:00:04 GMT')).toBe(4000);
+    // 2076 is 50 years ahead: still ahead. 2077 would be 51: it is 1977, long past.
+    expect(at('Monday, 30-Nov-76 12:00:00 GMT')).toBe(Date.UTC(2076, 10, 30, 12) - now);
+    expect(at('Tuesday, 30-Nov-77 12:00:00 GMT')).toBe(0);
   });
 });

@@ -87,16 +87,56 @@ export function decideAfterAttempt(facts: RetryFacts): RetryDecision {
 }
 
 /**
- * `retry-after-ms` (milliseconds, as some APIs send) or `Retry-After`
- * (delta-seconds or an HTTP-date, RFC 9110 §10.2.3); undefined when absent or
- * unreadable.
+ * How long the other side asks to be left alone, in ms: `retry-after-ms`
+ * (milliseconds, fractions allowed: OpenAI's header, no RFC; rounded up, so
+ * never sooner than asked) wins over `Retry-After` (RFC 9110 §10.2.3:
+ * delay-seconds, or an HTTP-date, §5.6.7, in any of its three formats; a
+ * date in the past is 0). Undefined when absent or unreadable: a value that
+ * is neither (`0.5`, `-1`, `2026-12-01`, `soon`) is ignored, not guessed at.
+ * Both the client and the model calls (@app/llm) read it with this.
  */
 export function parseRetryAfter(headers: Headers, now: number = Date.now()): number | undefined {
-  const ms = headers.get('retry-after-ms');
-  if (ms !== null && /^\s*\d+(\.\d+)?\s*$/.test(ms)) return Math.ceil(Number(ms));
-  const value = headers.get('retry-after');
-  if (value === null) return undefined;
-  if (/^\s*\d+\s*$/.test(value)) return Number(value) * 1000;
-  const date = Date.parse(value);
-  return Number.isNaN(date) ? undefined : Math.max(0, date - now);
+  const ms = headers.get('retry-after-ms')?.trim();
+  if (ms !== undefined && /^\d+(\.\d+)?$/.test(ms)) return Math.ceil(Number(ms));
+  const value = headers.get('retry-after')?.trim();
+  if (value === undefined) return undefined;
+  if (/^\d+$/.test(value)) return Number(value) * 1000;
+  const date = parseHttpDate(value, now);
+  return date === undefined ? undefined : Math.max(0, date - now);
+}
+
+/** The three HTTP-date formats (RFC 9110 §5.6.7) a recipient must accept. */
+const HTTP_DATES: readonly RegExp[] = [
+  // IMF-fixdate, the one a sender must use: Sun, 06 Nov 1994 08:49:37 GMT
+  /^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), (?<day>\d{2}) (?<month>[A-Z][a-z]{2}) (?<year>\d{4}) (?<time>\d{2}:\d{2}:\d{2}) GMT$/,
+  // rfc850-date, obsolete: Sunday, 06-Nov-94 08:49:37 GMT
+  /^(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day, (?<day>\d{2})-(?<month>[A-Z][a-z]{2})-(?<yy>\d{2}) (?<time>\d{2}:\d{2}:\d{2}) GMT$/,
+  // asctime-date, obsolete, in UTC though it does not say so: Sun Nov  6 08:49:37 1994
+  /^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?<month>[A-Z][a-z]{2}) (?<day>\d{2}| \d) (?<time>\d{2}:\d{2}:\d{2}) (?<year>\d{4})$/,
+];
+const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
+
+/** An HTTP-date as epoch ms; undefined for anything else. */
+function parseHttpDate(value: string, now: number): number | undefined {
+  const parts = HTTP_DATES.map((format) => format.exec(value)?.groups).find((groups) => groups !== undefined);
+  if (parts === undefined) return undefined;
+  const month = MONTHS.indexOf(parts.month);
+  const day = Number(parts.day);
+  const [hour, minute, second] = parts.time.split(':').map(Number);
+  if (month < 0 || day < 1 || day > 31 || hour > 23 || minute > 59 || second > 60) return undefined;
+  return Date.UTC(
+    parts.year === undefined ? fullYear(Number(parts.yy), now) : Number(parts.year),
+    month,
+    day,
+    hour,
+    minute,
+    second,
+  );
+}
+
+/** A two-digit year is the latest year ending in those digits that is at most 50 years ahead (RFC 9110 §5.6.7). */
+function fullYear(yy: number, now: number): number {
+  const thisYear = new Date(now).getUTCFullYear();
+  const year = thisYear - (thisYear % 100) + yy;
+  return year > thisYear + 50 ? year - 100 : year <= thisYear - 50 ? year + 100 : year;
 }

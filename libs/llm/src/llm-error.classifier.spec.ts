@@ -7,7 +7,7 @@ import {
   InternalServerError,
   RateLimitError,
 } from 'openai';
-import { classifyLlmError, retryAfterFrom } from './llm-error.classifier';
+import { classifyLlmError } from './llm-error.classifier';
 import { CallTimeoutError, EmptyCompletionError } from './llm.errors';
 
 const apiError = (status: number, headers: Record<string, string> = {}) =>
@@ -67,17 +67,5 @@ describe('classifyLlmError', () => {
     expect(classifyLlmError(apiError(429, { 'retry-after-ms': '1500', 'retry-after': '9' }))).toMatchObject({
       retryAfterMs: 1500,
     });
-  });
-});
-
-describe('retryAfterFrom', () => {
-  it('reads seconds, milliseconds and HTTP dates', () => {
-    const now = Date.parse('2026-11-30T12:00:00Z');
-    expect(retryAfterFrom(new Headers({ 'retry-after': '2' }), now)).toBe(2000);
-    expect(retryAfterFrom(new Headers({ 'retry-after': '0.5' }), now)).toBe(500);
-    expect(retryAfterFrom(new Headers({ 'retry-after-ms': '250' }), now)).toBe(250);
-    expect(retryAfterFrom(new Headers({ 'retry-after': 'Mon, 30 Nov 2026 12:00:04 GMT' }), now)).toBe(4000);
-    expect(retryAfterFrom(new Headers({ 'retry-after': 'soon' }), now)).toBeUndefined();
-    expect(retryAfterFrom(new Headers({}), now)).toBeUndefined();
   });
 });

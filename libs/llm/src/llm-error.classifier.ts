@@ -1,3 +1,4 @@
+import { parseRetryAfter } from '@app/client';
 import { APIConnectionError, APIError, APIUserAbortError } from 'openai';
 import { CallTimeoutError, EmptyCompletionError, LlmErrorClass } from './llm.errors';
 
@@ -8,7 +9,8 @@ const RETRYABLE_STATUS = new Set([408, 409, 429]);
  * wall-clock timeouts, connection failures (the SDK's APIConnectionError and
  * APIConnectionTimeoutError), 408, 409, 429 and every 5xx. Everything else,
  * unknown errors included, is not: retrying a 400 only spends money.
- * A provider's `x-should-retry` header overrides the status.
+ * A provider's `x-should-retry` header overrides the status; its
+ * `retry-after-ms` / `Retry-After` is read by the client's parseRetryAfter.
  */
 export function classifyLlmError(err: unknown): LlmErrorClass {
   if (err instanceof CallTimeoutError) return { kind: 'timeout', retryable: true };
@@ -19,7 +21,7 @@ export function classifyLlmError(err: unknown): LlmErrorClass {
   if (err instanceof APIError && typeof err.status === 'number') {
     const status = err.status;
     const headers = err.headers as Headers | undefined;
-    const retryAfterMs = headers ? retryAfterFrom(headers) : undefined;
+    const retryAfterMs = headers ? parseRetryAfter(headers) : undefined;
     const kind =
       status === 429
         ? 'rate_limited'
@@ -38,17 +40,6 @@ export function classifyLlmError(err: unknown): LlmErrorClass {
   }
   if (isNodeConnectionError(err)) return { kind: 'connection', retryable: true };
   return { kind: 'unknown', retryable: false };
-}
-
-/** `retry-after-ms` (OpenAI) wins over `Retry-After` (seconds or an HTTP date). */
-export function retryAfterFrom(headers: Headers, now = Date.now()): number | undefined {
-  const ms = headers.get('retry-after-ms');
-  if (ms !== null && /^\d+(\.\d+)?$/.test(ms.trim())) return Math.round(Number(ms));
-  const value = headers.get('retry-after');
-  if (value === null) return undefined;
-  if (/^\d+(\.\d+)?$/.test(value.trim())) return Math.round(Number(value) * 1000);
-  const date = Date.parse(value);
-  return Number.isNaN(date) ? undefined : Math.max(0, date - now);
 }
 
 const CONNECTION_CODES = new Set([
