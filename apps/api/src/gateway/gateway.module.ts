@@ -1,6 +1,7 @@
 import { DynamicModule, MiddlewareConsumer, Module, NestModule } from '@nestjs/common';
 import { ChatCompletionsUpstreamModule, type ChatCompletionsUpstreamModuleOptions } from '@app/llm';
 import { ChatCompletionsController } from './chat-completions.controller';
+import { ChatCompletionsRelay } from './chat-completions.relay';
 import { GatewayCalls } from './gateway-calls';
 import { GatewayCallsMiddleware } from './gateway-calls.middleware';
 import { GatewayMetrics } from './gateway.metrics';
@@ -21,6 +22,7 @@ export class GatewayModule implements NestModule {
         },
         GatewayMetrics,
         GatewayCalls,
+        ChatCompletionsRelay,
       ],
     };
   }

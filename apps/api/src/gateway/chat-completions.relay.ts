@@ -1,0 +1,335 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { type IdempotencyRequestContext, StreamedAnswer } from '@app/idempotency';
+import { uuidV5 } from '@app/summary-queue';
+import {
+  type ChatCompletionsUpstream,
+  InjectChatCompletionsUpstream,
+  isDoneEvent,
+  sseEvents,
+  UpstreamTimeoutError,
+  UpstreamUnreachableError,
+  usageOf,
+  type TokenUsage,
+  type UpstreamResponse,
+} from '@app/llm';
+import type { ChatCompletionRequest } from './chat-completion-request.pipe';
+import { GatewayCalls } from './gateway-calls';
+import { GatewayMetrics } from './gateway.metrics';
+import { GATEWAY_OPTIONS, type GatewayOptions } from './gateway.options';
+import { OpenAiErrorException } from './openai-errors';
+
+/** An upstream error body is relayed whole; past this it is cut (error bodies are a few hundred bytes). */
+const MAX_ERROR_BODY_BYTES = 1024 * 1024;
+/** The provider's idempotency keys are ours, one namespace for all tenants: each operation gets its own. */
+const UPSTREAM_KEY_NAMESPACE = '6f1d7c8e-52a4-4c1b-9a43-0b1e7f3d2a91';
+
+/** How long the provider may take to end its body after data: [DONE] before the connection is dropped. */
+const DRAIN_AFTER_DONE_MS = 5000;
+
+async function drainAfterDone(events: AsyncIterator<string>, body: AsyncIterable<Buffer>): Promise<void> {
+  // The body itself is destroyed: return() on a generator waits for the read in progress.
+  const timer = setTimeout(() => (body as { destroy?: () => void }).destroy?.(), DRAIN_AFTER_DONE_MS);
+  try {
+    while (!(await events.next()).done);
+  } catch {
+    // A break after [DONE] changes nothing of the answer.
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** What a call's handling needs to know of it as it goes. */
+interface CallState {
+  /** The answer is whole: a caller leaving after this ends nothing. */
+  answered: boolean;
+  /** Aborted when a caller without a key went away before that. */
+  readonly gone: AbortSignal;
+}
+
+function shuttingDown(): OpenAiErrorException {
+  return new OpenAiErrorException(
+    503,
+    'shutting_down',
+    'This api instance is shutting down; nothing was stored. Retry with the same Idempotency-Key.',
+    {
+      'Retry-After': '1',
+    },
+  );
+}
+
+class StreamBrokenError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'StreamBrokenError';
+  }
+}
+
+export const is2xx = (status: number): boolean => status >= 200 && status < 300;
+
+/**
+ * The provider's Idempotency-Key for an operation: the same for every retry
+ * of it, never the same for two tenants (they share our provider account)
+ * nor for another body under a key whose record expired.
+ */
+function upstreamKeyOf(idempotency: IdempotencyRequestContext): string {
+  return uuidV5(`${idempotency.operation}\n${idempotency.fingerprint}`, UPSTREAM_KEY_NAMESPACE);
+}
+
+/**
+ * The provider's headers as the caller gets them. Its request id moves to
+ * `x-upstream-request-id`: `X-Request-Id` is ours, on every answer, and the
+ * one to quote to us; the provider's is the one to quote to the provider.
+ */
+function relayed(headers: Readonly<Record<string, string>>): Record<string, string> {
+  const { 'x-request-id': upstreamId, ...rest } = headers;
+  return upstreamId === undefined ? rest : { ...rest, 'x-upstream-request-id': upstreamId };
+}
+
+/** One call through the gateway, as its route hands it over. */
+export interface GatewayCall {
+  /** The request body, sent upstream as the caller sent it. */
+  readonly body: Buffer;
+  /** The same body, parsed. */
+  readonly json: ChatCompletionRequest;
+  readonly tenant: string;
+  /** Undefined for a call without an Idempotency-Key. */
+  readonly idempotency: IdempotencyRequestContext | undefined;
+  /** Runs `fn` once the caller's connection is closed (at once if it is). */
+  readonly onCallerClosed: (fn: () => void) => void;
+}
+
+/**
+ * One call to the provider and its answer relayed back: the call's time
+ * limit, what ends it (its keyless caller leaving, a shutdown), the relay of
+ * a whole answer or of a stream's events, the metrics of each outcome, and
+ * the OpenAI error the caller gets when it fails. The route
+ * (ChatCompletionsController) only hands it the request.
+ */
+@Injectable()
+export class ChatCompletionsRelay {
+  constructor(
+    @InjectChatCompletionsUpstream() private readonly upstream: ChatCompletionsUpstream,
+    @Inject(GATEWAY_OPTIONS) private readonly options: GatewayOptions,
+    private readonly metrics: GatewayMetrics,
+    private readonly calls: GatewayCalls,
+  ) {}
+
+  async call({ body, json, tenant, idempotency, onCallerClosed }: GatewayCall): Promise<Response | StreamedAnswer> {
+    const keyed = idempotency !== undefined;
+    const stream = json.stream === true;
+    // The whole call, a whole stream included. A keyed call does not belong
+    // to the caller's socket: one that goes away leaves it to finish and be
+    // stored for its retry. A call without a key has nobody to store it for,
+    // so the caller going away ends it. Shutdown cuts either after the drain.
+    // A timer cleared when the call ends, not AbortSignal.timeout(): that one
+    // keeps the call's signal and async context alive for the whole 300 s.
+    const timeout = new AbortController();
+    const timer = setTimeout(
+      () => timeout.abort(new DOMException('The call ran out of time', 'TimeoutError')),
+      this.options.timeoutMs,
+    );
+    timer.unref();
+    const gone = new AbortController();
+    const call: CallState = { answered: false, gone: gone.signal };
+    if (!keyed) {
+      // Until the answer is whole: after it, the rest of the provider's body
+      // is read on (drainAfterDone) to keep its connection.
+      onCallerClosed(() => {
+        if (!call.answered) gone.abort(new Error('the caller went away'));
+      });
+    }
+    const signal = AbortSignal.any([timeout.signal, this.calls.signal, gone.signal]);
+    const endCall = this.calls.begin();
+    const end = (): void => {
+      clearTimeout(timer);
+      endCall();
+    };
+    // Without a key, the caller leaving ends the call (its stream may never be read).
+    if (!keyed) onCallerClosed(end);
+    const sent = performance.now();
+    let upstream: UpstreamResponse;
+    try {
+      upstream = await this.upstream.send({
+        body,
+        json,
+        idempotencyKey: idempotency ? upstreamKeyOf(idempotency) : undefined,
+        signal,
+      });
+    } catch (err) {
+      end();
+      throw this.unreachable(err, call);
+    }
+    try {
+      return await this.relay(upstream, tenant, keyed, stream, signal, sent, end, call);
+    } catch (err) {
+      end();
+      throw err;
+    }
+  }
+
+  private async relay(
+    upstream: UpstreamResponse,
+    tenant: string,
+    keyed: boolean,
+    stream: boolean,
+    signal: AbortSignal,
+    sent: number,
+    end: () => void,
+    call: CallState,
+  ): Promise<Response | StreamedAnswer> {
+    if (!is2xx(upstream.status)) {
+      const bytes = await this.readWhole(upstream, MAX_ERROR_BODY_BYTES, sent, stream).catch(() => Buffer.alloc(0));
+      call.answered = true;
+      end();
+      this.metrics.call('upstream_error');
+      return new Response(bytes, { status: upstream.status, headers: relayed(upstream.headers) });
+    }
+    if ((upstream.headers['content-type'] ?? '').toLowerCase().startsWith('text/event-stream')) {
+      return new StreamedAnswer(
+        upstream.status,
+        relayed(upstream.headers),
+        this.relayEvents(upstream, tenant, keyed, sent, end, call),
+      );
+    }
+    let bytes: Buffer;
+    try {
+      bytes = await this.readWhole(upstream, Number.POSITIVE_INFINITY, sent, stream);
+    } catch (err) {
+      throw this.brokenOff(err, signal, call);
+    } finally {
+      end();
+    }
+    call.answered = true;
+    const usage = usageOf(bytes.toString('utf8'));
+    if (usage) this.metrics.usage(tenant, usage);
+    this.metrics.call(keyed ? 'new' : 'forwarded');
+    return new Response(bytes, { status: upstream.status, headers: relayed(upstream.headers) });
+  }
+
+  /**
+   * The provider's events, each exactly as it sent it, counting the tokens
+   * of its usage chunk. Ends after `data: [DONE]`; a stream that ends before
+   * it, or breaks, throws, so the answer is not stored and its callers get
+   * the broken-stream event.
+   */
+  private async *relayEvents(
+    upstream: UpstreamResponse,
+    tenant: string,
+    keyed: boolean,
+    sent: number,
+    end: () => void,
+    call: CallState,
+  ): AsyncGenerator<string> {
+    let done = false;
+    let first = true;
+    // The last usage the stream carried: a provider that repeats running totals is counted once.
+    let usage: TokenUsage | undefined;
+    const events = sseEvents(upstream.body)[Symbol.asyncIterator]();
+    try {
+      for (;;) {
+        const step = await events.next();
+        if (step.done) break;
+        const event = step.value;
+        if (first) {
+          first = false;
+          this.metrics.firstByteAt('upstream', true, (performance.now() - sent) / 1000);
+        }
+        usage = usageOf(event) ?? usage;
+        if (isDoneEvent(event)) {
+          done = true;
+          call.answered = true;
+          yield event;
+          break;
+        }
+        yield event;
+      }
+    } catch (err) {
+      this.metrics.call(
+        call.gone.aborted ? 'caller_gone' : this.calls.signal.aborted ? 'cut_by_shutdown' : 'broken_stream',
+      );
+      await events.return?.().catch(() => undefined);
+      end();
+      throw err;
+    } finally {
+      // Billed whether or not the stream completed.
+      if (usage) this.metrics.usage(tenant, usage);
+    }
+    if (!done) {
+      end();
+      this.metrics.call('broken_stream');
+      throw new StreamBrokenError('the provider’s stream ended before data: [DONE]');
+    }
+    this.metrics.call(keyed ? 'new' : 'forwarded');
+    // The answer is whole at [DONE]; what the provider sends after it (the
+    // chunked body's end) is read in the background rather than the socket
+    // destroyed, so the next call reuses the connection instead of paying a
+    // new TLS handshake in its time to first token.
+    void drainAfterDone(events, upstream.body).finally(end);
+  }
+
+  private async readWhole(
+    upstream: UpstreamResponse,
+    maxBytes: number,
+    sent: number,
+    stream: boolean,
+  ): Promise<Buffer> {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const chunk of upstream.body) {
+      if (size === 0) this.metrics.firstByteAt('upstream', stream, (performance.now() - sent) / 1000);
+      size += chunk.length;
+      if (size > maxBytes) break;
+      chunks.push(chunk);
+    }
+    return Buffer.concat(chunks);
+  }
+
+  /** A whole answer that stopped arriving: by the timeout, a shutdown, its caller leaving, or the provider. */
+  private brokenOff(err: unknown, signal: AbortSignal, call: CallState): OpenAiErrorException {
+    const ended = this.endedHere(call);
+    if (ended) return ended;
+    if ((signal.reason as { name?: unknown } | undefined)?.name === 'TimeoutError') {
+      this.metrics.call('upstream_timeout');
+      return new OpenAiErrorException(504, 'upstream_timeout', this.timeoutMessage());
+    }
+    this.metrics.call('broken_stream');
+    return new OpenAiErrorException(
+      502,
+      'upstream_broken',
+      `The model provider’s answer broke off: ${(err as Error).message}. Nothing was stored.`,
+    );
+  }
+
+  private unreachable(err: unknown, call: CallState): OpenAiErrorException {
+    const ended = this.endedHere(call);
+    if (ended) return ended;
+    if (err instanceof UpstreamTimeoutError) {
+      this.metrics.call('upstream_timeout');
+      return new OpenAiErrorException(504, 'upstream_timeout', this.timeoutMessage());
+    }
+    this.metrics.call('upstream_unreachable');
+    const why = err instanceof UpstreamUnreachableError ? err.message : 'the model provider is unreachable';
+    return new OpenAiErrorException(
+      502,
+      'upstream_unreachable',
+      `${why}. Nothing was stored; retry with the same Idempotency-Key.`,
+    );
+  }
+
+  /** The call was ended on our side, not the provider's: its keyless caller left, or a shutdown cut it. Counted as such. */
+  private endedHere(call: CallState): OpenAiErrorException | undefined {
+    if (call.gone.aborted) {
+      this.metrics.call('caller_gone');
+      return new OpenAiErrorException(499, 'caller_gone', 'The caller went away.');
+    }
+    if (this.calls.signal.aborted) {
+      this.metrics.call('cut_by_shutdown');
+      return shuttingDown();
+    }
+    return undefined;
+  }
+
+  private timeoutMessage(): string {
+    return `The model provider did not answer within ${this.options.timeoutMs / 1000} s. Nothing was stored; retry with the same Idempotency-Key.`;
+  }
+}
