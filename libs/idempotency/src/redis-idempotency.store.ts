@@ -153,7 +153,12 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     this.prefix = opts.prefix ?? 'idem:';
     const blockingClient =
       opts.blockingClient ??
-      (() => redis.duplicate({ connectionName: `${redis.options.connectionName ?? 'idempotency'}:frames` }));
+      (() =>
+        redis.duplicate({
+          connectionName: `${redis.options.connectionName ?? 'idempotency'}:frames`,
+          // It blocks (XREAD BLOCK): nothing may be batched behind it.
+          enableAutoPipelining: false,
+        }));
     this.frames = new RedisFrameLog(redis, (key) => this.recordKey(key), blockingClient, opts.idleCheckMs ?? 1000);
   }
 

@@ -9,6 +9,13 @@ const RECONNECT_BACKOFF = { baseMs: 50, capMs: 2000, jitter: 'none' } as const;
  * A client that fails fast rather than queueing: while Redis is unreachable a
  * command errors at once (enableOfflineQueue false), so callers can fail closed
  * with a 503 instead of hanging. It keeps reconnecting in the background.
+ *
+ * Auto-pipelined: the commands that concurrent requests send in one turn of
+ * the event loop go out in one socket write instead of one write each (the
+ * writes were the largest item of the api's profile). Every command keeps its
+ * own reply and timeout. A blocking read (XREADGROUP BLOCK, XREAD BLOCK)
+ * never goes on this connection, where every command behind it would wait out
+ * the block: blocking readers take a duplicate of their own, not pipelined.
  */
 export function createRedisClient(options: RedisModuleOptions): Redis {
   return new Redis(options.url, {
@@ -21,6 +28,7 @@ export function createRedisClient(options: RedisModuleOptions): Redis {
     retryStrategy: (times) => backoffDelay(times, RECONNECT_BACKOFF),
     // On shutdown, a socket that does not close after QUIT is destroyed this soon.
     disconnectTimeout: 500,
+    enableAutoPipelining: options.autoPipelining ?? true,
   });
 }
 

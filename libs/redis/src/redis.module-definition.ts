@@ -10,6 +10,8 @@ export interface RedisModuleOptions {
    * request. Blocking reads use their own connection (see `duplicate()`).
    */
   readonly commandTimeoutMs?: number;
+  /** Batch the commands sent in one event-loop turn into one write (default true); see createRedisClient. */
+  readonly autoPipelining?: boolean;
   /** How long start-up waits for the first connection before going on unready. */
   readonly connectTimeoutMs?: number;
 }

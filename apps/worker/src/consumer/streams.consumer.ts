@@ -395,6 +395,8 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       this.blocking = this.redis.duplicate({
         connectionName: `${this.options.consumer}:blocking`,
         commandTimeout: this.options.blockMs + 5000,
+        // It blocks: nothing may be batched behind it (the shared client is auto-pipelined).
+        enableAutoPipelining: false,
         lazyConnect: false,
         // Queued while it connects; the command timeout still bounds the wait.
         enableOfflineQueue: true,
