@@ -99,13 +99,30 @@ describe('settleDecision', () => {
       plain,
       store(200, { 'content-type': 'text/html; charset=utf-8' }, 'done'),
     ],
+    [
+      "a handler's other charset: Express sends the string as UTF-8 and says so, and so is it stored",
+      returned('Grüße', 200, { 'content-type': 'text/plain; charset=iso-8859-1' }),
+      plain,
+      store(200, { 'content-type': 'text/plain; charset=utf-8' }, 'Grüße'),
+    ],
+    [
+      'no body: Express adds no charset, and none is stored',
+      returned(undefined, 204, { 'content-type': 'text/plain; charset=iso-8859-1' }),
+      plain,
+      store(204, { 'content-type': 'text/plain; charset=iso-8859-1' }, ''),
+    ],
     ['a number', returned(42), plain, store(200, { 'content-type': 'text/html; charset=utf-8' }, '42')],
     ['nothing (204)', returned(undefined, 204), plain, store(204, { 'content-type': 'text/plain; charset=utf-8' }, '')],
     [
-      'the content type the handler set is kept; header arrays and numbers as one string',
+      'the content type the handler set is kept, its charset utf-8 as Express sends it; header arrays as one string',
       returned({ a: 1 }, 200, { 'content-type': 'application/vnd.x+json', etag: ['"a"', '"b"'], 'content-length': 7 }),
       route({ replayHeaders: new Set(['content-type', 'etag', 'content-length']) }),
-      store(200, { 'content-type': 'application/vnd.x+json', etag: '"a", "b"', 'content-length': '7' }, '{"a":1}'),
+      // Express sends a string body as UTF-8 and adds the charset to the type: stored as sent.
+      store(
+        200,
+        { 'content-type': 'application/vnd.x+json; charset=utf-8', etag: '"a", "b"', 'content-length': '7' },
+        '{"a":1}',
+      ),
     ],
     [
       'exactly maxStoredBodyBytes: stored',

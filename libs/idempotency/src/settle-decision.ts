@@ -1,5 +1,6 @@
 import { HttpException } from '@nestjs/common';
 import { PROBLEM_CONTENT_TYPE, toProblem } from '@app/problem';
+import { format as formatContentType, parse as parseContentType } from 'content-type';
 import { isObservable } from 'rxjs';
 import { IdempotencyKeyReusedException, IdempotencyOutcomeUnknownException } from './idempotency.errors';
 import type { StoredResponse } from './idempotency-store.interface';
@@ -135,8 +136,27 @@ function returned(outcome: Extract<HandlerOutcome, { kind: 'returned' }>, route:
   }
   if (serialised === undefined) return release({ kind: 'unstorable', type: typeName(outcome.body) });
   const headers = pickHeaders(outcome.headers, route.replayHeaders);
-  headers['content-type'] ??= serialised.contentType;
+  const given = headers['content-type'];
+  if (given === undefined) headers['content-type'] = serialised.contentType;
+  else if (outcome.body !== undefined && outcome.body !== null) headers['content-type'] = sentByExpress(given);
   return sized({ status, headers, body: serialised.text }, route);
+}
+
+/**
+ * The Content-Type Express sends with a string body (res.send, res.json):
+ * the handler's type with its charset made utf-8, which is how Express
+ * encodes the string. Stored as sent, so a replay says what its bytes are.
+ * Parsed and formatted by the package Express uses, so the two agree byte
+ * for byte; a type it cannot parse is sent as it is, and stored so.
+ */
+function sentByExpress(type: string): string {
+  try {
+    const parsed = parseContentType(type);
+    parsed.parameters.charset = 'utf-8';
+    return formatContentType(parsed);
+  } catch {
+    return type;
+  }
 }
 
 function threw(outcome: Extract<HandlerOutcome, { kind: 'threw' }>, route: SettleRoute): SettleDecision {
