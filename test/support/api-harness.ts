@@ -1,6 +1,7 @@
 import type { DynamicModule, ModuleMetadata, Type } from '@nestjs/common';
-import type { NestExpressApplication } from '@nestjs/platform-express';
+import { ExpressAdapter, type NestExpressApplication } from '@nestjs/platform-express';
 import { Test, type TestingModuleBuilder } from '@nestjs/testing';
+import { DirectAnswerExpressAdapter } from '@app/idempotency';
 import { REDIS_CLIENT } from '@app/redis';
 import type { Redis } from 'ioredis';
 import type { Server } from 'node:http';
@@ -28,6 +29,8 @@ export interface ApiHarnessOptions {
   readonly imports?: ModuleMetadata['imports'];
   /** Provider overrides (fault injection around real implementations). */
   readonly override?: (builder: TestingModuleBuilder) => TestingModuleBuilder;
+  /** Nest's own Express adapter instead of the api's (which writes replays straight to the response). */
+  readonly nestAdapter?: boolean;
 }
 
 /** The api as main.ts builds it, on this worker's Redis and PostgreSQL databases. */
@@ -43,7 +46,9 @@ export async function startApi(options: ApiHarnessOptions = {}): Promise<ApiHarn
   let builder = Test.createTestingModule({ imports });
   if (options.override) builder = options.override(builder);
   const moduleRef = await builder.compile();
-  const app = moduleRef.createNestApplication<NestExpressApplication>({ bodyParser: false, bufferLogs: true });
+  // The adapter main.ts gives the api: replays are written straight to the response.
+  const adapter = options.nestAdapter ? new ExpressAdapter() : new DirectAnswerExpressAdapter();
+  const app = moduleRef.createNestApplication<NestExpressApplication>(adapter, { bodyParser: false, bufferLogs: true });
   configureApiApp(app);
   await app.init();
   return {

@@ -1,6 +1,7 @@
 import type { DynamicModule, INestApplication, Type } from '@nestjs/common';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import { createHttpApp } from '@app/http';
+import { DirectAnswerExpressAdapter } from '@app/idempotency';
 import { useJsonBody } from '@app/problem';
 import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
 import { Logger } from 'nestjs-pino';
@@ -65,5 +66,5 @@ export function configureApiApp(app: NestExpressApplication): NestExpressApplica
 }
 
 export async function createApiApp(root: DynamicModule | Type): Promise<INestApplication & NestExpressApplication> {
-  return configureApiApp(await createHttpApp(root));
+  return configureApiApp(await createHttpApp(root, new DirectAnswerExpressAdapter()));
 }

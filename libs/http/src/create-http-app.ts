@@ -1,13 +1,17 @@
 import type { DynamicModule, Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import type { NestExpressApplication } from '@nestjs/platform-express';
+import type { ExpressAdapter, NestExpressApplication } from '@nestjs/platform-express';
 
 /**
  * Every app's Nest application, made one way: without Nest's default body
  * parser, whose errors are answered before the logging and metrics middleware
  * see them (an app that takes bodies mounts its own: useJsonBody), and with
- * its logs held until main.ts puts pino in place.
+ * its logs held until main.ts puts pino in place. `adapter`: an Express
+ * adapter of the app's own (the api's sends idempotent replays directly).
  */
-export function createHttpApp(root: DynamicModule | Type): Promise<NestExpressApplication> {
-  return NestFactory.create<NestExpressApplication>(root, { bodyParser: false, bufferLogs: true });
+export function createHttpApp(root: DynamicModule | Type, adapter?: ExpressAdapter): Promise<NestExpressApplication> {
+  const options = { bodyParser: false, bufferLogs: true };
+  return adapter
+    ? NestFactory.create<NestExpressApplication>(root, adapter, options)
+    : NestFactory.create<NestExpressApplication>(root, options);
 }

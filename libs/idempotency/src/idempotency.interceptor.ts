@@ -1,5 +1,5 @@
 import { CallHandler, ExecutionContext, Inject, Injectable, Logger, NestInterceptor } from '@nestjs/common';
-import { ModuleRef, Reflector } from '@nestjs/core';
+import { HttpAdapterHost, ModuleRef, Reflector } from '@nestjs/core';
 import { isRejectedByPipes } from '@nestjs/core/internal';
 import type { Request, Response as ExpressResponse } from 'express';
 import { createHash, randomUUID } from 'node:crypto';
@@ -39,7 +39,8 @@ import {
 } from './idempotency-store.interface';
 import { operationPath } from './operation-path';
 import { pendingRecord } from './pending-record';
-import { asResponse, brokenEnd, NULL_BODY_STATUSES, Replays, withNativeContentType } from './replays';
+import { sendsDirectAnswers } from './direct-answer';
+import { brokenEnd, NULL_BODY_STATUSES, Replays, withNativeContentType } from './replays';
 import { RequestOutcomes } from './request-outcomes';
 import { HandlerDurations } from './retry-after';
 import { type HandlerOutcome, jsonAnswer, settleDecision } from './settle-decision';
@@ -83,13 +84,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
     @Inject(IDEMPOTENCY_MODULE_OPTIONS) private readonly options: IdempotencyModuleOptions,
     metrics: IdempotencyMetrics,
     private readonly moduleRef: ModuleRef,
+    adapterHost: HttpAdapterHost,
   ) {
     const { lockTtlMs, resultTtlMs, maxStoredBodyBytes } = options;
     assertValidIdempotentOptions({ lockTtlMs, resultTtlMs, maxStoredBodyBytes }, 'IdempotencyModule options');
     this.replayHeaders = replayHeaderAllowlist(options);
     this.outcomes = new RequestOutcomes(metrics, this.durations);
     this.settler = new AttemptSettler(metrics);
-    this.replays = new Replays(this.replayHeaders);
+    this.replays = new Replays(this.replayHeaders, () => sendsDirectAnswers(adapterHost.httpAdapter));
     this.follower = new Follower(this.replays, this.outcomes);
     this.recorder = new StreamRecorder(metrics, this.settler, this.durations);
   }
@@ -232,7 +234,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     if (completedWithin) {
       // The recovery recorded what it found in its own transaction, answer included: that is the answer.
       this.outcomes.set(req, 'recovered');
-      return asResponse(completedWithin);
+      return this.replays.answer(completedWithin);
     }
     if (lease.lost) {
       // Another request took the key over while this one looked: it is that one's now.
@@ -250,7 +252,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       lease,
       settleDecision({ kind: 'recovered', response: stored }, attempt.settings),
     );
-    return asResponse(stored);
+    return this.replays.answer(stored);
   }
 
   private async run(next: CallHandler, req: Request, res: ExpressResponse, attempt: Attempt): Promise<unknown> {
@@ -277,7 +279,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       // replays are one.
       lease.stop();
       this.durations.record(attempt.handler, performance.now() - started);
-      return asResponse(completedWithin);
+      return this.replays.answer(completedWithin);
     }
     if (body instanceof StreamedAnswer) return this.recorder.record(body, res, attempt, lease, started);
     lease.stop();

@@ -11,3 +11,4 @@ export * from './idempotency.errors';
 export * from './canonical-json';
 export * from './idempotency.metrics';
 export { onceClosed, StreamedAnswer } from './streamed-answer';
+export { DirectAnswer, DirectAnswerExpressAdapter } from './direct-answer';

@@ -1,6 +1,7 @@
 import { Logger } from '@nestjs/common';
 import type { Response as ExpressResponse } from 'express';
 import { errorText, type RouteSettings } from './attempt';
+import { DirectAnswer } from './direct-answer';
 import type { FrameEvent, FramesRef, IdempotencyFrameLog, StoredResponse } from './idempotency-store.interface';
 import { pickHeaders } from './settle-decision';
 import { framesResponse, isWebResponse } from './streamed-answer';
@@ -17,15 +18,31 @@ export const NULL_BODY_STATUSES: ReadonlySet<number> = new Set([204, 205, 304]);
 export class Replays {
   private readonly logger = new Logger('IdempotencyInterceptor');
 
-  constructor(private readonly allowlist: ReadonlySet<string>) {}
+  /** @param direct true when the app sends a DirectAnswer (else a whole answer is a web Response) */
+  constructor(
+    private readonly allowlist: ReadonlySet<string>,
+    private readonly direct: () => boolean,
+  ) {}
 
   /** A completed record's answer. */
-  stored(stored: StoredResponse, log: IdempotencyFrameLog | undefined, settings: RouteSettings): Response {
+  stored(
+    stored: StoredResponse,
+    log: IdempotencyFrameLog | undefined,
+    settings: RouteSettings,
+  ): Response | DirectAnswer {
     const headers = this.headersOf(stored);
-    if (stored.frames) return this.frames(stored, stored.frames, headers, log, settings);
+    if (stored.frames) return this.frames(stored, stored.frames, new Headers(headers), log, settings);
     const empty = NULL_BODY_STATUSES.has(stored.status) || stored.body === '';
-    if (!empty) headers.set('content-length', String(Buffer.byteLength(stored.body)));
+    if (this.direct()) return new DirectAnswer(stored.status, headers, empty ? null : stored.body);
+    if (!empty) headers['content-length'] = String(Buffer.byteLength(stored.body));
     return new Response(empty ? null : stored.body, { status: stored.status, headers });
+  }
+
+  /** The first request's own answer, as it was stored (not a replay: no Idempotent-Replayed). */
+  answer(stored: StoredResponse): Response | DirectAnswer {
+    const body = NULL_BODY_STATUSES.has(stored.status) ? null : stored.body;
+    if (this.direct()) return new DirectAnswer(stored.status, stored.headers, body);
+    return new Response(body, { status: stored.status, headers: stored.headers });
   }
 
   /** The running answer's frames, from the first, as a response that ends as that answer ends. */
@@ -35,7 +52,7 @@ export class Replays {
     settings: RouteSettings,
     done: () => void,
   ): Response {
-    const headers = this.headersOf(head);
+    const headers = new Headers(this.headersOf(head));
     const logger = this.logger;
     async function* frames(): AsyncGenerator<string> {
       try {
@@ -64,15 +81,15 @@ export class Replays {
     });
   }
 
-  private headersOf(stored: { readonly headers: Readonly<Record<string, string>> }): Headers {
+  private headersOf(stored: { readonly headers: Readonly<Record<string, string>> }): Record<string, string> {
     // The allowlist again: the record may have been written by another version
     // (or by hand), and Set-Cookie must never come back from a store.
-    const headers = new Headers(pickHeaders(stored.headers, this.allowlist));
+    const headers = pickHeaders(stored.headers, this.allowlist);
     // The body's own type, even under a custom allowlist that leaves it out:
     // it is stored with every answer, and a body without it is another body.
     const contentType = stored.headers['content-type'];
-    if (contentType !== undefined) headers.set('content-type', contentType);
-    headers.set('idempotent-replayed', 'true');
+    if (contentType !== undefined) headers['content-type'] = contentType;
+    headers['idempotent-replayed'] = 'true';
     return headers;
   }
 
@@ -105,14 +122,6 @@ export class Replays {
     }
     return framesResponse(stored.status, headers, frames());
   }
-}
-
-/** A stored answer as the web Response that sends it (the first request's own answer, not a replay). */
-export function asResponse(stored: StoredResponse): Response {
-  return new Response(NULL_BODY_STATUSES.has(stored.status) ? null : stored.body, {
-    status: stored.status,
-    headers: stored.headers,
-  });
 }
 
 /**

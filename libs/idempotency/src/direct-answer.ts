@@ -1,0 +1,56 @@
+import { ExpressAdapter } from '@nestjs/platform-express';
+import type { ServerResponse } from 'node:http';
+
+/**
+ * A whole answer, status, headers and body, sent as it is: a replay, or a
+ * first answer stored with the handler's transaction. A web Response would do
+ * the same through Nest's streaming path (a ReadableStream, a Node Readable
+ * and a pipe for a few hundred bytes), which made a replay dearer than the
+ * request it replays; this is one `end()`.
+ *
+ * Only an app created with DirectAnswerExpressAdapter can send one; on any
+ * other the interceptor sends a web Response instead (see `sendsDirectAnswers`).
+ */
+export class DirectAnswer {
+  constructor(
+    readonly status: number,
+    /** Lower-case names; Content-Length is set here from the body. */
+    readonly headers: Readonly<Record<string, string>>,
+    readonly body: string | null,
+  ) {}
+
+  sendTo(res: ServerResponse): void {
+    res.statusCode = this.status;
+    for (const name in this.headers) res.setHeader(name, this.headers[name]);
+    if (this.body === null) {
+      res.end();
+      return;
+    }
+    res.setHeader('content-length', Buffer.byteLength(this.body));
+    res.end(this.body);
+  }
+}
+
+const SENDS_DIRECT_ANSWERS = Symbol.for('@app/idempotency:sends-direct-answers');
+
+/** True when the app's HTTP adapter sends a DirectAnswer as it is. */
+export function sendsDirectAnswers(adapter: unknown): boolean {
+  return (adapter as { [SENDS_DIRECT_ANSWERS]?: unknown } | undefined)?.[SENDS_DIRECT_ANSWERS] === true;
+}
+
+/**
+ * Nest's Express adapter, and a DirectAnswer returned by a route is written
+ * straight to the response, its own status winning over the route's
+ * @HttpCode(), as a web Response's does. Anything else goes to Express as before.
+ */
+export class DirectAnswerExpressAdapter extends ExpressAdapter {
+  readonly [SENDS_DIRECT_ANSWERS] = true;
+
+  override reply(response: unknown, body: unknown, statusCode?: number): unknown {
+    if (body instanceof DirectAnswer) {
+      body.sendTo(response as ServerResponse);
+      return response;
+    }
+    return super.reply(response, body, statusCode);
+  }
+}
