@@ -205,7 +205,8 @@ describe('an @Idempotent() route that finalises its record in its own transactio
     await diedHolding(k);
     const before = runs;
     try {
-      // The recovery's transaction fails after storing: neither the row nor the answer is kept, and the key stays a dead request's.
+      // The recovery's transaction fails after storing: neither the row nor the answer is kept, and the key stays a
+      // dead request's.
       recovery.failAfterStore = true;
       await pay(k, { amount: 650 }).expect(500);
       expect(await effects(k)).toBe(0);

@@ -113,7 +113,10 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
     expect(res.body).toEqual(paidAnswerOf(key, body, payoutId));
     expect(res.headers.location).toBe(`/v1/refunds/${refundIdOf(key)}`);
   };
-  /** `res` is the 201 of `key`'s refund, paid once: one payout at the fake, one row with it, the key completed with `res`'s answer, no send mark left. */
+  /**
+   * `res` is the 201 of `key`'s refund, paid once: one payout at the fake, one row with it, the key completed with
+   * `res`'s answer, no send mark left.
+   */
   const expectPaidOnce = async (res: request.Response, key: string, body: RefundRequest): Promise<FakePayout> => {
     const payout = onePayoutFor(key, body);
     expectCreated(res, key, body, payout.payout_id);
@@ -129,7 +132,10 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
     expect(res.headers['idempotent-replayed']).toBe('true');
     expect(res.body).toEqual(answer);
   };
-  /** `res` is a 503 outcome-unknown and nothing was paid: no payout, no row, the key abandoned, the send mark standing. */
+  /**
+   * `res` is a 503 outcome-unknown and nothing was paid: no payout, no row, the key abandoned, the send mark
+   * standing.
+   */
   const expectUnknownUnpaid = async (res: request.Response, key: string, body: RefundRequest): Promise<void> => {
     expectOutcomeUnknown(res);
     expect(fake.payouts).toHaveLength(0);
@@ -137,7 +143,10 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
     await abandoned(key);
     await oneMarkFor(key, body);
   };
-  /** `res` is a 503 outcome-unknown though the payout was made: one payout, no row, the key abandoned, the send mark standing. */
+  /**
+   * `res` is a 503 outcome-unknown though the payout was made: one payout, no row, the key abandoned, the send mark
+   * standing.
+   */
   const expectUnknownPaid = async (res: request.Response, key: string, body: RefundRequest): Promise<FakePayout> => {
     expectOutcomeUnknown(res);
     const payout = onePayoutFor(key, body);
@@ -169,7 +178,10 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
   };
   /** The resend window of `key`'s refund is over (its last send moved an hour back). */
   const windowOver = (key: string) => ageAttempt(db, refundIdOf(key));
-  /** `res` is the 503 of a request inside the resend window: outcome-unknown, Retry-After at least 1 and at most 2 × PAYMENTS_TIMEOUT_S. */
+  /**
+   * `res` is the 503 of a request inside the resend window: outcome-unknown, Retry-After at least 1 and at most
+   * 2 × PAYMENTS_TIMEOUT_S.
+   */
   const expectInsideWindow = (res: request.Response): number => {
     expectOutcomeUnknown(res);
     const retryAfter = Number(res.headers['retry-after']);
@@ -579,7 +591,8 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
 
     it('a key whose request died before sending anything (a dead record, no mark): the takeover pays with no lookup, once', async () => {
       const body = newBody();
-      // The fingerprint the api gives this body (it depends on the body only): from a completed record of it under another key.
+      // The fingerprint the api gives this body (it depends on the body only): from a completed record of it under
+      // another key.
       const donor = newKey();
       await expectPaidOnce(await post(donor, body), donor, body);
       const [{ fingerprint }] = await db.query<{ fingerprint: string }[]>(
@@ -799,7 +812,10 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       return body;
     };
     const letCommit = () => db.query(`DROP TRIGGER ${TRIGGER} ON refunds`);
-    /** The first request pays and cannot record it: 503, one payout, no row, the key abandoned, the mark standing (sends 1); no lookup yet. */
+    /**
+     * The first request pays and cannot record it: 503, one payout, no row, the key abandoned, the mark standing
+     * (sends 1); no lookup yet.
+     */
     const paidNotRecorded = async (key: string, body: RefundRequest): Promise<FakePayout> => {
       const before = await refundMetrics();
       const payout = await expectUnknownPaid(await post(key, body), key, body);
@@ -866,7 +882,8 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       expect(lookupsFor(fake, refundIdOf(key))).toHaveLength(0);
       expect(fake.payouts).toHaveLength(1);
       expect(await rows(refundIdOf(key))).toEqual([]);
-      // The mismatch is not stored (the key's own body must still get its refund), and the mark is the first body's, as it was.
+      // The mismatch is not stored (the key's own body must still get its refund), and the mark is the first body's,
+      // as it was.
       expect(await record(key)).toBeUndefined();
       expect(await oneMarkFor(key, body)).toEqual(mark);
 
@@ -1061,7 +1078,8 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
     expect((await post(unknownKey, unknownBody)).status).toBe(503); // unknown: payout unknown, lookup absent
     fake.nextLookups({ kind: 'fail' });
     expect((await post(unknownKey, unknownBody)).status).toBe(503); // unknown: the recovery's lookup unknown
-    expect((await post(unknownKey, unknownBody)).status).toBe(503); // unknown: the recovery's lookup absent, the send inside the window
+    // unknown: the recovery's lookup absent, the send inside the window
+    expect((await post(unknownKey, unknownBody)).status).toBe(503);
     await windowOver(unknownKey);
     expect((await post(unknownKey, unknownBody)).status).toBe(201); // paid: the recovery's lookup absent, payout paid
     expect((await post(newKey(), { ...newBody(), amount: '1' })).status).toBe(400); // nothing

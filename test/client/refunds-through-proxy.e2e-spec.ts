@@ -43,7 +43,10 @@ interface Seen {
 
 type Behaviour =
   | { readonly kind: 'forward' }
-  /** Forwards, waits for the api's whole answer, then destroys the caller's socket: nothing of the answer reaches it. */
+  /**
+   * Forwards, waits for the api's whole answer, then destroys the caller's socket: nothing of the answer reaches
+   * it.
+   */
   | { readonly kind: 'forward-and-drop' }
   /** Forwards, then sends the api's status line, headers and half the body, and destroys the socket. */
   | { readonly kind: 'forward-and-cut' };
@@ -136,7 +139,10 @@ describe('issueRefund through a proxy that loses the answers', () => {
     return proxy((s) => (isRefundPost(s) && ++refundPosts === 1 ? { kind } : { kind: 'forward' }));
   };
 
-  /** One payout (one paying POST) at the provider, one row carrying it, the key completed with that answer, no send mark left. */
+  /**
+   * One payout (one paying POST) at the provider, one row carrying it, the key completed with that answer, no send
+   * mark left.
+   */
   const expectPaidOnce = async (r: RefundRequest) => {
     const refundId = refundIdOf(r);
     const payouts = fake.payoutsFor(refundId);

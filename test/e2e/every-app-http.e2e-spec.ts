@@ -11,7 +11,10 @@ import { metricValue } from '../support/metrics';
  * unlogged, is off), and a client that never finishes its request is cut
  * off by the server's own timeout.
  */
-/** A warning raised while the app is being built (Node emits it on a later tick), as a dependency's deprecation would be. */
+/**
+ * A warning raised while the app is being built (Node emits it on a later tick), as a dependency's deprecation would
+ * be.
+ */
 const EARLY_WARNING = `data:text/javascript,${encodeURIComponent("setTimeout(() => process.emitWarning('raised while the app starts', 'TestWarning'), 0);")}`;
 
 describe.each<[BuiltApp, number]>([

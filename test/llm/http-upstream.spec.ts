@@ -149,7 +149,8 @@ describe('HttpChatCompletionsUpstream against a local provider', () => {
       }
       res.end();
     };
-    // 64 MiB through loopback: on a loaded machine that takes seconds, and the call's usual 5 s is not what this test is about.
+    // 64 MiB through loopback: on a loaded machine that takes seconds, and the call's usual 5 s is not what this test
+    // is about.
     const answer = await upstream.send(request({ signal: AbortSignal.timeout(25_000) }));
     await delay(300);
     // Socket buffers hold a few MiB on loopback; an unread body stops the provider there.

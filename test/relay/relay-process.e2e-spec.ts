@@ -12,7 +12,10 @@ interface RelayProcess {
   output(): string;
 }
 
-/** `apps/relay/src/main.ts` as its own process (through ts-node, so no build is needed), ready when /health/ready answers 200. */
+/**
+ * `apps/relay/src/main.ts` as its own process (through ts-node, so no build is needed), ready when /health/ready
+ * answers 200.
+ */
 async function spawnRelay(env: Record<string, string>): Promise<RelayProcess> {
   const healthPort = freePort(71);
   const { NODE_OPTIONS: _ignored, ...inherited } = process.env;

@@ -115,7 +115,8 @@ describe('relay: woken by the commit, LISTEN reconnects, health', () => {
         5000,
         'all 200 delivered',
       );
-      // 10 full batches of 20, drained back to back, plus at most a few passes for notifications that came in meanwhile.
+      // 10 full batches of 20, drained back to back, plus at most a few passes for notifications that came in
+      // meanwhile.
       expect(passes.mock.calls.length).toBeGreaterThanOrEqual(10);
       expect(passes.mock.calls.length).toBeLessThan(30);
       expect(provider.countsByKey().size).toBe(provider.deliveries.length);

@@ -114,7 +114,8 @@ describe('worker process under load writes JSON lines only', () => {
     const err = worker.stderr();
     expect(out.split('\n').filter((l) => l.includes('"msg":"job finished"'))).toHaveLength(JOBS);
     expect({ stdout: notJson(out), stderr: notJson(err) }).toEqual({ stdout: [], stderr: [] });
-    // Process warnings go through the logger as JSON lines (serveHttpApp), so JSON alone is not enough: none was raised.
+    // Process warnings go through the logger as JSON lines (serveHttpApp), so JSON alone is not enough: none was
+    // raised.
     expect(out.split('\n').filter((l) => l.includes('"warning":'))).toEqual([]);
   }, 30_000);
 });

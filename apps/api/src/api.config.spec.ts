@@ -38,7 +38,8 @@ describe('api configuration', () => {
       'https://payments.example.com/v1',
     );
     expect(loadApiConfig({ PAYMENTS_URL: 'http://127.0.0.1:8089' }).paymentsUrl).toBe('http://127.0.0.1:8089');
-    // As LLM_PROVIDER=fake is: production does not force a provider (docker-compose.yml runs the fake with NODE_ENV=production).
+    // As LLM_PROVIDER=fake is: production does not force a provider (docker-compose.yml runs the fake with
+    // NODE_ENV=production).
     expect(loadApiConfig({ NODE_ENV: 'production', API_KEYS: 'acme:0123456789abcdef' }).paymentsUrl).toBeUndefined();
   });
 

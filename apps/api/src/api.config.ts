@@ -63,7 +63,10 @@ export const apiEnvSchema = {
       "the payment provider's base URL for `POST /v1/refunds` (`http://` or `https://`); the fake is for the " +
       'quick start, and production allows it too, so set this wherever refunds are real',
   }),
-  /** The longest one call to the payment provider may take; a refund request makes up to three (REFUND_PROVIDER_CALLS). */
+  /**
+   * The longest one call to the payment provider may take; a refund request makes up to three
+   * (REFUND_PROVIDER_CALLS).
+   */
   paymentsTimeoutMs: env.secondsAsMs(
     'PAYMENTS_TIMEOUT_S',
     10,

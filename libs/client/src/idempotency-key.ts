@@ -42,7 +42,8 @@ export type KeyFact = string | number;
  * - a key shorter than 16 is padded with `:~…` (never a fact's encoding).
  * Numbers are written in decimal, so `42` and `'42'` are the same fact.
  *
- * @param intent what the operation is (`refund`, `summary`): 1..32 of `A-Z a-z 0-9 _ . -`, starting with a letter or digit.
+ * @param intent what the operation is (`refund`, `summary`): 1..32 of `A-Z a-z 0-9 _ . -`, starting with a letter or
+ *   digit.
  * @param facts the business facts that name this one intention, in a fixed order.
  */
 export function idempotencyKey(intent: string, ...facts: KeyFact[]): string {

@@ -16,7 +16,10 @@ export class AttemptSettler {
 
   constructor(private readonly metrics: IdempotencyMetrics) {}
 
-  /** Renews the attempt's lock while it runs; `quiet()` true: a refused renewal is expected (the record was completed in a transaction). */
+  /**
+   * Renews the attempt's lock while it runs; `quiet()` true: a refused renewal
+   * is expected (the record was completed in a transaction).
+   */
   lease(attempt: Attempt, quiet?: () => boolean): LockLease {
     return new LockLease(
       attempt.settings.store,
@@ -110,7 +113,10 @@ export class AttemptSettler {
     }
   }
 
-  /** Gives the key up as a request whose outcome is unknown: abandoned where the store can mark it (tookOver for the next), else released. */
+  /**
+   * Gives the key up as a request whose outcome is unknown: abandoned where the
+   * store can mark it (tookOver for the next), else released.
+   */
   private async abandon(attempt: Attempt, lease: LockLease): Promise<void> {
     const store = attempt.settings.store;
     if (!store.abandon) return this.release(attempt, lease);

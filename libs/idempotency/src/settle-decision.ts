@@ -205,7 +205,10 @@ export function pickHeaders(all: HeaderValues, allowlist: ReadonlySet<string>): 
   return out;
 }
 
-/** An answer a route gave the library itself (recovered, finalised in a transaction), as it is stored: JSON, allowlisted headers. */
+/**
+ * An answer a route gave the library itself (recovered, finalised in a
+ * transaction), as it is stored: JSON, allowlisted headers.
+ */
 export function jsonAnswer(answer: RecoveredAnswer, allowlist: ReadonlySet<string>): StoredResponse {
   const headers = {
     ...pickHeaders(answer.headers ?? {}, allowlist),

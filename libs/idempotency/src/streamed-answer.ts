@@ -107,7 +107,7 @@ export class FrameChannel implements AsyncIterable<string> {
           continue;
         }
         if (this.ended) {
-          // eslint-disable-next-line @typescript-eslint/only-throw-error -- the producer's own error, rethrown as it was
+          // eslint-disable-next-line @typescript-eslint/only-throw-error -- the producer's error, rethrown as it was
           if (this.failure !== undefined) throw this.failure;
           return;
         }

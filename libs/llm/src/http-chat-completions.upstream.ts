@@ -117,7 +117,8 @@ export class HttpChatCompletionsUpstream implements ChatCompletionsUpstream {
           res.destroy(signal.reason as Error);
         } else {
           req.destroy();
-          // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- the signal's own reason, as above
+          // The signal's own reason, as above.
+          // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
           reject(abortedBeforeHead(signal));
         }
       };

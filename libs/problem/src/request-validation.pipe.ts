@@ -10,7 +10,8 @@ import { ProblemTypes } from './problem-types';
  * it from the same path.
  */
 const transformMetadata =
-  // eslint-disable-next-line @typescript-eslint/no-require-imports -- the CommonJS path class-transformer itself uses, so both share one registry
+  // The CommonJS path class-transformer itself uses, so both share one registry.
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
   (require('class-transformer/cjs/storage') as { defaultMetadataStorage: TransformMetadataStorage })
     .defaultMetadataStorage;
 

@@ -316,7 +316,10 @@ export class ChatCompletionsRelay {
     );
   }
 
-  /** The call was ended on our side, not the provider's: its keyless caller left, or a shutdown cut it. Counted as such. */
+  /**
+   * The call was ended on our side, not the provider's: its keyless caller left, or a shutdown cut it. Counted as
+   * such.
+   */
   private endedHere(call: CallState): OpenAiErrorException | undefined {
     if (call.gone.aborted) {
       this.metrics.call('caller_gone');

@@ -46,7 +46,10 @@ function typeFor(status: number): string {
 /** Codes that OpenAI's own clients know by another name. */
 const CODE_RENAMES: Readonly<Record<string, string>> = { unauthorized: 'invalid_api_key' };
 
-/** The stable name of a problem type: its last segment, snake_cased (`idempotency-key-reused` → `idempotency_key_reused`). */
+/**
+ * The stable name of a problem type: its last segment, snake_cased (`idempotency-key-reused` →
+ * `idempotency_key_reused`).
+ */
 function codeOfProblemType(type: string): string {
   const name = (
     type.startsWith(PROBLEM_TYPE_PREFIX) ? type.slice(PROBLEM_TYPE_PREFIX.length) : (type.split(/[:/]/).pop() ?? type)

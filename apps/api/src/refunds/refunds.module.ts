@@ -21,7 +21,8 @@ export class RefundsModule {
             if (options.paymentsUrl !== undefined)
               return new HttpPaymentsProvider({ baseUrl: options.paymentsUrl, timeoutMs: options.paymentsTimeoutMs });
             if (options.production) {
-              // Allowed (the compose quick start runs production), but it pays nothing, and each replica knows only its own payouts.
+              // Allowed (the compose quick start runs production), but it pays nothing, and each replica knows only its
+              // own payouts.
               new Logger(RefundsModule.name).warn(
                 "PAYMENTS_URL is unset: POST /v1/refunds pays through the built-in fake provider, in this process's memory. No money moves; set PAYMENTS_URL wherever refunds are real.",
               );

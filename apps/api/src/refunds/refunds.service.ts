@@ -201,7 +201,10 @@ export class RefundsService {
     return { status: HttpStatus.CREATED, body: answer, headers: { location: refundLocation(answer.refund_id) } };
   }
 
-  /** A recorded refund answers a request only if it is that request's refund: the same key with another body is a 422. */
+  /**
+   * A recorded refund answers a request only if it is that request's refund: the same key with another body is a
+   * 422.
+   */
   private answerFrom(known: StoredRefund, body: CreateRefundDto): RefundDto {
     assertSameRefund(known, body);
     return refundAnswerOf(known);
@@ -253,7 +256,10 @@ export class RefundsService {
     return { how: 'paid', payout: result.payout };
   }
 
-  /** The send mark, committed before the payout leaves. Unwritable: a 503 before anything is sent (the key is freed). */
+  /**
+   * The send mark, committed before the payout leaves. Unwritable: a 503 before anything is sent (the key is
+   * freed).
+   */
   private async claimSend(facts: RefundFacts): Promise<SendClaim> {
     try {
       return await this.rows.claimSend(this.dataSource.manager, facts, this.resendAfterMs);
@@ -300,7 +306,8 @@ export class RefundsService {
         return answer;
       });
     } catch (err) {
-      // Paid, but not recorded: its send mark stays, so the next request with the key finds the payout by lookup and records it.
+      // Paid, but not recorded: its send mark stays, so the next request with the key finds the payout by lookup and
+      // records it.
       const why = err instanceof IdempotencyLockLostError ? 'another request holds the key now' : errorText(err);
       this.logger.error(`refund ${facts.refundId}: payout ${payout.payout_id} made but not recorded (${why})`);
       this.metrics.refund('unknown');

@@ -57,7 +57,10 @@ export class OutboxRelayRepository {
     return (await returning(em, OutboxSql.markFailed, [id, lease, error, delayMs])).length === 1;
   }
 
-  /** The last attempt failed: no more tries until a person re-queues the row (docs/operations.md, Dead letters and parked notifications). */
+  /**
+   * The last attempt failed: no more tries until a person re-queues the row (docs/operations.md, Dead letters and
+   * parked notifications).
+   */
   async park(em: EntityManager, id: string, lease: Date, error: string): Promise<boolean> {
     return (await returning(em, OutboxSql.park, [id, lease, error])).length === 1;
   }

@@ -44,7 +44,8 @@ export class SlotLimiter<T> {
 
   /** Resolves when a slot frees up, or after `timeoutMs` at the latest. */
   async slotFreed(timeoutMs: number): Promise<void> {
-    // A cleared timer, not AbortSignal.timeout: a slot usually frees long before, and each wait would leave its timer behind.
+    // A cleared timer, not AbortSignal.timeout: a slot usually frees long before, and each wait would leave its timer
+    // behind.
     const deadline = new AbortController();
     const timer = setTimeout(() => deadline.abort(), timeoutMs);
     try {

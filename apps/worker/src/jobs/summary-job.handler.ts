@@ -91,7 +91,10 @@ export class SummaryJobHandler implements JobHandler {
     }
   }
 
-  /** PostgreSQL being unreachable or busy, or its schema not migrated yet, is worth a redelivery; anything else is not. */
+  /**
+   * PostgreSQL being unreachable or busy, or its schema not migrated yet, is worth a redelivery; anything else is
+   * not.
+   */
   private async database<T>(op: () => Promise<T>): Promise<T> {
     try {
       return await op();

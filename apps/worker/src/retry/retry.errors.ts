@@ -24,7 +24,10 @@ export abstract class RetryError extends JobError {
   }
 }
 
-/** The call failed in a way retrying cannot fix (a 400, an unknown error): never retryable, whatever its last class says. */
+/**
+ * The call failed in a way retrying cannot fix (a 400, an unknown error): never retryable, whatever its last class
+ * says.
+ */
 export class NonRetryableError extends RetryError {
   constructor(message: string, attempts: number, last: ErrorClass | undefined, options?: ErrorOptions) {
     super(message, attempts, last, options, false);

@@ -289,7 +289,8 @@ export function describeIdempotentRoute(
       expect(await route.effects()).toBe(before);
     });
 
-    // Whether the route validates is known only after setup, so this case is always listed; without invalidBody it has nothing to check.
+    // Whether the route validates is known only after setup, so this case is always
+    // listed; without invalidBody it has nothing to check.
     it('keeps nothing for a body that fails validation: the same key then runs the valid body for real', async () => {
       if (route.invalidBody === undefined) return; // the route does not validate: nothing to keep or not
       const key = newKey();

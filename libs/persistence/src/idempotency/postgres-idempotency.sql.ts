@@ -2,8 +2,8 @@ import { createHash } from 'node:crypto';
 
 /*
  * A record is a row of idempotency_keys (migration IdempotencyKeys1764633600000):
- *   running:   state=running   token  fingerprint  attempt  started_at  locked_until  [head]   expires_at = locked_until
- *   completed: state=completed status headers body fingerprint [streamed]               expires_at = now() + result TTL
+ *   running:   state=running   token  fingerprint  attempt  started_at  locked_until  [head]  expires_at = locked_until
+ *   completed: state=completed status headers body fingerprint [streamed]              expires_at = now() + result TTL
  * A completed row has no token, so no stale token can match it. Every time is
  * PostgreSQL's (`now()`), so every api instance agrees on how long a request
  * has run and when a lock ends. "Ours" means: our token, running, lock not
@@ -109,7 +109,10 @@ SELECT attempt = $5::uuid AS claimed,
        GREATEST(0, floor(extract(epoch FROM locked_until - clock_timestamp()) * 1000))::float8 AS expires_in_ms
 FROM found`,
 
-  /** $1 key, $2 token, $3 fingerprint, $4 status, $5 headers (json), $6 body, $7 result TTL in ms, $8 an ended log's TTL in ms. */
+  /**
+   * $1 key, $2 token, $3 fingerprint, $4 status, $5 headers (json), $6 body, $7 result TTL in ms, $8 an ended log's
+   * TTL in ms.
+   */
   complete: `
 WITH done AS (
   UPDATE idempotency_keys SET state = 'completed', token = NULL, fingerprint = $3, status = $4, headers = $5::jsonb,

@@ -31,7 +31,10 @@ export interface RefundState {
   readonly attempt?: RefundAttempt;
 }
 
-/** The outcome of asking to send a payout: sent (the attempt is recorded), or an earlier send is too recent, by this much. */
+/**
+ * The outcome of asking to send a payout: sent (the attempt is recorded), or an earlier send is too recent, by this
+ * much.
+ */
 export type SendClaim = { readonly sent: true } | { readonly sent: false; readonly waitMs: number };
 
 interface RefundRow {
