@@ -1,0 +1,65 @@
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+/*
+ * The model for the out-of-process benches: POST /v1/chat/completions
+ * answered with one fixed chat.completion after MODEL_LATENCY_MS (0: at
+ * once), in a process of its own so its CPU is not the worker's. Only what
+ * the openai SDK needs to parse a non-streamed answer; nothing is recorded,
+ * so its memory does not grow with the jobs. Prints `fake model listening
+ * on http://127.0.0.1:<port>/v1` on stderr when ready, and the number of
+ * requests it answered on GET /count.
+ *
+ * Args: [port (0: any)] [latency ms].
+ */
+const port = Number(process.argv[2] ?? 0);
+const latencyMs = Number(process.argv[3] ?? 0);
+let answered = 0;
+
+const server = createServer((req, res) => {
+  if (req.method === 'GET' && req.url === '/count') {
+    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ answered }));
+    return;
+  }
+  const chunks: Buffer[] = [];
+  req.on('data', (c: Buffer) => chunks.push(c));
+  req.on('end', () => {
+    if (req.method !== 'POST' || !req.url?.endsWith('/chat/completions')) {
+      res.writeHead(404).end();
+      return;
+    }
+    const { model } = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { model?: string };
+    const answer = () => {
+      answered++;
+      if (res.destroyed) return;
+      res.writeHead(200, { 'content-type': 'application/json' }).end(
+        JSON.stringify({
+          id: `chatcmpl-${answered}`,
+          object: 'chat.completion',
+          created: Math.floor(Date.now() / 1000),
+          model: model ?? 'bench',
+          choices: [
+            {
+              index: 0,
+              finish_reason: 'stop',
+              logprobs: null,
+              message: { role: 'assistant', content: 'A summary.', refusal: null },
+            },
+          ],
+          usage: { prompt_tokens: 7, completion_tokens: 3, total_tokens: 10 },
+        }),
+      );
+    };
+    if (latencyMs > 0) setTimeout(answer, latencyMs);
+    else answer();
+  });
+});
+server.keepAliveTimeout = 65_000;
+server.listen(port, '127.0.0.1', () => {
+  const { port: bound } = server.address() as AddressInfo;
+  console.error(`fake model listening on http://127.0.0.1:${bound}/v1 (latency ${latencyMs} ms)`);
+});
+process.on('SIGTERM', () => {
+  server.closeAllConnections();
+  server.close(() => process.exit(0));
+});

@@ -1,0 +1,103 @@
+import { randomUUID } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
+
+/*
+ * The end-to-end bench's open-loop load: POST /v1/summaries `rate` times a
+ * second for `seconds`, on a fixed schedule whatever the answers (a request
+ * is sent when its time comes, however many are still unanswered), each with
+ * a fresh Idempotency-Key and a unique `notify` (`<tag>-<i>@bench.example`)
+ * that the notification carries back as payload.to. Run to completion in a
+ * process of its own; prints one JSON line on stdout (LoadReport).
+ *
+ * Times are ms since the epoch on the high-resolution clock
+ * (performance.timeOrigin + performance.now()), as the webhook receiver
+ * stamps its arrivals. Latency is measured from a request's scheduled time,
+ * not from when it actually left: a sender that fell behind does not hide its
+ * delay (no coordinated omission); lagMaxMs says how far behind it fell.
+ *
+ * Args: url, bearer key, rate, seconds, tag.
+ */
+export interface LoadReport {
+  readonly sent: number;
+  /** Scheduled send time of request i, by its notify address. */
+  readonly scheduled: Record<string, number>;
+  /** Answers by status (0: no answer, a network error). */
+  readonly statuses: Record<string, number>;
+  /** The most a send left after its scheduled time. */
+  readonly lagMaxMs: number;
+  /** Requests that got no answer, by error (its cause's code, or its message). */
+  readonly errors: Record<string, number>;
+  /** POST answer latency (202s), p50 and p99, from scheduled time. */
+  readonly answerP50Ms: number;
+  readonly answerP99Ms: number;
+}
+
+const [url, key, rateArg, secondsArg, tag] = process.argv.slice(2);
+const rate = Number(rateArg);
+const total = Math.round(rate * Number(secondsArg));
+const interval = 1000 / rate;
+const body = (to: string) => JSON.stringify({ text: 'Open-loop load measures the whole chain.', notify: to });
+const now = () => performance.timeOrigin + performance.now();
+
+const scheduled: Record<string, number> = {};
+const statuses: Record<string, number> = {};
+const answers: number[] = [];
+const errors: Record<string, number> = {};
+let lagMaxMs = 0;
+const inFlight: Promise<void>[] = [];
+
+function send(i: number, at: number): void {
+  const to = `${tag}-${i}@bench.example`;
+  scheduled[to] = at;
+  lagMaxMs = Math.max(lagMaxMs, now() - at);
+  inFlight.push(
+    fetch(url, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'idempotency-key': randomUUID() },
+      body: body(to),
+    })
+      .then(async (res) => {
+        await res.arrayBuffer();
+        statuses[res.status] = (statuses[res.status] ?? 0) + 1;
+        if (res.status === 202) answers.push(now() - at);
+      })
+      .catch((err: Error & { cause?: { code?: string; message?: string } }) => {
+        statuses['0'] = (statuses['0'] ?? 0) + 1;
+        const why = err.cause?.code ?? err.cause?.message ?? err.message;
+        errors[why] = (errors[why] ?? 0) + 1;
+      }),
+  );
+}
+
+async function main(): Promise<void> {
+  const start = now() + 20;
+  process.stderr.write(`sending ${total} at ${rate}/s\n`);
+  let i = 0;
+  await new Promise<void>((done) => {
+    const tick = () => {
+      const t = now();
+      while (i < total && start + i * interval <= t) {
+        send(i, start + i * interval);
+        i++;
+      }
+      if (i >= total) done();
+      else setTimeout(tick, Math.max(0, start + i * interval - now()));
+    };
+    tick();
+  });
+  await Promise.all(inFlight);
+  answers.sort((a, b) => a - b);
+  const q = (p: number) => answers[Math.min(answers.length - 1, Math.floor(answers.length * p))] ?? NaN;
+  const report: LoadReport = {
+    sent: total,
+    scheduled,
+    statuses,
+    lagMaxMs,
+    errors,
+    answerP50Ms: q(0.5),
+    answerP99Ms: q(0.99),
+  };
+  process.stdout.write(JSON.stringify(report) + '\n');
+}
+
+void main();
