@@ -37,7 +37,7 @@ export interface EndToEndOptions {
   readonly seconds?: number;
   /** Windows per rate, in rotated order; default 2. */
   readonly rounds?: number;
-  /** LOG_LEVEL of the api, worker and relay; default warn. */
+  /** LOG_LEVEL of the api, worker and relay; default info, as production runs. */
   readonly logLevel?: string;
   /** How the api, worker and relay run; default ourApps('js'). */
   readonly apps?: OurApps;
@@ -93,7 +93,7 @@ export async function benchEndToEnd(
   const rates = options.rates ?? [200, 400];
   const seconds = options.seconds ?? 10;
   const rounds = options.rounds ?? 2;
-  const logLevel = options.logLevel ?? 'warn';
+  const logLevel = options.logLevel ?? 'info';
   const apps = options.apps ?? ourApps('js');
   const redis = new Redis(redisUrl);
   await redis.flushdb();

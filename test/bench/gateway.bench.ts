@@ -92,7 +92,10 @@ const MODEL = {
   larger: 'bench-larger',
   largeSlow: 'bench-large-slow',
 } as const;
-/** Events of the large stream (~1.5 MB); the larger one has twice as many, to tell retention per reader from retention per stream. */
+/**
+ * Events of the large stream (~1.5 MB); the larger one has twice as many, to tell retention per reader from retention
+ * per stream.
+ */
 const LARGE_EVENTS = 2000;
 const SLOW_READERS = 20;
 const SLOW_READ_BYTES_PER_S = 1024 * 1024;

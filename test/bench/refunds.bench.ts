@@ -64,7 +64,10 @@ export interface RefundBenchRow extends RoundsRow {
   /** The spread of p50 over the rounds. */
   readonly p50MinMs: number;
   readonly p50MaxMs: number;
-  /** Medians over the rounds of this side's figure minus (latency) or over (both) plain's in the same round; undefined for plain. */
+  /**
+   * Medians over the rounds of this side's figure minus (latency) or over (both) plain's in the same round; undefined
+   * for plain.
+   */
   readonly addedP50Ms: number | undefined;
   readonly addedP99Ms: number | undefined;
   readonly p50OverPlain: number | undefined;
@@ -111,7 +114,8 @@ class PlainRefundsController {
       this.signal,
     );
     if (result.outcome !== 'paid') throw new Error(`the bench's provider refused a payout (${result.status})`);
-    // The row alone, as a route without idempotency writes it (RefundRepository.record also clears the route's send mark).
+    // The row alone, as a route without idempotency writes it (RefundRepository.record also clears the route's send
+    // mark).
     const refund = {
       refundId,
       tenant,
@@ -141,7 +145,10 @@ class PlainRefundsController {
   }
 }
 
-/** The api as it runs (ApiModule), plus the plain route; PaymentsProvider is RefundsModule's own, so the plain route has its own fake. */
+/**
+ * The api as it runs (ApiModule), plus the plain route; PaymentsProvider is RefundsModule's own, so the plain route has
+ * its own fake.
+ */
 @Module({})
 class RefundsBenchModule {
   static forRoot(api: DynamicModule): DynamicModule {
@@ -154,7 +161,10 @@ class RefundsBenchModule {
   }
 }
 
-/** Counts the api's round trips (countRedisCommands, countPostgresStatements) by side, only while a measured run is `counting` (not in warm-ups, resets or checks). */
+/**
+ * Counts the api's round trips (countRedisCommands, countPostgresStatements) by side, only while a measured run is
+ * `counting` (not in warm-ups, resets or checks).
+ */
 function countRoundTrips(app: NestExpressApplication) {
   const state = { counting: undefined as RefundSide | undefined, redis: tally(), postgres: tally() };
   countRedisCommands(app.get<Redis>(REDIS_CLIENT), () => {
@@ -263,7 +273,10 @@ export async function benchRefunds(redisUrl: string, databaseUrl: string): Promi
   });
 }
 
-/** Before measuring: both routes answer the same 201 (fields, Location), each new one a row in `refunds`, and a replay is a replay. */
+/**
+ * Before measuring: both routes answer the same 201 (fields, Location), each new one a row in `refunds`, and a replay
+ * is a replay.
+ */
 async function check(urls: Record<RefundSide, string>, ds: DataSource): Promise<void> {
   const post = async (url: string, key: string) => {
     const res = await fetch(url, {

@@ -1,37 +1,28 @@
 /*
  * npm run bench: the benchmarks, never part of npm test. Runs against the
- * Redis and PostgreSQL of REDIS_URL / DATABASE_URL, in Redis database 15 and
- * a database of its own (llmwf_bench, migrated here), so a developer's data
- * is not touched.
+ * Redis and PostgreSQL of REDIS_URL / DATABASE_URL, in Redis databases 13 to
+ * 15 and databases of their own (llmwf_bench*, migrated here), so a
+ * developer's data is not touched. Every figure is printed; a run of every
+ * part also writes them, with the date, the machine and its load, to
+ * docs/bench-results.md (BENCH_RESULTS=<file> writes any run elsewhere).
  */
 import 'reflect-metadata';
-import { cpus } from 'node:os';
+import { writeFileSync } from 'node:fs';
+import { cpus, loadavg, totalmem } from 'node:os';
+import { format } from 'node:util';
 import { Client } from 'pg';
 import { dataSourceOptions } from '@app/persistence';
 import { DataSource } from 'typeorm';
-import { benchApiIdempotency, type BenchResult } from './api-idempotency.bench';
+import { benchApiSideBySide, printApiSideBySide } from './api-side-by-side.bench';
+import { benchEndToEnd, printEndToEnd } from './end-to-end.bench';
 import { benchGateway, type GatewayBenchResults } from './gateway.bench';
 import { benchHostileInput } from './hostile-input.bench';
 import { benchIdempotencyStores } from './idempotency-stores.bench';
 import { benchRefunds } from './refunds.bench';
-import { benchWorker } from './worker-throughput.bench';
+import { benchDatabaseNamed, benchWorkerSideBySide, printWorkerSideBySide } from './worker-side-by-side.bench';
 
 const redisBase = (process.env.REDIS_URL ?? 'redis://127.0.0.1:6379').replace(/\/\d*$/, '');
 const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
-
-function print(results: readonly BenchResult[]): void {
-  console.table(
-    results.map((r) => ({
-      benchmark: r.name,
-      requests: r.requests,
-      concurrency: r.concurrency,
-      'req/s': r.perSecond,
-      'p50 ms': r.p50Ms,
-      'p99 ms': r.p99Ms,
-      'Redis round trips/req': r.redisRoundTripsPerRequest,
-    })),
-  );
-}
 
 async function benchDatabase(): Promise<string> {
   const admin = new Client({ connectionString: databaseUrl });
@@ -48,8 +39,12 @@ async function benchDatabase(): Promise<string> {
   return url.toString();
 }
 
-/** BENCH=stores,refunds runs only those parts (api, stores, refunds, hostile, worker, gateway); unset, all. */
-const PARTS = ['api', 'stores', 'refunds', 'hostile', 'worker', 'gateway'] as const;
+/**
+ * BENCH=api,worker runs only those parts; unset, all:
+ * api (side by side with the plain route and the peer), worker (side by side
+ * with BullMQ), e2e (the chain, open loop), stores, refunds, hostile, gateway.
+ */
+const PARTS = ['api', 'worker', 'e2e', 'stores', 'refunds', 'hostile', 'gateway'] as const;
 const chosen = (process.env.BENCH ?? '')
   .split(',')
   .map((p) => p.trim())
@@ -58,15 +53,53 @@ for (const part of chosen)
   if (!(PARTS as readonly string[]).includes(part)) throw new Error(`BENCH: no part "${part}" (${PARTS.join(', ')})`);
 const want = (part: (typeof PARTS)[number]): boolean => chosen.length === 0 || chosen.includes(part);
 
+// The servers are child processes (processes.ts kills them on exit): an interrupted bench exits, and takes them along.
+for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => process.exit(130));
+
+/** Everything printed, for the results file: console.table prints through console.log. */
+const printed: string[] = [];
+const log = console.log.bind(console);
+console.log = (...args: unknown[]) => {
+  printed.push(format(...args));
+  log(...args);
+};
+
+const load = (): string =>
+  loadavg()
+    .map((x) => x.toFixed(2))
+    .join(' ');
+
 async function main(): Promise<void> {
-  console.log(`node ${process.version}, ${cpus().length} cpus`);
+  const startedAt = new Date();
+  const loadAtStart = load();
+  console.log(
+    `node ${process.version}, ${cpus().length} cpus (${cpus()[0]?.model ?? 'unknown'}), ` +
+      `${Math.round(totalmem() / 2 ** 30)} GiB, load ${loadAtStart}`,
+  );
   const benchDb = await benchDatabase();
-  if (want('api')) print(await benchApiIdempotency(`${redisBase}/15`, benchDb));
+  if (want('api')) printApiSideBySide(await benchApiSideBySide(`${redisBase}/14`, benchDb));
+  if (want('worker') || want('e2e')) {
+    const workerDb = await benchDatabaseNamed(databaseUrl, 'llmwf_bench_worker');
+    if (want('worker')) printWorkerSideBySide(await benchWorkerSideBySide(`${redisBase}/13`, workerDb));
+    if (want('e2e')) printEndToEnd(await benchEndToEnd(`${redisBase}/13`, workerDb));
+  }
   if (want('stores')) await printStores(benchDb);
   if (want('refunds')) await printRefunds(benchDb);
   if (want('hostile')) await printHostile(benchDb);
-  if (want('worker')) await printWorker(benchDb);
   if (want('gateway')) printGateway(await benchGateway(`${redisBase}/15`, benchDb));
+  const file = process.env.BENCH_RESULTS ?? (chosen.length === 0 ? 'docs/bench-results.md' : undefined);
+  if (file) {
+    const header = [
+      '# Benchmark results',
+      '',
+      `\`npm run bench\`${chosen.length ? ` (BENCH=${chosen.join(',')})` : ''}, ${startedAt.toISOString()} to ` +
+        `${new Date().toISOString()}; load average ${loadAtStart} at the start, ${load()} at the end. ` +
+        'Written by test/bench/run.ts; read [benchmarks.md](benchmarks.md) for what each table measures.',
+      '',
+    ];
+    writeFileSync(file, [...header, '```', ...printed, '```', ''].join('\n'));
+    log(`written to ${file}`);
+  }
 }
 
 async function printStores(benchDb: string): Promise<void> {
@@ -126,18 +159,6 @@ async function printHostile(benchDb: string): Promise<void> {
       'p50 ms': r.medianMs,
       'max ms': r.maxMs,
       'loop blocked max ms': r.loopMaxMs,
-    })),
-  );
-}
-
-async function printWorker(benchDb: string): Promise<void> {
-  console.table(
-    (await benchWorker(`${redisBase}/15`, benchDb)).map((r) => ({
-      benchmark: r.name,
-      jobs: r.jobs,
-      'jobs/s': r.jobsPerSecond,
-      'Redis round trips/job': r.redisRoundTripsPerJob,
-      'PostgreSQL round trips/job': r.postgresRoundTripsPerJob,
     })),
   );
 }

@@ -32,7 +32,10 @@ export interface Drive {
   readonly replayed?: boolean;
 }
 
-/** POSTs `total` requests to `url`, `concurrency` at a time, each with keyFor(i) as its Idempotency-Key; the latencies in ms, sorted. */
+/**
+ * POSTs `total` requests to `url`, `concurrency` at a time, each with keyFor(i) as its Idempotency-Key; the latencies
+ * in ms, sorted.
+ */
 export async function drive(
   url: string,
   total: number,
@@ -90,7 +93,10 @@ export interface RoundsRow {
   readonly p99Ms: number;
   /** Commands the api's Redis client sent, over every measured request of every round. */
   readonly redisRoundTripsPerRequest: number;
-  /** Statements the api sent to PostgreSQL (TypeORM's and the pool's, BEGIN and COMMIT included), over every measured request. */
+  /**
+   * Statements the api sent to PostgreSQL (TypeORM's and the pool's, BEGIN and COMMIT included), over every measured
+   * request.
+   */
   readonly postgresRoundTripsPerRequest: number;
 }
 
@@ -108,7 +114,10 @@ export function overRounds(
   };
 }
 
-/** Calls `counted` before every command the api's Redis client sends (each one a round trip: no pipelining on these paths); the returned function puts the client back. */
+/**
+ * Calls `counted` before every command the api's Redis client sends (each one a round trip: no pipelining on these
+ * paths); the returned function puts the client back.
+ */
 export function countRedisCommands(redis: Redis, counted: () => void): () => void {
   const send = redis.sendCommand;
   const bound = send.bind(redis);

@@ -83,7 +83,7 @@ export interface WorkerSideBySideOptions {
   /** Default [0, 50]. */
   readonly latenciesMs?: readonly number[];
   readonly concurrency?: number;
-  /** Our worker's LOG_LEVEL; default warn (the BullMQ side logs nothing per job; info adds a line per job). */
+  /** Our worker's LOG_LEVEL; default info, as production runs (a line per job; the BullMQ side logs nothing). */
   readonly logLevel?: string;
   /** How our worker runs; default ourApps('js'). */
   readonly apps?: OurApps;
@@ -315,7 +315,7 @@ export async function benchWorkerSideBySide(
     jobs,
     concurrency,
     round,
-    logLevel: options.logLevel ?? 'warn',
+    logLevel: options.logLevel ?? 'info',
     apps,
     monitor: false,
   });
