@@ -82,6 +82,8 @@ describe.each([
     expect(replay.headers['content-length']).toBe(String(Buffer.byteLength(first.text)));
     expect(replay.headers['idempotent-replayed']).toBe('true');
     expect(first.headers['idempotent-replayed']).toBeUndefined();
+    // The cookie the handler set goes out with its own answer, never with a replay.
+    expect(first.headers['set-cookie']).toEqual(['session=never-replayed']);
     expect(replay.headers['set-cookie']).toBeUndefined();
     expect(replay.headers['x-request-id']).toBeTruthy();
     expect(runs.json - before).toBe(1);

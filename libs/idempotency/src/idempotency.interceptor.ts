@@ -303,6 +303,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
       const text = NULL_BODY_STATUSES.has(body.status) ? null : outcome.text;
       return new Response(text, { status: body.status, headers: body.headers });
     }
+    if (decision.action === 'store' && outcome.kind === 'returned' && body !== undefined && body !== null) {
+      // Sent as it was stored (where the app sends direct answers): the bytes
+      // serialised once, and the first answer and its replays are one.
+      const answer = this.replays.answer(decision.response);
+      if (!isWebResponse(answer)) return answer;
+    }
     return body;
   }
 
