@@ -77,6 +77,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
   private readonly replays: Replays;
   private readonly follower: Follower;
   private readonly recorder: StreamRecorder;
+  /** Each route's settings (null: not idempotent), by controller class and handler. */
+  private readonly routes = new WeakMap<object, WeakMap<object, RouteSettings | null>>();
 
   constructor(
     private readonly reflector: Reflector,
@@ -98,16 +100,12 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
   async intercept(context: ExecutionContext, next: CallHandler): Promise<Observable<unknown>> {
     if (context.getType() !== 'http') return next.handle();
-    const route = this.reflector.getAllAndOverride<IdempotentOptions | undefined>(IdempotentMetadata, [
-      context.getHandler(),
-      context.getClass(),
-    ]);
-    if (route === undefined) return next.handle();
+    const settings = this.settingsOf(context.getClass(), context.getHandler());
+    if (settings === undefined) return next.handle();
 
     const http = context.switchToHttp();
     const req = http.getRequest<Request>();
     const res = http.getResponse<ExpressResponse>();
-    const settings = routeSettings(route, this.options, this.store, this.replayHeaders);
 
     let key: string | undefined;
     try {
@@ -141,7 +139,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
       context: ctx,
       token: randomUUID(),
       settings,
-      keyHash: createHash('sha256').update(ctx.operation).digest('hex').slice(0, 16),
+      // Hashed only when a log line names it: most requests never log one.
+      get keyHash() {
+        return createHash('sha256').update(ctx.operation).digest('hex').slice(0, 16);
+      },
       handler: context.getHandler(),
     };
 
@@ -177,8 +178,22 @@ export class IdempotencyInterceptor implements NestInterceptor {
         // Subscribed here, not by the caller: the handler's outcome is recorded
         // even if the client goes away meanwhile, so the key is never released
         // under a handler that is still running.
-        return from(this.run(next, req, res, attempt)).pipe(map((v) => withNativeContentType(res, v)));
+        return from(this.run(next, req, res, attempt).then((v) => withNativeContentType(res, v)));
     }
+  }
+
+  /** The route's settings, undefined without @Idempotent(): read from its metadata once per class and method. */
+  private settingsOf(controller: object, handler: object): RouteSettings | undefined {
+    let byHandler = this.routes.get(controller);
+    if (!byHandler) this.routes.set(controller, (byHandler = new WeakMap()));
+    if (byHandler.has(handler)) return byHandler.get(handler) ?? undefined;
+    const route = this.reflector.getAllAndOverride<IdempotentOptions | undefined>(IdempotentMetadata, [
+      handler as () => void,
+      controller as () => void,
+    ]);
+    const settings = route && routeSettings(route, this.options, this.store, this.replayHeaders);
+    byHandler.set(handler, settings ?? null);
+    return settings;
   }
 
   /**
