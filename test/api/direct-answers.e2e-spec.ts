@@ -1,4 +1,15 @@
-import { Body, Controller, Header, HttpCode, Module, Post, Res, UseGuards } from '@nestjs/common';
+import {
+  Body,
+  ClassSerializerInterceptor,
+  Controller,
+  Header,
+  HttpCode,
+  Module,
+  Post,
+  Res,
+  UseGuards,
+} from '@nestjs/common';
+import { APP_INTERCEPTOR } from '@nestjs/core';
 import { Idempotent } from '@app/idempotency';
 import type { Response } from 'express';
 import { IsString } from 'class-validator';
@@ -47,18 +58,24 @@ class AnswersController {
 @Module({ controllers: [AnswersController] })
 class AnswersModule {}
 
+/** An app-wide interceptor outside the idempotency one that maps every answer, as many apps have one. */
+@Module({ providers: [{ provide: APP_INTERCEPTOR, useClass: ClassSerializerInterceptor }] })
+class SerializerModule {}
+
 /*
  * A replay is one end() of the stored bytes with the api's adapter, a web
  * Response with Nest's own: to a client the two are the same answer, and
  * both are the first answer again.
  */
 describe.each([
-  ['the api adapter (replays written straight to the response)', false],
-  ["Nest's own Express adapter (replays as web Responses)", true],
-])('replays through %s', (_name, nestAdapter) => {
+  ['the api adapter (replays written straight to the response)', false, false],
+  ["Nest's own Express adapter (replays as web Responses)", true, false],
+  ['the api adapter, under ClassSerializerInterceptor', false, true],
+  ["Nest's own Express adapter, under ClassSerializerInterceptor", true, true],
+])('replays through %s', (_name, nestAdapter, serializer) => {
   let api: ApiHarness;
   beforeAll(async () => {
-    api = await startApi({ imports: [AnswersModule], nestAdapter });
+    api = await startApi({ imports: [AnswersModule], outerImports: serializer ? [SerializerModule] : [], nestAdapter });
   });
   afterAll(() => api.close());
 
@@ -77,6 +94,7 @@ describe.each([
     expect(first.status).toBe(201);
     expect(replay.status).toBe(201);
     expect(replay.text).toBe(first.text);
+    expect(Object.keys(first.body as object)).toEqual(['id', 'text', 'unicode']);
     expect(replay.headers['content-type']).toBe(first.headers['content-type']);
     expect(replay.headers['location']).toBe(first.headers['location']);
     expect(replay.headers['content-length']).toBe(String(Buffer.byteLength(first.text)));

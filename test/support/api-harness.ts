@@ -27,6 +27,8 @@ export interface ApiHarnessOptions {
   readonly env?: Record<string, string>;
   /** Extra modules, e.g. a feature module with test controllers. */
   readonly imports?: ModuleMetadata['imports'];
+  /** Modules imported before the api's: their app-wide interceptors run outside the api's own. */
+  readonly outerImports?: ModuleMetadata['imports'];
   /** Provider overrides (fault injection around real implementations). */
   readonly override?: (builder: TestingModuleBuilder) => TestingModuleBuilder;
   /** Nest's own Express adapter instead of the api's (which writes replays straight to the response). */
@@ -42,7 +44,11 @@ export async function startApi(options: ApiHarnessOptions = {}): Promise<ApiHarn
     API_KEYS: `${TENANT_A.tenant}:${TENANT_A.key},${TENANT_B.tenant}:${TENANT_B.key}`,
     ...options.env,
   });
-  const imports: (DynamicModule | Type)[] = [ApiModule.forRoot(config), ...((options.imports ?? []) as Type[])];
+  const imports: (DynamicModule | Type)[] = [
+    ...((options.outerImports ?? []) as Type[]),
+    ApiModule.forRoot(config),
+    ...((options.imports ?? []) as Type[]),
+  ];
   let builder = Test.createTestingModule({ imports });
   if (options.override) builder = options.override(builder);
   const moduleRef = await builder.compile();

@@ -1,28 +1,53 @@
+import { StreamableFile } from '@nestjs/common';
 import { ExpressAdapter } from '@nestjs/platform-express';
 import type { ServerResponse } from 'node:http';
+import type { Readable } from 'node:stream';
+
+/**
+ * Stands in for the stream a StreamableFile must have: a DirectAnswer is
+ * sent by DirectAnswerExpressAdapter and never piped; an adapter that tried
+ * is told why.
+ */
+const NEVER_PIPED = {
+  pipe(): never {
+    throw new Error('A DirectAnswer is sent by DirectAnswerExpressAdapter; this app is not created with it');
+  },
+} as unknown as Readable;
 
 /**
  * A whole answer, status, headers and body, sent as it is: a replay, or a
- * first answer stored with the handler's transaction. A web Response would do
- * the same through Nest's streaming path (a ReadableStream, a Node Readable
- * and a pipe for a few hundred bytes), which made a replay dearer than the
- * request it replays; this is one `end()`.
+ * first answer as it was stored. A web Response would do the same through
+ * Nest's streaming path (a ReadableStream, a Node Readable and a pipe for a
+ * few hundred bytes), which made a replay dearer than the request it
+ * replays; this is one `end()`.
  *
- * Only an app created with DirectAnswerExpressAdapter can send one; on any
- * other the interceptor sends a web Response instead (see `sendsDirectAnswers`).
+ * A StreamableFile to everything between the interceptor and the adapter,
+ * so what other interceptors do to a stream they do to it (nothing:
+ * ClassSerializerInterceptor passes streams through, as it must, since the
+ * body is already the bytes). Only an app created with
+ * DirectAnswerExpressAdapter is sent one; on any other the interceptor
+ * answers with a web Response instead (see `sendsDirectAnswers`).
  */
-export class DirectAnswer {
+export class DirectAnswer extends StreamableFile {
   constructor(
     readonly status: number,
     /** Lower-case names; Content-Length is set here from the body. */
     readonly headers: Readonly<Record<string, string>>,
     readonly body: string | null,
-  ) {}
+  ) {
+    super(NEVER_PIPED);
+  }
 
   sendTo(res: ServerResponse): void {
+    if (res.headersSent) {
+      // Something else answered first (it cannot be undone); the connection is closed as it would be.
+      res.end();
+      return;
+    }
     res.statusCode = this.status;
     for (const name in this.headers) res.setHeader(name, this.headers[name]);
     if (this.body === null) {
+      res.removeHeader('content-length');
       res.end();
       return;
     }
