@@ -260,6 +260,24 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
     expect(await count('summaries')).toBe(0);
   });
 
+  it("a handler's dead-letter commands that throw: the entry is dead-lettered without them, not left in the stream", async () => {
+    const w = await worker();
+    model.reply = () => ({ kind: 'error', status: 400 });
+    // Fault injection around the real handler: its hook fails while the MULTI is built.
+    w.handler.deadLettered = () => {
+      throw new Error('a bug in the hook');
+    };
+    const job = newJob();
+    await queue.enqueue(job);
+    expect((await w.consumer.runOnce()).map((r) => r.outcome)).toEqual(['dead_lettered']);
+    const [[, fields]] = await redis.xrange(DEAD_LETTER_STREAM, '-', '+');
+    expect(fieldsOf(fields)).toMatchObject({ job_id: job.jobId, reason: 'llm_client' });
+    expect(await pending()).toBe(0);
+    expect(await redis.xlen(JOBS_STREAM)).toBe(0);
+    // What the hook would have done (the job record marked failed) did not happen; the rest did.
+    expect(await redis.hget(jobRecordKey(job.jobId), 'status')).not.toBe('failed');
+  });
+
   it('a job that keeps getting 429 makes LLM_MAX_ATTEMPTS calls in one delivery and stays pending', async () => {
     const w = await worker({ LLM_MAX_ATTEMPTS: '3' });
     model.reply = () => ({ kind: 'error', status: 429, headers: { 'retry-after-ms': '20' } });

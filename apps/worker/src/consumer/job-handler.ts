@@ -35,6 +35,8 @@ export interface JobHandler {
    * name keys in the stream's hash slot. Synchronous: it queues, never awaits.
    */
   deadLettered?(tx: ChainableCommander, message: StreamMessage, reason: string): void;
+  /** What every log line of a delivery carries besides its entry id (the summary job: its job id). */
+  logFields?(message: StreamMessage): Readonly<Record<string, string | undefined>>;
 }
 
 /** The provider StreamsConsumer runs its entries with. */

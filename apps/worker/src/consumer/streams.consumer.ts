@@ -1,17 +1,16 @@
 import { BeforeApplicationShutdown, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy } from '@nestjs/common';
 import { backoffDelay } from '@app/config';
 import { HealthChecksRegistry } from '@app/health';
-import { fieldsOf } from '@app/summary-queue';
 import { InjectRedis } from '@app/redis';
 import type { Redis } from 'ioredis';
 import { PinoLogger } from 'nestjs-pino';
 import { setTimeout as delay } from 'node:timers/promises';
 import { failureOf } from '../jobs/job.errors';
 import { WorkerMetrics } from '../worker.metrics';
+import { ConsumerGroup } from './consumer-group';
 import { InjectJobHandler, type JobHandler, type StreamMessage } from './job-handler';
 import { LeaseManager } from './lease-manager';
 import { SlotLimiter } from './slot-limiter';
-import { ACK, FORGET_CONSUMER, RECLAIM } from './stream-scripts';
 import { InjectStreamsConsumerOptions, type StreamsConsumerOptions } from './streams-consumer.options';
 
 /**
@@ -28,12 +27,8 @@ export interface Delivery {
 }
 
 const LOOP = 'streams-consumer';
-/** Dead letters are kept, but not without bound. */
-const DEAD_LETTER_MAXLEN = 100_000;
 /** After a failed turn the loop waits 100 ms, doubling up to 5 s. */
 const TURN_BACKOFF = { baseMs: 100, capMs: 5000, jitter: 'none' } as const;
-
-type RawEntry = [string, string[]];
 
 /**
  * Owns the loop on the job stream: reclaims entries that dead consumers left
@@ -41,6 +36,7 @@ type RawEntry = [string, string[]];
  * (XREADGROUP >) for as many free slots as it has, runs each with the
  * JOB_HANDLER, up to `concurrency` at once (SlotLimiter), while LeaseManager
  * keeps its in-flight entries fresh so no live job is taken from under it.
+ * ConsumerGroup does the Redis side of each step; this class decides.
  * The handler's outcome decides: success acks; an error's class (failureOf)
  * leaves the entry pending for redelivery when it is retryable, and
  * dead-letters it at once when not; past maxDeliveries an entry is
@@ -58,15 +54,14 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
   private readonly stopRetrying = new AbortController();
   /** Aborted when the drain time is over: calls in progress are cut off. */
   private readonly hardStop = new AbortController();
-  private blocking: Redis | undefined;
+  private readonly group: ConsumerGroup;
   private cursor = '0-0';
   private nextReclaimAt = 0;
-  private groupReady = false;
   private stopping = false;
   private loop: Promise<void> | undefined;
 
   constructor(
-    @InjectRedis() private readonly redis: Redis,
+    @InjectRedis() redis: Redis,
     @InjectStreamsConsumerOptions() private readonly options: StreamsConsumerOptions,
     @InjectJobHandler() private readonly handler: JobHandler,
     private readonly health: HealthChecksRegistry,
@@ -75,6 +70,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
   ) {
     this.slots = new SlotLimiter(options.concurrency);
     this.leases = new LeaseManager(redis, options, () => this.slots.ids(), this.logger);
+    this.group = new ConsumerGroup(redis, options, this.logger);
   }
 
   get consumerName(): string {
@@ -113,7 +109,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
 
   onModuleDestroy(): void {
     // Tests that close the module without a shutdown still release the connection.
-    if (!this.loop) this.blocking?.disconnect();
+    if (!this.loop) this.group.disconnect();
   }
 
   /**
@@ -126,7 +122,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     if (this.stopping) return;
     this.stopping = true;
     this.stopRetrying.abort(new Error('shutting down'));
-    this.blocking?.disconnect(); // ends a blocking XREADGROUP at once
+    this.group.disconnect(); // ends a blocking XREADGROUP at once
     this.slots.wake();
     await this.loop;
     this.health.unregisterLoop(LOOP);
@@ -150,14 +146,8 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
 
   /** Each process is a new consumer: leave no name behind, unless entries still wait on it. */
   private async forgetConsumer(): Promise<void> {
-    if (!this.groupReady) return; // never read: Redis has no such consumer
     try {
-      const removed = await FORGET_CONSUMER.run<number>(
-        this.redis,
-        [this.options.stream],
-        [this.options.group, this.options.consumer],
-      );
-      if (!removed)
+      if ((await this.group.leave()) === 'pending')
         this.logger.log('entries are still pending for this consumer; it stays in the group for them to be reclaimed');
     } catch (err) {
       this.logger.warn(`could not remove this consumer from the group: ${(err as Error).message}`);
@@ -189,14 +179,14 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       // deleted it): create it again and carry on.
       if (!(err as Error).message?.includes('NOGROUP')) throw err;
       this.logger.warn('the consumer group is gone; creating it again');
-      this.groupReady = false;
+      this.group.forgotten();
       this.cursor = '0-0';
       return this.turnOnce(block);
     }
   }
 
   private async turnOnce(block: boolean): Promise<Delivery[]> {
-    await this.ensureGroup();
+    await this.group.ensure();
     let free = this.slots.free;
     if (free <= 0) {
       await this.slots.slotFreed(1000);
@@ -211,19 +201,13 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     if (free > 0 && !this.stopping) {
       // Block only when there is nothing else to do: no reclaim scan under way.
       const wait = block && started.length === 0 && this.cursor === '0-0';
-      for (const [id, flat] of await this.readNew(free, wait)) {
-        started.push(this.dispatch({ id, fields: fieldsOf(flat) }, 1));
-      }
+      for (const message of await this.group.readNew(free, wait)) started.push(this.dispatch(message, 1));
     }
     return started;
   }
 
   private async reclaim(count: number): Promise<Delivery[]> {
-    const [cursor, entries, deleted, counts] = await RECLAIM.run<[string, RawEntry[], string[], number[]]>(
-      this.redis,
-      [this.options.stream, this.options.deadLetterStream],
-      [this.options.group, this.options.consumer, this.options.claimIdleMs, this.cursor, count, DEAD_LETTER_MAXLEN],
-    );
+    const { cursor, entries, deleted } = await this.group.reclaim(this.cursor, count);
     this.cursor = cursor;
     for (const id of deleted) {
       // Gone from the stream while pending: XAUTOCLAIM dropped it from the
@@ -235,15 +219,14 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       );
     }
     const started: Delivery[] = [];
-    for (const [i, [id, flat]] of entries.entries()) {
+    for (const { message, deliveries } of entries) {
+      const { id } = message;
       // Still running here: its refresh came too late (a stalled event loop,
       // a failed REFRESH) and the claim has just reset its idle time, which is
       // all it needed (at the cost of one delivery counted). Running it again
       // would run the job twice in this process and take a second slot.
       if (this.slots.has(id)) continue;
-      const deliveries = Number(counts[i]);
       this.metrics.reclaimed.inc();
-      const message = { id, fields: fieldsOf(flat) };
       if (deliveries > this.options.maxDeliveries) {
         try {
           await this.deadLetter(message, 'max_deliveries', `delivered ${deliveries - 1} times without success`);
@@ -251,31 +234,21 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
           // Still pending, claimed by us: the next claim tries again. The rest
           // of the batch, claimed with it, must still run.
           this.logger.error(
-            { job_id: message.fields.job_id, entry: id, deliveries },
+            { ...this.logFields(message), entry: id, deliveries },
             `dead-lettering failed: ${(err as Error).message}`,
           );
         }
         continue;
       }
-      this.logger.log({ job_id: message.fields.job_id, entry: id, deliveries }, 'reclaimed');
+      this.logger.log({ ...this.logFields(message), entry: id, deliveries }, 'reclaimed');
       started.push(this.dispatch(message, deliveries));
     }
     return started;
   }
 
-  private async readNew(count: number, block: boolean): Promise<RawEntry[]> {
-    const client = block ? this.blockingClient() : this.redis;
-    const args: (string | number)[] = ['GROUP', this.options.group, this.options.consumer, 'COUNT', count];
-    if (block) args.push('BLOCK', this.options.blockMs);
-    args.push('STREAMS', this.options.stream, '>');
-    const xreadgroup = client.xreadgroup.bind(client) as (...a: (string | number)[]) => Promise<unknown>;
-    const reply = (await xreadgroup(...args)) as [string, RawEntry[]][] | null;
-    return reply?.[0]?.[1] ?? [];
-  }
-
   private dispatch(message: StreamMessage, deliveries: number): Delivery {
-    // Every log line of the job, however deep, carries its job id and entry.
-    const bindings = { job_id: message.fields.job_id, entry: message.id };
+    // Every log line of the job, however deep, carries its entry and what the handler names it by.
+    const bindings = { ...this.logFields(message), entry: message.id };
     const outcome = this.slots.hold(
       message.id,
       this.pino.runInContext(() => this.process(message, deliveries), { bindings }),
@@ -290,7 +263,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       this.metrics.jobDuration.observe({ outcome }, (performance.now() - startedAt) / 1000);
       return outcome;
     };
-    const jobId = message.fields.job_id;
+    const named = { ...this.logFields(message), entry: message.id, deliveries };
     let result: DeliveryOutcome;
     try {
       result = await this.handler.process(message, {
@@ -302,27 +275,21 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       const { kind: reason, retryable } = failureOf(err);
       if (retryable) {
         // Left pending and no longer refreshed: redelivered after claimIdleMs.
-        this.logger.warn(
-          { job_id: jobId, entry: message.id, deliveries, reason },
-          `job failed, will be redelivered: ${(err as Error).message}`,
-        );
+        this.logger.warn({ ...named, reason }, `job failed, will be redelivered: ${(err as Error).message}`);
         return finish('transient');
       }
-      this.logger.error(
-        { job_id: jobId, entry: message.id, deliveries, reason },
-        `job failed for good: ${(err as Error).message}`,
-      );
+      this.logger.error({ ...named, reason }, `job failed for good: ${(err as Error).message}`);
       try {
         await this.deadLetter(message, reason, (err as Error).message);
       } catch (dlqErr) {
         // Still pending: it comes back and ends here again, or past maxDeliveries.
-        this.logger.error({ job_id: jobId, entry: message.id }, `dead-lettering failed: ${(dlqErr as Error).message}`);
+        this.logger.error(named, `dead-lettering failed: ${(dlqErr as Error).message}`);
         return finish('transient');
       }
       return finish('dead_lettered');
     }
     try {
-      await this.ack(message.id);
+      await this.group.ack(message.id);
     } catch (err) {
       // The job is done and committed; only the ack is in doubt (a timeout
       // may even come after Redis ran it). Dead-lettering it would mark a
@@ -330,7 +297,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       // claimIdleMs, stops at the handler's pre-check as a duplicate and is
       // acked then; if the ack did run, nothing is left to redeliver.
       this.logger.warn(
-        { job_id: jobId, entry: message.id, deliveries, result },
+        { ...named, result },
         `job finished but its ack failed, left pending: ${(err as Error).message}`,
       );
       return finish('transient');
@@ -339,70 +306,15 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     return finish(result);
   }
 
-  private async ack(id: string): Promise<void> {
-    await ACK.run(this.redis, [this.options.stream], [this.options.group, id]);
-  }
-
-  /**
-   * Copies the entry to the dead-letter stream with its fields, a reason and
-   * its source id, acknowledges and deletes it, plus whatever the handler's
-   * `deadLettered` hook adds (for the summary job, marking it failed where
-   * the API reads it): all in one MULTI/EXEC (the keys share a hash slot).
-   */
+  /** Dead-letters the entry in one MULTI, with the handler's own commands for it (deadLettered). */
   private async deadLetter(message: StreamMessage, reason: string, detail: string): Promise<void> {
-    const fields = Object.entries(message.fields)
-      .filter(([k]) => k !== 'reason' && k !== 'source_id')
-      .flat();
-    const tx = this.redis
-      .multi()
-      .xadd(
-        this.options.deadLetterStream,
-        'MAXLEN',
-        '~',
-        DEAD_LETTER_MAXLEN,
-        '*',
-        ...fields,
-        'reason',
-        reason,
-        'detail',
-        detail.slice(0, 1000),
-        'source_id',
-        message.id,
-      )
-      .xack(this.options.stream, this.options.group, message.id)
-      .xdel(this.options.stream, message.id);
-    this.handler.deadLettered?.(tx, message, reason);
-    const results = await tx.exec();
-    const failed = results?.find(([e]) => e);
-    if (!results || failed) throw failed?.[0] ?? new Error('MULTI aborted');
+    const hook = this.handler.deadLettered?.bind(this.handler);
+    await this.group.deadLetter(message, reason, detail, hook && ((tx) => hook(tx, message, reason)));
     this.metrics.deadLetters.inc({ reason });
   }
 
-  private async ensureGroup(): Promise<void> {
-    if (this.groupReady) return;
-    try {
-      // From 0, not $: jobs accepted before any worker existed are delivered too.
-      await this.redis.xgroup('CREATE', this.options.stream, this.options.group, '0', 'MKSTREAM');
-    } catch (err) {
-      if (!(err as Error).message.startsWith('BUSYGROUP')) throw err;
-    }
-    this.groupReady = true;
-  }
-
-  private blockingClient(): Redis {
-    // Its own connection: a blocking read must not hold up acks and refreshes.
-    if (!this.blocking) {
-      this.blocking = this.redis.duplicate({
-        connectionName: `${this.options.consumer}:blocking`,
-        commandTimeout: this.options.blockMs + 5000,
-        // It blocks: nothing may be batched behind it (the shared client is auto-pipelined).
-        enableAutoPipelining: false,
-        lazyConnect: false,
-        // Queued while it connects; the command timeout still bounds the wait.
-        enableOfflineQueue: true,
-      });
-      this.blocking.on('error', (err: Error) => this.logger.debug(`blocking connection: ${err.message}`));
-    }
-    return this.blocking;
+  /** What the handler names a delivery by in the logs (the summary job: its job id). */
+  private logFields(message: StreamMessage): Readonly<Record<string, string | undefined>> {
+    return this.handler.logFields?.(message) ?? {};
   }
 }

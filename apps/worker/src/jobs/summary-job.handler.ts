@@ -41,6 +41,11 @@ export class SummaryJobHandler implements JobHandler {
     markSummaryJobFailed(tx, message.fields, reason);
   }
 
+  /** Every log line of a delivery names its job. */
+  logFields(message: StreamMessage): { job_id: string | undefined } {
+    return { job_id: message.fields.job_id };
+  }
+
   /** Throws a JobError: RetryError for the model call, `database` for PostgreSQL, `unexpected` for anything else. */
   async handle(job: SummaryJob, ctx: JobRunContext): Promise<WriteOutcome> {
     if (await this.database(() => this.writer.isStored(job.jobId))) return 'duplicate';

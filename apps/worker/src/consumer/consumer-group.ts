@@ -1,0 +1,187 @@
+import type { Logger } from '@nestjs/common';
+import type { ChainableCommander, Redis } from 'ioredis';
+import type { StreamMessage } from './job-handler';
+import { ACK, FORGET_CONSUMER, RECLAIM } from './stream-scripts';
+import type { StreamsConsumerOptions } from './streams-consumer.options';
+
+/** Dead letters are kept, but not without bound. */
+const DEAD_LETTER_MAXLEN = 100_000;
+
+type RawEntry = [string, string[]];
+
+export type GroupOptions = Pick<
+  StreamsConsumerOptions,
+  'stream' | 'deadLetterStream' | 'group' | 'consumer' | 'claimIdleMs' | 'blockMs'
+>;
+
+/** What one reclaim step found: entries to run again with their delivery counts, and ids gone from the stream. */
+export interface Reclaimed {
+  /** XAUTOCLAIM's cursor: '0-0' once the scan of the pending entries is over. */
+  readonly cursor: string;
+  readonly entries: readonly { readonly message: StreamMessage; readonly deliveries: number }[];
+  /** Pending ids whose entries were deleted from the stream, recorded in the dead-letter stream by the script. */
+  readonly deleted: readonly string[];
+}
+
+/**
+ * One stream's consumer group as this consumer sees it in Redis: creating
+ * the group, reading new entries (blocking on a connection of its own),
+ * reclaiming what dead consumers left, acknowledging, dead-lettering, and
+ * leaving the group. No policy: StreamsConsumer decides what to do when.
+ */
+export class ConsumerGroup {
+  private blocking: Redis | undefined;
+  private ready = false;
+
+  constructor(
+    private readonly redis: Redis,
+    private readonly options: GroupOptions,
+    private readonly logger: Logger,
+  ) {}
+
+  /** Creates the group (and the stream) once; after a NOGROUP, `forgotten()` makes the next call create it again. */
+  async ensure(): Promise<void> {
+    if (this.ready) return;
+    try {
+      // From 0, not $: jobs accepted before any worker existed are delivered too.
+      await this.redis.xgroup('CREATE', this.options.stream, this.options.group, '0', 'MKSTREAM');
+    } catch (err) {
+      if (!(err as Error).message.startsWith('BUSYGROUP')) throw err;
+    }
+    this.ready = true;
+  }
+
+  /** The group is gone (Redis restarted without persistence, or someone deleted it). */
+  forgotten(): void {
+    this.ready = false;
+  }
+
+  /**
+   * XAUTOCLAIM from `cursor` plus each entry's delivery count, in one script
+   * (RECLAIM); counts come from Redis, never from this process's memory.
+   */
+  async reclaim(cursor: string, count: number): Promise<Reclaimed> {
+    const [next, entries, deleted, counts] = await RECLAIM.run<[string, RawEntry[], string[], number[]]>(
+      this.redis,
+      [this.options.stream, this.options.deadLetterStream],
+      [this.options.group, this.options.consumer, this.options.claimIdleMs, cursor, count, DEAD_LETTER_MAXLEN],
+    );
+    return {
+      cursor: next,
+      entries: entries.map(([id, flat], i) => ({
+        message: { id, fields: fieldMap(flat) },
+        deliveries: Number(counts[i]),
+      })),
+      deleted,
+    };
+  }
+
+  /** Up to `count` new entries (XREADGROUP >); `block`: waits up to blockMs for one, on the blocking connection. */
+  async readNew(count: number, block: boolean): Promise<StreamMessage[]> {
+    const client = block ? this.blockingClient() : this.redis;
+    const args: (string | number)[] = ['GROUP', this.options.group, this.options.consumer, 'COUNT', count];
+    if (block) args.push('BLOCK', this.options.blockMs);
+    args.push('STREAMS', this.options.stream, '>');
+    const xreadgroup = client.xreadgroup.bind(client) as (...a: (string | number)[]) => Promise<unknown>;
+    const reply = (await xreadgroup(...args)) as [string, RawEntry[]][] | null;
+    return (reply?.[0]?.[1] ?? []).map(([id, flat]) => ({ id, fields: fieldMap(flat) }));
+  }
+
+  /** Acknowledges and deletes the entry (ACK): the stream holds only work not done. */
+  async ack(id: string): Promise<void> {
+    await ACK.run(this.redis, [this.options.stream], [this.options.group, id]);
+  }
+
+  /**
+   * Copies the entry to the dead-letter stream with its fields, a reason and
+   * its source id, acknowledges and deletes it: one MULTI/EXEC. `alsoInTx`
+   * adds the job's own commands (its record marked failed) to the same MULTI
+   * (their keys share the stream's hash slot); if it throws, the entry is
+   * dead-lettered without them and the error is logged, so a faulty hook
+   * cannot keep an entry from ever leaving the stream.
+   */
+  async deadLetter(
+    message: StreamMessage,
+    reason: string,
+    detail: string,
+    alsoInTx?: (tx: ChainableCommander) => void,
+  ): Promise<void> {
+    const build = (withHook: boolean): ChainableCommander => {
+      const fields = Object.entries(message.fields)
+        .filter(([k]) => k !== 'reason' && k !== 'source_id')
+        .flat();
+      const tx = this.redis
+        .multi()
+        .xadd(
+          this.options.deadLetterStream,
+          'MAXLEN',
+          '~',
+          DEAD_LETTER_MAXLEN,
+          '*',
+          ...fields,
+          'reason',
+          reason,
+          'detail',
+          detail.slice(0, 1000),
+          'source_id',
+          message.id,
+        )
+        .xack(this.options.stream, this.options.group, message.id)
+        .xdel(this.options.stream, message.id);
+      if (withHook) alsoInTx?.(tx);
+      return tx;
+    };
+    let tx: ChainableCommander;
+    try {
+      tx = build(true);
+    } catch (err) {
+      this.logger.error(
+        `the handler's dead-letter commands failed (${(err as Error).message}); entry ${message.id} dead-lettered without them`,
+      );
+      tx = build(false);
+    }
+    const results = await tx.exec();
+    const failed = results?.find(([e]) => e);
+    if (!results || failed) throw failed?.[0] ?? new Error('MULTI aborted');
+  }
+
+  /** Leaves the group unless entries are still pending for this consumer (they must stay to be reclaimed). */
+  async leave(): Promise<'left' | 'pending' | 'never-joined'> {
+    if (!this.ready) return 'never-joined'; // never read: Redis has no such consumer
+    const removed = await FORGET_CONSUMER.run<number>(
+      this.redis,
+      [this.options.stream],
+      [this.options.group, this.options.consumer],
+    );
+    return removed ? 'left' : 'pending';
+  }
+
+  /** Closes the blocking connection, which ends a blocking read at once. */
+  disconnect(): void {
+    this.blocking?.disconnect();
+  }
+
+  private blockingClient(): Redis {
+    // Its own connection: a blocking read must not hold up acks and refreshes.
+    if (!this.blocking) {
+      this.blocking = this.redis.duplicate({
+        connectionName: `${this.options.consumer}:blocking`,
+        commandTimeout: this.options.blockMs + 5000,
+        lazyConnect: false,
+        // Queued while it connects; the command timeout still bounds the wait.
+        enableOfflineQueue: true,
+        // It blocks: nothing may be batched behind it (the shared client is auto-pipelined).
+        enableAutoPipelining: false,
+      });
+      this.blocking.on('error', (err: Error) => this.logger.debug(`blocking connection: ${err.message}`));
+    }
+    return this.blocking;
+  }
+}
+
+/** A stream entry's flat field list (`[k1, v1, k2, v2]`) as a map. */
+function fieldMap(flat: readonly string[]): Record<string, string> {
+  const fields: Record<string, string> = {};
+  for (let i = 0; i + 1 < flat.length; i += 2) fields[flat[i]] = flat[i + 1];
+  return fields;
+}
