@@ -27,7 +27,8 @@ export interface Backoff {
 const MAX_EXPONENT = 40;
 
 /**
- * The one backoff of the codebase: the wait before retry `retry`, counted from
+ * The one backoff of the apps (libs/client, which callers take without our
+ * server libraries, keeps its own full-jitter one): the wait before retry `retry`, counted from
  * 0 for the first retry (a negative count is treated as 0). The step is
  * min(cap, base × 2^retry); `random` (uniform in [0, 1)) is drawn only when
  * there is jitter.
