@@ -13,7 +13,10 @@ const RECONNECT_BACKOFF = { baseMs: 50, capMs: 2000, jitter: 'none' } as const;
  * Auto-pipelined: the commands that concurrent requests send in one turn of
  * the event loop go out in one socket write instead of one write each (the
  * writes were the largest item of the api's profile). Every command keeps its
- * own reply and timeout. A blocking read (XREADGROUP BLOCK, XREAD BLOCK)
+ * own reply and timeout; ioredis sends the next batch once the one in flight
+ * is answered, so while Redis stalls a command may wait up to a timeout for
+ * the batch ahead before its own timeout starts: a stalled Redis fails a
+ * request in at most twice `commandTimeoutMs`. A blocking read (XREADGROUP BLOCK, XREAD BLOCK)
  * never goes on this connection, where every command behind it would wait out
  * the block: blocking readers take a duplicate of their own, not pipelined.
  */
