@@ -2,6 +2,5 @@ export * from './summary-job';
 export * from './summary-job.message';
 export * from './summary-ready';
 export * from './summary-job.queue';
-export * from './uuid-v5';
 export * from './summary-queue.module';
 export * from './dead-letters';

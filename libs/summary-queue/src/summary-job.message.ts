@@ -1,5 +1,5 @@
 import type { SummaryJob } from './summary-job';
-import { isUuid } from './uuid-v5';
+import { isUuid } from '@app/ids';
 
 /** A stream entry that is not a summary job, and never will be: retrying it cannot help. */
 export class MalformedSummaryJobError extends Error {

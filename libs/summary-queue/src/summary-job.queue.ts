@@ -9,7 +9,7 @@ import {
   jobRecordKey,
   SummaryJob,
 } from './summary-job';
-import { isUuid } from './uuid-v5';
+import { isUuid } from '@app/ids';
 
 /*
  * The job record and the stream entry are written by one script: one round

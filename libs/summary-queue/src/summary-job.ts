@@ -1,4 +1,4 @@
-import { uuidV5 } from './uuid-v5';
+import { uuidV5 } from '@app/ids';
 
 /** The stream, its dead letters and the job records share one hash slot. */
 export const JOBS_STREAM = '{summaries}:jobs';

@@ -1,6 +1,6 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { type IdempotencyRequestContext, StreamedAnswer } from '@app/idempotency';
-import { uuidV5 } from '@app/summary-queue';
+import { uuidV5 } from '@app/ids';
 import {
   type ChatCompletionsUpstream,
   InjectChatCompletionsUpstream,

@@ -7,7 +7,7 @@ import {
   type PendingIdempotencyRecord,
   type RecoveredAnswer,
 } from '@app/idempotency';
-import { isUuid, uuidV5 } from '@app/summary-queue';
+import { isUuid, uuidV5 } from '@app/ids';
 import { PaymentOutcomeUnknownError, PaymentsProvider, type Payout } from '@app/payments';
 import {
   type RefundFacts,

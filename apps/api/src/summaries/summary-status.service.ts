@@ -1,5 +1,6 @@
 import { Injectable, NotFoundException } from '@nestjs/common';
-import { isUuid, SummaryJobQueue } from '@app/summary-queue';
+import { isUuid } from '@app/ids';
+import { SummaryJobQueue } from '@app/summary-queue';
 import { SummaryRepository } from '@app/persistence';
 import { ProblemException, serviceUnavailable } from '@app/problem';
 import { DataSource } from 'typeorm';
