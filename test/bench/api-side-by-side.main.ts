@@ -8,33 +8,16 @@
  */
 import 'reflect-metadata';
 import { cpus } from 'node:os';
-import { Client } from 'pg';
-import { dataSourceOptions } from '@app/persistence';
-import { DataSource } from 'typeorm';
 import { benchApiSideBySide, printApiSideBySide } from './api-side-by-side.bench';
+import { benchDatabaseNamed } from './support';
 
 const redisBase = (process.env.REDIS_URL ?? 'redis://127.0.0.1:6379').replace(/\/\d*$/, '');
 const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
 const DATABASE = 'llmwf_bench_api';
 
-async function benchDatabase(): Promise<string> {
-  const admin = new Client({ connectionString: databaseUrl });
-  await admin.connect();
-  await admin.query(`DROP DATABASE IF EXISTS ${DATABASE} WITH (FORCE)`);
-  await admin.query(`CREATE DATABASE ${DATABASE}`);
-  await admin.end();
-  const url = new URL(databaseUrl);
-  url.pathname = `/${DATABASE}`;
-  const ds = new DataSource(dataSourceOptions({ url: url.toString(), applicationName: 'bench' }));
-  await ds.initialize();
-  await ds.runMigrations();
-  await ds.destroy();
-  return url.toString();
-}
-
 async function main(): Promise<void> {
   console.log(`node ${process.version}, ${cpus().length} cpus`);
-  printApiSideBySide(await benchApiSideBySide(`${redisBase}/14`, await benchDatabase()));
+  printApiSideBySide(await benchApiSideBySide(`${redisBase}/14`, await benchDatabaseNamed(databaseUrl, DATABASE)));
 }
 
 main().then(

@@ -9,7 +9,8 @@
 import 'reflect-metadata';
 import { cpus } from 'node:os';
 import { benchEndToEnd, printEndToEnd } from './end-to-end.bench';
-import { benchDatabaseNamed, ourApps } from './worker-side-by-side.bench';
+import { benchDatabaseNamed } from './support';
+import { ourApps } from './worker-side-by-side.bench';
 
 const redisUrl = `${(process.env.REDIS_URL ?? 'redis://127.0.0.1:6379').replace(/\/\d*$/, '')}/13`;
 const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';

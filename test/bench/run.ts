@@ -10,34 +10,17 @@ import 'reflect-metadata';
 import { writeFileSync } from 'node:fs';
 import { cpus, loadavg, totalmem } from 'node:os';
 import { format } from 'node:util';
-import { Client } from 'pg';
-import { dataSourceOptions } from '@app/persistence';
-import { DataSource } from 'typeorm';
 import { benchApiSideBySide, printApiSideBySide } from './api-side-by-side.bench';
 import { benchEndToEnd, printEndToEnd } from './end-to-end.bench';
 import { benchGateway, type GatewayBenchResults } from './gateway.bench';
 import { benchHostileInput } from './hostile-input.bench';
 import { benchIdempotencyStores } from './idempotency-stores.bench';
 import { benchRefunds } from './refunds.bench';
-import { benchDatabaseNamed, benchWorkerSideBySide, printWorkerSideBySide } from './worker-side-by-side.bench';
+import { benchDatabaseNamed } from './support';
+import { benchWorkerSideBySide, printWorkerSideBySide } from './worker-side-by-side.bench';
 
 const redisBase = (process.env.REDIS_URL ?? 'redis://127.0.0.1:6379').replace(/\/\d*$/, '');
 const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
-
-async function benchDatabase(): Promise<string> {
-  const admin = new Client({ connectionString: databaseUrl });
-  await admin.connect();
-  await admin.query('DROP DATABASE IF EXISTS llmwf_bench WITH (FORCE)');
-  await admin.query('CREATE DATABASE llmwf_bench');
-  await admin.end();
-  const url = new URL(databaseUrl);
-  url.pathname = '/llmwf_bench';
-  const ds = new DataSource(dataSourceOptions({ url: url.toString(), applicationName: 'bench' }));
-  await ds.initialize();
-  await ds.runMigrations();
-  await ds.destroy();
-  return url.toString();
-}
 
 /**
  * BENCH=api,worker runs only those parts; unset, all:
@@ -76,7 +59,7 @@ async function main(): Promise<void> {
     `node ${process.version}, ${cpus().length} cpus (${cpus()[0]?.model ?? 'unknown'}), ` +
       `${Math.round(totalmem() / 2 ** 30)} GiB, load ${loadAtStart}`,
   );
-  const benchDb = await benchDatabase();
+  const benchDb = await benchDatabaseNamed(databaseUrl, 'llmwf_bench');
   if (want('api')) printApiSideBySide(await benchApiSideBySide(`${redisBase}/14`, benchDb));
   if (want('worker') || want('e2e')) {
     const workerDb = await benchDatabaseNamed(databaseUrl, 'llmwf_bench_worker');

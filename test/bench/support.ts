@@ -1,7 +1,8 @@
 import type { Redis } from 'ioredis';
 import { performance } from 'node:perf_hooks';
-import type { Pool } from 'pg';
-import type { DataSource } from 'typeorm';
+import { Client, type Pool } from 'pg';
+import { dataSourceOptions } from '@app/persistence';
+import { DataSource } from 'typeorm';
 
 /*
  * What the api benches share: the tenant key they boot with, the loop that
@@ -155,4 +156,23 @@ export function countPostgresStatements(ds: DataSource, counted: () => void): vo
     counted();
     return poolQuery(...args);
   };
+}
+
+/**
+ * A fresh database `name` beside `databaseUrl`'s, migrated (every bench's own: llmwf_bench, llmwf_bench_api, ...); its
+ * URL.
+ */
+export async function benchDatabaseNamed(databaseUrl: string, name: string): Promise<string> {
+  const admin = new Client({ connectionString: databaseUrl });
+  await admin.connect();
+  await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
+  await admin.query(`CREATE DATABASE ${name}`);
+  await admin.end();
+  const url = new URL(databaseUrl);
+  url.pathname = `/${name}`;
+  const ds = new DataSource(dataSourceOptions({ url: url.toString(), applicationName: 'bench' }));
+  await ds.initialize();
+  await ds.runMigrations();
+  await ds.destroy();
+  return url.toString();
 }

@@ -1,5 +1,4 @@
 import 'reflect-metadata';
-import { dataSourceOptions } from '@app/persistence';
 import { jobIdFor, SummaryJobQueue } from '@app/summary-queue';
 import { Redis } from 'ioredis';
 import { execFile } from 'node:child_process';
@@ -12,7 +11,6 @@ import { join, relative, resolve } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { promisify } from 'node:util';
 import { Client } from 'pg';
-import { DataSource } from 'typeorm';
 import {
   freePort,
   meter,
@@ -140,22 +138,6 @@ export interface WorkerSideBySideRow {
   readonly overBullmqMax?: number;
   /** Median jobs/s over concurrency / latency (latency > 0 only). */
   readonly overCeiling?: number;
-}
-
-/** A fresh database `name` beside `databaseUrl`'s, migrated (as run.ts's benchDatabase makes llmwf_bench); its URL. */
-export async function benchDatabaseNamed(databaseUrl: string, name: string): Promise<string> {
-  const admin = new Client({ connectionString: databaseUrl });
-  await admin.connect();
-  await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-  await admin.query(`CREATE DATABASE ${name}`);
-  await admin.end();
-  const url = new URL(databaseUrl);
-  url.pathname = `/${name}`;
-  const ds = new DataSource(dataSourceOptions({ url: url.toString(), applicationName: 'bench' }));
-  await ds.initialize();
-  await ds.runMigrations();
-  await ds.destroy();
-  return url.toString();
 }
 
 /** How our apps' processes are started: their main.ts as JavaScript built for the bench, or through ts-node. */
