@@ -8,7 +8,7 @@ import {
   summaryReadyDedupeKey,
   SummaryJobQueue,
 } from '@app/summary-queue';
-import { Redis } from 'ioredis';
+import { type ChainableCommander, Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import type { DataSource } from 'typeorm';
 import { ACK } from '../../apps/worker/src/consumer/stream-scripts';
@@ -276,6 +276,28 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
     expect(await redis.xlen(JOBS_STREAM)).toBe(0);
     // What the hook would have done (the job record marked failed) did not happen; the rest did.
     expect(await redis.hget(jobRecordKey(job.jobId), 'status')).not.toBe('failed');
+  });
+
+  it.each([
+    [
+      'Redis refuses as it queues (EXECABORT: none of the MULTI runs)',
+      (tx: ChainableCommander) => tx.call('NO-SUCH-COMMAND'),
+    ],
+    ['fails as it runs (WRONGTYPE)', (tx: ChainableCommander) => tx.lpush(JOBS_STREAM, 'x')],
+  ])("a handler's dead-letter command that Redis %s: the entry is dead-lettered all the same", async (_how, hook) => {
+    const w = await worker();
+    model.reply = () => ({ kind: 'error', status: 400 });
+    w.handler.deadLettered = (tx) => {
+      hook(tx);
+    };
+    const job = newJob();
+    await queue.enqueue(job);
+    expect((await w.consumer.runOnce()).map((r) => r.outcome)).toEqual(['dead_lettered']);
+    const dead = await redis.xrange(DEAD_LETTER_STREAM, '-', '+');
+    expect(dead).toHaveLength(1);
+    expect(fieldsOf(dead[0][1])).toMatchObject({ job_id: job.jobId, reason: 'llm_client' });
+    expect(await pending()).toBe(0);
+    expect(await redis.xlen(JOBS_STREAM)).toBe(0);
   });
 
   it('a job that keeps getting 429 makes LLM_MAX_ATTEMPTS calls in one delivery and stays pending', async () => {

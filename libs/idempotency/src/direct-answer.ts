@@ -8,11 +8,10 @@ import type { Readable } from 'node:stream';
  * sent by DirectAnswerExpressAdapter and never piped; an adapter that tried
  * is told why.
  */
-const NEVER_PIPED = {
-  pipe(): never {
-    throw new Error('A DirectAnswer is sent by DirectAnswerExpressAdapter; this app is not created with it');
-  },
-} as unknown as Readable;
+const notPiped = (): never => {
+  throw new Error('A DirectAnswer is sent by DirectAnswerExpressAdapter; this app is not created with it');
+};
+const NEVER_PIPED = { pipe: notPiped, once: notPiped } as unknown as Readable;
 
 /**
  * A whole answer, status, headers and body, sent as it is: a replay, or a
@@ -40,8 +39,9 @@ export class DirectAnswer extends StreamableFile {
 
   sendTo(res: ServerResponse): void {
     if (res.headersSent) {
-      // Something else answered first (it cannot be undone); the connection is closed as it would be.
-      res.end();
+      // Something else began an answer (it cannot be undone): ending it would make a cut body look
+      // whole, so the connection is closed, as Nest closes one whose file broke mid-way.
+      if (!res.writableEnded) res.destroy();
       return;
     }
     res.statusCode = this.status;

@@ -6,6 +6,8 @@ import type { StreamsConsumerOptions } from './streams-consumer.options';
 
 /** Dead letters are kept, but not without bound. */
 const DEAD_LETTER_MAXLEN = 100_000;
+/** XADD to the dead-letter stream, XACK, XDEL: the MULTI's own commands, before the handler's. */
+const DEAD_LETTER_COMMANDS = 3;
 
 type RawEntry = [string, string[]];
 
@@ -96,9 +98,11 @@ export class ConsumerGroup {
    * Copies the entry to the dead-letter stream with its fields, a reason and
    * its source id, acknowledges and deletes it: one MULTI/EXEC. `alsoInTx`
    * adds the job's own commands (its record marked failed) to the same MULTI
-   * (their keys share the stream's hash slot); if it throws, the entry is
-   * dead-lettered without them and the error is logged, so a faulty hook
-   * cannot keep an entry from ever leaving the stream.
+   * (their keys share the stream's hash slot). A faulty hook cannot keep an
+   * entry from ever leaving the stream: if it throws, or Redis refuses a
+   * command it queued (EXECABORT), the entry is dead-lettered without them;
+   * if one of its commands fails as it runs, the dead letter stands and the
+   * failure is logged. Either way the error is logged.
    */
   async deadLetter(
     message: StreamMessage,
@@ -131,18 +135,37 @@ export class ConsumerGroup {
       if (withHook) alsoInTx?.(tx);
       return tx;
     };
+    const withoutHook = (err: unknown): ChainableCommander => {
+      this.logger.error(
+        `the handler's dead-letter commands failed (${(err as Error).message}); ` +
+          `entry ${message.id} dead-lettered without them`,
+      );
+      return build(false);
+    };
     let tx: ChainableCommander;
     try {
       tx = build(true);
     } catch (err) {
-      this.logger.error(
-        `the handler's dead-letter commands failed (${(err as Error).message}); entry ${message.id} dead-lettered without them`,
-      );
-      tx = build(false);
+      tx = withoutHook(err);
     }
-    const results = await tx.exec();
-    const failed = results?.find(([e]) => e);
-    if (!results || failed) throw failed?.[0] ?? new Error('MULTI aborted');
+    let results: [Error | null, unknown][] | null;
+    try {
+      results = await tx.exec();
+    } catch (err) {
+      // EXECABORT: Redis refused a queued command and ran none; the hook's, when ours are well formed.
+      if (!alsoInTx || !(err as Error).message?.startsWith('EXECABORT')) throw err;
+      results = await withoutHook(err).exec();
+    }
+    if (!results) throw new Error('MULTI aborted');
+    // The first three are the dead letter itself; any after them are the hook's.
+    const failed = results.slice(0, DEAD_LETTER_COMMANDS).find(([e]) => e);
+    if (failed) throw failed[0] ?? new Error('a dead-letter command failed');
+    const hookFailed = results.slice(DEAD_LETTER_COMMANDS).find(([e]) => e);
+    if (hookFailed)
+      this.logger.error(
+        `the handler's dead-letter commands failed in Redis (${hookFailed[0]?.message}); entry ${message.id} ` +
+          'is dead-lettered all the same',
+      );
   }
 
   /** Leaves the group unless entries are still pending for this consumer (they must stay to be reclaimed). */
