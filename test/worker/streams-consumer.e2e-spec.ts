@@ -280,7 +280,7 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
 
   it.each([
     [
-      'Redis refuses as it queues (EXECABORT: none of the MULTI runs)',
+      'refuses as it queues (EXECABORT: none of the MULTI runs)',
       (tx: ChainableCommander) => tx.call('NO-SUCH-COMMAND'),
     ],
     ['fails as it runs (WRONGTYPE)', (tx: ChainableCommander) => tx.lpush(JOBS_STREAM, 'x')],
