@@ -8,6 +8,7 @@ import {
   summaryReadyDedupeKey,
   SummaryJobQueue,
 } from '@app/summary-queue';
+import { SummaryWriter } from '@app/persistence';
 import { type ChainableCommander, Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import type { DataSource } from 'typeorm';
@@ -123,6 +124,46 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
     await queue.enqueue(job);
     expect((await w.consumer.runOnce()).map((r) => r.outcome)).toEqual(['duplicate']);
     expect(model.calls).toBe(calls);
+  });
+
+  it('a batch read together is pre-checked in one query: the stored job is stopped without a model call', async () => {
+    const w = await worker();
+    const writer = w.app.get(SummaryWriter);
+    const done = newJob();
+    await queue.enqueue(done);
+    expect((await w.consumer.runOnce()).map((r) => r.outcome)).toEqual(['done']);
+    const calls = model.calls;
+    // Spies that pass through to the real queries: how many go to PostgreSQL, and with what.
+    const batch = jest.spyOn(writer, 'storedAmong');
+    const single = jest.spyOn(writer, 'isStored');
+    const fresh = [newJob(), newJob()];
+    for (const job of [fresh[0], done, fresh[1]]) await queue.enqueue(job);
+    expect((await w.consumer.runOnce()).map((r) => r.outcome).sort()).toEqual(['done', 'done', 'duplicate']);
+    expect(batch).toHaveBeenCalledTimes(1);
+    expect([...batch.mock.calls[0][0]].sort()).toEqual([fresh[0].jobId, done.jobId, fresh[1].jobId].sort());
+    expect(single).not.toHaveBeenCalled();
+    expect(model.calls).toBe(calls + 2);
+    expect(await count('summaries')).toBe(3);
+    expect(await count('outbox')).toBe(3);
+  });
+
+  it('a batch pre-check that fails: each delivery checks on its own, and the outcome is the same', async () => {
+    const w = await worker();
+    const writer = w.app.get(SummaryWriter);
+    const done = newJob();
+    await queue.enqueue(done);
+    await w.consumer.runOnce();
+    const calls = model.calls;
+    // Fault injection around the real writer: the batch query fails once.
+    jest.spyOn(writer, 'storedAmong').mockRejectedValueOnce(new Error('connection reset'));
+    const single = jest.spyOn(writer, 'isStored');
+    const fresh = newJob();
+    await queue.enqueue(done);
+    await queue.enqueue(fresh);
+    expect((await w.consumer.runOnce()).map((r) => r.outcome).sort()).toEqual(['done', 'duplicate']);
+    expect(single).toHaveBeenCalledTimes(2);
+    expect(model.calls).toBe(calls + 1);
+    expect(await count('summaries')).toBe(2);
   });
 
   it('crash between commit and XACK: another worker reclaims it; one model call, one summary, one outbox row', async () => {

@@ -37,6 +37,11 @@ export class SummaryWriter {
     return this.summaries.exists(this.dataSource.manager, jobId);
   }
 
+  /** Which of `jobIds` are stored already, in one round trip (the pre-check of a batch just read). */
+  async storedAmong(jobIds: readonly string[]): Promise<Set<string>> {
+    return this.summaries.storedAmong(this.dataSource.manager, jobIds);
+  }
+
   async writeWithNotification(done: CompletedSummary, message: NewOutboxMessage): Promise<WriteOutcome> {
     const notified: unknown[] = await this.dataSource.query(
       OutboxSql.insertAfter(

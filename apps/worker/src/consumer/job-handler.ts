@@ -35,6 +35,13 @@ export interface JobHandler {
    * name keys in the stream's hash slot. Synchronous: it queues, never awaits.
    */
   deadLettered?(tx: ChainableCommander, message: StreamMessage, reason: string): void;
+  /**
+   * Called with each batch the consumer read or reclaimed, before it runs
+   * them: where the handler can do for the batch at once what each delivery
+   * would do alone (the summary job's pre-check: one query, not one each).
+   * It must not throw, and a delivery must still run right without it.
+   */
+  prepare?(messages: readonly StreamMessage[]): void;
   /** What every log line of a delivery carries besides its entry id (the summary job: its job id). */
   logFields?(message: StreamMessage): Readonly<Record<string, string | undefined>>;
 }

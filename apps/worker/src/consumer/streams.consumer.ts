@@ -201,7 +201,9 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     if (free > 0 && !this.stopping) {
       // Block only when there is nothing else to do: no reclaim scan under way.
       const wait = block && started.length === 0 && this.cursor === '0-0';
-      for (const message of await this.group.readNew(free, wait)) started.push(this.dispatch(message, 1));
+      const messages = await this.group.readNew(free, wait);
+      this.prepare(messages);
+      for (const message of messages) started.push(this.dispatch(message, 1));
     }
     return started;
   }
@@ -219,6 +221,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       );
     }
     const started: Delivery[] = [];
+    this.prepare(entries.filter((e) => !this.slots.has(e.message.id)).map((e) => e.message));
     for (const { message, deliveries } of entries) {
       const { id } = message;
       // Still running here: its refresh came too late (a stalled event loop,
@@ -311,6 +314,18 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     const hook = this.handler.deadLettered?.bind(this.handler);
     await this.group.deadLetter(message, reason, detail, hook && ((tx) => hook(tx, message, reason)));
     this.metrics.deadLetters.inc({ reason });
+  }
+
+  /**
+   * Lets the handler prepare a batch before its deliveries run (JobHandler.prepare); a failure there is only logged.
+   */
+  private prepare(messages: readonly StreamMessage[]): void {
+    if (messages.length === 0 || !this.handler.prepare) return;
+    try {
+      this.handler.prepare(messages);
+    } catch (err) {
+      this.logger.warn(`preparing a batch of ${messages.length} failed: ${(err as Error).message}`);
+    }
   }
 
   /** What the handler names a delivery by in the logs (the summary job: its job id). */

@@ -7,6 +7,7 @@ import {
   summaryReadyMessage,
   type SummaryJob,
 } from '@app/summary-queue';
+import { isUuid } from '@app/ids';
 import { classifyLlmError, InjectLlmClient, type LlmClient } from '@app/llm';
 import type { ChainableCommander } from 'ioredis';
 import type { JobHandler, JobRunContext, StreamMessage } from '../consumer/job-handler';
@@ -23,6 +24,8 @@ import { WorkerMetrics } from '../worker.metrics';
 @Injectable()
 export class SummaryJobHandler implements JobHandler {
   private readonly logger = new Logger(SummaryJobHandler.name);
+  /** The pre-check of a batch, by the entry it was made for: undefined means unknown (the delivery asks itself). */
+  private readonly prechecked = new WeakMap<StreamMessage, Promise<boolean | undefined>>();
 
   constructor(
     private readonly writer: SummaryWriter,
@@ -33,7 +36,27 @@ export class SummaryJobHandler implements JobHandler {
 
   /** One entry of the job stream: a malformed one throws a JobError (MALFORMED) before anything runs. */
   async process(message: StreamMessage, ctx: JobRunContext): Promise<WriteOutcome> {
-    return this.handle(this.parse(message), ctx);
+    return this.handle(this.parse(message), ctx, this.prechecked.get(message));
+  }
+
+  /**
+   * The pre-check of a batch read together, in one query instead of one per
+   * delivery. It is the same check (the write is still the guard), made when
+   * the batch is read, which is when its deliveries start; if the query
+   * fails, each delivery asks on its own.
+   */
+  prepare(messages: readonly StreamMessage[]): void {
+    const ids = messages.map((m) => m.fields.job_id).filter((id): id is string => id !== undefined && isUuid(id));
+    if (ids.length < 2) return; // one: its own pre-check is the same single query
+    const stored = this.writer.storedAmong(ids).catch(() => undefined);
+    for (const message of messages) {
+      const id = message.fields.job_id;
+      if (id !== undefined && isUuid(id))
+        this.prechecked.set(
+          message,
+          stored.then((s) => s?.has(id)),
+        );
+    }
   }
 
   /** A dead-lettered entry's job is marked failed for GET, in the consumer's dead-letter MULTI. */
@@ -47,8 +70,9 @@ export class SummaryJobHandler implements JobHandler {
   }
 
   /** Throws a JobError: RetryError for the model call, `database` for PostgreSQL, `unexpected` for anything else. */
-  async handle(job: SummaryJob, ctx: JobRunContext): Promise<WriteOutcome> {
-    if (await this.database(() => this.writer.isStored(job.jobId))) return 'duplicate';
+  async handle(job: SummaryJob, ctx: JobRunContext, prechecked?: Promise<boolean | undefined>): Promise<WriteOutcome> {
+    const stored = (await prechecked) ?? (await this.database(() => this.writer.isStored(job.jobId)));
+    if (stored) return 'duplicate';
     const summary = await this.summarize(job, ctx);
     return this.database(() =>
       this.writer.writeWithNotification(

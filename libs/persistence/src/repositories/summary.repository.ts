@@ -16,6 +16,14 @@ export class SummaryRepository {
     return rows.length > 0;
   }
 
+  /** Which of `jobIds` (UUIDs) have a summary: one query for a batch of them. */
+  async storedAmong(em: EntityManager, jobIds: readonly string[]): Promise<Set<string>> {
+    const rows: { job_id: string }[] = await em.query('SELECT job_id FROM summaries WHERE job_id = ANY($1::uuid[])', [
+      jobIds,
+    ]);
+    return new Set(rows.map((r) => r.job_id));
+  }
+
   async findForTenant(em: EntityManager, jobId: string, tenant: string): Promise<StoredSummary | undefined> {
     const rows: { job_id: string; tenant: string; summary: string; created_at: Date }[] = await em.query(
       'SELECT job_id, tenant, summary, created_at FROM summaries WHERE job_id = $1 AND tenant = $2',
