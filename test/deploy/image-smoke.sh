@@ -53,7 +53,7 @@ step "a fresh database, and the migration Job's command"
 PGOPTIONS="-c client_min_messages=warning" psql "$PG_BASE" -q -v ON_ERROR_STOP=1 -c "DROP DATABASE IF EXISTS $DB" -c "CREATE DATABASE $DB"
 redis-cli -u "$REDIS_URL_SMOKE" flushdb >/dev/null
 cd "$IMG"
-export NODE_ENV=production REDIS_URL="$REDIS_URL_SMOKE" DATABASE_URL="$DATABASE_URL_SMOKE" LOG_LEVEL=warn
+export NODE_ENV=production NODE_OPTIONS=--max-semi-space-size=32 REDIS_URL="$REDIS_URL_SMOKE" DATABASE_URL="$DATABASE_URL_SMOKE" LOG_LEVEL=warn
 node dist/apps/admin/main.js migrate
 
 step "a webhook receiver that counts deliveries per Idempotency-Key"
