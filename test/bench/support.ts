@@ -1,8 +1,8 @@
 import type { Redis } from 'ioredis';
 import { performance } from 'node:perf_hooks';
 import { Client, type Pool } from 'pg';
-import { dataSourceOptions } from '@app/persistence';
-import { DataSource } from 'typeorm';
+import { freshMigratedDatabase } from '../support/databases';
+import type { DataSource } from 'typeorm';
 
 /*
  * What the api benches share: the tenant key they boot with, the loop that
@@ -158,21 +158,13 @@ export function countPostgresStatements(ds: DataSource, counted: () => void): vo
   };
 }
 
-/**
- * A fresh database `name` beside `databaseUrl`'s, migrated (every bench's own: llmwf_bench, llmwf_bench_api, ...); its
- * URL.
- */
+/** A fresh, migrated database `name` beside `databaseUrl`'s, for one bench (llmwf_bench, ...); its URL. */
 export async function benchDatabaseNamed(databaseUrl: string, name: string): Promise<string> {
   const admin = new Client({ connectionString: databaseUrl });
   await admin.connect();
-  await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-  await admin.query(`CREATE DATABASE ${name}`);
-  await admin.end();
-  const url = new URL(databaseUrl);
-  url.pathname = `/${name}`;
-  const ds = new DataSource(dataSourceOptions({ url: url.toString(), applicationName: 'bench' }));
-  await ds.initialize();
-  await ds.runMigrations();
-  await ds.destroy();
-  return url.toString();
+  try {
+    return await freshMigratedDatabase(admin, databaseUrl, name, 'bench');
+  } finally {
+    await admin.end();
+  }
 }

@@ -1,12 +1,11 @@
 // Jest's moduleNameMapper does not apply to globalSetup: resolve the @app/* aliases here.
 import 'tsconfig-paths/register';
-import { dataSourceOptions } from '@app/persistence';
 import type { Config } from '@jest/types';
 import { Redis } from 'ioredis';
 import { Client } from 'pg';
 import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
-import { DataSource } from 'typeorm';
+import { freshMigratedDatabase } from './databases';
 import { BASE_DATABASE_URL, BASE_REDIS_URL, testDatabaseName } from './infra';
 
 const ROOT = join(__dirname, '..', '..');
@@ -37,17 +36,8 @@ export default async function globalSetup(globalConfig: Config.GlobalConfig): Pr
   }
   const workers = Math.max(1, globalConfig.maxWorkers);
   try {
-    for (let id = 1; id <= workers; id++) {
-      const name = testDatabaseName(id);
-      await admin.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`);
-      await admin.query(`CREATE DATABASE ${name}`);
-      const url = new URL(BASE_DATABASE_URL);
-      url.pathname = `/${name}`;
-      const ds = new DataSource(dataSourceOptions({ url: url.toString(), applicationName: 'test-setup' }));
-      await ds.initialize();
-      await ds.runMigrations();
-      await ds.destroy();
-    }
+    for (let id = 1; id <= workers; id++)
+      await freshMigratedDatabase(admin, BASE_DATABASE_URL, testDatabaseName(id), 'test-setup');
   } finally {
     await admin.end();
   }
