@@ -57,6 +57,51 @@ describe('SummaryWriter (one statement, one transaction: summary and outbox row)
     expect(await count('outbox')).toBe(1);
   });
 
+  /** Jobs of their own, with their messages. */
+  const jobs = (n: number) =>
+    Array.from({ length: n }, (_, i) => {
+      const jobId = `6f1c7a52-3f7e-5b8e-9b0e-${String(i + 1).padStart(12, '0')}`;
+      return {
+        done: { jobId, tenant: 'acme', summary: `Summary ${i}.` },
+        message: summaryReadyMessage(jobId, 'a@b.c'),
+      };
+    });
+
+  it('group commit: jobs that finish together are written by one statement, each with its own outcome', async () => {
+    await writer.writeWithNotification(job, message);
+    // A pass-through spy: the statements still go to PostgreSQL.
+    const query = jest.spyOn(ds, 'query');
+    const batch = jobs(20);
+    const outcomes = await Promise.all([
+      ...batch.map((j) => writer.writeWithNotification(j.done, j.message)),
+      writer.writeWithNotification(job, message),
+    ]);
+    expect(outcomes).toEqual([...batch.map(() => 'done'), 'duplicate']);
+    expect(query).toHaveBeenCalledTimes(1);
+    query.mockRestore();
+    expect(await count('summaries')).toBe(21);
+    const rows: { dedupe_key: string; payload: unknown }[] = await ds.query('SELECT dedupe_key, payload FROM outbox');
+    expect(rows).toHaveLength(21);
+    for (const j of batch)
+      expect(rows).toContainEqual({ dedupe_key: j.message.dedupeKey, payload: { job_id: j.done.jobId, to: 'a@b.c' } });
+    expect(await ds.query('SELECT summary FROM summaries WHERE job_id = $1', [batch[7].done.jobId])).toEqual([
+      { summary: 'Summary 7.' },
+    ]);
+  });
+
+  it('group commit: a job whose rows cannot be written fails alone; the rest of its batch is written', async () => {
+    const batch = jobs(5);
+    await ds.query(`INSERT INTO outbox (topic, dedupe_key, payload) VALUES ('t', $1, '{}')`, [
+      batch[2].message.dedupeKey,
+    ]);
+    const settled = await Promise.allSettled(batch.map((j) => writer.writeWithNotification(j.done, j.message)));
+    expect(settled.map((s) => s.status)).toEqual(['fulfilled', 'fulfilled', 'rejected', 'fulfilled', 'fulfilled']);
+    expect(String((settled[2] as PromiseRejectedResult).reason)).toMatch(/outbox_dedupe_key_unique/);
+    const stored: { job_id: string }[] = await ds.query('SELECT job_id FROM summaries ORDER BY job_id');
+    expect(stored.map((r) => r.job_id)).toEqual([0, 1, 3, 4].map((i) => batch[i].done.jobId));
+    expect(await count('outbox')).toBe(5);
+  });
+
   /** The relay's view: every payload notified on the outbox channel, from now on. */
   async function listen(): Promise<{ seen: string[]; end: () => Promise<void> }> {
     const listener = new Client({ connectionString: testDatabaseUrl() });
@@ -77,6 +122,19 @@ describe('SummaryWriter (one statement, one transaction: summary and outbox row)
       await ds.query(`SELECT pg_notify('${OUTBOX_CHANNEL}', 'marker')`);
       await eventually(() => (seen.includes('marker') ? true : undefined), 2000, 'the marker');
       expect(seen).toEqual(['marker']);
+    } finally {
+      await end();
+    }
+  });
+
+  it('notifies the outbox channel of every row a batch wrote', async () => {
+    const { seen, end } = await listen();
+    try {
+      await Promise.all(jobs(3).map((j) => writer.writeWithNotification(j.done, j.message)));
+      const ids: { id: string }[] = await ds.query('SELECT id FROM outbox');
+      expect(ids).toHaveLength(3);
+      await eventually(() => (seen.length >= 3 ? true : undefined), 2000, 'three notifications');
+      expect([...seen].sort()).toEqual(ids.map((r) => String(r.id)).sort());
     } finally {
       await end();
     }

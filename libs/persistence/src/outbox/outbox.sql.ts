@@ -8,22 +8,26 @@ import { OUTBOX_CHANNEL } from '../outbox-channel';
  */
 export const OutboxSql = {
   /**
-   * An effect and its outbox row in one statement (so one transaction): the
-   * effect is an `INSERT ... RETURNING` (typically `ON CONFLICT DO NOTHING`);
-   * the outbox row (topic, dedupe key, jsonb payload, taken from parameters
-   * `$first` to `$first+2`) is written only when the effect returned a row,
-   * and the relays are woken (`pg_notify`, delivered at commit). The statement
-   * returns one row per outbox row written.
+   * Effects and their outbox rows in one statement (so one transaction), for
+   * any number at once. `rows` is a SELECT named `input` here, one row per
+   * effect, with the columns `topic`, `dedupe_key`, `payload` (jsonb) and the
+   * effect's `key`; `effect` an `INSERT ... SELECT ... FROM input ... RETURNING
+   * <key>` (typically `ON CONFLICT DO NOTHING`). An outbox row is written for
+   * each input row whose key the effect returned, and the relays are woken
+   * (`pg_notify`, delivered at commit). Returns the `dedupe_key` of each
+   * outbox row written.
    */
-  insertAfter: (effect: string, first: number): string =>
-    `WITH effect AS (
+  insertAfterEach: (rows: string, effect: string, key: string): string =>
+    `WITH input AS (
+       ${rows}
+     ), effect AS (
        ${effect}
      ), message AS (
        INSERT INTO outbox (topic, dedupe_key, payload)
-       SELECT $${first}, $${first + 1}, $${first + 2}::jsonb FROM effect
-       RETURNING id
+       SELECT input.topic, input.dedupe_key, input.payload FROM input JOIN effect USING (${key})
+       RETURNING id, dedupe_key
      )
-     SELECT pg_notify('${OUTBOX_CHANNEL}', id::text) FROM message`,
+     SELECT dedupe_key, pg_notify('${OUTBOX_CHANNEL}', id::text) FROM message`,
 
   /** $1 batch, $2 lease length in ms, $3 max attempts. */
   claim: `WITH due AS MATERIALIZED (
