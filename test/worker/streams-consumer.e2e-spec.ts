@@ -12,6 +12,8 @@ import { SummaryWriter } from '@app/persistence';
 import { type ChainableCommander, Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import type { DataSource } from 'typeorm';
+import { Logger } from '@nestjs/common';
+import { ConsumerGroup } from '../../apps/worker/src/consumer/consumer-group';
 import { ACK } from '../../apps/worker/src/consumer/stream-scripts';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
 import {
@@ -87,6 +89,7 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
     model.reply = () => ({ kind: 'complete', content: 'A short summary.' });
   });
   afterEach(async () => {
+    jest.restoreAllMocks();
     await Promise.all(workers.splice(0).map((w) => w.close()));
     redis.disconnect();
   });
@@ -145,6 +148,53 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
     expect(model.calls).toBe(calls + 2);
     expect(await count('summaries')).toBe(3);
     expect(await count('outbox')).toBe(3);
+  });
+
+  it('every finished job is written and acked through the batched write and the batched ack', async () => {
+    const w = await worker();
+    const writer = w.app.get(SummaryWriter);
+    await createGroup();
+    // Pass-through spies: the statement and the script still run against PostgreSQL and Redis.
+    const write = jest.spyOn(writer as unknown as { writeBatch: (b: unknown[]) => Promise<unknown> }, 'writeBatch');
+    const ack = jest.spyOn(ACK, 'run');
+    const jobs = [newJob(), newJob(), newJob(), newJob()];
+    for (const job of jobs) await queue.enqueue(job);
+    const ran = await w.consumer.runOnce();
+    expect(ran.map((r) => r.outcome)).toEqual(['done', 'done', 'done', 'done']);
+    // How the jobs split into batches depends on when the model's answers arrive; each is in exactly one.
+    const written = write.mock.calls.flatMap(([batch]) => batch as { done: { jobId: string } }[]);
+    expect(written.map((b) => b.done.jobId).sort()).toEqual(jobs.map((j) => j.jobId).sort());
+    const acked = ack.mock.calls.flatMap(([, , args]) => (args as string[]).slice(1));
+    expect(acked.sort()).toEqual(ran.map((r) => r.id).sort());
+    expect(await count('summaries')).toBe(4);
+    expect(await count('outbox')).toBe(4);
+    expect(await pending()).toBe(0);
+    expect(await redis.xlen(JOBS_STREAM)).toBe(0);
+  });
+
+  it('ConsumerGroup: acks asked for in one turn go to Redis as one script call', async () => {
+    const group = new ConsumerGroup(
+      redis,
+      {
+        stream: JOBS_STREAM,
+        deadLetterStream: DEAD_LETTER_STREAM,
+        group: CONSUMER_GROUP,
+        consumer: 'c1',
+        claimIdleMs: 60_000,
+        blockMs: 100,
+      },
+      new Logger('test'),
+    );
+    await group.ensure();
+    for (let i = 0; i < 5; i++) await queue.enqueue(newJob());
+    const read = await group.readNew(10, false);
+    expect(read).toHaveLength(5);
+    const ack = jest.spyOn(ACK, 'run');
+    await Promise.all(read.map((m) => group.ack(m.id)));
+    expect(ack).toHaveBeenCalledTimes(1);
+    expect(ack.mock.calls[0][2]).toEqual([CONSUMER_GROUP, ...read.map((m) => m.id)]);
+    expect(await pending()).toBe(0);
+    expect(await redis.xlen(JOBS_STREAM)).toBe(0);
   });
 
   it('a batch pre-check that fails: each delivery checks on its own, and the outcome is the same', async () => {

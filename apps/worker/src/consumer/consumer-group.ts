@@ -1,4 +1,5 @@
 import type { Logger } from '@nestjs/common';
+import { MicroBatcher } from '@app/batching';
 import type { ChainableCommander, Redis } from 'ioredis';
 import type { StreamMessage } from './job-handler';
 import { ACK, FORGET_CONSUMER, RECLAIM } from './stream-scripts';
@@ -6,6 +7,8 @@ import type { StreamsConsumerOptions } from './streams-consumer.options';
 
 /** Dead letters are kept, but not without bound. */
 const DEAD_LETTER_MAXLEN = 100_000;
+/** A consumer runs at most a few dozen jobs at once; this bounds one script's argument list. */
+const MAX_ACKS_PER_CALL = 256;
 /** XADD to the dead-letter stream, XACK, XDEL: the MULTI's own commands, before the handler's. */
 const DEAD_LETTER_COMMANDS = 3;
 
@@ -34,6 +37,15 @@ export interface Reclaimed {
 export class ConsumerGroup {
   private blocking: Redis | undefined;
   private ready = false;
+  /** A failed call fails every ack in it: each job is left pending, as when its own ack fails. */
+  private readonly acks = new MicroBatcher<string, void>({
+    run: async (ids) => {
+      await ACK.run(this.redis, [this.options.stream], [this.options.group, ...ids]);
+      return ids.map(() => undefined);
+    },
+    maxBatch: MAX_ACKS_PER_CALL,
+    maxInFlight: 2,
+  });
 
   constructor(
     private readonly redis: Redis,
@@ -89,9 +101,12 @@ export class ConsumerGroup {
     return (reply?.[0]?.[1] ?? []).map(([id, flat]) => ({ id, fields: fieldMap(flat) }));
   }
 
-  /** Acknowledges and deletes the entry (ACK): the stream holds only work not done. */
-  async ack(id: string): Promise<void> {
-    await ACK.run(this.redis, [this.options.stream], [this.options.group, id]);
+  /**
+   * Acknowledges and deletes the entry (ACK): the stream holds only work not
+   * done. The acks of jobs that finish together go in one script call.
+   */
+  ack(id: string): Promise<void> {
+    return this.acks.submit(id);
   }
 
   /**

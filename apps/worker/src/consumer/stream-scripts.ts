@@ -61,15 +61,16 @@ return mine`,
 );
 
 /**
- * Acknowledges and deletes the entry: the stream holds only work that is not
+ * Acknowledges and deletes entries: the stream holds only work that is not
  * done, so it never grows with history and XLEN is the backlog. Deleting only
  * after the ack means no pending entry is ever removed (a plain MAXLEN trim
- * would do that). KEYS[1] stream; ARGV group, id.
+ * would do that). KEYS[1] stream; ARGV group, ids... (the acks of jobs that
+ * finished together, in one call).
  */
 export const ACK = new RedisScript(
   'streams-ack',
-  `local acked = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-redis.call('XDEL', KEYS[1], ARGV[2])
+  `local acked = redis.call('XACK', KEYS[1], ARGV[1], unpack(ARGV, 2))
+redis.call('XDEL', KEYS[1], unpack(ARGV, 2))
 return acked`,
 );
 
