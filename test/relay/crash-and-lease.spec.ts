@@ -129,6 +129,23 @@ describe('relay: a crash between sending and recording, and lease ownership', ()
     expect((await rowByKey(ds, key)).sent_at).toBeInstanceOf(Date);
   });
 
+  it('markSentMany fences each row on its own lease: one statement, the stale row refused, the rest recorded', async () => {
+    const repo = new OutboxRelayRepository();
+    const keys = await insertOutboxRows(ds, 3, 'many');
+    const claimed = await repo.claim(ds.manager, 10, 60_000, 10);
+    expect(claimed).toHaveLength(3);
+    const stale = { id: claimed[1].id, lease: new Date(claimed[1].lease.getTime() - 1) };
+    await expect(
+      repo.markSentMany(
+        ds.manager,
+        [claimed[0], stale, claimed[2]].map(({ id, lease }) => ({ id, lease })),
+      ),
+    ).resolves.toEqual([true, false, true]);
+    const rows = await Promise.all(keys.map((k) => rowByKey(ds, k)));
+    expect(rows.map((r) => r.sent_at instanceof Date)).toEqual([true, false, true]);
+    expect(rows[1].lease_until?.getTime()).toBe(claimed[1].lease.getTime());
+  });
+
   it('an expired lease nobody took over still records: no needless second send', async () => {
     const repo = new OutboxRelayRepository();
     const [key] = await insertOutboxRows(ds, 1, 'late');

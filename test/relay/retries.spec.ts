@@ -1,4 +1,5 @@
 import { NotificationSender } from '../../apps/relay/src/outbox/notification-sender.interface';
+import { OutboxRelayRepository } from '../../apps/relay/src/outbox/outbox-relay.repository';
 import { eventually, freePort, sleep } from '../support/infra';
 import {
   compileRelay,
@@ -48,6 +49,20 @@ describe('relay: the webhook contract, a provider that is down, backoff and park
     await expect(relay.relay.runOnce()).resolves.toMatchObject({ claimed: 0 });
     expect(provider.deliveries).toHaveLength(1);
     expect(await sample(relay.registry, 'outbox_sends_total', { outcome: 'sent' })).toBeGreaterThanOrEqual(1);
+  });
+
+  it('the rows of one pass are recorded sent through the grouped statement, every row sent once', async () => {
+    const keys = await insertOutboxRows(ds, 8, 'crowd');
+    const repository = relay.moduleRef.get(OutboxRelayRepository);
+    // A pass-through spy: the statement still runs against PostgreSQL.
+    const many = jest.spyOn(repository, 'markSentMany');
+    await expect(relay.relay.runOnce()).resolves.toMatchObject({ claimed: 8, sent: 8, failed: 0 });
+    // How the rows split into statements depends on when the answers arrive; each row is in exactly one.
+    expect(many.mock.calls.flatMap(([, rows]) => rows.map((r) => r.id))).toHaveLength(8);
+    many.mockRestore();
+    for (const key of keys) expect((await rowByKey(ds, key)).sent_at).toBeInstanceOf(Date);
+    expect(provider.deliveries.map((d) => d.idempotencyKey).sort()).toEqual([...keys].sort());
+    await expect(relay.relay.runOnce()).resolves.toMatchObject({ claimed: 0 });
   });
 
   it('provider down (503): attempts 1, last_error kept, due later; after the backoff the next pass sends it', async () => {

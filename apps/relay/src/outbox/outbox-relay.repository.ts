@@ -13,6 +13,12 @@ export interface ClaimedMessage extends OutboxMessage {
   readonly lease: Date;
 }
 
+/** A row sent, and the lease it was claimed with. */
+export interface SentRow {
+  readonly id: string;
+  readonly lease: Date;
+}
+
 /**
  * The relay's I/O; the SQL text is OutboxSql's (libs/persistence/src/outbox),
  * and every method runs in the EntityManager it is given. Times all come from
@@ -49,7 +55,17 @@ export class OutboxRelayRepository {
 
   /** False when the lease is no longer ours: it expired and another relay claimed the row. */
   async markSent(em: EntityManager, id: string, lease: Date): Promise<boolean> {
-    return (await returning(em, OutboxSql.markSent, [id, lease])).length === 1;
+    return (await this.markSentMany(em, [{ id, lease }]))[0];
+  }
+
+  /** markSent of many rows in one statement; one answer per row, in order. */
+  async markSentMany(em: EntityManager, rows: readonly SentRow[]): Promise<boolean[]> {
+    const recorded = await returning<{ id: string }>(em, OutboxSql.markSent, [
+      rows.map((r) => r.id),
+      rows.map((r) => r.lease),
+    ]);
+    const ids = new Set(recorded.map((r) => String(r.id)));
+    return rows.map((r) => ids.has(r.id));
   }
 
   /** Another try after `delayMs`; the lease is cleared so the row waits only for its backoff. */

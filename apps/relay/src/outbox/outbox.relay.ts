@@ -1,4 +1,5 @@
 import { BeforeApplicationShutdown, Inject, Injectable, Logger, OnApplicationBootstrap } from '@nestjs/common';
+import { MicroBatcher } from '@app/batching';
 import { backoffDelay } from '@app/config';
 import { HealthChecksRegistry } from '@app/health';
 import { PinoLogger } from 'nestjs-pino';
@@ -13,7 +14,7 @@ import {
 import { OutboxListener } from './outbox-listener';
 import { OUTBOX_RELAY_OPTIONS, type OutboxRelayOptions } from './outbox-relay.module-definition';
 import { OutboxRelayMetrics, type SendOutcome } from './outbox-relay.metrics';
-import { OutboxRelayRepository, type ClaimedMessage } from './outbox-relay.repository';
+import { OutboxRelayRepository, type ClaimedMessage, type SentRow } from './outbox-relay.repository';
 
 /** What one pass did. `leaseLost` and `unrecorded` rows will be sent again. */
 export interface RelayPassResult {
@@ -61,6 +62,17 @@ export class OutboxRelay implements OnApplicationBootstrap, BeforeApplicationShu
   private idling: AbortController | undefined;
   private retentionTimer: NodeJS.Timeout | undefined;
   private retention: Promise<unknown> | undefined;
+  /**
+   * The rows whose sends end together are recorded sent by one statement
+   * (group commit): a pass sends a batch at once, so its answers come in
+   * crowds. A failed statement fails each row in it, which leaves it
+   * `unrecorded` (sent again after its lease), as its own failed update did.
+   */
+  private readonly sent = new MicroBatcher<SentRow, boolean>({
+    run: (rows) => this.repository.markSentMany(this.dataSource.manager, rows),
+    maxBatch: 256,
+    maxInFlight: 2,
+  });
 
   constructor(
     @Inject(OUTBOX_RELAY_OPTIONS) private readonly options: OutboxRelayOptions,
@@ -193,7 +205,7 @@ export class OutboxRelay implements OnApplicationBootstrap, BeforeApplicationShu
     try {
       if (error === undefined) {
         outcome = 'sent';
-        recorded = await this.repository.markSent(em, message.id, message.lease);
+        recorded = await this.sent.submit({ id: message.id, lease: message.lease });
       } else if (failures >= this.options.maxAttempts) {
         outcome = 'parked';
         recorded = await this.repository.park(em, message.id, message.lease, error);

@@ -47,11 +47,16 @@ export const OutboxSql = {
         WHERE o.id = due.id
        RETURNING o.id, o.topic, o.dedupe_key, o.payload, o.attempts, o.lease_until`,
 
-  /** $1 id, $2 lease. */
-  markSent: `UPDATE outbox
+  /**
+   * $1 ids, $2 their leases (arrays, one element per row): the rows sent
+   * together, recorded in one statement. Returns the ids recorded (a row
+   * whose lease is no longer that one is not).
+   */
+  markSent: `UPDATE outbox o
             SET sent_at = now(), lease_until = NULL
-          WHERE id = $1 AND lease_until = $2 AND sent_at IS NULL
-         RETURNING id`,
+           FROM unnest($1::bigint[], $2::timestamptz[]) AS s(id, lease)
+          WHERE o.id = s.id AND o.lease_until = s.lease AND o.sent_at IS NULL
+         RETURNING o.id`,
 
   /** $1 id, $2 lease, $3 error, $4 delay in ms. */
   markFailed: `UPDATE outbox
