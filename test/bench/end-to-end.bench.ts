@@ -15,6 +15,7 @@ import {
   spawnServer,
   type SpawnedServer,
 } from './processes';
+import { kubernetesMemoryLimitMiB, type MemoryCgroup } from './memory-limit';
 import { KEY, orderOf, percentile } from './support';
 import { ourApps, type OurApps, startFakeModel } from './worker-side-by-side.bench';
 
@@ -43,6 +44,8 @@ export interface EndToEndOptions {
   readonly apps?: OurApps;
   /** How long to wait for the last notifications after the load ends; default 30 s. */
   readonly drainTimeoutMs?: number;
+  /** Runs the api, worker and relay each in a memory cgroup of its Kubernetes limit (memory-limit.ts); default true. */
+  readonly memoryLimits?: boolean;
 }
 
 export interface ProcessUnderLoad {
@@ -50,6 +53,11 @@ export interface ProcessUnderLoad {
   /** CPU over the window's wall time: 1 is one core busy. */
   readonly cores: number;
   readonly peakRssMb: number;
+  /** The app's memory limit (its Kubernetes manifest's), when it runs in a cgroup of it. */
+  readonly limitMiB?: number;
+  /** The cgroup's peak usage so far (RSS and page cache) and its OOM kills, when limited. */
+  readonly cgroupPeakMiB?: number;
+  readonly oomKills?: number;
 }
 
 export interface EndToEndRow {
@@ -95,6 +103,8 @@ export async function benchEndToEnd(
   const rounds = options.rounds ?? 2;
   const logLevel = options.logLevel ?? 'info';
   const apps = options.apps ?? ourApps('js');
+  const limit = (app: 'api' | 'worker' | 'relay'): { memoryLimitMiB?: number } =>
+    options.memoryLimits === false ? {} : { memoryLimitMiB: kubernetesMemoryLimitMiB(app) };
   const redis = new Redis(redisUrl);
   await redis.flushdb();
   redis.disconnect();
@@ -129,6 +139,7 @@ export async function benchEndToEnd(
       spawnServer({
         name: 'api',
         ...apps.spawnOf('api'),
+        ...limit('api'),
         env: {
           ...apps.spawnOf('api').env,
           ...common,
@@ -143,6 +154,7 @@ export async function benchEndToEnd(
       spawnServer({
         name: 'worker',
         ...apps.spawnOf('worker'),
+        ...limit('worker'),
         env: {
           ...apps.spawnOf('worker').env,
           ...common,
@@ -159,6 +171,7 @@ export async function benchEndToEnd(
       spawnServer({
         name: 'relay',
         ...apps.spawnOf('relay'),
+        ...limit('relay'),
         env: {
           ...apps.spawnOf('relay').env,
           ...common,
@@ -174,13 +187,23 @@ export async function benchEndToEnd(
       });
     const url = `http://127.0.0.1:${apiPort}/v1/summaries`;
     const pids = { api: api.pid, worker: worker.pid, relay: relay.pid, model: model.pid, receiver: receiver.pid };
+    const cgroups = { api: api.memory, worker: worker.memory, relay: relay.memory };
 
     // Warm-up, not reported: the JIT, the pools' connections.
-    await window(url, receiver, pids, 100, 3, 'warmup', options.drainTimeoutMs ?? 30_000);
+    await window(url, receiver, pids, cgroups, 100, 3, 'warmup', options.drainTimeoutMs ?? 30_000);
     if (died.length) throw new Error(died.join('\n'));
     for (let r = 0; r < rounds; r++) {
       for (const rate of orderOf(rates, r)) {
-        const row = await window(url, receiver, pids, rate, seconds, `r${r}-${rate}`, options.drainTimeoutMs ?? 30_000);
+        const row = await window(
+          url,
+          receiver,
+          pids,
+          cgroups,
+          rate,
+          seconds,
+          `r${r}-${rate}`,
+          options.drainTimeoutMs ?? 30_000,
+        );
         if (died.length) throw new Error(died.join('\n'));
         rows.push({ ...row, round: r });
       }
@@ -199,6 +222,7 @@ async function window(
   url: string,
   receiver: SpawnedServer,
   pids: Record<keyof EndToEndRow['processes'], number>,
+  cgroups: Readonly<Record<string, MemoryCgroup | undefined>>,
   rate: number,
   seconds: number,
   tag: string,
@@ -283,6 +307,13 @@ async function window(
         cpuMicrosPerJob: Math.round(r.cpuMicros / jobs),
         cores: +(r.cpuMicros / r.wallMicros).toFixed(2),
         peakRssMb: mb(r.peakRssBytes),
+        ...(cgroups[name]
+          ? {
+              limitMiB: cgroups[name].limitMiB,
+              cgroupPeakMiB: cgroups[name].peakMiB(),
+              oomKills: cgroups[name].oomKills(),
+            }
+          : {}),
       },
     ]),
   ) as EndToEndRow['processes'];
@@ -342,7 +373,10 @@ export function printEndToEnd(rows: readonly EndToEndRow[]): void {
   for (const r of rows)
     if (Object.keys(r.errors).length)
       console.log(`  ${r.ratePerSecond}/s round ${r.round}: POSTs without an answer: ${JSON.stringify(r.errors)}`);
-  console.log('Each process under that load: CPU µs per job, cores busy, peak RSS MB');
+  console.log(
+    'Each process under that load: CPU µs per job, cores busy, peak RSS MB; for the apps, in a memory cgroup of ' +
+      "their Kubernetes limit: the cgroup's peak so far (RSS and page cache) / the limit, and its OOM kills",
+  );
   console.table(
     rows.map((r) => ({
       'jobs/s': r.ratePerSecond,
@@ -350,7 +384,12 @@ export function printEndToEnd(rows: readonly EndToEndRow[]): void {
       ...Object.fromEntries(
         Object.entries(r.processes).map(([name, p]) => [
           name,
-          `${p.cpuMicrosPerJob} µs, ${p.cores}, ${p.peakRssMb} MB`,
+          `${p.cpuMicrosPerJob} µs, ${p.cores}, ${p.peakRssMb} MB` +
+            (p.limitMiB === undefined
+              ? ['api', 'worker', 'relay'].includes(name)
+                ? ' (no limit)'
+                : ''
+              : ` (${p.cgroupPeakMiB} / ${p.limitMiB} MiB, ${p.oomKills} OOM)`),
         ]),
       ),
     })),

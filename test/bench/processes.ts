@@ -1,9 +1,11 @@
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, openSync, readFileSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { once } from 'node:events';
+import { createConnection, createServer } from 'node:net';
 import { isAbsolute, relative, resolve } from 'node:path';
 import { createInterface } from 'node:readline';
 import { Redis } from 'ioredis';
+import { memoryCgroup, type MemoryCgroup } from './memory-limit';
 
 /*
  * The out-of-process side of the benches: servers (and load generators) run
@@ -54,6 +56,11 @@ export interface SpawnServerOptions {
   readonly stdout?: 'ignore' | 'pipe' | { readonly file: string };
   /** How long to wait for ready before killing the child and rejecting; default 60 s. */
   readonly timeoutMs?: number;
+  /**
+   * Runs the child in a memory cgroup of this limit, as a pod's (memory-limit.ts); without one where none can be
+   * made.
+   */
+  readonly memoryLimitMiB?: number;
 }
 
 export interface SpawnedServer {
@@ -64,6 +71,8 @@ export interface SpawnedServer {
   readonly port: number | undefined;
   /** The child, for anything else (its exit, its stdio). */
   readonly child: ChildProcess;
+  /** Its memory cgroup, when memoryLimitMiB was asked for and one could be made. */
+  readonly memory: MemoryCgroup | undefined;
   /** The last 64 KiB the child wrote on stderr. */
   stderr(): string;
   /** How it ended, once it has; undefined while it runs. */
@@ -114,11 +123,13 @@ export async function spawnServer(opts: SpawnServerOptions): Promise<SpawnedServ
   if (stdoutMode === 'ignore' || stdoutMode === 'pipe') stdio = stdoutMode;
   else stdio = stdoutFd = openSync(stdoutMode.file, 'a');
 
-  const child = spawn(process.execPath, [...nodeArgs, scriptPath, ...(opts.args ?? [])], {
-    cwd,
-    env,
-    stdio: ['ignore', stdio, 'pipe'],
-  });
+  const memory = opts.memoryLimitMiB === undefined ? undefined : memoryCgroup(opts.name, opts.memoryLimitMiB);
+  const command = [process.execPath, ...nodeArgs, scriptPath, ...(opts.args ?? [])];
+  // In its cgroup before Node starts (so V8 sizes its heap from the limit): the shell joins it, then execs Node.
+  const [file, ...args] = memory
+    ? ['/bin/sh', '-c', 'echo $$ > "$0/cgroup.procs" && exec "$@"', memory.path, ...command]
+    : command;
+  const child = spawn(file, args, { cwd, env, stdio: ['ignore', stdio, 'pipe'] });
   if (stdoutFd !== undefined) closeSync(stdoutFd);
   running.add(child);
   let stderrText = '';
@@ -127,6 +138,7 @@ export async function spawnServer(opts: SpawnServerOptions): Promise<SpawnedServ
     child.once('exit', (code, signal) => {
       exited = { code, signal };
       running.delete(child);
+      memory?.remove();
       done();
     });
   });
@@ -219,6 +231,7 @@ export async function spawnServer(opts: SpawnServerOptions): Promise<SpawnedServ
     url,
     port,
     child,
+    memory,
     stderr: () => stderrText,
     exited: () => exited,
     assertRunning() {
@@ -377,28 +390,49 @@ export interface RedisMonitor {
  * of its own, never in a timed one. `db` defaults to the URL's.
  */
 export async function monitorRedis(redisUrl: string, db?: number): Promise<RedisMonitor> {
-  const watched = String(db ?? (Number(new URL(redisUrl).pathname.slice(1)) || 0));
-  const client = new Redis(redisUrl, { lazyConnect: true, maxRetriesPerRequest: 1 });
-  await client.connect();
-  const monitor = await client.monitor();
+  const url = new URL(redisUrl);
+  const watched = String(db ?? (Number(url.pathname.slice(1)) || 0));
+  // A socket of its own, not ioredis's monitor(): on a busy server the first
+  // lines can come in the packet of MONITOR's +OK, which ioredis takes for
+  // replies to commands it never sent ("Command queue state error").
+  const socket = createConnection({ host: url.hostname, port: Number(url.port) || 6379 });
+  await once(socket, 'connect');
+  if (url.password)
+    socket.write(respCommand(url.username ? ['AUTH', url.username, url.password] : ['AUTH', url.password]));
+  socket.write(respCommand(['MONITOR']));
   let commands = 0;
   let inScripts = 0;
   const byCommand: Record<string, number> = {};
-  monitor.on('monitor', (_time: string, args: string[], source: string, database: string) => {
-    if (database !== watched) return;
-    if (source === 'lua') {
-      inScripts++;
-      return;
+  let rest = '';
+  let failure: Error | undefined;
+  socket.setEncoding('utf8');
+  socket.on('data', (chunk: string) => {
+    const lines = (rest + chunk).split('\r\n');
+    rest = lines.pop() ?? '';
+    for (const line of lines) {
+      if (line.startsWith('-')) failure ??= new Error(`MONITOR: ${line.slice(1)}`);
+      // +1764547200.123456 [13 127.0.0.1:50000] "xadd" "key" ...; a script's commands: [13 lua]
+      const m = /^\+\d+\.\d+ \[(\d+) (\S+)\] "([^"]*)"/.exec(line);
+      if (!m || m[1] !== watched) continue;
+      if (m[2] === 'lua') {
+        inScripts++;
+        continue;
+      }
+      commands++;
+      const name = m[3].toLowerCase();
+      byCommand[name] = (byCommand[name] ?? 0) + 1;
     }
-    commands++;
-    const name = (args[0] ?? '').toLowerCase();
-    byCommand[name] = (byCommand[name] ?? 0) + 1;
   });
+  socket.on('error', (err) => (failure ??= err));
   return {
     async stop() {
-      monitor.disconnect();
-      client.disconnect();
+      socket.destroy();
+      if (failure) throw failure;
       return { commands, byCommand: { ...byCommand }, inScripts };
     },
   };
+}
+
+function respCommand(args: readonly string[]): string {
+  return `*${args.length}\r\n${args.map((a) => `$${Buffer.byteLength(a)}\r\n${a}\r\n`).join('')}`;
 }
