@@ -15,7 +15,7 @@ import {
   spawnServer,
   type SpawnedServer,
 } from './processes';
-import { kubernetesMemoryLimitMiB, type MemoryCgroup } from './memory-limit';
+import { imageNodeOptions, kubernetesMemoryLimitMiB, type MemoryCgroup } from './memory-limit';
 import { KEY, orderOf, percentile } from './support';
 import { ourApps, type OurApps, startFakeModel } from './worker-side-by-side.bench';
 
@@ -44,7 +44,10 @@ export interface EndToEndOptions {
   readonly apps?: OurApps;
   /** How long to wait for the last notifications after the load ends; default 30 s. */
   readonly drainTimeoutMs?: number;
-  /** Runs the api, worker and relay each in a memory cgroup of its Kubernetes limit (memory-limit.ts); default true. */
+  /**
+   * Runs the api, worker and relay as pods run them: each in a memory cgroup of its Kubernetes limit
+   * (memory-limit.ts), with the image's NODE_OPTIONS; default true.
+   */
   readonly memoryLimits?: boolean;
 }
 
@@ -103,8 +106,11 @@ export async function benchEndToEnd(
   const rounds = options.rounds ?? 2;
   const logLevel = options.logLevel ?? 'info';
   const apps = options.apps ?? ourApps('js');
+  // As a pod runs them: in a cgroup of the manifest's limit, with the image's NODE_OPTIONS.
   const limit = (app: 'api' | 'worker' | 'relay'): { memoryLimitMiB?: number } =>
     options.memoryLimits === false ? {} : { memoryLimitMiB: kubernetesMemoryLimitMiB(app) };
+  const nodeOptions: Record<string, string> =
+    options.memoryLimits === false ? {} : { NODE_OPTIONS: imageNodeOptions() };
   const redis = new Redis(redisUrl);
   await redis.flushdb();
   redis.disconnect();
@@ -133,7 +139,7 @@ export async function benchEndToEnd(
         stdout: 'ignore',
       }),
     );
-    const common = { REDIS_URL: redisUrl, DATABASE_URL: databaseUrl, LOG_LEVEL: logLevel };
+    const common = { REDIS_URL: redisUrl, DATABASE_URL: databaseUrl, LOG_LEVEL: logLevel, ...nodeOptions };
     const [apiPort, workerPort, relayPort] = [await freePort(), await freePort(), await freePort()];
     const api = await start(
       spawnServer({

@@ -77,3 +77,11 @@ export function kubernetesMemoryLimitMiB(app: 'api' | 'worker' | 'relay'): numbe
   if (!m) throw new Error(`deploy/k8s/base/${app}.yaml: no limits.memory found`);
   return Number(m[1]) * (m[2] === 'Gi' ? 1024 : 1);
 }
+
+/** The NODE_OPTIONS the image runs the apps with (the Dockerfile's `ENV NODE_OPTIONS=`), for a process run as a pod. */
+export function imageNodeOptions(): string {
+  const dockerfile = readFileSync(join(REPO_ROOT, 'Dockerfile'), 'utf8');
+  const m = /^ENV NODE_OPTIONS=("?)([^"\n]*)\1\s*$/m.exec(dockerfile);
+  if (!m) throw new Error('Dockerfile: no ENV NODE_OPTIONS= line');
+  return m[2];
+}
