@@ -3,3 +3,4 @@ export * from './redis.module';
 export * from './redis.module-definition';
 export * from './create-redis-client';
 export * from './redis-script';
+export * from './partition-tags';
