@@ -11,7 +11,12 @@ export class AdminCliModule {
     return {
       module: AdminCliModule,
       imports: [
-        RedisModule.forRoot({ url: config.redisUrl, connectionName: 'admin-cli', isGlobal: true }),
+        RedisModule.forRoot({
+          url: config.redisUrl,
+          clusterNodes: config.redisClusterNodes,
+          connectionName: 'admin-cli',
+          isGlobal: true,
+        }),
         PersistenceModule.forRoot({ url: config.databaseUrl, applicationName: 'admin-cli', poolSize: 2 }),
         OperationsModule,
       ],

@@ -5,8 +5,7 @@ import { IdempotencyModule, RedisIdempotencyStore } from '@app/idempotency';
 import { LoggingModule, MetricsModule } from '@app/observability';
 import { PersistenceModule, PostgresIdempotencyStore } from '@app/persistence';
 import { ProblemDetailsFilter, RequestValidationPipe } from '@app/problem';
-import { REDIS_CLIENT, RedisModule } from '@app/redis';
-import type { Redis } from 'ioredis';
+import { REDIS_CLIENT, RedisModule, type RedisClient } from '@app/redis';
 import { DataSource } from 'typeorm';
 import { type ApiConfig, gatewayDrainMs } from './api.config';
 import { AdminModule } from './admin/admin.module';
@@ -26,7 +25,7 @@ import { SummariesModule } from './summaries/summaries.module';
  * request), not a second pool. Its sweep starts here and stops with the store
  * (IdempotencyModule closes every store).
  */
-function idempotencyStores(config: ApiConfig, redis: Redis, dataSource: DataSource) {
+function idempotencyStores(config: ApiConfig, redis: RedisClient, dataSource: DataSource) {
   const stores = {
     redis: new RedisIdempotencyStore(redis),
     postgres: new PostgresIdempotencyStore(dataSource, { listenApplicationName: 'api-idempotency-listen' }),
@@ -43,13 +42,18 @@ export class ApiModule {
       imports: [
         LoggingModule.forRoot({ level: config.logLevel, app: 'api' }),
         MetricsModule,
-        RedisModule.forRoot({ url: config.redisUrl, connectionName: 'api', isGlobal: true }),
+        RedisModule.forRoot({
+          url: config.redisUrl,
+          clusterNodes: config.redisClusterNodes,
+          connectionName: 'api',
+          isGlobal: true,
+        }),
         PersistenceModule.forRoot({ url: config.databaseUrl, applicationName: 'api' }),
         HealthModule.forRoot({ readiness: [RedisHealthIndicator, PostgresHealthIndicator] }),
         AuthModule.forRoot(config.apiKeys),
         IdempotencyModule.forRootAsync({
           inject: [REDIS_CLIENT, DataSource],
-          useFactory: (redis: Redis, dataSource: DataSource) => ({
+          useFactory: (redis: RedisClient, dataSource: DataSource) => ({
             ...idempotencyStores(config, redis, dataSource),
             scope: requireTenant,
             lockTtlMs: config.idempotencyLockTtlMs,

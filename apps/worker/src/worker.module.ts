@@ -65,7 +65,12 @@ export class WorkerModule {
       imports: [
         LoggingModule.forRoot({ level: config.logLevel, app: 'worker' }),
         MetricsModule,
-        RedisModule.forRoot({ url: config.redisUrl, connectionName: 'worker', isGlobal: true }),
+        RedisModule.forRoot({
+          url: config.redisUrl,
+          clusterNodes: config.redisClusterNodes,
+          connectionName: 'worker',
+          isGlobal: true,
+        }),
         PersistenceModule.forRoot({
           url: config.databaseUrl,
           applicationName: 'worker',

@@ -201,8 +201,32 @@ export const commonEnv = {
   redisUrl: env.url('REDIS_URL', 'redis://127.0.0.1:6379', ['redis:', 'rediss:'], {
     describe: '`redis://` or `rediss://`, database number allowed',
   }),
+  redisClusterNodes: env.custom('REDIS_CLUSTER_NODES', parseClusterNodes, {
+    describe:
+      '`host:port,host:port,...`: seed nodes of a Redis Cluster (masters or replicas; the rest are discovered); ' +
+      'set, every app uses the cluster and ignores `REDIS_URL`',
+    docDefault: 'unset',
+  }),
   databaseUrl: env.url('DATABASE_URL', 'postgres://postgres@127.0.0.1:5432/postgres', ['postgres:', 'postgresql:']),
   logLevel: env.oneOf('LOG_LEVEL', 'info', LOG_LEVELS, {
     describe: LOG_LEVELS.map((level) => `\`${level}\``).join(', '),
   }),
 };
+
+/** A Redis Cluster seed node. */
+export interface ClusterNode {
+  readonly host: string;
+  readonly port: number;
+}
+
+/** `host:port,host:port,...` (IPv6 hosts in brackets); unset or empty: no cluster. */
+function parseClusterNodes(raw: string | undefined): readonly ClusterNode[] | undefined {
+  if (raw === undefined || raw.trim() === '') return undefined;
+  return raw.split(',').map((entry, i) => {
+    const m = /^\s*(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})\s*$/.exec(entry);
+    const port = m ? Number(m[2]) : NaN;
+    if (!m || port < 1 || port > 65535)
+      throw new ConfigFieldError(`entry ${i + 1} must be host:port (a port from 1 to 65535), got "${entry.trim()}"`);
+    return { host: m[1].replace(/^\[|\]$/g, ''), port };
+  });
+}

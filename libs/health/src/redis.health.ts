@@ -1,13 +1,12 @@
 import { Injectable } from '@nestjs/common';
 import { HealthIndicatorService } from '@nestjs/terminus';
-import { InjectRedis } from '@app/redis';
-import type { Redis } from 'ioredis';
+import { InjectRedis, type RedisClient } from '@app/redis';
 
 @Injectable()
 export class RedisHealthIndicator {
   constructor(
     private readonly health: HealthIndicatorService,
-    @InjectRedis() private readonly redis: Redis,
+    @InjectRedis() private readonly redis: RedisClient,
   ) {}
 
   check(timeoutMs = 1000) {

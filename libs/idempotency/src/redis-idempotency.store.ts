@@ -1,6 +1,5 @@
 import { Logger } from '@nestjs/common';
-import { RedisScript } from '@app/redis';
-import type { Redis } from 'ioredis';
+import { connectionNameOf, duplicateForBlocking, RedisScript, type RedisClient } from '@app/redis';
 import type {
   ClaimResult,
   FrameEvent,
@@ -136,7 +135,7 @@ export interface RedisIdempotencyStoreOptions {
    * The one connection of this process that blocks waiting for frames, made
    * on first use (default: a duplicate of the client). Closed by `close()`.
    */
-  readonly blockingClient?: () => Redis;
+  readonly blockingClient?: () => RedisClient;
   /** How long a follower waits for news before it checks that the request is still alive. */
   readonly idleCheckMs?: number;
 }
@@ -146,19 +145,15 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   readonly frames: RedisFrameLog;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     options: RedisIdempotencyStoreOptions | string = {},
   ) {
     const opts = typeof options === 'string' ? { prefix: options } : options;
     this.prefix = opts.prefix ?? 'idem:';
     const blockingClient =
       opts.blockingClient ??
-      (() =>
-        redis.duplicate({
-          connectionName: `${redis.options.connectionName ?? 'idempotency'}:frames`,
-          // It blocks (XREAD BLOCK): nothing may be batched behind it.
-          enableAutoPipelining: false,
-        }));
+      // It blocks (XREAD BLOCK): nothing may be batched behind it.
+      (() => duplicateForBlocking(redis, { connectionName: `${connectionNameOf(redis) ?? 'idempotency'}:frames` }));
     this.frames = new RedisFrameLog(redis, (key) => this.recordKey(key), blockingClient, opts.idleCheckMs ?? 1000);
   }
 
@@ -254,9 +249,9 @@ export class RedisFrameLog implements IdempotencyFrameLog {
   private closed = false;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly recordKey: (key: string) => string,
-    private readonly blockingClient: () => Redis,
+    private readonly blockingClient: () => RedisClient,
     private readonly idleCheckMs: number,
   ) {}
 

@@ -1,5 +1,5 @@
+import type { RedisClient } from '@app/redis';
 import type { Logger } from '@nestjs/common';
-import type { Redis } from 'ioredis';
 
 interface Waiter {
   readonly after: string;
@@ -22,9 +22,9 @@ const BLOCK_MS = 250;
  */
 export class RedisStreamWaiter {
   private readonly byStream = new Map<string, Set<Waiter>>();
-  private blocking: Redis | undefined;
+  private blocking: RedisClient | undefined;
   private blockingId: number | undefined;
-  private connecting: Promise<Redis> | undefined;
+  private connecting: Promise<RedisClient> | undefined;
   private reading = false;
   /** The id each stream is read after by the XREAD in flight. */
   private readonly inFlight = new Map<string, string>();
@@ -33,8 +33,8 @@ export class RedisStreamWaiter {
   private closed = false;
 
   constructor(
-    private readonly redis: Redis,
-    private readonly makeBlocking: () => Redis,
+    private readonly redis: RedisClient,
+    private readonly makeBlocking: () => RedisClient,
     private readonly logger: Logger,
   ) {}
 
@@ -128,7 +128,7 @@ export class RedisStreamWaiter {
     }
   }
 
-  private async connection(): Promise<Redis> {
+  private async connection(): Promise<RedisClient> {
     if (this.blocking) return this.blocking;
     this.connecting ??= (async () => {
       const client = this.makeBlocking();
@@ -136,7 +136,7 @@ export class RedisStreamWaiter {
       client.on('ready', () => {
         // A reconnected client has a new id.
         client.client('ID').then(
-          (id) => (this.blockingId = Number(id)),
+          (id: unknown) => (this.blockingId = Number(id)),
           () => undefined,
         );
       });

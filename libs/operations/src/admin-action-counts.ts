@@ -1,7 +1,6 @@
 import { Injectable } from '@nestjs/common';
 import { ADMIN_ACTIONS_KEY } from '@app/summary-queue';
-import { InjectRedis } from '@app/redis';
-import type { Redis } from 'ioredis';
+import { InjectRedis, type RedisClient } from '@app/redis';
 
 export type AdminAction = 'redrive' | 'requeue';
 export const ADMIN_ACTIONS: readonly AdminAction[] = ['redrive', 'requeue'];
@@ -14,7 +13,7 @@ export const ADMIN_ACTIONS: readonly AdminAction[] = ['redrive', 'requeue'];
  */
 @Injectable()
 export class AdminActionCounts {
-  constructor(@InjectRedis() private readonly redis: Redis) {}
+  constructor(@InjectRedis() private readonly redis: RedisClient) {}
 
   async add(action: AdminAction, n: number): Promise<void> {
     if (n > 0) await this.redis.hincrby(ADMIN_ACTIONS_KEY, action, n);

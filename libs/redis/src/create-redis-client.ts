@@ -1,6 +1,14 @@
 import { backoffDelay } from '@app/config';
-import { Redis } from 'ioredis';
+import { Cluster, Redis, type RedisOptions } from 'ioredis';
 import type { RedisModuleOptions } from './redis.module-definition';
+
+/**
+ * What the apps talk to: one Redis, or a Redis Cluster (REDIS_CLUSTER_NODES).
+ * The commands are the same; on a cluster each goes to the master of its
+ * key's slot, and every command, script or MULTI must keep its keys in one
+ * slot (the project's keys share hash tags where they must go together).
+ */
+export type RedisClient = Redis | Cluster;
 
 /** ioredis counts `times` from 1: 100, 200, 400, ... ms, at most 2 s, between reconnects. */
 const RECONNECT_BACKOFF = { baseMs: 50, capMs: 2000, jitter: 'none' } as const;
@@ -20,23 +28,74 @@ const RECONNECT_BACKOFF = { baseMs: 50, capMs: 2000, jitter: 'none' } as const;
  * never goes on this connection, where every command behind it would wait out
  * the block: blocking readers take a duplicate of their own, not pipelined.
  */
-export function createRedisClient(options: RedisModuleOptions): Redis {
-  return new Redis(options.url, {
+export function createRedisClient(options: RedisModuleOptions): RedisClient {
+  const common = {
     connectionName: options.connectionName,
-    lazyConnect: true,
-    enableOfflineQueue: false,
     maxRetriesPerRequest: 0,
     commandTimeout: options.commandTimeoutMs ?? 2000,
     connectTimeout: options.connectTimeoutMs ?? 5000,
-    retryStrategy: (times) => backoffDelay(times, RECONNECT_BACKOFF),
     // On shutdown, a socket that does not close after QUIT is destroyed this soon.
     disconnectTimeout: 500,
+  } satisfies RedisOptions;
+  if (options.clusterNodes?.length) {
+    return new Cluster(
+      options.clusterNodes.map(({ host, port }) => ({ host, port })),
+      {
+        lazyConnect: true,
+        enableOfflineQueue: false,
+        enableAutoPipelining: options.autoPipelining ?? true,
+        // Writes and reads alike go to the slot's master: a replica may lag behind the write it is asked about.
+        scaleReads: 'master',
+        clusterRetryStrategy: (times) => backoffDelay(times, RECONNECT_BACKOFF),
+        // While a failover runs (a few seconds: the replica waits cluster-node-timeout), a command
+        // redirected or refused with CLUSTERDOWN retries instead of failing at once; 16 × 300 ms
+        // outlasts a failover at the default node timeout of the local test cluster.
+        retryDelayOnFailover: 300,
+        retryDelayOnClusterDown: 300,
+        retryDelayOnTryAgain: 100,
+        maxRedirections: 16,
+        slotsRefreshTimeout: options.connectTimeoutMs ?? 5000,
+        redisOptions: common,
+      },
+    );
+  }
+  return new Redis(options.url, {
+    ...common,
+    lazyConnect: true,
+    enableOfflineQueue: false,
+    retryStrategy: (times) => backoffDelay(times, RECONNECT_BACKOFF),
     enableAutoPipelining: options.autoPipelining ?? true,
   });
 }
 
+/**
+ * A connection of its own for blocking reads (XREADGROUP BLOCK, XREAD
+ * BLOCK), which must never share the auto-pipelined client: every command
+ * behind a blocked one would wait out the block. On a cluster, a cluster
+ * client of its own (one connection to each master it reads from).
+ */
+export function duplicateForBlocking(
+  client: RedisClient,
+  overrides: { readonly connectionName: string; readonly commandTimeout?: number },
+): RedisClient {
+  const own = {
+    connectionName: overrides.connectionName,
+    ...(overrides.commandTimeout === undefined ? {} : { commandTimeout: overrides.commandTimeout }),
+  };
+  // Connects at once, and queues what is sent meanwhile (the command timeout still bounds the wait).
+  const flags = { lazyConnect: false, enableOfflineQueue: true, enableAutoPipelining: false };
+  if (client instanceof Cluster)
+    return client.duplicate(undefined, { ...flags, redisOptions: { ...client.options.redisOptions, ...own } });
+  return client.duplicate({ ...flags, ...own });
+}
+
+/** The connection name a client was made with (CLIENT LIST shows it). */
+export function connectionNameOf(client: RedisClient): string | undefined {
+  return client instanceof Cluster ? client.options.redisOptions?.connectionName : client.options.connectionName;
+}
+
 /** Connects, or gives up after the timeout and lets the client retry on its own. */
-export async function connectOrContinue(client: Redis, timeoutMs: number): Promise<boolean> {
+export async function connectOrContinue(client: RedisClient, timeoutMs: number): Promise<boolean> {
   if (client.status === 'ready') return true;
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<false>((resolve) => {

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './create-redis-client';
 
 /**
  * A Lua script run with EVALSHA, falling back to EVAL once when the server has
@@ -15,7 +15,7 @@ export class RedisScript {
     this.sha = createHash('sha1').update(lua).digest('hex');
   }
 
-  async run<T = unknown>(client: Redis, keys: readonly string[], args: readonly (string | number)[]): Promise<T> {
+  async run<T = unknown>(client: RedisClient, keys: readonly string[], args: readonly (string | number)[]): Promise<T> {
     try {
       return (await client.evalsha(this.sha, keys.length, ...keys, ...args)) as T;
     } catch (err) {

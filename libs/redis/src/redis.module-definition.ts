@@ -1,8 +1,11 @@
+import type { ClusterNode } from '@app/config';
 import { ConfigurableModuleBuilder } from '@nestjs/common';
 
 export interface RedisModuleOptions {
-  /** redis:// or rediss:// URL, database number included (`/2`). */
+  /** redis:// or rediss:// URL, database number included (`/2`); ignored when clusterNodes are given. */
   readonly url: string;
+  /** Seed nodes of a Redis Cluster (REDIS_CLUSTER_NODES): the client is then a cluster client. */
+  readonly clusterNodes?: readonly ClusterNode[];
   /** Shown in CLIENT LIST, so an operator can tell the apps apart. */
   readonly connectionName: string;
   /**

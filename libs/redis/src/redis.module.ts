@@ -1,6 +1,5 @@
 import { Inject, Logger, Module, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
-import type { Redis } from 'ioredis';
-import { connectOrContinue, createRedisClient } from './create-redis-client';
+import { connectOrContinue, createRedisClient, type RedisClient } from './create-redis-client';
 import { REDIS_CLIENT } from './redis.constants';
 import { ConfigurableModuleClass, REDIS_MODULE_OPTIONS, type RedisModuleOptions } from './redis.module-definition';
 
@@ -18,7 +17,7 @@ export class RedisModule extends ConfigurableModuleClass implements OnModuleInit
   private readonly logger = new Logger(RedisModule.name);
 
   constructor(
-    @Inject(REDIS_CLIENT) private readonly client: Redis,
+    @Inject(REDIS_CLIENT) private readonly client: RedisClient,
     @Inject(REDIS_MODULE_OPTIONS) private readonly options: RedisModuleOptions,
   ) {
     super();

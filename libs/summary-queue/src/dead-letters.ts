@@ -1,6 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { InjectRedis, RedisScript } from '@app/redis';
-import type { Redis } from 'ioredis';
+import { InjectRedis, RedisScript, type RedisClient } from '@app/redis';
 import {
   ADMIN_ACTIONS_KEY,
   DEAD_LETTER_STREAM,
@@ -55,7 +54,7 @@ export const LAST_STREAM_ID = `${STREAM_ID_PART_MAX}-${STREAM_ID_PART_MAX}`;
 /** The dead-letter stream, for the people who mend it (admin API and CLI). */
 @Injectable()
 export class DeadLetterQueue {
-  constructor(@InjectRedis() private readonly redis: Redis) {}
+  constructor(@InjectRedis() private readonly redis: RedisClient) {}
 
   /** Oldest first; `after` is the last id of the previous page. */
   async list(count = 50, after?: string): Promise<DeadLetter[]> {

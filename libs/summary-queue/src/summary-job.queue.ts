@@ -1,6 +1,6 @@
 import { Injectable } from '@nestjs/common';
-import { InjectRedis, RedisScript } from '@app/redis';
-import type { ChainableCommander, Redis } from 'ioredis';
+import { InjectRedis, RedisScript, type RedisClient } from '@app/redis';
+import type { ChainableCommander } from 'ioredis';
 import {
   CONSUMER_GROUP,
   DEAD_LETTER_STREAM,
@@ -62,7 +62,7 @@ export interface JobRecord {
 
 @Injectable()
 export class SummaryJobQueue {
-  constructor(@InjectRedis() private readonly redis: Redis) {}
+  constructor(@InjectRedis() private readonly redis: RedisClient) {}
 
   /** Records the job and appends it to the stream; returns the entry id. */
   async enqueue(job: SummaryJob): Promise<string> {

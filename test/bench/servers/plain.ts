@@ -65,7 +65,12 @@ serveHttpApp('plain', async () => {
     imports: [
       LoggingModule.forRoot({ level: config.logLevel, app: 'plain' }),
       MetricsModule,
-      RedisModule.forRoot({ url: config.redisUrl, connectionName: 'plain', isGlobal: true }),
+      RedisModule.forRoot({
+        url: config.redisUrl,
+        clusterNodes: config.redisClusterNodes,
+        connectionName: 'plain',
+        isGlobal: true,
+      }),
       AuthModule.forRoot(config.apiKeys),
       PlainSummariesModule,
     ],

@@ -1,6 +1,7 @@
+import { duplicateForBlocking, type RedisClient } from '@app/redis';
 import type { Logger } from '@nestjs/common';
 import { MicroBatcher } from '@app/batching';
-import type { ChainableCommander, Redis } from 'ioredis';
+import type { ChainableCommander } from 'ioredis';
 import type { StreamMessage } from './job-handler';
 import { ACK, FORGET_CONSUMER, RECLAIM } from './stream-scripts';
 import type { StreamsConsumerOptions } from './streams-consumer.options';
@@ -35,7 +36,7 @@ export interface Reclaimed {
  * leaving the group. No policy: StreamsConsumer decides what to do when.
  */
 export class ConsumerGroup {
-  private blocking: Redis | undefined;
+  private blocking: RedisClient | undefined;
   private ready = false;
   /** A failed call fails every ack in it: each job is left pending, as when its own ack fails. */
   private readonly acks = new MicroBatcher<string, void>({
@@ -48,7 +49,7 @@ export class ConsumerGroup {
   });
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly options: GroupOptions,
     private readonly logger: Logger,
   ) {}
@@ -167,7 +168,7 @@ export class ConsumerGroup {
     try {
       results = await tx.exec();
     } catch (err) {
-      // EXECABORT: Redis refused a queued command and ran none; the hook's, when ours are well formed.
+      // EXECABORT: RedisClient refused a queued command and ran none; the hook's, when ours are well formed.
       if (!alsoInTx || !(err as Error).message?.startsWith('EXECABORT')) throw err;
       results = await withoutHook(err).exec();
     }
@@ -185,7 +186,7 @@ export class ConsumerGroup {
 
   /** Leaves the group unless entries are still pending for this consumer (they must stay to be reclaimed). */
   async leave(): Promise<'left' | 'pending' | 'never-joined'> {
-    if (!this.ready) return 'never-joined'; // never read: Redis has no such consumer
+    if (!this.ready) return 'never-joined'; // never read: RedisClient has no such consumer
     const removed = await FORGET_CONSUMER.run<number>(
       this.redis,
       [this.options.stream],
@@ -199,17 +200,13 @@ export class ConsumerGroup {
     this.blocking?.disconnect();
   }
 
-  private blockingClient(): Redis {
+  private blockingClient(): RedisClient {
     // Its own connection: a blocking read must not hold up acks and refreshes.
     if (!this.blocking) {
-      this.blocking = this.redis.duplicate({
+      // It blocks: nothing may be batched behind it (the shared client is auto-pipelined).
+      this.blocking = duplicateForBlocking(this.redis, {
         connectionName: `${this.options.consumer}:blocking`,
         commandTimeout: this.options.blockMs + 5000,
-        lazyConnect: false,
-        // Queued while it connects; the command timeout still bounds the wait.
-        enableOfflineQueue: true,
-        // It blocks: nothing may be batched behind it (the shared client is auto-pipelined).
-        enableAutoPipelining: false,
       });
       this.blocking.on('error', (err: Error) => this.logger.debug(`blocking connection: ${err.message}`));
     }

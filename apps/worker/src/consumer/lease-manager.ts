@@ -1,5 +1,5 @@
+import type { RedisClient } from '@app/redis';
 import type { LoggerService } from '@nestjs/common';
-import type { Redis } from 'ioredis';
 import { REFRESH } from './stream-scripts';
 import type { StreamsConsumerOptions } from './streams-consumer.options';
 
@@ -17,7 +17,7 @@ export class LeaseManager {
   private timer: NodeJS.Timeout | undefined;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly options: LeaseOptions,
     private readonly held: () => readonly string[],
     private readonly logger: LoggerService,

@@ -1,8 +1,7 @@
 import { BeforeApplicationShutdown, Injectable, Logger, OnApplicationBootstrap, OnModuleDestroy } from '@nestjs/common';
 import { backoffDelay } from '@app/config';
 import { HealthChecksRegistry } from '@app/health';
-import { InjectRedis } from '@app/redis';
-import type { Redis } from 'ioredis';
+import { InjectRedis, type RedisClient } from '@app/redis';
 import { PinoLogger } from 'nestjs-pino';
 import { setTimeout as delay } from 'node:timers/promises';
 import { failureOf } from '../jobs/job.errors';
@@ -61,7 +60,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
   private loop: Promise<void> | undefined;
 
   constructor(
-    @InjectRedis() redis: Redis,
+    @InjectRedis() redis: RedisClient,
     @InjectStreamsConsumerOptions() private readonly options: StreamsConsumerOptions,
     @InjectJobHandler() private readonly handler: JobHandler,
     private readonly health: HealthChecksRegistry,
