@@ -89,6 +89,33 @@ describe('SummaryWriter (one statement, one transaction: summary and outbox row)
     ]);
   });
 
+  it('group commit: one job id in two letter cases in one turn is one summary, one outbox row, one done', async () => {
+    const lower = jobs(1)[0];
+    const upper = {
+      done: { ...lower.done, jobId: lower.done.jobId.toUpperCase() },
+      message: summaryReadyMessage(lower.done.jobId.toUpperCase(), 'a@b.c'),
+    };
+    const outcomes = await Promise.all([
+      writer.writeWithNotification(lower.done, lower.message),
+      writer.writeWithNotification(upper.done, upper.message),
+    ]);
+    expect([...outcomes].sort()).toEqual(['done', 'duplicate']);
+    expect(await count('summaries')).toBe(1);
+    expect(await count('outbox')).toBe(1);
+  });
+
+  it('group commit: a batch that fails for want of the database fails each job once, without a statement each', async () => {
+    const query = jest
+      .spyOn(ds, 'query')
+      .mockRejectedValueOnce(Object.assign(new Error('connection reset'), { code: 'ECONNRESET' }));
+    const batch = jobs(4);
+    const settled = await Promise.allSettled(batch.map((j) => writer.writeWithNotification(j.done, j.message)));
+    expect(settled.map((s) => s.status)).toEqual(['rejected', 'rejected', 'rejected', 'rejected']);
+    expect(query).toHaveBeenCalledTimes(1);
+    query.mockRestore();
+    expect(await count('summaries')).toBe(0);
+  });
+
   it('group commit: a job whose rows cannot be written fails alone; the rest of its batch is written', async () => {
     const batch = jobs(5);
     await ds.query(`INSERT INTO outbox (topic, dedupe_key, payload) VALUES ('t', $1, '{}')`, [

@@ -58,11 +58,28 @@ describe('relay: the webhook contract, a provider that is down, backoff and park
     const many = jest.spyOn(repository, 'markSentMany');
     await expect(relay.relay.runOnce()).resolves.toMatchObject({ claimed: 8, sent: 8, failed: 0 });
     // How the rows split into statements depends on when the answers arrive; each row is in exactly one.
-    expect(many.mock.calls.flatMap(([, rows]) => rows.map((r) => r.id))).toHaveLength(8);
+    const recorded = many.mock.calls.flatMap(([, rows]) => rows.map((r) => r.id));
     many.mockRestore();
+    const ids: { id: string }[] = await ds.query('SELECT id FROM outbox WHERE dedupe_key = ANY($1)', [keys]);
+    expect([...recorded].sort()).toEqual(ids.map((r) => String(r.id)).sort());
     for (const key of keys) expect((await rowByKey(ds, key)).sent_at).toBeInstanceOf(Date);
     expect(provider.deliveries.map((d) => d.idempotencyKey).sort()).toEqual([...keys].sort());
     await expect(relay.relay.runOnce()).resolves.toMatchObject({ claimed: 0 });
+  });
+
+  it('a grouped statement that fails leaves each of its rows unrecorded, to be sent again after its lease', async () => {
+    const keys = await insertOutboxRows(ds, 3, 'unrecorded');
+    const repository = relay.moduleRef.get(OutboxRelayRepository);
+    // Fault injection around the real repository: the recording statement fails, whatever rows it holds.
+    const many = jest.spyOn(repository, 'markSentMany').mockRejectedValue(new Error('connection reset'));
+    await expect(relay.relay.runOnce()).resolves.toMatchObject({ claimed: 3, sent: 0, unrecorded: 3 });
+    many.mockRestore();
+    expect(provider.deliveries).toHaveLength(3);
+    for (const key of keys) {
+      const row = await rowByKey(ds, key);
+      expect(row).toMatchObject({ sent_at: null, attempts: 0 });
+      expect(row.lease_until).toBeInstanceOf(Date);
+    }
   });
 
   it('provider down (503): attempts 1, last_error kept, due later; after the backoff the next pass sends it', async () => {

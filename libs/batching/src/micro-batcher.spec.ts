@@ -74,6 +74,21 @@ describe('MicroBatcher', () => {
     expect(r.batches).toEqual([['a', 'bad', 'c'], ['a'], ['bad'], ['c']]);
   });
 
+  it('isolateFailures as a predicate: an error it refuses fails every item at once, with no run each', async () => {
+    const down = Object.assign(new Error('down'), { transient: true });
+    const r = recorder(() => down);
+    const b = new MicroBatcher({
+      run: r.run,
+      maxBatch: 10,
+      maxInFlight: 1,
+      isolateFailures: (err) => !(err as { transient?: boolean }).transient,
+    });
+    const outcomes = Promise.allSettled(['a', 'b', 'c'].map((i) => b.submit(i)));
+    await r.openAll();
+    expect((await outcomes).map((s) => (s as PromiseRejectedResult).reason)).toEqual([down, down, down]);
+    expect(r.batches).toEqual([['a', 'b', 'c']]);
+  });
+
   it('without isolateFailures, every item of a failed batch gets its error', async () => {
     const r = recorder(() => new Error('down'));
     const b = new MicroBatcher({ run: r.run, maxBatch: 10, maxInFlight: 1 });

@@ -5,14 +5,19 @@ export interface MicroBatcherOptions<I, O> {
   readonly maxBatch: number;
   /** The most batches running at once; what comes meanwhile waits and goes in the next. */
   readonly maxInFlight: number;
-  /** Items that share a key never share a batch: the later one goes in a batch after the earlier one's. */
+  /**
+   * Items that share a key never share a batch: the later one waits for a
+   * later batch (which may run while the earlier one's still does, up to
+   * maxInFlight).
+   */
   readonly keys?: (item: I) => readonly string[];
   /**
-   * When a batch of several fails, each of its items runs again on its own,
-   * so one item that cannot be written fails only itself. Without it, every
-   * item of the batch gets the batch's error.
+   * When a batch of several fails with an error this accepts (true: any),
+   * each of its items runs again on its own, so one item that cannot be
+   * written fails only itself. Otherwise every item of the batch gets the
+   * batch's error: a database that is down is not asked once per item.
    */
-  readonly isolateFailures?: boolean;
+  readonly isolateFailures?: boolean | ((error: unknown) => boolean);
 }
 
 interface Waiting<I, O> {
@@ -94,7 +99,9 @@ export class MicroBatcher<I, O> {
     try {
       settle(batch, await this.results(batch));
     } catch (err) {
-      if (!this.options.isolateFailures || batch.length === 1) {
+      const { isolateFailures } = this.options;
+      const isolate = typeof isolateFailures === 'function' ? isolateFailures(err) : isolateFailures === true;
+      if (!isolate || batch.length === 1) {
         for (const w of batch) w.reject(err);
         return;
       }

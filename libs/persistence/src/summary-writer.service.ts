@@ -13,6 +13,40 @@ export interface CompletedSummary {
 /** `done`: this call stored the summary and its notification; `duplicate`: another delivery already had. */
 export type WriteOutcome = 'done' | 'duplicate';
 
+interface SummaryWrite {
+  readonly done: CompletedSummary;
+  readonly message: NewOutboxMessage;
+}
+
+/** A worker's jobs finish 16 (its concurrency) at a time at most; a few workers' worth fits one statement. */
+const MAX_BATCH = 64;
+/** One statement commits while the next batch gathers; two at once keep a slow commit from holding up the rest. */
+const MAX_IN_FLIGHT = 2;
+
+/**
+ * $1..$6: arrays of job ids, tenants, summaries, topics, dedupe keys and JSON payloads, one element per job.
+ * Returns the dedupe key of each outbox row written: the jobs this statement finished. The batcher keeps two
+ * writes of one job apart (by its lowercased id); DISTINCT ON makes sure of it here too, since the outbox insert
+ * joins the input on the uuid: one input row per job id, or a job could get two outbox rows.
+ */
+const WRITE_SUMMARIES = OutboxSql.insertAfterEach(
+  `SELECT DISTINCT ON (job_id) *
+     FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[])
+       AS j(job_id, tenant, summary, topic, dedupe_key, payload)`,
+  `INSERT INTO summaries (job_id, tenant, summary)
+   SELECT job_id, tenant, summary FROM input
+   ON CONFLICT (job_id) DO NOTHING
+   RETURNING job_id`,
+  'job_id',
+);
+
+/** Errors of one row's data (SQLSTATE classes 22 and 23: a bad value, a constraint): worth writing the rest alone. */
+function isRowError(err: unknown): boolean {
+  const e = err as { code?: unknown; driverError?: { code?: unknown } } | null;
+  const code = e?.driverError?.code ?? e?.code;
+  return typeof code === 'string' && /^2[23]/.test(code);
+}
+
 /**
  * Owns the unit of work that finishes a job: the summary and its outbox row
  * commit together or not at all, and only the delivery that inserted the
@@ -33,8 +67,11 @@ export type WriteOutcome = 'done' | 'duplicate';
  * one round trip, one plan and one WAL flush instead of one each. Each job
  * still gets its own outcome. A batch that fails is written again job by job,
  * so a job whose rows cannot be written (a dedupe key already taken) fails
- * alone. Two writes of one job never share a statement: the second waits for
- * the first and comes back `duplicate`.
+ * alone; a batch that fails for any other reason (the connection, a timeout)
+ * fails each of its jobs with that error, as one write of its own would have.
+ * Two writes of one job (its id in any letter case) never share a statement;
+ * they may run at once in two, where PostgreSQL's unique index makes one of
+ * them `duplicate`.
  */
 @Injectable()
 export class SummaryWriter {
@@ -42,8 +79,8 @@ export class SummaryWriter {
     run: (batch) => this.writeBatch(batch),
     maxBatch: MAX_BATCH,
     maxInFlight: MAX_IN_FLIGHT,
-    keys: (w) => [w.done.jobId, w.message.dedupeKey],
-    isolateFailures: true,
+    keys: (w) => [w.done.jobId.toLowerCase(), w.message.dedupeKey],
+    isolateFailures: isRowError,
   });
 
   constructor(
@@ -65,40 +102,15 @@ export class SummaryWriter {
   }
 
   private async writeBatch(batch: readonly SummaryWrite[]): Promise<WriteOutcome[]> {
-    const column = <T>(pick: (w: SummaryWrite) => T): T[] => batch.map(pick);
     const written: { dedupe_key: string }[] = await this.dataSource.query(WRITE_SUMMARIES, [
-      column((w) => w.done.jobId),
-      column((w) => w.done.tenant),
-      column((w) => w.done.summary),
-      column((w) => w.message.topic),
-      column((w) => w.message.dedupeKey),
-      column((w) => JSON.stringify(w.message.payload)),
+      batch.map((w) => w.done.jobId),
+      batch.map((w) => w.done.tenant),
+      batch.map((w) => w.done.summary),
+      batch.map((w) => w.message.topic),
+      batch.map((w) => w.message.dedupeKey),
+      batch.map((w) => JSON.stringify(w.message.payload)),
     ]);
     const done = new Set(written.map((r) => r.dedupe_key));
     return batch.map((w) => (done.has(w.message.dedupeKey) ? 'done' : 'duplicate'));
   }
 }
-
-interface SummaryWrite {
-  readonly done: CompletedSummary;
-  readonly message: NewOutboxMessage;
-}
-
-/** A worker's jobs finish 16 (its concurrency) at a time at most; a few workers' worth fits one statement. */
-const MAX_BATCH = 64;
-/** One statement commits while the next batch gathers; two at once keep a slow commit from holding up the rest. */
-const MAX_IN_FLIGHT = 2;
-
-/**
- * $1..$6: arrays of job ids, tenants, summaries, topics, dedupe keys and JSON payloads, one element per job.
- * Returns the dedupe key of each outbox row written: the jobs this statement finished.
- */
-const WRITE_SUMMARIES = OutboxSql.insertAfterEach(
-  `SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::jsonb[])
-     AS j(job_id, tenant, summary, topic, dedupe_key, payload)`,
-  `INSERT INTO summaries (job_id, tenant, summary)
-   SELECT job_id, tenant, summary FROM input
-   ON CONFLICT (job_id) DO NOTHING
-   RETURNING job_id`,
-  'job_id',
-);

@@ -53,12 +53,15 @@ export class OutboxRelayRepository {
       .sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1));
   }
 
-  /** False when the lease is no longer ours: it expired and another relay claimed the row. */
+  /**
+   * False when the lease is no longer ours: it expired and another relay claimed the row. One row (the
+   * relay records crowds with markSentMany).
+   */
   async markSent(em: EntityManager, id: string, lease: Date): Promise<boolean> {
     return (await this.markSentMany(em, [{ id, lease }]))[0];
   }
 
-  /** markSent of many rows in one statement; one answer per row, in order. */
+  /** markSent of many rows in one statement; one answer per row, in order. Each id once: the answer is by id. */
   async markSentMany(em: EntityManager, rows: readonly SentRow[]): Promise<boolean[]> {
     const recorded = await returning<{ id: string }>(em, OutboxSql.markSent, [
       rows.map((r) => r.id),

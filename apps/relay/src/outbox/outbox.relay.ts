@@ -44,6 +44,11 @@ export class SendTimeoutError extends Error {
   }
 }
 
+/** OUTBOX_BATCH is at most 1000; a few statements' worth of a full batch. */
+const MAX_SENT_PER_STATEMENT = 256;
+/** One statement commits while the next gathers; a second keeps a slow commit from holding up the rest. */
+const SENT_STATEMENTS_IN_FLIGHT = 2;
+
 /**
  * Drains the outbox: claim due rows with a lease (one short transaction),
  * send them concurrently without holding any lock, record each result as it
@@ -67,11 +72,13 @@ export class OutboxRelay implements OnApplicationBootstrap, BeforeApplicationShu
    * (group commit): a pass sends a batch at once, so its answers come in
    * crowds. A failed statement fails each row in it, which leaves it
    * `unrecorded` (sent again after its lease), as its own failed update did.
+   * A row is in one statement at a time (keyed by id).
    */
   private readonly sent = new MicroBatcher<SentRow, boolean>({
     run: (rows) => this.repository.markSentMany(this.dataSource.manager, rows),
-    maxBatch: 256,
-    maxInFlight: 2,
+    maxBatch: MAX_SENT_PER_STATEMENT,
+    maxInFlight: SENT_STATEMENTS_IN_FLIGHT,
+    keys: (row) => [row.id],
   });
 
   constructor(

@@ -15,7 +15,8 @@ export const OutboxSql = {
    * <key>` (typically `ON CONFLICT DO NOTHING`). An outbox row is written for
    * each input row whose key the effect returned, and the relays are woken
    * (`pg_notify`, delivered at commit). Returns the `dedupe_key` of each
-   * outbox row written.
+   * outbox row written. `rows` must hold each key once (the join is on it):
+   * two input rows of one key would both get an outbox row.
    */
   insertAfterEach: (rows: string, effect: string, key: string): string =>
     `WITH input AS (
