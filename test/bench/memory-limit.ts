@@ -14,7 +14,7 @@ const REPO_ROOT = resolve(__dirname, '../..');
 export interface MemoryCgroup {
   readonly path: string;
   readonly limitMiB: number;
-  /** The cgroup's peak usage (the process's RSS plus the page cache charged to it), MiB. */
+  /** The cgroup's peak usage (the process's RSS plus the page cache charged to it), MiB; undefined where unknown. */
   peakMiB(): number | undefined;
   /** Processes the kernel's OOM killer killed in it. */
   oomKills(): number;

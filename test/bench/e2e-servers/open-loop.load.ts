@@ -21,6 +21,8 @@ export interface LoadReport {
   readonly sent: number;
   /** Scheduled send time of request i, by its notify address. */
   readonly scheduled: Record<string, number>;
+  /** When it was actually handed to fetch, by its notify address: later than scheduled when the sender lags. */
+  readonly sentAt: Record<string, number>;
   /** Answers by status (0: no answer, a network error). */
   readonly statuses: Record<string, number>;
   /** The most a send left after its scheduled time. */
@@ -40,6 +42,7 @@ const body = (to: string) => JSON.stringify({ text: 'Open-loop load measures the
 const now = () => performance.timeOrigin + performance.now();
 
 const scheduled: Record<string, number> = {};
+const sentAt: Record<string, number> = {};
 const statuses: Record<string, number> = {};
 const answers: number[] = [];
 const errors: Record<string, number> = {};
@@ -49,7 +52,9 @@ const inFlight: Promise<void>[] = [];
 function send(i: number, at: number): void {
   const to = `${tag}-${i}@bench.example`;
   scheduled[to] = at;
-  lagMaxMs = Math.max(lagMaxMs, now() - at);
+  const t = now();
+  sentAt[to] = t;
+  lagMaxMs = Math.max(lagMaxMs, t - at);
   inFlight.push(
     fetch(url, {
       method: 'POST',
@@ -91,6 +96,7 @@ async function main(): Promise<void> {
   const report: LoadReport = {
     sent: total,
     scheduled,
+    sentAt,
     statuses,
     lagMaxMs,
     errors,
