@@ -2,6 +2,33 @@ import { createHash } from 'node:crypto';
 import type { RedisClient } from './create-redis-client';
 
 /**
+ * How many replicas must hold a write before it is acknowledged, and how long
+ * to wait for them (Redis's WAIT). None: the master's own acknowledgement.
+ */
+export interface Durability {
+  readonly replicas: number;
+  readonly timeoutMs: number;
+}
+
+/**
+ * The script ran on the master, but fewer replicas than asked confirmed it in
+ * time: if the master dies now, the write may be lost with it. The caller
+ * must not acknowledge what it wrote as durable.
+ */
+export class NotReplicatedError extends Error {
+  constructor(
+    readonly acknowledged: number,
+    readonly wanted: number,
+    readonly timeoutMs: number,
+  ) {
+    super(`written, but ${acknowledged} of ${wanted} replica(s) acknowledged it within ${timeoutMs} ms`);
+    this.name = 'NotReplicatedError';
+  }
+}
+
+type PipelineResult = [Error | null, unknown][] | null;
+
+/**
  * A Lua script run with EVALSHA, falling back to EVAL once when the server has
  * not seen it (after a restart or failover): one round trip in the common case.
  */
@@ -22,5 +49,36 @@ export class RedisScript {
       if (!(err instanceof Error) || !err.message.startsWith('NOSCRIPT')) throw err;
       return (await client.eval(this.lua, keys.length, ...keys, ...args)) as T;
     }
+  }
+
+  /**
+   * The script, then WAIT on the same connection in the same round trip (one
+   * pipeline, which a cluster client sends to the master of the keys' slot):
+   * resolves once `durability.replicas` replicas hold what the script wrote,
+   * or throws NotReplicatedError (the write stands on the master). Without
+   * durability, or with 0 replicas, it is `run`.
+   */
+  async runDurably<T = unknown>(
+    client: RedisClient,
+    keys: readonly string[],
+    args: readonly (string | number)[],
+    durability: Durability | undefined,
+  ): Promise<T> {
+    if (!durability || durability.replicas <= 0) return this.run<T>(client, keys, args);
+    const { replicas, timeoutMs } = durability;
+    const send = (evalsha: boolean): Promise<PipelineResult> => {
+      const pipeline = client.pipeline();
+      if (evalsha) pipeline.evalsha(this.sha, keys.length, ...keys, ...args);
+      else pipeline.eval(this.lua, keys.length, ...keys, ...args);
+      return pipeline.call('WAIT', replicas, timeoutMs).exec();
+    };
+    let results = await send(true);
+    if (results?.[0]?.[0]?.message.startsWith('NOSCRIPT')) results = await send(false);
+    if (!results || results.length !== 2) throw new Error(`${this.name}: the pipeline was not answered`);
+    const [[scriptError, value], [waitError, acknowledged]] = results;
+    if (scriptError) throw scriptError;
+    if (waitError) throw waitError;
+    if (Number(acknowledged) < replicas) throw new NotReplicatedError(Number(acknowledged), replicas, timeoutMs);
+    return value as T;
   }
 }

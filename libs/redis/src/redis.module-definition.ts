@@ -1,4 +1,5 @@
 import type { ClusterNode } from '@app/config';
+import type { Durability } from './redis-script';
 import { ConfigurableModuleBuilder } from '@nestjs/common';
 
 export interface RedisModuleOptions {
@@ -6,6 +7,11 @@ export interface RedisModuleOptions {
   readonly url: string;
   /** Seed nodes of a Redis Cluster (REDIS_CLUSTER_NODES): the client is then a cluster client. */
   readonly clusterNodes?: readonly ClusterNode[];
+  /**
+   * What an accepted write waits for (provided as REDIS_DURABILITY); default: one replica within 1 s on a
+   * cluster, none on one Redis.
+   */
+  readonly durability?: Durability;
   /** Shown in CLIENT LIST, so an operator can tell the apps apart. */
   readonly connectionName: string;
   /**

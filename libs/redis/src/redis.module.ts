@@ -1,7 +1,13 @@
 import { Inject, Logger, Module, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
 import { connectOrContinue, createRedisClient, type RedisClient } from './create-redis-client';
-import { REDIS_CLIENT } from './redis.constants';
+import { REDIS_CLIENT, REDIS_DURABILITY } from './redis.constants';
 import { ConfigurableModuleClass, REDIS_MODULE_OPTIONS, type RedisModuleOptions } from './redis.module-definition';
+
+/**
+ * On a cluster a 202 must survive the loss of a master (INTERFACE.md): its writes wait for one replica. 1 s bounds
+ * the wait when replication lags; a replica that does not answer by then gets the client a 503, not a hang.
+ */
+const CLUSTER_DURABILITY = { replicas: 1, timeoutMs: 1000 } as const;
 
 @Module({
   providers: [
@@ -10,8 +16,14 @@ import { ConfigurableModuleClass, REDIS_MODULE_OPTIONS, type RedisModuleOptions 
       inject: [REDIS_MODULE_OPTIONS],
       useFactory: (options: RedisModuleOptions) => createRedisClient(options),
     },
+    {
+      provide: REDIS_DURABILITY,
+      inject: [REDIS_MODULE_OPTIONS],
+      useFactory: (options: RedisModuleOptions) =>
+        options.durability ?? (options.clusterNodes?.length ? CLUSTER_DURABILITY : undefined),
+    },
   ],
-  exports: [REDIS_CLIENT],
+  exports: [REDIS_CLIENT, REDIS_DURABILITY],
 })
 export class RedisModule extends ConfigurableModuleClass implements OnModuleInit, OnApplicationShutdown {
   private readonly logger = new Logger(RedisModule.name);

@@ -1,0 +1,95 @@
+import { keySlot, NotReplicatedError, RedisScript } from '@app/redis';
+import { Cluster, Redis } from 'ioredis';
+import { freshRedis } from '../support/infra';
+import { startRedisCluster, type RedisCluster } from '../support/redis-cluster';
+
+/*
+ * RedisScript.runDurably: the script and WAIT in one pipeline, on the master
+ * of the keys' slot, so an acknowledged write is on a replica too; and a
+ * clear NotReplicatedError when no replica confirms it in time.
+ */
+
+const SET_IT = new RedisScript('test-durable-set', `redis.call('SET', KEYS[1], ARGV[1]) return ARGV[1]`);
+
+describe('RedisScript.runDurably', () => {
+  let cluster: RedisCluster;
+  let client: Cluster;
+
+  beforeAll(async () => {
+    cluster = await startRedisCluster();
+    client = new Cluster(
+      cluster.seedNodes.map((n) => ({ ...n })),
+      { redisOptions: { disconnectTimeout: 100 } },
+    );
+  }, 60_000);
+  afterAll(async () => {
+    client?.disconnect();
+    await cluster?.stop();
+  });
+
+  /** The replica serving `slot`'s master, as the cluster sees it now. */
+  async function replicaOf(slot: number): Promise<{ port: number; pid: number }> {
+    const master = await cluster.masterOf(slot);
+    const nodes = await cluster.nodes();
+    const masterId = nodes.find((n) => n.port === master)?.id;
+    const replica = nodes.find((n) => n.role === 'replica' && n.masterId === masterId);
+    if (!replica) throw new Error(`no replica for master ${master}`);
+    return { port: replica.port, pid: cluster.pids[cluster.ports.indexOf(replica.port)] };
+  }
+
+  it('acknowledges once a replica holds the write: it is there when read from the replica', async () => {
+    for (const key of ['{a}:durable', '{b}:durable', '{c}:durable']) {
+      await expect(SET_IT.runDurably(client, [key], ['v1'], { replicas: 1, timeoutMs: 1000 })).resolves.toBe('v1');
+      const { port } = await replicaOf(keySlot(key));
+      const replica = new Redis({ host: '127.0.0.1', port, lazyConnect: true });
+      await replica.connect();
+      try {
+        await replica.call('READONLY');
+        expect(await replica.get(key)).toBe('v1');
+      } finally {
+        replica.disconnect();
+      }
+    }
+  });
+
+  it('a replica that does not answer: NotReplicatedError after the wait, and the write stands on the master', async () => {
+    const key = '{paused}:durable';
+    const { pid } = await replicaOf(keySlot(key));
+    process.kill(pid, 'SIGSTOP');
+    try {
+      const err = await SET_IT.runDurably(client, [key], ['v2'], { replicas: 1, timeoutMs: 300 }).catch((e) => e);
+      expect(err).toBeInstanceOf(NotReplicatedError);
+      expect(err).toMatchObject({ acknowledged: 0, wanted: 1, timeoutMs: 300 });
+      expect(await client.get(key)).toBe('v2');
+    } finally {
+      process.kill(pid, 'SIGCONT');
+    }
+  });
+
+  it('a script the master has not seen (after a failover, a restart) runs through the EVAL fallback', async () => {
+    await client.script('FLUSH');
+    for (const master of await cluster.masters()) await cluster.command(master.port, 'SCRIPT', 'FLUSH');
+    await expect(SET_IT.runDurably(client, ['{d}:durable'], ['v3'], { replicas: 1, timeoutMs: 1000 })).resolves.toBe(
+      'v3',
+    );
+  });
+
+  it('a script error is the script error, not a replication failure', async () => {
+    const FAILS = new RedisScript('test-durable-fails', `return redis.error_reply('ERR no such thing')`);
+    await expect(FAILS.runDurably(client, ['{e}:durable'], [], { replicas: 1, timeoutMs: 1000 })).rejects.toThrow(
+      'no such thing',
+    );
+  });
+
+  it('on one Redis without replicas: no durability asked is a plain run; one replica asked is refused', async () => {
+    const redis = await freshRedis();
+    try {
+      await expect(SET_IT.runDurably(redis, ['k'], ['v'], undefined)).resolves.toBe('v');
+      await expect(SET_IT.runDurably(redis, ['k'], ['v'], { replicas: 1, timeoutMs: 50 })).rejects.toBeInstanceOf(
+        NotReplicatedError,
+      );
+    } finally {
+      redis.disconnect();
+    }
+  });
+});
