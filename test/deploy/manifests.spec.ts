@@ -60,6 +60,9 @@ const SECRET_PLACEHOLDERS: Readonly<Record<string, string>> = {
   ADMIN_API_KEY: 'admin-placeholder-key-0123456789',
   OPENAI_API_KEY: 'sk-placeholder',
   NOTIFY_WEBHOOK_URL: 'https://notify.invalid/hook',
+  // KEDA's scaler of the example overlay reads Redis with these (no app does).
+  REDIS_ADDRESS: 'redis:6379',
+  REDIS_PASSWORD: 'placeholder',
 };
 /** Every value of the example Secret must contain this, so a real credential cannot slip in. */
 const EXAMPLE_SECRET_MARKER = 'CHANGE-ME';
@@ -327,6 +330,22 @@ interface HpaSpec {
   readonly scaleTargetRef?: { readonly apiVersion?: string; readonly kind?: string; readonly name?: string };
   readonly minReplicas?: number;
   readonly maxReplicas?: number;
+}
+
+/** A KEDA ScaledObject's spec: it makes the HorizontalPodAutoscaler itself. */
+interface ScaledObjectSpec {
+  readonly scaleTargetRef?: { readonly apiVersion?: string; readonly kind?: string; readonly name?: string };
+  readonly minReplicaCount?: number;
+  readonly maxReplicaCount?: number;
+  readonly triggers?: readonly {
+    readonly type?: string;
+    readonly metadata?: Readonly<Record<string, string>>;
+    readonly authenticationRef?: { readonly name?: string };
+  }[];
+}
+
+interface TriggerAuthenticationSpec {
+  readonly secretTargetRef?: readonly { readonly parameter?: string; readonly name?: string; readonly key?: string }[];
 }
 
 interface ImageOverride {
@@ -942,18 +961,64 @@ describe('deploy/k8s manifests', () => {
       expect(problems).toEqual([]);
     });
 
-    it('the worker HorizontalPodAutoscaler (autoscaling/v2) targets the worker Deployment, which leaves replicas to it', () => {
+    it('one autoscaler (an autoscaling/v2 HorizontalPodAutoscaler or a KEDA ScaledObject) targets the worker Deployment, which leaves replicas to it', () => {
       const worker = appView(r, 'worker');
       const hpas = r.manifests.filter((m) => m.kind === 'HorizontalPodAutoscaler');
       const problems: string[] = [];
-      const targeting = hpas.filter((m) => {
+      const scaledObjects = r.manifests.filter((m) => m.kind === 'ScaledObject');
+      const targeting = [...hpas, ...scaledObjects].filter((m) => {
         const ref = (m.spec as HpaSpec).scaleTargetRef;
         return ref?.kind === 'Deployment' && ref.name === worker.deployment.metadata.name;
       });
       if (targeting.length !== 1) {
         problems.push(
-          `[${r.name}] ${targeting.length} HorizontalPodAutoscalers target Deployment ${worker.deployment.metadata.name}, expected 1 (found: ${hpas.map((h) => h.metadata.name).join(', ') || 'none'})`,
+          `[${r.name}] ${targeting.length} autoscalers target Deployment ${worker.deployment.metadata.name}, expected 1 (found: ${[...hpas, ...scaledObjects].map((h) => `${h.kind}/${h.metadata.name}`).join(', ') || 'none'})`,
         );
+      }
+      for (const so of scaledObjects) {
+        const s = so.spec as ScaledObjectSpec;
+        const ref = s.scaleTargetRef;
+        if (
+          ref?.apiVersion !== 'apps/v1' ||
+          !r.manifests.some((m) => m.kind === ref?.kind && m.metadata.name === ref?.name)
+        )
+          problems.push(
+            `${describeManifest(r, so)}: targets ${String(ref?.kind)}/${String(ref?.name)}, which does not exist`,
+          );
+        if (!(
+          s.minReplicaCount !== undefined &&
+          s.maxReplicaCount !== undefined &&
+          s.minReplicaCount >= 1 &&
+          s.minReplicaCount <= s.maxReplicaCount
+        ))
+          problems.push(
+            `${describeManifest(r, so)}: needs 1 <= minReplicaCount <= maxReplicaCount (a worker must always run)`,
+          );
+        const streams = (s.triggers ?? []).filter(
+          (t) => t.type === 'redis-streams' || t.type === 'redis-cluster-streams',
+        );
+        if (!streams.some((t) => t.metadata?.stream === '{summaries}:jobs'))
+          problems.push(`${describeManifest(r, so)}: no redis-streams trigger on {summaries}:jobs`);
+        for (const t of streams) {
+          if (t.metadata?.consumerGroup !== 'summarizers')
+            problems.push(
+              `${describeManifest(r, so)}: trigger on ${t.metadata?.stream} has consumerGroup ${t.metadata?.consumerGroup}, expected summarizers`,
+            );
+          const auth = r.manifests.find(
+            (m) => m.kind === 'TriggerAuthentication' && m.metadata.name === t.authenticationRef?.name,
+          );
+          if (!auth) {
+            problems.push(
+              `${describeManifest(r, so)}: TriggerAuthentication ${String(t.authenticationRef?.name)} does not exist`,
+            );
+            continue;
+          }
+          for (const ref of (auth.spec as TriggerAuthenticationSpec).secretTargetRef ?? [])
+            if (ref.name !== SECRET_NAME || !(String(ref.key) in SECRET_PLACEHOLDERS))
+              problems.push(
+                `${describeManifest(r, auth)}: ${ref.parameter} from ${ref.name}/${ref.key}, not a key of ${SECRET_NAME}`,
+              );
+        }
       }
       for (const hpa of hpas) {
         const s = hpa.spec as HpaSpec;
