@@ -399,6 +399,7 @@ describe('operating the dead letters and the outbox', () => {
       length: 2,
       pending: 0,
       deadLetters: 1,
+      partitions: [{ partition: 0, length: 2, pending: 0, deadLetters: 1 }],
     });
   });
 

@@ -2,6 +2,7 @@ import { DynamicModule, Module } from '@nestjs/common';
 import { OperationsModule } from '@app/operations';
 import { PersistenceModule } from '@app/persistence';
 import { RedisModule } from '@app/redis';
+import { SummaryQueueModule } from '@app/summary-queue';
 import type { AdminConfig } from './admin.config';
 
 /** What the CLI needs: Redis, PostgreSQL, the operations. No HTTP server, no metrics. */
@@ -18,6 +19,7 @@ export class AdminCliModule {
           isGlobal: true,
         }),
         PersistenceModule.forRoot({ url: config.databaseUrl, applicationName: 'admin-cli', poolSize: 2 }),
+        SummaryQueueModule.forRoot({ partitions: config.jobStreamPartitions, isGlobal: true }),
         OperationsModule,
       ],
     };

@@ -5,14 +5,20 @@ export class UsageError extends Error {}
 export const USAGE = `usage: admin <command>
 
   migrate                          apply the database migrations
-  stats                            queue and outbox figures
+  stats                            queue (in total and by partition) and outbox figures
   dead-letters list [--count N] [--after ID]
-                                   dead letters, oldest first, with their reason
-  dead-letters redrive ID          put one back into the job stream (same job id)
+                                   dead letters of every partition, oldest first,
+                                   with their reason
+  dead-letters redrive ID          put one back into its partition's job stream
+                                   (same job id)
   dead-letters redrive --all       every dead letter that can run again
   outbox parked [--count N]        outbox rows that ran out of attempts
   outbox requeue ID                give one parked row fresh attempts, due now
   outbox requeue --all             every parked row
+
+A dead-letter ID is <ms>-<seq> with one job stream partition, and
+<partition>:<ms>-<seq> (as listed) with JOB_STREAM_PARTITIONS above 1; set
+JOB_STREAM_PARTITIONS as for the api and the worker.
 
 Output is JSON on stdout; the exit code is 0 on success, 1 when the thing
 named was not found or could not be done, 2 on a usage error.`;

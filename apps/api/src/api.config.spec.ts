@@ -9,6 +9,7 @@ describe('api configuration', () => {
     expect(loadApiConfig({})).toEqual({
       nodeEnv: 'development',
       redisUrl: 'redis://127.0.0.1:6379',
+      redisClusterNodes: undefined,
       databaseUrl: 'postgres://postgres@127.0.0.1:5432/postgres',
       logLevel: 'info',
       httpRequestTimeoutMs: 30_000,
@@ -19,6 +20,7 @@ describe('api configuration', () => {
       idempotencyLockTtlMs: 10_000,
       idempotencyResultTtlMs: 86_400_000,
       idempotencyStore: 'redis',
+      jobStreamPartitions: 1,
       llmProvider: 'fake',
       openaiApiKey: undefined,
       openaiBaseUrl: undefined,
@@ -51,6 +53,13 @@ describe('api configuration', () => {
   ])('stops the start for PAYMENTS_URL=%s, naming it', (value, message) => {
     expect(problemsOf({ PAYMENTS_URL: value })).toEqual(['PAYMENTS_URL']);
     expect(() => loadApiConfig({ PAYMENTS_URL: value })).toThrow(message);
+  });
+
+  it('takes JOB_STREAM_PARTITIONS from 1 to 1024, and nothing else', () => {
+    expect(loadApiConfig({ JOB_STREAM_PARTITIONS: '3' }).jobStreamPartitions).toBe(3);
+    expect(loadApiConfig({ JOB_STREAM_PARTITIONS: '1024' }).jobStreamPartitions).toBe(1024);
+    for (const value of ['0', '1025', '-1', '2.5', 'three'])
+      expect(problemsOf({ JOB_STREAM_PARTITIONS: value })).toEqual(['JOB_STREAM_PARTITIONS']);
   });
 
   it('bounds PAYMENTS_TIMEOUT_S to 1..120 s', () => {

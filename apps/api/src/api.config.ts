@@ -2,6 +2,7 @@ import { httpServerEnv } from '@app/http';
 import { commonEnv, ConfigFieldError, ConfigOf, type Env, env, parseConfig, processEnv } from '@app/config';
 import { llmProviderEnv } from '@app/llm';
 import { QUERY_TIMEOUT_MS } from '@app/persistence';
+import { jobStreamPartitionsEnv } from '@app/summary-queue';
 import { parseApiKeys } from './auth/api-keys';
 import { GATEWAY_SETTLE_MS } from './gateway/gateway.options';
 
@@ -35,6 +36,7 @@ export const apiEnvSchema = {
     },
   ),
   idempotencyResultTtlMs: env.secondsAsMs('IDEMPOTENCY_RESULT_TTL_S', 86400, { min: 60, max: 30 * 86400 }),
+  ...jobStreamPartitionsEnv,
   idempotencyStore: env.oneOf('IDEMPOTENCY_STORE', 'redis', ['redis', 'postgres'], {
     describe:
       'where the idempotency records live: `redis`, or `postgres` (the `idempotency_keys` table, swept in ' +

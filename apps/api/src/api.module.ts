@@ -6,6 +6,7 @@ import { LoggingModule, MetricsModule } from '@app/observability';
 import { PersistenceModule, PostgresIdempotencyStore } from '@app/persistence';
 import { ProblemDetailsFilter, RequestValidationPipe } from '@app/problem';
 import { REDIS_CLIENT, RedisModule, type RedisClient } from '@app/redis';
+import { SummaryQueueModule } from '@app/summary-queue';
 import { DataSource } from 'typeorm';
 import { type ApiConfig, gatewayDrainMs } from './api.config';
 import { AdminModule } from './admin/admin.module';
@@ -60,6 +61,7 @@ export class ApiModule {
             resultTtlMs: config.idempotencyResultTtlMs,
           }),
         }),
+        SummaryQueueModule.forRoot({ partitions: config.jobStreamPartitions, isGlobal: true }),
         SummariesModule,
         RefundsModule.forRoot({
           paymentsUrl: config.paymentsUrl,

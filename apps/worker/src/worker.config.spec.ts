@@ -15,6 +15,7 @@ describe('worker configuration', () => {
       openaiModel: 'gpt-4.1-mini',
       llmCallTimeoutMs: 20_000,
       llmMaxAttempts: 4,
+      jobStreamPartitions: 1,
     });
   });
 
@@ -41,6 +42,8 @@ describe('worker configuration', () => {
     ['LLM_CALL_TIMEOUT_S', '0'],
     ['LLM_MAX_ATTEMPTS', '0'],
     ['HEALTH_PORT', '99999'],
+    ['JOB_STREAM_PARTITIONS', '0'],
+    ['JOB_STREAM_PARTITIONS', '1025'],
   ])('rejects %s=%s, naming it', (variable, value) => {
     expect(problemsOf({ [variable]: value })).toEqual([variable]);
   });

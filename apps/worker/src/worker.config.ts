@@ -1,6 +1,7 @@
 import { httpServerEnv } from '@app/http';
 import { commonEnv, ConfigOf, env, parseConfig, processEnv, type Env } from '@app/config';
 import { llmProviderEnv } from '@app/llm';
+import { jobStreamPartitionsEnv } from '@app/summary-queue';
 
 /** Every variable the worker reads (INTERFACE.md); the manifests are checked against it. */
 export const workerEnvSchema = {
@@ -14,6 +15,7 @@ export const workerEnvSchema = {
     { min: 100, max: 3_600_000 },
     { describe: 'a live worker refreshes its entries every third of this' },
   ),
+  ...jobStreamPartitionsEnv,
   maxDeliveries: env.int('MAX_DELIVERIES', 5, { min: 1, max: 1000 }),
   jobBudgetMs: env.secondsAsMs(
     'JOB_BUDGET_S',

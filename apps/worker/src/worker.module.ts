@@ -1,7 +1,7 @@
 import { DynamicModule, Module } from '@nestjs/common';
 import { APP_FILTER } from '@nestjs/core';
 import { HealthModule, PostgresHealthIndicator, RedisHealthIndicator } from '@app/health';
-import { CONSUMER_GROUP, DEAD_LETTER_STREAM, JOBS_STREAM, SummaryQueueModule } from '@app/summary-queue';
+import { CONSUMER_GROUP, SummaryQueueModule, SummaryStreams } from '@app/summary-queue';
 import { LlmModule } from '@app/llm';
 import { LoggingModule, MetricsModule } from '@app/observability';
 import { PersistenceModule } from '@app/persistence';
@@ -27,10 +27,13 @@ import {
 import type { WorkerConfig } from './worker.config';
 import { WorkerMetrics } from './worker.metrics';
 
-export function consumerOptionsFrom(config: WorkerConfig): StreamsConsumerOptions {
+/** `streams`: the layout SummaryQueueModule builds from JOB_STREAM_PARTITIONS; the consumer works every partition. */
+export function consumerOptionsFrom(
+  config: WorkerConfig,
+  streams = new SummaryStreams(config.jobStreamPartitions),
+): StreamsConsumerOptions {
   return {
-    stream: JOBS_STREAM,
-    deadLetterStream: DEAD_LETTER_STREAM,
+    partitions: streams.partitions.map((p) => ({ index: p.index, stream: p.jobs, deadLetterStream: p.dead })),
     group: CONSUMER_GROUP,
     consumer: `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`,
     concurrency: config.concurrency,
@@ -77,7 +80,7 @@ export class WorkerModule {
           poolSize: Math.min(config.concurrency + 2, 50),
         }),
         HealthModule.forRoot({ readiness: [RedisHealthIndicator, PostgresHealthIndicator] }),
-        SummaryQueueModule,
+        SummaryQueueModule.forRoot({ partitions: config.jobStreamPartitions, isGlobal: true }),
         LlmModule.forRoot({
           provider: config.llmProvider,
           apiKey: config.openaiApiKey,
@@ -88,7 +91,11 @@ export class WorkerModule {
       ],
       providers: [
         { provide: APP_FILTER, useClass: ProblemDetailsFilter },
-        { provide: STREAMS_CONSUMER_OPTIONS, useValue: { ...consumerOptionsFrom(config), ...consumer } },
+        {
+          provide: STREAMS_CONSUMER_OPTIONS,
+          inject: [SummaryStreams],
+          useFactory: (streams: SummaryStreams) => ({ ...consumerOptionsFrom(config, streams), ...consumer }),
+        },
         { provide: RETRY_POLICY_OPTIONS, useValue: retryOptionsFrom(config) },
         { provide: RETRY_CLOCK, useValue: monotonicClock },
         { provide: RETRY_SLEEP, useValue: realSleep },

@@ -1,5 +1,5 @@
 import { Injectable } from '@nestjs/common';
-import { ADMIN_ACTIONS_KEY } from '@app/summary-queue';
+import { ADMIN_ACTIONS_KEY, SummaryStreams } from '@app/summary-queue';
 import { InjectRedis, type RedisClient } from '@app/redis';
 
 export type AdminAction = 'redrive' | 'requeue';
@@ -9,18 +9,29 @@ export const ADMIN_ACTIONS: readonly AdminAction[] = ['redrive', 'requeue'];
  * Operators' changes counted for the whole system, in Redis, so a change made
  * by the short-lived CLI counts as much as one made through the admin API.
  * Re-drives are counted by the re-drive script itself (atomically with the
- * re-drive); re-queues of parked outbox rows here, after their UPDATE commits.
+ * re-drive, in the dead letter's partition); re-queues of parked outbox rows
+ * here, after their UPDATE commits, in ADMIN_ACTIONS_KEY. The figures are the
+ * sums over those keys (one key with one partition).
  */
 @Injectable()
 export class AdminActionCounts {
-  constructor(@InjectRedis() private readonly redis: RedisClient) {}
+  private readonly keys: readonly string[];
+
+  constructor(
+    @InjectRedis() private readonly redis: RedisClient,
+    streams: SummaryStreams,
+  ) {
+    this.keys = [...new Set([ADMIN_ACTIONS_KEY, ...streams.partitions.map((p) => p.adminActions)])];
+  }
 
   async add(action: AdminAction, n: number): Promise<void> {
     if (n > 0) await this.redis.hincrby(ADMIN_ACTIONS_KEY, action, n);
   }
 
   async read(): Promise<Record<AdminAction, number>> {
-    const h = await this.redis.hgetall(ADMIN_ACTIONS_KEY);
-    return { redrive: Number(h.redrive ?? 0), requeue: Number(h.requeue ?? 0) };
+    // One command a key: on a cluster they live in different slots.
+    const hashes = await Promise.all(this.keys.map((key) => this.redis.hgetall(key)));
+    const sum = (action: AdminAction) => hashes.reduce((n, h) => n + Number(h[action] ?? 0), 0);
+    return { redrive: sum('redrive'), requeue: sum('requeue') };
   }
 }

@@ -17,6 +17,16 @@ describe('the ids an operator names', () => {
     ['-1-0', false],
     ['1-0 ', false],
     ['', false],
+    ['0:1764460800000-0', true],
+    ['2:1764460800000-0', true],
+    ['1023:0-0', true],
+    ['1024:0-0', false], // past JOB_STREAM_PARTITIONS' largest
+    ['02:1-0', false], // a partition is written without leading zeros
+    ['-1:1-0', false],
+    [':1-0', false],
+    ['a:1-0', false],
+    ['1:2:1-0', false],
+    ['1:1764460800000', false],
   ])('dead-letter id %j can exist: %s', (raw, ok) => {
     expect(parseDeadLetterId(raw)).toEqual(
       ok ? { ok: true, id: raw } : { ok: false, message: expect.stringMatching(/^must be a dead-letter id/) },
@@ -26,7 +36,13 @@ describe('the ids an operator names', () => {
   it('says which: malformed, or a part above the largest', () => {
     expect(parseDeadLetterId('1-2-3')).toEqual({
       ok: false,
-      message: 'must be a dead-letter id <ms>-<seq> such as 1764460800000-0',
+      message:
+        'must be a dead-letter id <ms>-<seq> such as 1764460800000-0, or <partition>:<ms>-<seq> ' +
+        '(partition 0 to 1023) such as 2:1764460800000-0',
+    });
+    expect(parseDeadLetterId('1:0-18446744073709551616')).toEqual({
+      ok: false,
+      message: 'must be a dead-letter id whose parts are at most 18446744073709551615',
     });
     expect(parseDeadLetterId('0-18446744073709551616')).toEqual({
       ok: false,

@@ -4,7 +4,7 @@
  * would come back as a store error (a 503 "retry" that no retry mends), when
  * it is the caller's mistake (a 400, a usage error).
  */
-import { STREAM_ID_PART_MAX } from '@app/summary-queue';
+import { JOB_STREAM_PARTITIONS_MAX, STREAM_ID_PART_MAX } from '@app/summary-queue';
 
 /** PostgreSQL's bigint; a bigserial starts at 1. */
 const ROW_ID_MAX = 2n ** 63n - 1n;
@@ -13,17 +13,28 @@ const ROW_ID_MAX = 2n ** 63n - 1n;
 export type ParsedId = { readonly ok: true; readonly id: string } | { readonly ok: false; readonly message: string };
 
 /**
- * A dead-letter id, `<ms>-<seq>`. Redis would also take `<ms>` alone, but as
- * `XRANGE <ms> <ms>` it is the whole millisecond and as `XDEL <ms>` it is
- * `<ms>-0`: a re-drive of it would run the millisecond's first dead letter and
- * delete `<ms>-0`, another one or none. So it is refused, as it always was.
+ * A dead-letter id, `<ms>-<seq>`, or `<partition>:<ms>-<seq>` (what the
+ * listing gives when JOB_STREAM_PARTITIONS is above 1; a partition number is
+ * 0 to 1023, no leading zeros). Whether the partition exists is for the
+ * DeadLetterQueue to say (a 404), not the syntax (a 400). Redis would also
+ * take `<ms>` alone, but as `XRANGE <ms> <ms>` it is the whole millisecond
+ * and as `XDEL <ms>` it is `<ms>-0`: a re-drive of it would run the
+ * millisecond's first dead letter and delete `<ms>-0`, another one or none.
+ * So it is refused, as it always was.
  * At most 20 digits a part: Redis refuses an id longer than 127 characters,
  * whatever its value.
  */
 export function parseDeadLetterId(raw: string): ParsedId {
-  const parts = /^(\d{1,20})-(\d{1,20})$/.exec(raw);
-  if (!parts) return { ok: false, message: 'must be a dead-letter id <ms>-<seq> such as 1764460800000-0' };
-  if (BigInt(parts[1]) > STREAM_ID_PART_MAX || BigInt(parts[2]) > STREAM_ID_PART_MAX) {
+  const parts = /^(?:(0|[1-9]\d{0,3}):)?(\d{1,20})-(\d{1,20})$/.exec(raw);
+  if (!parts || (parts[1] !== undefined && Number(parts[1]) >= JOB_STREAM_PARTITIONS_MAX)) {
+    return {
+      ok: false,
+      message:
+        'must be a dead-letter id <ms>-<seq> such as 1764460800000-0, or <partition>:<ms>-<seq> ' +
+        `(partition 0 to ${JOB_STREAM_PARTITIONS_MAX - 1}) such as 2:1764460800000-0`,
+    };
+  }
+  if (BigInt(parts[2]) > STREAM_ID_PART_MAX || BigInt(parts[3]) > STREAM_ID_PART_MAX) {
     return { ok: false, message: `must be a dead-letter id whose parts are at most ${STREAM_ID_PART_MAX}` };
   }
   return { ok: true, id: raw };

@@ -1,11 +1,12 @@
 import { Module } from '@nestjs/common';
-import { SummaryQueueModule } from '@app/summary-queue';
 import { AdminActionCounts } from './admin-action-counts';
 import { OperationsService } from './operations.service';
 
-/** Needs the global RedisModule and PersistenceModule. */
+/**
+ * Needs the global RedisModule, PersistenceModule and SummaryQueueModule
+ * (`forRoot({ partitions, isGlobal: true })`): the app's one layout of the job stream.
+ */
 @Module({
-  imports: [SummaryQueueModule],
   providers: [OperationsService, AdminActionCounts],
   exports: [OperationsService],
 })

@@ -1,17 +1,15 @@
-import { Injectable } from '@nestjs/common';
+import { Injectable, Optional } from '@nestjs/common';
 import { InjectRedis, RedisScript, type RedisClient } from '@app/redis';
-import {
-  ADMIN_ACTIONS_KEY,
-  DEAD_LETTER_STREAM,
-  fieldsOf,
-  JOB_RECORD_TTL_MS,
-  jobRecordKey,
-  JOBS_STREAM,
-} from './summary-job';
+import { fieldsOf, JOB_RECORD_TTL_MS } from './summary-job';
+import { SINGLE_STREAM, type StreamPartition, SummaryStreams } from './summary-streams';
 
 export interface DeadLetter {
-  /** The dead-letter entry's id: what a re-drive names. */
+  /**
+   * What a re-drive names: the dead-letter entry's stream id, `<ms>-<seq>`,
+   * with one partition; `<partition>:<ms>-<seq>` with several.
+   */
   readonly id: string;
+  readonly partition: number;
   readonly sourceId?: string;
   readonly reason?: string;
   readonly detail?: string;
@@ -31,7 +29,8 @@ export type RedriveResult =
  * did finish meanwhile is a harmless duplicate), out of the dead letters, and
  * the job record back to queued, and the re-drive counted: atomically, so
  * two operators re-driving the same entry start it once and count it once.
- * KEYS: dead stream, job stream, job record, admin actions.
+ * KEYS: dead stream, job stream, job record, admin actions, all of the
+ * dead letter's partition: it goes back into the stream it came from.
  */
 const REDRIVE = new RedisScript(
   'jobs-redrive',
@@ -51,43 +50,114 @@ export const STREAM_ID_PART_MAX = 2n ** 64n - 1n;
 /** The largest stream id: nothing comes after it (and Redis refuses a range that starts after it). */
 export const LAST_STREAM_ID = `${STREAM_ID_PART_MAX}-${STREAM_ID_PART_MAX}`;
 
-/** The dead-letter stream, for the people who mend it (admin API and CLI). */
+/** A dead-letter id that names no partition of this system (or none at all, where there are several). */
+export class NoSuchPartitionError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+
+/** A dead letter's place: its partition and its id in that partition's dead-letter stream. */
+interface Located {
+  readonly partition: StreamPartition;
+  readonly streamId: string;
+}
+
+/** Stream ids in their order: by milliseconds, then sequence (both beyond 2^53, hence bigint). */
+function compareStreamIds(a: string, b: string): number {
+  const [am, as] = a.split('-').map(BigInt);
+  const [bm, bs] = b.split('-').map(BigInt);
+  if (am !== bm) return am < bm ? -1 : 1;
+  return as === bs ? 0 : as < bs ? -1 : 1;
+}
+
+/**
+ * Every partition's dead-letter stream, for the people who mend them (admin
+ * API and CLI), as one list: oldest first across partitions (ties between
+ * partitions by partition number), so a page's last id is a cursor for the next.
+ */
 @Injectable()
 export class DeadLetterQueue {
-  constructor(@InjectRedis() private readonly redis: RedisClient) {}
+  constructor(
+    @InjectRedis() private readonly redis: RedisClient,
+    @Optional() private readonly streams: SummaryStreams = SINGLE_STREAM,
+  ) {}
 
-  /** Oldest first; `after` is the last id of the previous page. */
+  /** Oldest first across partitions; `after` is the last id of the previous page. */
   async list(count = 50, after?: string): Promise<DeadLetter[]> {
-    if (after === LAST_STREAM_ID) return [];
-    const entries = await this.redis.xrange(DEAD_LETTER_STREAM, after ? `(${after}` : '-', '+', 'COUNT', count);
-    return entries.map(([id, flat]) => {
-      const f = fieldsOf(flat);
-      return {
-        id,
-        sourceId: f.source_id,
-        reason: f.reason,
-        detail: f.detail,
-        jobId: f.job_id,
-        tenant: f.tenant,
-        deadLetteredAt: new Date(Number(id.split('-')[0])),
-      };
-    });
+    const from = after === undefined ? undefined : this.locate(after);
+    const pages = await Promise.all(
+      this.streams.partitions.map(async (partition) => {
+        let start = '-';
+        if (from) {
+          // Partitions up to the cursor's resume after its id; later ones resume at it (ties go by partition).
+          const exclusive = partition.index <= from.partition.index;
+          if (exclusive && from.streamId === LAST_STREAM_ID) return [];
+          start = exclusive ? `(${from.streamId}` : from.streamId;
+        }
+        const entries = await this.redis.xrange(partition.dead, start, '+', 'COUNT', count);
+        return entries.map(([id, flat]) => this.letter(partition, id, fieldsOf(flat)));
+      }),
+    );
+    const merged = pages.flat().map((letter) => ({ letter, streamId: this.locate(letter.id).streamId }));
+    merged.sort((a, b) => compareStreamIds(a.streamId, b.streamId) || a.letter.partition - b.letter.partition);
+    return merged.slice(0, count).map((m) => m.letter);
   }
 
+  /** Dead letters in every partition. */
   async length(): Promise<number> {
-    return this.redis.xlen(DEAD_LETTER_STREAM);
+    const lengths = await Promise.all(this.streams.partitions.map((p) => this.redis.xlen(p.dead)));
+    return lengths.reduce((n, l) => n + l, 0);
   }
 
+  /** Back into its own partition's job stream; a NoSuchPartitionError when the id names no partition. */
   async redrive(id: string): Promise<RedriveResult> {
-    const [entry] = await this.redis.xrange(DEAD_LETTER_STREAM, id, id);
+    const { partition, streamId } = this.locate(id);
+    const [entry] = await this.redis.xrange(partition.dead, streamId, streamId);
     if (!entry) return { outcome: 'not_found' };
     const f = fieldsOf(entry[1]);
     if (!f.job_id || !f.tenant || !f.payload) return { outcome: 'not_redrivable', reason: f.reason };
     const entryId = await REDRIVE.run<string | null>(
       this.redis,
-      [DEAD_LETTER_STREAM, JOBS_STREAM, jobRecordKey(f.job_id), ADMIN_ACTIONS_KEY],
-      [id, f.job_id, f.tenant, f.payload, JOB_RECORD_TTL_MS],
+      [partition.dead, partition.jobs, partition.jobRecordKey(f.job_id), partition.adminActions],
+      [streamId, f.job_id, f.tenant, f.payload, JOB_RECORD_TTL_MS],
     );
     return entryId ? { outcome: 'redriven', jobId: f.job_id, entryId } : { outcome: 'not_found' };
+  }
+
+  /**
+   * Where a dead-letter id (well formed: parseDeadLetterId) points: `<ms>-<seq>`
+   * with one partition, `<partition>:<ms>-<seq>` with several.
+   */
+  private locate(id: string): Located {
+    const colon = id.indexOf(':');
+    const count = this.streams.count;
+    if (colon < 0) {
+      if (count === 1) return { partition: this.streams.partitions[0], streamId: id };
+      throw new NoSuchPartitionError(
+        `with ${count} partitions a dead-letter id names its partition: <partition>:<ms>-<seq>, e.g. 0:${id}`,
+      );
+    }
+    const partition = this.streams.at(Number(id.slice(0, colon)));
+    if (!partition) {
+      throw new NoSuchPartitionError(
+        `no partition ${id.slice(0, colon)}: JOB_STREAM_PARTITIONS is ${count} (partitions 0 to ${count - 1})`,
+      );
+    }
+    return { partition, streamId: id.slice(colon + 1) };
+  }
+
+  private letter(partition: StreamPartition, streamId: string, f: Record<string, string>): DeadLetter {
+    return {
+      id: this.streams.count === 1 ? streamId : `${partition.index}:${streamId}`,
+      partition: partition.index,
+      sourceId: f.source_id,
+      reason: f.reason,
+      detail: f.detail,
+      jobId: f.job_id,
+      tenant: f.tenant,
+      deadLetteredAt: new Date(Number(streamId.split('-')[0])),
+    };
   }
 }

@@ -1,19 +1,13 @@
-import { Injectable } from '@nestjs/common';
+import { Injectable, Optional } from '@nestjs/common';
 import { InjectRedis, RedisScript, type RedisClient } from '@app/redis';
 import type { ChainableCommander } from 'ioredis';
-import {
-  CONSUMER_GROUP,
-  DEAD_LETTER_STREAM,
-  JOB_RECORD_TTL_MS,
-  JOBS_STREAM,
-  jobRecordKey,
-  SummaryJob,
-} from './summary-job';
+import { CONSUMER_GROUP, JOB_RECORD_TTL_MS, SummaryJob } from './summary-job';
+import { SINGLE_STREAM, type StreamPartition, SummaryStreams } from './summary-streams';
 import { isUuid } from '@app/ids';
 
 /*
  * The job record and the stream entry are written by one script: one round
- * trip, and never one without the other. accepted_at keeps the first time;
+ * trip, and never one without the other (both under the job's partition's tag). accepted_at keeps the first time;
  * a re-enqueue (a retry after a crash before the idempotency record was
  * finalised) adds a second entry with the same job id, which the worker
  * deduplicates.
@@ -29,28 +23,37 @@ return redis.call('XADD', KEYS[2], '*', 'job_id', ARGV[1], 'tenant', ARGV[2], 'p
 /**
  * Adds to a dead-letter MULTI what marks the entry's job failed where GET
  * reads it (`reason` as its error), so the dead letter and the job record
- * change together: the record shares the streams' hash slot. An entry without
- * a usable job id or tenant has no record to mark and adds nothing.
+ * change together: the record is the one of `partition`, the partition whose
+ * stream the entry was in, so it shares that stream's hash slot. An entry
+ * without a usable job id or tenant has no record to mark and adds nothing.
  */
 export function markSummaryJobFailed(
   tx: ChainableCommander,
   fields: Readonly<Record<string, string>>,
   reason: string,
+  partition: StreamPartition = SINGLE_STREAM.partitions[0],
 ): void {
   const { job_id: jobId, tenant } = fields;
   if (!jobId || !tenant || !isUuid(jobId)) return;
-  tx.hset(jobRecordKey(jobId), 'tenant', tenant, 'status', 'failed', 'error', reason).pexpire(
-    jobRecordKey(jobId),
-    JOB_RECORD_TTL_MS,
-  );
+  const key = partition.jobRecordKey(jobId);
+  tx.hset(key, 'tenant', tenant, 'status', 'failed', 'error', reason).pexpire(key, JOB_RECORD_TTL_MS);
 }
 
-export interface QueueFigures {
+export interface StreamFigures {
   /** Entries not yet acknowledged (acknowledged entries are deleted). */
   readonly length: number;
   /** Of those, delivered to a consumer and not yet acknowledged. */
   readonly pending: number;
   readonly deadLetters: number;
+}
+
+export interface PartitionFigures extends StreamFigures {
+  readonly partition: number;
+}
+
+/** The sums over every partition, and each partition's own. */
+export interface QueueFigures extends StreamFigures {
+  readonly partitions: readonly PartitionFigures[];
 }
 
 export interface JobRecord {
@@ -62,19 +65,24 @@ export interface JobRecord {
 
 @Injectable()
 export class SummaryJobQueue {
-  constructor(@InjectRedis() private readonly redis: RedisClient) {}
+  constructor(
+    @InjectRedis() private readonly redis: RedisClient,
+    @Optional() private readonly streams: SummaryStreams = SINGLE_STREAM,
+  ) {}
 
-  /** Records the job and appends it to the stream; returns the entry id. */
+  /** Records the job and appends it to its partition's stream; returns the entry id. */
   async enqueue(job: SummaryJob): Promise<string> {
+    const partition = this.streams.of(job.jobId);
     return ENQUEUE.run<string>(
       this.redis,
-      [jobRecordKey(job.jobId), JOBS_STREAM],
+      [partition.jobRecordKey(job.jobId), partition.jobs],
       [job.jobId, job.tenant, JSON.stringify(job.payload), Date.now(), JOB_RECORD_TTL_MS],
     );
   }
 
+  /** The record in the job's partition (by its id, under the partition count configured now). */
   async findRecord(jobId: string): Promise<JobRecord | undefined> {
-    const h = await this.redis.hgetall(jobRecordKey(jobId));
+    const h = await this.redis.hgetall(this.streams.of(jobId).jobRecordKey(jobId));
     if (!h.tenant) return undefined;
     return {
       tenant: h.tenant,
@@ -83,13 +91,27 @@ export class SummaryJobQueue {
     };
   }
 
-  /** The queue's figures in one round trip. */
+  /**
+   * The queue's figures: one pipelined round trip per partition (a pipeline
+   * keeps to one hash slot, as a cluster requires), all partitions at once.
+   */
   async figures(): Promise<QueueFigures> {
+    const partitions = await Promise.all(this.streams.partitions.map((p) => this.partitionFigures(p)));
+    const sum = (pick: (f: StreamFigures) => number) => partitions.reduce((n, f) => n + pick(f), 0);
+    return {
+      length: sum((f) => f.length),
+      pending: sum((f) => f.pending),
+      deadLetters: sum((f) => f.deadLetters),
+      partitions,
+    };
+  }
+
+  private async partitionFigures(partition: StreamPartition): Promise<PartitionFigures> {
     const results = await this.redis
       .pipeline()
-      .xlen(JOBS_STREAM)
-      .xpending(JOBS_STREAM, CONSUMER_GROUP)
-      .xlen(DEAD_LETTER_STREAM)
+      .xlen(partition.jobs)
+      .xpending(partition.jobs, CONSUMER_GROUP)
+      .xlen(partition.dead)
       .exec();
     const value = (i: number): unknown => {
       const [err, v] = results?.[i] ?? [new Error('no reply'), null];
@@ -99,6 +121,7 @@ export class SummaryJobQueue {
       return v;
     };
     return {
+      partition: partition.index,
       length: Number(value(0)),
       pending: Number((value(1) as [number])[0]),
       deadLetters: Number(value(2)),

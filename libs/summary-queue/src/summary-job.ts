@@ -1,6 +1,10 @@
 import { uuidV5 } from '@app/ids';
 
-/** The stream, its dead letters and the job records share one hash slot. */
+/**
+ * The names with one partition (JOB_STREAM_PARTITIONS=1), which are also
+ * partition 0's then: the stream, its dead letters and the job records share
+ * one hash slot. With several partitions each has its own (SummaryStreams).
+ */
 export const JOBS_STREAM = '{summaries}:jobs';
 export const DEAD_LETTER_STREAM = '{summaries}:dead';
 export const CONSUMER_GROUP = 'summarizers';
@@ -8,7 +12,9 @@ export const jobRecordKey = (jobId: string): string => `{summaries}:job:${jobId}
 /**
  * What operators changed, counted for the whole system whichever tool did it
  * (the admin API or a short-lived CLI no Prometheus scrapes): a hash with the
- * fields `redrive` and `requeue`.
+ * fields `redrive` and `requeue`. Re-drives are counted by the re-drive script
+ * in its partition's own `{<tag>}:admin_actions` (with one partition, this
+ * key); the figure is the sum over these keys.
  */
 export const ADMIN_ACTIONS_KEY = '{summaries}:admin_actions';
 

@@ -1,10 +1,30 @@
 import { Module } from '@nestjs/common';
 import { DeadLetterQueue } from './dead-letters';
 import { SummaryJobQueue } from './summary-job.queue';
+import {
+  ConfigurableModuleClass,
+  SUMMARY_QUEUE_OPTIONS,
+  type SummaryQueueModuleOptions,
+} from './summary-queue.module-definition';
+import { SummaryStreams } from './summary-streams';
 
-/** The summary job stream, its dead letters and the job records. Needs the global RedisModule. */
+/**
+ * The summary job stream's partitions, their dead letters and the job
+ * records. Needs the global RedisModule. An app imports it once, as
+ * `forRoot({ partitions, isGlobal: true })`, so the api's routes, the admin
+ * tools and the worker all see the one layout (SummaryStreams); imported
+ * without options it is the single stream of old.
+ */
 @Module({
-  providers: [SummaryJobQueue, DeadLetterQueue],
-  exports: [SummaryJobQueue, DeadLetterQueue],
+  providers: [
+    {
+      provide: SummaryStreams,
+      inject: [{ token: SUMMARY_QUEUE_OPTIONS, optional: true }],
+      useFactory: (options?: SummaryQueueModuleOptions) => new SummaryStreams(options?.partitions ?? 1),
+    },
+    SummaryJobQueue,
+    DeadLetterQueue,
+  ],
+  exports: [SummaryStreams, SummaryJobQueue, DeadLetterQueue],
 })
-export class SummaryQueueModule {}
+export class SummaryQueueModule extends ConfigurableModuleClass {}

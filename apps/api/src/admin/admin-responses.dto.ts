@@ -2,13 +2,26 @@ import { ApiProperty, ApiPropertyOptional } from '@nestjs/swagger';
 
 /* The admin answers, for the OpenAPI document. */
 
-export class QueueFiguresDto {
-  @ApiProperty({ description: 'Entries in {summaries}:jobs not yet acknowledged' })
+export class PartitionFiguresDto {
+  @ApiProperty({ description: 'The partition, 0 to JOB_STREAM_PARTITIONS - 1' })
+  partition!: number;
+  @ApiProperty({ description: "Entries in the partition's job stream not yet acknowledged" })
   length!: number;
   @ApiProperty({ description: 'Of those, delivered to a worker and not yet acknowledged' })
   pending!: number;
-  @ApiProperty({ description: 'Entries in {summaries}:dead' })
+  @ApiProperty({ description: "Entries in the partition's dead-letter stream" })
   deadLetters!: number;
+}
+
+export class QueueFiguresDto {
+  @ApiProperty({ description: 'Entries not yet acknowledged, all partitions ({summaries}:jobs with one)' })
+  length!: number;
+  @ApiProperty({ description: 'Of those, delivered to a worker and not yet acknowledged' })
+  pending!: number;
+  @ApiProperty({ description: 'Dead letters, all partitions ({summaries}:dead with one)' })
+  deadLetters!: number;
+  @ApiProperty({ type: [PartitionFiguresDto], description: 'The same, partition by partition' })
+  partitions!: PartitionFiguresDto[];
 }
 
 export class OutboxFiguresDto {
@@ -28,8 +41,15 @@ export class SystemFiguresDto {
 }
 
 export class DeadLetterDto {
-  @ApiProperty({ description: 'The dead-letter entry id; what a re-drive names', example: '1764460800000-0' })
+  @ApiProperty({
+    description:
+      'What a re-drive names: the dead-letter entry id, <ms>-<seq>, with one partition; ' +
+      '<partition>:<ms>-<seq> with JOB_STREAM_PARTITIONS above 1',
+    example: '1764460800000-0',
+  })
   id!: string;
+  @ApiProperty({ description: 'The job stream partition it was dead-lettered in (0 with one partition)' })
+  partition!: number;
   @ApiPropertyOptional({ description: 'The job stream entry it came from' })
   sourceId?: string;
   @ApiPropertyOptional({ description: 'Why, e.g. llm_client, max_deliveries, deleted_from_stream' })
@@ -54,7 +74,7 @@ export class RedrivenDto {
   dead_letter!: string;
   @ApiProperty({ format: 'uuid' })
   job_id!: string;
-  @ApiProperty({ description: 'The new entry in {summaries}:jobs' })
+  @ApiProperty({ description: "The new entry in the dead letter's partition's job stream ({summaries}:jobs with one)" })
   entry!: string;
 }
 

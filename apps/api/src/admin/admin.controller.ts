@@ -22,6 +22,7 @@ import {
   type SystemFigures,
 } from '@app/operations';
 import { ApiProblemResponse, ProblemException, PROBLEM_TYPE_PREFIX, validationProblem } from '@app/problem';
+import { NoSuchPartitionError } from '@app/summary-queue';
 import { ADMIN_KEY_AUTH } from '../openapi';
 import { AdminKeyGuard } from './admin-key.guard';
 import { DependencyUnavailableInterceptor } from './dependency-unavailable.interceptor';
@@ -72,6 +73,25 @@ class IdParam implements PipeTransform<string | undefined, string | undefined> {
   }
 }
 
+const DEAD_LETTER_ID =
+  '<ms>-<seq> (each part at most 18446744073709551615) with one job stream partition; ' +
+  '<partition>:<ms>-<seq> with JOB_STREAM_PARTITIONS above 1, as listed';
+
+/** A dead-letter id that names no partition of this system is a 404, as an id no dead letter has. */
+async function inSomePartition<T>(work: () => Promise<T>): Promise<T> {
+  try {
+    return await work();
+  } catch (err) {
+    if (!(err instanceof NoSuchPartitionError)) throw err;
+    throw new ProblemException({
+      type: `${PROBLEM_TYPE_PREFIX}no-such-partition`,
+      title: 'No such job stream partition',
+      status: HttpStatus.NOT_FOUND,
+      detail: `${err.message}.`,
+    });
+  }
+}
+
 /** For operators: the figures, the dead letters, the parked outbox rows, and the two repairs. */
 @ApiTags('admin')
 @ApiBearerAuth(ADMIN_KEY_AUTH)
@@ -91,16 +111,19 @@ export class AdminController {
   }
 
   @Get('dead-letters')
-  @ApiOperation({ summary: 'Dead letters, oldest first, with their reason; page with ?after=<last id>' })
+  @ApiOperation({
+    summary: 'Dead letters of every partition, oldest first, with their reason; page with ?after=<last id>',
+  })
   @ApiQuery({ name: 'count', required: false, description: `Page size, 1 to ${LIST_MAX}; default 50` })
   @ApiQuery({ name: 'after', required: false, description: 'The last id of the previous page' })
   @ApiOkResponse({ type: DeadLetterListDto })
   @ApiProblemResponse(400, 'count is malformed, or after is not an id that can exist')
+  @ApiProblemResponse(404, 'after names a partition this system does not have')
   async deadLetters(
     @Query('count', new IntQuery('count', 50, LIST_MAX)) count: number,
     @Query('after', new IdParam('after', parseDeadLetterId)) after?: string,
   ) {
-    return { dead_letters: await this.ops.listDeadLetters(count, after) };
+    return { dead_letters: await inSomePartition(() => this.ops.listDeadLetters(count, after)) };
   }
 
   @Post('dead-letters/redrive')
@@ -121,23 +144,26 @@ export class AdminController {
   })
   @ApiOkResponse({ type: RedriveAllDto })
   @ApiProblemResponse(400, 'limit is malformed, or after is not an id that can exist')
+  @ApiProblemResponse(404, 'after names a partition this system does not have')
   redriveAll(
     @Query('limit', new IntQuery('limit', REDRIVE_ALL_DEFAULT_LIMIT, REDRIVE_ALL_MAX)) limit: number,
     @Query('after', new IdParam('after', parseDeadLetterId)) after?: string,
   ): Promise<RedriveAllResult> {
-    return this.ops.redriveAll('admin-api', { limit, after });
+    return inSomePartition(() => this.ops.redriveAll('admin-api', { limit, after }));
   }
 
   @Post('dead-letters/:id/redrive')
   @HttpCode(HttpStatus.OK)
-  @ApiOperation({ summary: 'Re-drive one dead letter into the job stream, keeping its job id' })
-  @ApiParam({ name: 'id', description: 'The dead-letter id, <ms>-<seq>, each part at most 18446744073709551615' })
+  @ApiOperation({
+    summary: "Re-drive one dead letter into its partition's job stream, keeping its job id",
+  })
+  @ApiParam({ name: 'id', description: `The dead-letter id: ${DEAD_LETTER_ID}` })
   @ApiOkResponse({ type: RedrivenDto })
   @ApiProblemResponse(400, 'id is not a dead-letter id that can exist')
-  @ApiProblemResponse(404, 'No such dead letter')
+  @ApiProblemResponse(404, 'No such dead letter, or no such partition')
   @ApiProblemResponse(409, 'The dead letter was recorded by id only; there is no job to run')
   async redrive(@Param('id', new IdParam('id', parseDeadLetterId)) id: string) {
-    const result = await this.ops.redrive(id, 'admin-api');
+    const result = await inSomePartition(() => this.ops.redrive(id, 'admin-api'));
     if (result.outcome === 'not_found') throw new NotFoundException('No such dead letter.');
     if (result.outcome === 'not_redrivable') {
       throw new ProblemException({

@@ -1,10 +1,9 @@
 import { Module } from '@nestjs/common';
-import { SummaryQueueModule } from '@app/summary-queue';
 import { SummariesController } from './summaries.controller';
 import { SummaryStatusService } from './summary-status.service';
 
+/** Needs the global SummaryQueueModule (ApiModule's, with JOB_STREAM_PARTITIONS). */
 @Module({
-  imports: [SummaryQueueModule],
   controllers: [SummariesController],
   providers: [SummaryStatusService],
 })

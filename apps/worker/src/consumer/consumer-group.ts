@@ -4,7 +4,7 @@ import { MicroBatcher } from '@app/batching';
 import type { ChainableCommander } from 'ioredis';
 import type { StreamMessage } from './job-handler';
 import { ACK, FORGET_CONSUMER, RECLAIM } from './stream-scripts';
-import type { StreamsConsumerOptions } from './streams-consumer.options';
+import type { ConsumerPartition, StreamsConsumerOptions } from './streams-consumer.options';
 
 /** Dead letters are kept, but not without bound. */
 const DEAD_LETTER_MAXLEN = 100_000;
@@ -15,10 +15,11 @@ const DEAD_LETTER_COMMANDS = 3;
 
 type RawEntry = [string, string[]];
 
-export type GroupOptions = Pick<
-  StreamsConsumerOptions,
-  'stream' | 'deadLetterStream' | 'group' | 'consumer' | 'claimIdleMs' | 'blockMs'
->;
+export type GroupOptions = Pick<ConsumerPartition, 'stream' | 'deadLetterStream'> &
+  Pick<StreamsConsumerOptions, 'group' | 'consumer' | 'claimIdleMs' | 'blockMs'> & {
+    /** CLIENT SETNAME of the blocking connection; `<consumer>:blocking` unless given. */
+    readonly blockingName?: string;
+  };
 
 /** What one reclaim step found: entries to run again with their delivery counts, and ids gone from the stream. */
 export interface Reclaimed {
@@ -205,7 +206,7 @@ export class ConsumerGroup {
     if (!this.blocking) {
       // It blocks: nothing may be batched behind it (the shared client is auto-pipelined).
       this.blocking = duplicateForBlocking(this.redis, {
-        connectionName: `${this.options.consumer}:blocking`,
+        connectionName: this.options.blockingName ?? `${this.options.consumer}:blocking`,
         commandTimeout: this.options.blockMs + 5000,
       });
       this.blocking.on('error', (err: Error) => this.logger.debug(`blocking connection: ${err.message}`));

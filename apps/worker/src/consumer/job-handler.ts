@@ -32,9 +32,10 @@ export interface JobHandler {
    * retryable, or one delivery too many), while it builds the MULTI that
    * copies the entry to the dead-letter stream, acks and deletes it: the
    * commands added to `tx` run in that same transaction, so they must only
-   * name keys in the stream's hash slot. Synchronous: it queues, never awaits.
+   * name keys in the stream's hash slot: that of partition `partition`, the
+   * one whose stream the entry was read from. Synchronous: it queues, never awaits.
    */
-  deadLettered?(tx: ChainableCommander, message: StreamMessage, reason: string): void;
+  deadLettered?(tx: ChainableCommander, message: StreamMessage, reason: string, partition: number): void;
   /**
    * Called with each batch the consumer read or reclaimed, before it runs
    * them: where the handler can do for the batch at once what each delivery

@@ -1,9 +1,11 @@
 import type { RedisClient } from '@app/redis';
 import type { LoggerService } from '@nestjs/common';
 import { REFRESH } from './stream-scripts';
-import type { StreamsConsumerOptions } from './streams-consumer.options';
+import type { ConsumerPartition, StreamsConsumerOptions } from './streams-consumer.options';
 
-export type LeaseOptions = Pick<StreamsConsumerOptions, 'stream' | 'group' | 'consumer' | 'refreshIntervalMs'>;
+/** One partition's stream: each partition's in-flight entries are refreshed in their own stream. */
+export type LeaseOptions = Pick<ConsumerPartition, 'stream'> &
+  Pick<StreamsConsumerOptions, 'group' | 'consumer' | 'refreshIntervalMs'>;
 
 /**
  * Keeps this consumer's in-flight entries its own, as BullMQ's LockManager

@@ -60,3 +60,38 @@ describe('SlotLimiter', () => {
     expect(settled).toBe(true);
   });
 });
+
+describe('SlotLimiter reservations', () => {
+  it('a reservation takes free slots for a read; jobs use them; what the read did not use goes back', async () => {
+    const slots = new SlotLimiter<void>(4);
+    const a = slots.reserve(3);
+    expect([a.remaining, slots.free]).toEqual([3, 1]);
+    // Another reader gets only what is left.
+    const b = slots.reserve(3);
+    expect([b.remaining, slots.free]).toEqual([1, 0]);
+    expect(slots.reserve(1).remaining).toBe(0);
+
+    let finish!: () => void;
+    const job = a.hold('0/1-0', new Promise<void>((r) => (finish = r)));
+    expect([a.remaining, slots.size, slots.free]).toEqual([2, 1, 0]);
+    a.release();
+    a.release(); // idempotent
+    expect([a.remaining, slots.free]).toEqual([0, 2]);
+    expect(() => a.hold('0/2-0', Promise.resolve())).toThrow(RangeError);
+
+    b.release();
+    expect(slots.free).toBe(3);
+    finish();
+    await job;
+    expect([slots.size, slots.free]).toEqual([0, 4]);
+  });
+
+  it('releasing wakes a reader waiting for a slot', async () => {
+    const slots = new SlotLimiter<void>(1);
+    const r = slots.reserve(1);
+    const waiting = slots.slotFreed(10_000);
+    r.release();
+    await waiting;
+    expect(slots.free).toBe(1);
+  });
+});

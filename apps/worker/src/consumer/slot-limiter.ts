@@ -1,13 +1,29 @@
 import { EventEmitter, once } from 'node:events';
 
 /**
- * At most `capacity` jobs at once, each holding its slot, by entry id, until
- * its work settles. Whoever waits for a slot is woken when one frees up (or
- * by wake(), when shutdown begins).
+ * Slots set aside by SlotLimiter.reserve for one read: each job the read
+ * returns takes one (hold), and release() gives back what it did not use.
+ */
+export interface SlotReservation<T> {
+  /** Reserved slots not yet taken by a job. */
+  readonly remaining: number;
+  /** Like SlotLimiter.hold, on one of the reserved slots; throws when none is left. */
+  hold(id: string, work: Promise<T>): Promise<T>;
+  /** Gives back the slots no job took (idempotent); waiters wake. */
+  release(): void;
+}
+
+/**
+ * At most `capacity` jobs at once, each holding its slot, by id, until its
+ * work settles. Readers that share it (one loop per stream partition) reserve
+ * slots before they read, so that what they read together never exceeds the
+ * capacity. Whoever waits for a slot is woken when one frees up (or by wake(),
+ * when shutdown begins).
  */
 export class SlotLimiter<T> {
   private readonly running = new Map<string, Promise<T>>();
   private readonly freed = new EventEmitter().setMaxListeners(0);
+  private reserved = 0;
 
   constructor(private readonly capacity: number) {}
 
@@ -15,8 +31,34 @@ export class SlotLimiter<T> {
     return this.running.size;
   }
 
+  /** Slots neither running a job nor reserved for a read. */
   get free(): number {
-    return this.capacity - this.running.size;
+    return this.capacity - this.running.size - this.reserved;
+  }
+
+  /** Sets aside up to `max` free slots (possibly none: `remaining` says) for a read about to be made. */
+  reserve(max: number): SlotReservation<T> {
+    let left = Math.max(0, Math.min(max, this.free));
+    this.reserved += left;
+    const release = (n: number): void => {
+      left -= n;
+      this.reserved -= n;
+    };
+    return {
+      get remaining() {
+        return left;
+      },
+      hold: (id, work) => {
+        if (left <= 0) throw new RangeError('no reserved slot left');
+        release(1);
+        return this.hold(id, work);
+      },
+      release: () => {
+        if (left === 0) return;
+        release(left);
+        this.wake();
+      },
+    };
   }
 
   has(id: string): boolean {

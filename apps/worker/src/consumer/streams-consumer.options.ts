@@ -1,11 +1,19 @@
 import { Inject } from '@nestjs/common';
 
-export interface StreamsConsumerOptions {
+/** One partition of the job stream, as the consumer sees it: its stream and its dead-letter stream (one hash slot). */
+export interface ConsumerPartition {
+  readonly index: number;
   readonly stream: string;
   readonly deadLetterStream: string;
+}
+
+export interface StreamsConsumerOptions {
+  /** Every partition, each read by its own loop on its own blocking connection; never empty. */
+  readonly partitions: readonly ConsumerPartition[];
   readonly group: string;
   /** Unique per process: a restarted pod is a new consumer, its old entries are reclaimed. */
   readonly consumer: string;
+  /** Jobs in flight in this process, all partitions together. */
   readonly concurrency: number;
   /** An entry idle this long belongs to a consumer that stopped refreshing it (dead). */
   readonly claimIdleMs: number;

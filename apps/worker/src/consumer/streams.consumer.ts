@@ -9,7 +9,7 @@ import { WorkerMetrics } from '../worker.metrics';
 import { ConsumerGroup } from './consumer-group';
 import { InjectJobHandler, type JobHandler, type StreamMessage } from './job-handler';
 import { LeaseManager } from './lease-manager';
-import { SlotLimiter } from './slot-limiter';
+import { SlotLimiter, type SlotReservation } from './slot-limiter';
 import { InjectStreamsConsumerOptions, type StreamsConsumerOptions } from './streams-consumer.options';
 
 /**
@@ -29,35 +29,55 @@ const LOOP = 'streams-consumer';
 /** After a failed turn the loop waits 100 ms, doubling up to 5 s. */
 const TURN_BACKOFF = { baseMs: 100, capMs: 5000, jitter: 'none' } as const;
 
+/** One partition's stream as this consumer works it: its group, leases, reclaim cursor and loop. */
+interface PartitionState {
+  readonly index: number;
+  /** Its loop's name for the liveness check. */
+  readonly loopName: string;
+  readonly group: ConsumerGroup;
+  readonly leases: LeaseManager;
+  /** Its entries in flight here, by stream id (what its leases refresh). */
+  readonly inFlight: Set<string>;
+  cursor: string;
+  nextReclaimAt: number;
+  /** Its last read came back empty: the next blocking read asks for one entry only. */
+  idle: boolean;
+  loop?: Promise<void>;
+}
+
 /**
- * Owns the loop on the job stream: reclaims entries that dead consumers left
- * (XAUTOCLAIM, with the cursor kept between turns), reads new ones
- * (XREADGROUP >) for as many free slots as it has, runs each with the
- * JOB_HANDLER, up to `concurrency` at once (SlotLimiter), while LeaseManager
- * keeps its in-flight entries fresh so no live job is taken from under it.
+ * Owns the loops on the job stream's partitions, one per partition, each with
+ * its own blocking connection: reclaims entries that dead consumers left
+ * (XAUTOCLAIM, with the partition's cursor kept between turns), reads new ones
+ * (XREADGROUP >) for the slots it could reserve, runs each with the
+ * JOB_HANDLER, up to `concurrency` at once over all partitions (one
+ * SlotLimiter), while each partition's LeaseManager keeps its in-flight
+ * entries fresh so no live job is taken from under it. A loop reserves at
+ * most its fair share (`ceil(concurrency / partitions)`) a read; once a read
+ * came back empty it blocks for one entry only, so an idle partition holds at
+ * most one slot while busy ones use the rest.
  * ConsumerGroup does the Redis side of each step; this class decides.
  * The handler's outcome decides: success acks; an error's class (failureOf)
  * leaves the entry pending for redelivery when it is retryable, and
  * dead-letters it at once when not; past maxDeliveries an entry is
  * dead-lettered without running. A job that finished but whose ack failed
  * stays pending: its redelivery stops at the handler's pre-check as a
- * duplicate.
+ * duplicate. Acks, dead letters and leases go to the entry's own partition.
  */
 @Injectable()
 export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicationShutdown, OnModuleDestroy {
   private readonly logger = new Logger(StreamsConsumer.name);
-  /** The jobs in flight, by entry id. */
+  /** The jobs in flight, by partition and entry id. */
   private readonly slots: SlotLimiter<DeliveryOutcome>;
-  private readonly leases: LeaseManager;
   /** Aborted when shutdown begins: no new retries, backoff sleeps end. */
   private readonly stopRetrying = new AbortController();
   /** Aborted when the drain time is over: calls in progress are cut off. */
   private readonly hardStop = new AbortController();
-  private readonly group: ConsumerGroup;
-  private cursor = '0-0';
-  private nextReclaimAt = 0;
+  private readonly partitions: readonly PartitionState[];
+  /** The most slots one read may reserve. */
+  private readonly share: number;
   private stopping = false;
-  private loop: Promise<void> | undefined;
+  private started = false;
 
   constructor(
     @InjectRedis() redis: RedisClient,
@@ -67,9 +87,34 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     private readonly metrics: WorkerMetrics,
     private readonly pino: PinoLogger,
   ) {
+    if (options.partitions.length === 0) throw new RangeError('the consumer needs at least one partition');
     this.slots = new SlotLimiter(options.concurrency);
-    this.leases = new LeaseManager(redis, options, () => this.slots.ids(), this.logger);
-    this.group = new ConsumerGroup(redis, options, this.logger);
+    const single = options.partitions.length === 1;
+    this.share = Math.ceil(options.concurrency / options.partitions.length);
+    this.partitions = options.partitions.map((partition) => {
+      const inFlight = new Set<string>();
+      const { group: name, consumer, claimIdleMs, blockMs, refreshIntervalMs } = options;
+      const lease = { stream: partition.stream, group: name, consumer, refreshIntervalMs };
+      const group = {
+        stream: partition.stream,
+        deadLetterStream: partition.deadLetterStream,
+        group: name,
+        consumer,
+        claimIdleMs,
+        blockMs,
+        ...(single ? {} : { blockingName: `${consumer}:blocking:${partition.index}` }),
+      };
+      return {
+        index: partition.index,
+        loopName: single ? LOOP : `${LOOP}:${partition.index}`,
+        group: new ConsumerGroup(redis, group, this.logger),
+        leases: new LeaseManager(redis, lease, () => [...inFlight], this.logger),
+        inFlight,
+        cursor: '0-0',
+        nextReclaimAt: 0,
+        idle: false,
+      };
+    });
   }
 
   get consumerName(): string {
@@ -81,24 +126,29 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
   }
 
   onApplicationBootstrap(): void {
-    this.leases.start();
+    this.startLeases();
     if (this.options.autoStart) this.start();
   }
 
-  /** Starts the background loop (idempotent). */
+  /** Starts one background loop per partition (idempotent). */
   start(): void {
-    if (this.loop || this.stopping) return;
-    this.health.registerLoop(LOOP, Math.max(30_000, this.options.blockMs * 10));
-    this.loop = this.run();
+    if (this.started || this.stopping) return;
+    this.started = true;
+    for (const p of this.partitions) {
+      // Every partition's loop beats on its own: one stuck partition fails liveness.
+      this.health.registerLoop(p.loopName, Math.max(30_000, this.options.blockMs * 10));
+      p.loop = this.run(p);
+    }
   }
 
   /**
-   * One turn, for tests and tools: reclaim, read without blocking, and wait
-   * for the jobs it started. Returns what each delivery came to.
+   * One turn on every partition, for tests and tools: reclaim, read without
+   * blocking, and wait for the jobs it started. Returns what each delivery came to.
    */
   async runOnce(): Promise<{ id: string; deliveries: number; outcome: DeliveryOutcome }[]> {
-    this.leases.start();
-    const started = await this.turn(false);
+    this.startLeases();
+    const started: Delivery[] = [];
+    for (const p of this.partitions) started.push(...(await this.turn(p, false)));
     return Promise.all(started.map(async (d) => ({ id: d.id, deliveries: d.deliveries, outcome: await d.outcome })));
   }
 
@@ -107,24 +157,24 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
   }
 
   onModuleDestroy(): void {
-    // Tests that close the module without a shutdown still release the connection.
-    if (!this.loop) this.group.disconnect();
+    // Tests that close the module without a shutdown still release the connections.
+    if (!this.started) for (const p of this.partitions) p.group.disconnect();
   }
 
   /**
    * Stops reading, lets in-flight jobs finish (their acks included) for up to
    * drainTimeoutMs, then cuts their calls off; those stay pending and are
    * redelivered elsewhere. Resolves when nothing is in flight, after taking
-   * this consumer out of the group if nothing is pending for it.
+   * this consumer out of each partition's group if nothing is pending for it there.
    */
   async stop(): Promise<void> {
     if (this.stopping) return;
     this.stopping = true;
     this.stopRetrying.abort(new Error('shutting down'));
-    this.group.disconnect(); // ends a blocking XREADGROUP at once
+    for (const p of this.partitions) p.group.disconnect(); // ends each blocking XREADGROUP at once
     this.slots.wake();
-    await this.loop;
-    this.health.unregisterLoop(LOOP);
+    await Promise.all(this.partitions.map((p) => p.loop ?? Promise.resolve()));
+    for (const p of this.partitions) if (p.loop) this.health.unregisterLoop(p.loopName);
     if (this.slots.size > 0) {
       this.logger.log(`draining ${this.slots.size} in-flight job(s)`);
       const drained = await Promise.race([
@@ -139,99 +189,126 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
         await this.slots.settled();
       }
     }
-    this.leases.stop();
-    await this.forgetConsumer();
+    for (const p of this.partitions) p.leases.stop();
+    await Promise.all(this.partitions.map((p) => this.forgetConsumer(p)));
+  }
+
+  private startLeases(): void {
+    for (const p of this.partitions) p.leases.start();
   }
 
   /** Each process is a new consumer: leave no name behind, unless entries still wait on it. */
-  private async forgetConsumer(): Promise<void> {
+  private async forgetConsumer(p: PartitionState): Promise<void> {
     try {
-      if ((await this.group.leave()) === 'pending')
-        this.logger.log('entries are still pending for this consumer; it stays in the group for them to be reclaimed');
+      if ((await p.group.leave()) === 'pending')
+        this.logger.log(
+          `entries are still pending for this consumer${this.where(p)}; it stays in the group for them to be reclaimed`,
+        );
     } catch (err) {
-      this.logger.warn(`could not remove this consumer from the group: ${(err as Error).message}`);
+      this.logger.warn(`could not remove this consumer from the group${this.where(p)}: ${(err as Error).message}`);
     }
   }
 
-  private async run(): Promise<void> {
+  /** ` in partition <i>` when there are several, for log lines. */
+  private where(p: PartitionState): string {
+    return this.partitions.length === 1 ? '' : ` in partition ${p.index}`;
+  }
+
+  private async run(p: PartitionState): Promise<void> {
     let failures = 0;
     while (!this.stopping) {
-      this.health.beat(LOOP);
+      this.health.beat(p.loopName);
       try {
-        await this.turn(true);
+        await this.turn(p, true);
         failures = 0;
       } catch (err) {
         if (this.stopping) break;
         const backoffMs = backoffDelay(failures++, TURN_BACKOFF);
-        this.logger.warn(`consumer turn failed, retrying in ${backoffMs} ms: ${(err as Error).message}`);
+        this.logger.warn(
+          `consumer turn failed${this.where(p)}, retrying in ${backoffMs} ms: ${(err as Error).message}`,
+        );
         // Shutdown ends the wait at once.
         await delay(backoffMs, undefined, { signal: this.stopRetrying.signal }).catch(() => undefined);
       }
     }
   }
 
-  private async turn(block: boolean): Promise<Delivery[]> {
+  private async turn(p: PartitionState, block: boolean): Promise<Delivery[]> {
     try {
-      return await this.turnOnce(block);
+      return await this.turnOnce(p, block);
     } catch (err) {
       // The group is gone (Redis restarted without persistence, or someone
       // deleted it): create it again and carry on.
       if (!(err as Error).message?.includes('NOGROUP')) throw err;
-      this.logger.warn('the consumer group is gone; creating it again');
-      this.group.forgotten();
-      this.cursor = '0-0';
-      return this.turnOnce(block);
+      this.logger.warn(`the consumer group is gone${this.where(p)}; creating it again`);
+      p.group.forgotten();
+      p.cursor = '0-0';
+      return this.turnOnce(p, block);
     }
   }
 
-  private async turnOnce(block: boolean): Promise<Delivery[]> {
-    await this.group.ensure();
-    let free = this.slots.free;
-    if (free <= 0) {
+  private async turnOnce(p: PartitionState, block: boolean): Promise<Delivery[]> {
+    await p.group.ensure();
+    // Reserved before the read, so that the partitions' reads together never exceed the slots.
+    let slots = this.slots.reserve(this.share);
+    if (slots.remaining <= 0) {
       await this.slots.slotFreed(1000);
       return [];
     }
-    const started: Delivery[] = [];
-    if (this.cursor !== '0-0' || performance.now() >= this.nextReclaimAt) {
-      started.push(...(await this.reclaim(free)));
-      free -= started.length;
-      if (this.cursor === '0-0') this.nextReclaimAt = performance.now() + this.options.reclaimIntervalMs;
+    try {
+      const started: Delivery[] = [];
+      if (p.cursor !== '0-0' || performance.now() >= p.nextReclaimAt) {
+        started.push(...(await this.reclaim(p, slots)));
+        if (p.cursor === '0-0') p.nextReclaimAt = performance.now() + this.options.reclaimIntervalMs;
+      }
+      if (slots.remaining > 0 && !this.stopping) {
+        // Block only when there is nothing else to do: no reclaim scan under way. With several partitions, only
+        // one whose last read found nothing blocks, and for one entry, holding one slot: the others stay free for
+        // the busy partitions, and once it has an entry its next read (not blocking) takes its share.
+        const several = this.partitions.length > 1;
+        const wait = block && started.length === 0 && p.cursor === '0-0' && (!several || p.idle);
+        if (wait && several) {
+          slots.release();
+          slots = this.slots.reserve(1);
+        }
+        if (slots.remaining > 0) {
+          const messages = await p.group.readNew(slots.remaining, wait);
+          p.idle = messages.length === 0;
+          this.prepare(messages);
+          for (const message of messages) started.push(this.dispatch(p, slots, message, 1));
+        }
+      }
+      return started;
+    } finally {
+      slots.release();
     }
-    if (free > 0 && !this.stopping) {
-      // Block only when there is nothing else to do: no reclaim scan under way.
-      const wait = block && started.length === 0 && this.cursor === '0-0';
-      const messages = await this.group.readNew(free, wait);
-      this.prepare(messages);
-      for (const message of messages) started.push(this.dispatch(message, 1));
-    }
-    return started;
   }
 
-  private async reclaim(count: number): Promise<Delivery[]> {
-    const { cursor, entries, deleted } = await this.group.reclaim(this.cursor, count);
-    this.cursor = cursor;
+  private async reclaim(p: PartitionState, slots: SlotReservation<DeliveryOutcome>): Promise<Delivery[]> {
+    const { cursor, entries, deleted } = await p.group.reclaim(p.cursor, slots.remaining);
+    p.cursor = cursor;
     for (const id of deleted) {
       // Gone from the stream while pending: XAUTOCLAIM dropped it from the
       // group and the script recorded it in the dead-letter stream.
       this.metrics.deadLetters.inc({ reason: 'deleted_from_stream' });
       this.logger.error(
-        { entry: id },
+        { entry: id, ...this.partitionField(p) },
         'a pending entry was deleted from the stream; recorded in the dead-letter stream',
       );
     }
     const started: Delivery[] = [];
-    this.prepare(entries.filter((e) => !this.slots.has(e.message.id)).map((e) => e.message));
+    this.prepare(entries.filter((e) => !p.inFlight.has(e.message.id)).map((e) => e.message));
     for (const { message, deliveries } of entries) {
       const { id } = message;
       // Still running here: its refresh came too late (a stalled event loop,
       // a failed REFRESH) and the claim has just reset its idle time, which is
       // all it needed (at the cost of one delivery counted). Running it again
       // would run the job twice in this process and take a second slot.
-      if (this.slots.has(id)) continue;
+      if (p.inFlight.has(id)) continue;
       this.metrics.reclaimed.inc();
       if (deliveries > this.options.maxDeliveries) {
         try {
-          await this.deadLetter(message, 'max_deliveries', `delivered ${deliveries - 1} times without success`);
+          await this.deadLetter(p, message, 'max_deliveries', `delivered ${deliveries - 1} times without success`);
         } catch (err) {
           // Still pending, claimed by us: the next claim tries again. The rest
           // of the batch, claimed with it, must still run.
@@ -243,22 +320,30 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
         continue;
       }
       this.logger.log({ ...this.logFields(message), entry: id, deliveries }, 'reclaimed');
-      started.push(this.dispatch(message, deliveries));
+      started.push(this.dispatch(p, slots, message, deliveries));
     }
     return started;
   }
 
-  private dispatch(message: StreamMessage, deliveries: number): Delivery {
+  private dispatch(
+    p: PartitionState,
+    slots: SlotReservation<DeliveryOutcome>,
+    message: StreamMessage,
+    deliveries: number,
+  ): Delivery {
     // Every log line of the job, however deep, carries its entry and what the handler names it by.
-    const bindings = { ...this.logFields(message), entry: message.id };
-    const outcome = this.slots.hold(
-      message.id,
-      this.pino.runInContext(() => this.process(message, deliveries), { bindings }),
-    );
+    const bindings = { ...this.logFields(message), entry: message.id, ...this.partitionField(p) };
+    p.inFlight.add(message.id);
+    // Out of the partition's in-flight set before its slot frees, as the slot was before.
+    const work = this.pino
+      .runInContext(() => this.process(p, message, deliveries), { bindings })
+      .finally(() => p.inFlight.delete(message.id));
+    // Stream ids are unique per stream only: the slot is named by partition and id.
+    const outcome = slots.hold(`${p.index}/${message.id}`, work);
     return { id: message.id, deliveries, outcome };
   }
 
-  private async process(message: StreamMessage, deliveries: number): Promise<DeliveryOutcome> {
+  private async process(p: PartitionState, message: StreamMessage, deliveries: number): Promise<DeliveryOutcome> {
     const startedAt = performance.now();
     const finish = (outcome: DeliveryOutcome): DeliveryOutcome => {
       this.metrics.jobs.inc({ outcome });
@@ -282,7 +367,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       }
       this.logger.error({ ...named, reason }, `job failed for good: ${(err as Error).message}`);
       try {
-        await this.deadLetter(message, reason, (err as Error).message);
+        await this.deadLetter(p, message, reason, (err as Error).message);
       } catch (dlqErr) {
         // Still pending: it comes back and ends here again, or past maxDeliveries.
         this.logger.error(named, `dead-lettering failed: ${(dlqErr as Error).message}`);
@@ -291,7 +376,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       return finish('dead_lettered');
     }
     try {
-      await this.group.ack(message.id);
+      await p.group.ack(message.id);
     } catch (err) {
       // The job is done and committed; only the ack is in doubt (a timeout
       // may even come after Redis ran it). Dead-lettering it would mark a
@@ -309,9 +394,9 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
   }
 
   /** Dead-letters the entry in one MULTI, with the handler's own commands for it (deadLettered). */
-  private async deadLetter(message: StreamMessage, reason: string, detail: string): Promise<void> {
+  private async deadLetter(p: PartitionState, message: StreamMessage, reason: string, detail: string): Promise<void> {
     const hook = this.handler.deadLettered?.bind(this.handler);
-    await this.group.deadLetter(message, reason, detail, hook && ((tx) => hook(tx, message, reason)));
+    await p.group.deadLetter(message, reason, detail, hook && ((tx) => hook(tx, message, reason, p.index)));
     this.metrics.deadLetters.inc({ reason });
   }
 
@@ -325,6 +410,11 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     } catch (err) {
       this.logger.warn(`preparing a batch of ${messages.length} failed: ${(err as Error).message}`);
     }
+  }
+
+  /** The partition a log line is about, when there are several. */
+  private partitionField(p: PartitionState): { partition?: number } {
+    return this.partitions.length === 1 ? {} : { partition: p.index };
   }
 
   /** What the handler names a delivery by in the logs (the summary job: its job id). */

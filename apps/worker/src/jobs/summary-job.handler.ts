@@ -6,6 +6,7 @@ import {
   parseSummaryJob,
   summaryReadyMessage,
   type SummaryJob,
+  SummaryStreams,
 } from '@app/summary-queue';
 import { isUuid } from '@app/ids';
 import { classifyLlmError, InjectLlmClient, type LlmClient } from '@app/llm';
@@ -32,6 +33,7 @@ export class SummaryJobHandler implements JobHandler {
     private readonly retry: RetryPolicy,
     @InjectLlmClient() private readonly llm: LlmClient,
     private readonly metrics: WorkerMetrics,
+    private readonly streams: SummaryStreams,
   ) {}
 
   /** One entry of the job stream: a malformed one throws a JobError (MALFORMED) before anything runs. */
@@ -59,9 +61,14 @@ export class SummaryJobHandler implements JobHandler {
     }
   }
 
-  /** A dead-lettered entry's job is marked failed for GET, in the consumer's dead-letter MULTI. */
-  deadLettered(tx: ChainableCommander, message: StreamMessage, reason: string): void {
-    markSummaryJobFailed(tx, message.fields, reason);
+  /**
+   * A dead-lettered entry's job is marked failed for GET, in the consumer's
+   * dead-letter MULTI: in the record of the entry's own partition, the one
+   * MULTI's slot (where GET looks, as the job id names that partition).
+   */
+  deadLettered(tx: ChainableCommander, message: StreamMessage, reason: string, partition = 0): void {
+    const own = this.streams.at(partition);
+    if (own) markSummaryJobFailed(tx, message.fields, reason, own);
   }
 
   /** Every log line of a delivery names its job. */
