@@ -1,5 +1,5 @@
 import { Injectable, Optional } from '@nestjs/common';
-import { InjectRedis, RedisScript, type RedisClient } from '@app/redis';
+import { type Durability, InjectRedis, InjectRedisDurability, RedisScript, type RedisClient } from '@app/redis';
 import type { ChainableCommander } from 'ioredis';
 import { CONSUMER_GROUP, JOB_RECORD_TTL_MS, SummaryJob } from './summary-job';
 import { SINGLE_STREAM, type StreamPartition, SummaryStreams } from './summary-streams';
@@ -68,15 +68,24 @@ export class SummaryJobQueue {
   constructor(
     @InjectRedis() private readonly redis: RedisClient,
     @Optional() private readonly streams: SummaryStreams = SINGLE_STREAM,
+    @Optional() @InjectRedisDurability() private readonly durability?: Durability,
   ) {}
 
-  /** Records the job and appends it to its partition's stream; returns the entry id. */
+  /**
+   * Records the job and appends it to its partition's stream; returns the
+   * entry id. On a cluster it resolves only once a replica holds both (WAIT,
+   * RedisModule's durability): a master lost a moment later loses no job that
+   * was acknowledged. NotReplicatedError when no replica confirms in time: the
+   * job may still be on the master, and a retry with the same job id is run
+   * once by the worker.
+   */
   async enqueue(job: SummaryJob): Promise<string> {
     const partition = this.streams.of(job.jobId);
-    return ENQUEUE.run<string>(
+    return ENQUEUE.runDurably<string>(
       this.redis,
       [partition.jobRecordKey(job.jobId), partition.jobs],
       [job.jobId, job.tenant, JSON.stringify(job.payload), Date.now(), JOB_RECORD_TTL_MS],
+      this.durability,
     );
   }
 

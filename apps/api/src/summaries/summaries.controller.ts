@@ -3,6 +3,7 @@ import { ApiAcceptedResponse, ApiBearerAuth, ApiOkResponse, ApiTags } from '@nes
 import { IdempotencyContext, Idempotent, type IdempotencyRequestContext } from '@app/idempotency';
 import { jobIdFor, SummaryJobQueue } from '@app/summary-queue';
 import { ApiProblemResponse, serviceUnavailable } from '@app/problem';
+import { NotReplicatedError } from '@app/redis';
 import type { Response } from 'express';
 import { ApiKeyGuard } from '../auth/api-key.guard';
 import { TENANT_KEY_AUTH } from '../openapi';
@@ -49,7 +50,15 @@ export class SummariesController {
     const jobId = jobIdFor(idempotency.operation);
     try {
       await this.queue.enqueue({ jobId, tenant, payload: { text: body.text, notify: body.notify } });
-    } catch {
+    } catch (err) {
+      // Written on a master that no replica confirmed in time: not acknowledged, since losing that master would
+      // lose the job. A retry enqueues the same job id, which runs once.
+      if (err instanceof NotReplicatedError)
+        throw serviceUnavailable(
+          'The job could not be queued durably',
+          'No replica of the job queue confirmed the job in time. Retry with the same Idempotency-Key; the job ' +
+            'runs once however often it was queued.',
+        );
       throw serviceUnavailable(
         'The job could not be queued',
         'The job queue is unreachable; nothing was queued. Retry with the same Idempotency-Key.',
