@@ -2,7 +2,7 @@ import type { DynamicModule, ModuleMetadata, Type } from '@nestjs/common';
 import { ExpressAdapter, type NestExpressApplication } from '@nestjs/platform-express';
 import { Test, type TestingModuleBuilder } from '@nestjs/testing';
 import { DirectAnswerExpressAdapter } from '@app/idempotency';
-import { REDIS_CLIENT } from '@app/redis';
+import { REDIS_CLIENT, type RedisClient } from '@app/redis';
 import type { Redis } from 'ioredis';
 import type { Server } from 'node:http';
 import { loadApiConfig } from '../../apps/api/src/api.config';
@@ -17,8 +17,10 @@ export const bearer = (t: { key: string }): string => `Bearer ${t.key}`;
 export interface ApiHarness {
   readonly app: NestExpressApplication;
   readonly server: Server;
-  /** The app's own Redis client. */
+  /** The app's own Redis client (an ioredis Cluster when REDIS_CLUSTER_NODES is set: see `client`). */
   readonly redis: Redis;
+  /** The same client, typed as what it may be: one Redis or a Cluster. */
+  readonly client: RedisClient;
   close(): Promise<void>;
 }
 
@@ -61,6 +63,7 @@ export async function startApi(options: ApiHarnessOptions = {}): Promise<ApiHarn
     app,
     server: app.getHttpServer(),
     redis: app.get<Redis>(REDIS_CLIENT),
+    client: app.get<RedisClient>(REDIS_CLIENT),
     close: () => app.close(),
   };
 }

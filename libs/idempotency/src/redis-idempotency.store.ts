@@ -9,7 +9,8 @@ import type {
   StoredHead,
   StoredResponse,
 } from './idempotency-store.interface';
-import { RedisStreamWaiter } from './redis-stream-waiter';
+import { Cluster } from 'ioredis';
+import { createStreamWaiter, type StreamWaiter } from './redis-stream-waiter';
 
 /*
  * A record is a hash under `idem:<key>` (R):
@@ -22,7 +23,8 @@ import { RedisStreamWaiter } from './redis-stream-waiter';
  * A running request's frames are a stream F = `{R}:f:<token>`, one per
  * attempt, so the frames of an attempt that was freed never mix with the
  * next one's. Its braces are a Redis Cluster hash tag naming R itself: R and
- * F share a slot, and one script may touch both. Entries, in order:
+ * F share a slot, and one script may touch both (on a cluster, an R with a
+ * `}` of its own needs another form: clusterFramesKey). Entries, in order:
  *   w=1           a follower waits (so that however the request ends, it writes an end marker here)
  *   h=<head json> the answer starts streaming
  *   d=<frame>     one frame
@@ -142,6 +144,7 @@ export interface RedisIdempotencyStoreOptions {
 
 export class RedisIdempotencyStore implements IdempotencyStore {
   private readonly prefix: string;
+  private readonly clustered: boolean;
   readonly frames: RedisFrameLog;
 
   constructor(
@@ -150,15 +153,35 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   ) {
     const opts = typeof options === 'string' ? { prefix: options } : options;
     this.prefix = opts.prefix ?? 'idem:';
+    this.clustered = redis instanceof Cluster;
     const blockingClient =
       opts.blockingClient ??
       // It blocks (XREAD BLOCK): nothing may be batched behind it.
       (() => duplicateForBlocking(redis, { connectionName: `${connectionNameOf(redis) ?? 'idempotency'}:frames` }));
-    this.frames = new RedisFrameLog(redis, (key) => this.recordKey(key), blockingClient, opts.idleCheckMs ?? 1000);
+    this.frames = new RedisFrameLog(
+      redis,
+      (key) => this.recordKey(key),
+      (record, token) => this.framesKey(record, token),
+      blockingClient,
+      opts.idleCheckMs ?? 1000,
+    );
   }
 
+  /**
+   * `idem:<key>`. On a cluster only, a key that would give R a `}` but no
+   * hash tag (`...abc}def`, `...{}...`) is kept under a hash tag of its own,
+   * `idem:{<key, % and } escaped>}`: no frames key could share the slot of the
+   * plain name, and the scripts that touch both would fail with CROSSSLOT.
+   * On one Redis, every name stays as it was.
+   */
   private recordKey(key: string): string {
-    return this.prefix + key;
+    const plain = this.prefix + key;
+    if (!this.clustered || !plain.includes('}') || hashTagOf(plain) !== undefined) return plain;
+    return `${this.prefix}{${key.replaceAll('%', '%25').replaceAll('}', '%7D')}}`;
+  }
+
+  private framesKey(record: string, token: string): string {
+    return this.clustered ? clusterFramesKey(record, token) : framesKey(record, token);
   }
 
   async claim(key: string, token: string, fingerprint: string, lockTtlMs: number): Promise<ClaimResult> {
@@ -194,7 +217,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
       fingerprint: fp,
       runningForMs: Math.max(0, now - started),
       expiresInMs: pttl > 0 ? pttl : lockTtlMs,
-      ...(holder ? { frames: framesKey(this.recordKey(key), holder) as FramesRef } : {}),
+      ...(holder ? { frames: this.framesKey(this.recordKey(key), holder) as FramesRef } : {}),
     };
   }
 
@@ -208,7 +231,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     const r = this.recordKey(key);
     const ok = await COMPLETE.run<number>(
       this.redis,
-      [r, framesKey(r, token)],
+      [r, this.framesKey(r, token)],
       [
         token,
         fingerprint,
@@ -224,12 +247,13 @@ export class RedisIdempotencyStore implements IdempotencyStore {
 
   async release(key: string, token: string): Promise<boolean> {
     const r = this.recordKey(key);
-    return (await RELEASE.run<number>(this.redis, [r, framesKey(r, token)], [token, ABORTED_FRAMES_TTL_MS])) === 1;
+    const keys = [r, this.framesKey(r, token)];
+    return (await RELEASE.run<number>(this.redis, keys, [token, ABORTED_FRAMES_TTL_MS])) === 1;
   }
 
   async renew(key: string, token: string, lockTtlMs: number): Promise<boolean> {
     const r = this.recordKey(key);
-    return (await RENEW.run<number>(this.redis, [r, framesKey(r, token)], [token, lockTtlMs])) === 1;
+    return (await RENEW.run<number>(this.redis, [r, this.framesKey(r, token)], [token, lockTtlMs])) === 1;
   }
 
   /** Closes the frame log's blocking connection, if one was made. */
@@ -242,15 +266,37 @@ function framesKey(recordKey: string, token: string): string {
   return `{${recordKey}}:f:${token}`;
 }
 
+/** The hash tag Redis Cluster hashes a key by: between its first `{` and the next `}`, if not empty. */
+function hashTagOf(key: string): string | undefined {
+  const open = key.indexOf('{');
+  if (open < 0) return undefined;
+  const close = key.indexOf('}', open + 1);
+  return close > open + 1 ? key.slice(open + 1, close) : undefined;
+}
+
+/**
+ * On a cluster, F must hash like R. `{R}:f:<token>` does while R has no `}`:
+ * R then has no hash tag and hashes whole, and F's tag is all of R. An R with
+ * a `}` has a hash tag (recordKey sees to it), and F takes that tag, with R
+ * length-prefixed after it for parseRef: `{<tag>}:r:<R's length>:<R>:<token>`.
+ */
+function clusterFramesKey(recordKey: string, token: string): string {
+  if (!recordKey.includes('}')) return framesKey(recordKey, token);
+  const tag = hashTagOf(recordKey);
+  if (tag === undefined) throw new Error('a record key with a } needs a hash tag on a cluster');
+  return `{${tag}}:r:${recordKey.length}:${recordKey}:${token}`;
+}
+
 /** The frames of RedisIdempotencyStore's records: a stream per attempt, followed through one blocking connection. */
 export class RedisFrameLog implements IdempotencyFrameLog {
   private readonly logger = new Logger(RedisFrameLog.name);
-  private waiter: RedisStreamWaiter | undefined;
+  private waiter: StreamWaiter | undefined;
   private closed = false;
 
   constructor(
     private readonly redis: RedisClient,
     private readonly recordKey: (key: string) => string,
+    private readonly framesKey: (record: string, token: string) => string,
     private readonly blockingClient: () => RedisClient,
     private readonly idleCheckMs: number,
   ) {}
@@ -258,19 +304,23 @@ export class RedisFrameLog implements IdempotencyFrameLog {
   async begin(key: string, token: string, head: StoredHead): Promise<boolean> {
     const r = this.recordKey(key);
     const json = JSON.stringify({ status: head.status, headers: head.headers });
-    return (await BEGIN_FRAMES.run<number>(this.redis, [r, framesKey(r, token)], [token, json])) === 1;
+    return (await BEGIN_FRAMES.run<number>(this.redis, [r, this.framesKey(r, token)], [token, json])) === 1;
   }
 
   async append(key: string, token: string, frames: readonly string[]): Promise<boolean> {
     if (frames.length === 0) return true;
     const r = this.recordKey(key);
-    return (await APPEND_FRAMES.run<number>(this.redis, [r, framesKey(r, token)], [token, ...frames])) === 1;
+    return (await APPEND_FRAMES.run<number>(this.redis, [r, this.framesKey(r, token)], [token, ...frames])) === 1;
   }
 
   async complete(key: string, token: string, fingerprint: string, resultTtlMs: number): Promise<boolean> {
     const r = this.recordKey(key);
     return (
-      (await COMPLETE_FRAMES.run<number>(this.redis, [r, framesKey(r, token)], [token, fingerprint, resultTtlMs])) === 1
+      (await COMPLETE_FRAMES.run<number>(
+        this.redis,
+        [r, this.framesKey(r, token)],
+        [token, fingerprint, resultTtlMs],
+      )) === 1
     );
   }
 
@@ -330,13 +380,23 @@ export class RedisFrameLog implements IdempotencyFrameLog {
     await waiter?.close();
   }
 
-  private streamWaiter(): RedisStreamWaiter {
-    this.waiter ??= new RedisStreamWaiter(this.redis, this.blockingClient, this.logger);
+  private streamWaiter(): StreamWaiter {
+    this.waiter ??= createStreamWaiter(this.redis, this.blockingClient, this.logger);
     return this.waiter;
   }
 }
 
 function parseRef(ref: FramesRef): { record: string; token: string } {
+  const close = ref.indexOf('}');
+  if (ref.startsWith('{') && ref.startsWith(':r:', close + 1)) {
+    // {<tag>}:r:<length>:<R>:<token>
+    const lengthEnd = ref.indexOf(':', close + 4);
+    const length = Number(ref.slice(close + 4, lengthEnd));
+    const start = lengthEnd + 1;
+    if (lengthEnd < 0 || !Number.isInteger(length) || ref[start + length] !== ':')
+      throw new Error('not a frames reference of this store');
+    return { record: ref.slice(start, start + length), token: ref.slice(start + length + 1) };
+  }
   const end = ref.lastIndexOf('}:f:');
   if (!ref.startsWith('{') || end < 0) throw new Error('not a frames reference of this store');
   return { record: ref.slice(1, end), token: ref.slice(end + 4) };

@@ -1,5 +1,23 @@
-import type { RedisClient } from '@app/redis';
+import { keySlot, type RedisClient } from '@app/redis';
 import type { Logger } from '@nestjs/common';
+import { Cluster, type Redis } from 'ioredis';
+
+/** Tells waiters when a stream has entries after an id. */
+export interface StreamWaiter {
+  /** Resolves true once `stream` has an entry after `after`, false after `timeoutMs` or an abort. */
+  waitFor(stream: string, after: string, timeoutMs: number, signal: AbortSignal): Promise<boolean>;
+  close(): Promise<void>;
+}
+
+/**
+ * The waiter for a client: on one Redis, one blocking read for the whole
+ * process; on a Redis Cluster, one read loop per master (ClusterStreamWaiter).
+ */
+export function createStreamWaiter(redis: RedisClient, makeBlocking: () => RedisClient, logger: Logger): StreamWaiter {
+  return redis instanceof Cluster
+    ? new ClusterStreamWaiter(redis, makeBlocking, logger)
+    : new RedisStreamWaiter(redis, makeBlocking, logger);
+}
 
 interface Waiter {
   readonly after: string;
@@ -20,7 +38,7 @@ const BLOCK_MS = 250;
  * every stream someone waits on. A waiter that joins while the read blocks
  * interrupts it (CLIENT UNBLOCK), so the read starts again with its stream.
  */
-export class RedisStreamWaiter {
+export class RedisStreamWaiter implements StreamWaiter {
   private readonly byStream = new Map<string, Set<Waiter>>();
   private blocking: RedisClient | undefined;
   private blockingId: number | undefined;
@@ -168,4 +186,266 @@ function compareIds(a: string, b: string): number {
   if (ms !== 0n) return ms < 0n ? -1 : 1;
   const seq = BigInt(as) - BigInt(bs);
   return seq === 0n ? 0 : seq < 0n ? -1 : 1;
+}
+
+/** How long a cluster read loop rests between non-blocking reads of several slots, and after an error. */
+const POLL_MS = 50;
+const RETRY_MS = 200;
+
+/** The read loop of one master: the streams of the slots it serves. */
+interface MasterReader {
+  /** `host:port`, as the Cluster client names its nodes. */
+  readonly node: string;
+  reading: boolean;
+  /** The id each stream is read after by the read in flight. */
+  readonly inFlight: Map<string, string>;
+  /** The XREAD BLOCK in flight, on the connection with this CLIENT ID, if one is. */
+  blockedId: number | undefined;
+  unblockSent: boolean;
+  /** Ends the rest between two polls, when one is taken. */
+  wake: (() => void) | undefined;
+}
+
+const nodeKeyOf = (node: Redis): string => `${node.options.host}:${node.options.port}`;
+
+/**
+ * The same on a Redis Cluster, where one XREAD may name only keys of one slot
+ * (CROSSSLOT otherwise) and CLIENT ID / UNBLOCK must reach the node that
+ * blocks. The streams waited on are grouped by the master that serves their
+ * slot, as the blocking client's slot map says, with one read loop per master
+ * on that client's own connection to it (not pipelined; used for nothing
+ * else). A loop whose streams are all of one slot (the usual case: one
+ * followed request, or many followers of one) blocks in XREAD as on one
+ * Redis, interrupted by CLIENT UNBLOCK sent to the same master; streams of
+ * several slots on one master are read without blocking, one XREAD per slot
+ * in one pipeline, every POLL_MS, interrupted as well when a waiter joins.
+ *
+ * A failed read (MOVED after a failover, a master that died, CLUSTERDOWN)
+ * refreshes the slot map and groups the streams again; it fails no waiter.
+ * Each waiter still ends on its own timer, and the follower then asks the
+ * record itself through the shared client, which does fail when the cluster
+ * cannot answer: a follower never waits longer than on one Redis.
+ */
+export class ClusterStreamWaiter implements StreamWaiter {
+  private readonly byStream = new Map<string, Set<Waiter>>();
+  private readonly readers = new Map<string, MasterReader>();
+  private blocking: Cluster | undefined;
+  private connecting: Promise<Cluster> | undefined;
+  private refreshing: Promise<void> | undefined;
+  private retrying = false;
+  private closed = false;
+
+  constructor(
+    private readonly redis: Cluster,
+    private readonly makeBlocking: () => RedisClient,
+    private readonly logger: Logger,
+  ) {}
+
+  waitFor(stream: string, after: string, timeoutMs: number, signal: AbortSignal): Promise<boolean> {
+    if (this.closed) return Promise.reject(new Error('the stream waiter is closed'));
+    return new Promise<boolean>((resolve) => {
+      let waiters = this.byStream.get(stream);
+      if (!waiters) {
+        waiters = new Set();
+        this.byStream.set(stream, waiters);
+      }
+      const set = waiters;
+      const finish = (news: boolean): void => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', onAbort);
+        set.delete(waiter);
+        if (set.size === 0 && this.byStream.get(stream) === set) this.byStream.delete(stream);
+        resolve(news);
+      };
+      const waiter: Waiter = { after, finish, fail: () => finish(false) };
+      const onAbort = (): void => finish(false);
+      const timer = setTimeout(() => finish(false), timeoutMs);
+      signal.addEventListener('abort', onAbort, { once: true });
+      set.add(waiter);
+      this.schedule();
+    });
+  }
+
+  async close(): Promise<void> {
+    this.closed = true;
+    for (const waiters of this.byStream.values()) for (const w of [...waiters]) w.finish(false);
+    for (const reader of this.readers.values()) reader.wake?.();
+    const client = this.blocking ?? (await this.connecting?.catch(() => undefined));
+    client?.disconnect();
+  }
+
+  /** Makes every stream's master read it, from as early as its earliest waiter asks. */
+  private schedule(): void {
+    if (this.closed || this.byStream.size === 0) return;
+    const cluster = this.blocking;
+    if (cluster === undefined) {
+      this.connection().then(
+        () => this.schedule(),
+        (err: unknown) => this.retryLater(err),
+      );
+      return;
+    }
+    for (const [stream, waiters] of this.byStream) {
+      const node = this.masterOf(cluster, stream);
+      if (node === undefined) {
+        this.retryLater(new Error(`no master known for the slot of ${stream}`));
+        continue;
+      }
+      let reader = this.readers.get(node);
+      if (reader === undefined) {
+        reader = {
+          node,
+          reading: false,
+          inFlight: new Map(),
+          blockedId: undefined,
+          unblockSent: false,
+          wake: undefined,
+        };
+        this.readers.set(node, reader);
+      }
+      if (!reader.reading) {
+        reader.reading = true;
+        void this.readLoop(reader);
+        continue;
+      }
+      const watched = reader.inFlight.get(stream);
+      if (watched === undefined || compareIds(earliest([...waiters].map((w) => w.after)), watched) < 0)
+        this.interrupt(reader);
+    }
+  }
+
+  /** Ends the read in flight early, so that the loop reads again with the new set. */
+  private interrupt(reader: MasterReader): void {
+    reader.wake?.();
+    if (reader.blockedId === undefined || reader.unblockSent) return;
+    // The shared client's connection to the same master: CLIENT UNBLOCK acts only on the node it is sent to.
+    const node = this.redis.nodes('master').find((n) => nodeKeyOf(n) === reader.node);
+    if (node === undefined) return; // the block ends on its own within BLOCK_MS
+    reader.unblockSent = true;
+    node.client('UNBLOCK', reader.blockedId).catch(() => undefined);
+  }
+
+  private async readLoop(reader: MasterReader): Promise<void> {
+    try {
+      while (!this.closed) {
+        const cluster = await this.connection();
+        const bySlot = new Map<number, string[]>();
+        for (const stream of this.byStream.keys()) {
+          if (this.masterOf(cluster, stream) !== reader.node) continue;
+          const slot = keySlot(stream);
+          bySlot.set(slot, [...(bySlot.get(slot) ?? []), stream]);
+        }
+        if (bySlot.size === 0) return;
+        const node = cluster.nodes('master').find((n) => nodeKeyOf(n) === reader.node);
+        try {
+          if (node === undefined) throw new Error(`no connection to master ${reader.node}`);
+          const reads = [...bySlot.values()].map((streams) => ({
+            streams,
+            ids: streams.map((s) => earliest([...this.byStream.get(s)!].map((w) => w.after))),
+          }));
+          reader.inFlight.clear();
+          for (const { streams, ids } of reads) streams.forEach((s, i) => reader.inFlight.set(s, ids[i]));
+          let replies: ([string, unknown[]][] | null)[];
+          if (reads.length === 1) {
+            const [{ streams, ids }] = reads;
+            const id = Number(await node.client('ID'));
+            reader.unblockSent = false;
+            reader.blockedId = id;
+            try {
+              replies = [await node.xread('COUNT', 1, 'BLOCK', BLOCK_MS, 'STREAMS', ...streams, ...ids)];
+            } finally {
+              reader.blockedId = undefined;
+            }
+          } else {
+            const pipeline = node.pipeline();
+            for (const { streams, ids } of reads) pipeline.xread('COUNT', 1, 'STREAMS', ...streams, ...ids);
+            const results = (await pipeline.exec()) ?? [];
+            const failed = results.find(([err]) => err)?.[0];
+            if (failed) throw failed;
+            replies = results.map(([, reply]) => reply as [string, unknown[]][] | null);
+          }
+          reader.inFlight.clear();
+          let news = false;
+          for (const reply of replies)
+            for (const [stream] of reply ?? []) {
+              news = true;
+              for (const w of [...(this.byStream.get(stream) ?? [])]) w.finish(true);
+            }
+          if (reads.length > 1 && !news) await this.rest(reader, POLL_MS);
+        } catch (err) {
+          reader.inFlight.clear();
+          if (this.closed) return;
+          // The streams may have moved: read the slot map again, then group them again.
+          this.logger.debug(
+            `idempotency: waiting for frames on ${reader.node} failed: ${err instanceof Error ? err.message : String(err)}`,
+          );
+          await this.refreshSlots(cluster);
+          await this.rest(reader, RETRY_MS);
+          // Streams that another master serves now get its loop; this one reads what is left.
+          this.schedule();
+        }
+      }
+    } catch (err) {
+      // Only connecting can fail here; the waiters end on their timers.
+      this.retryLater(err);
+    } finally {
+      reader.reading = false;
+      // A waiter may have come in as the loop was ending.
+      this.schedule();
+    }
+  }
+
+  private rest(reader: MasterReader, ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(done, ms);
+      function done(): void {
+        clearTimeout(timer);
+        reader.wake = undefined;
+        resolve();
+      }
+      reader.wake = done;
+    });
+  }
+
+  /** Waits RETRY_MS and schedules again: the cluster is connecting, or its slot map is behind. */
+  private retryLater(err: unknown): void {
+    this.logger.debug(`idempotency: frames waiter: ${err instanceof Error ? err.message : String(err)}`);
+    if (this.retrying) return;
+    this.retrying = true;
+    setTimeout(() => {
+      this.retrying = false;
+      const cluster = this.blocking;
+      void (cluster ? this.refreshSlots(cluster) : Promise.resolve()).then(() => this.schedule());
+    }, RETRY_MS).unref();
+  }
+
+  private masterOf(cluster: Cluster, stream: string): string | undefined {
+    return cluster.slots[keySlot(stream)]?.[0];
+  }
+
+  private refreshSlots(cluster: Cluster): Promise<void> {
+    this.refreshing ??= new Promise<void>((resolve) => cluster.refreshSlotsCache(() => resolve())).finally(() => {
+      this.refreshing = undefined;
+    });
+    return this.refreshing;
+  }
+
+  private async connection(): Promise<Cluster> {
+    if (this.blocking) return this.blocking;
+    this.connecting ??= (async () => {
+      const client = this.makeBlocking();
+      if (!(client instanceof Cluster)) throw new Error('the blocking client of a Redis Cluster must be a Cluster');
+      client.on('error', () => undefined); // reported by the reads that fail
+      if (client.status === 'wait') await client.connect();
+      else if (client.status !== 'ready') await new Promise((resolve) => client.once('ready', resolve));
+      this.blocking = client;
+      return client;
+    })();
+    try {
+      return await this.connecting;
+    } catch (err) {
+      this.connecting = undefined;
+      throw err;
+    }
+  }
 }

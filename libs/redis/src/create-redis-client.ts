@@ -43,6 +43,8 @@ export function createRedisClient(options: RedisModuleOptions): RedisClient {
       {
         lazyConnect: true,
         enableOfflineQueue: false,
+        // A batch that meets MOVED (a failover moving slots) is sent again only when all of it failed alike, so a few
+        // commands fail, and their requests answer 503, during a failover (docs/redis-cluster.md has the figures).
         enableAutoPipelining: options.autoPipelining ?? true,
         // Writes and reads alike go to the slot's master: a replica may lag behind the write it is asked about.
         scaleReads: 'master',

@@ -345,6 +345,55 @@ export function describeIdempotencyStoreContract(name: string, setup: () => Prom
           ]),
         );
       });
+
+      it('wakes each of many followers on other keys within a moment of its frame, not at an idle check', async () => {
+        const keys = Array.from({ length: 24 }, () => key());
+        for (const k of keys) {
+          await store.claim(k, 't1', 'fp', 10_000);
+          await log.begin(k, 't1', head);
+        }
+        const stop = new AbortController();
+        const seenAt = keys.map(async (k) => {
+          for await (const event of log.follow(framesOf(await store.claim(k, 't2', 'fp', 10_000)), stop.signal))
+            if (event.kind === 'frame') return Date.now();
+          return Number.NaN;
+        });
+        await wait(300);
+        const lags: number[] = [];
+        for (const [i, k] of keys.entries()) {
+          const sent = Date.now();
+          await log.append(k, 't1', [`data: ${i}\n\n`]);
+          lags.push((await seenAt[i]) - sent);
+        }
+        stop.abort();
+        for (const k of keys) await log.complete(k, 't1', 'fp', 60_000);
+        // A follower that only the idle check (a second) finds its frame is a waiter that missed the news.
+        expect(Math.max(...lags)).toBeLessThan(500);
+      });
+
+      it.each([['a}b'], ['{}x}'], ['{tag}'], ['a{b'], ['}{x}'], ['{a}b}'], ['x}y{z']])(
+        'keeps a key with braces (%j) whole: claim, frames, followers, completion and release',
+        async (braces) => {
+          const k = `tenant:POST:/contract:${braces}${randomUUID()}`;
+          await expect(store.claim(k, 't1', 'fp', 10_000)).resolves.toEqual({ outcome: 'claimed' });
+          await expect(log.begin(k, 't1', head)).resolves.toBe(true);
+          const followed = collect(log, framesOf(await store.claim(k, 't2', 'fp', 10_000)));
+          await wait(50);
+          await expect(log.append(k, 't1', [frames[0]])).resolves.toBe(true);
+          await expect(store.renew(k, 't1', 10_000)).resolves.toBe(true);
+          await expect(log.complete(k, 't1', 'fp', 60_000)).resolves.toBe(true);
+          expect((await followed).map((e) => e.kind)).toEqual(['head', 'frame', 'end']);
+          const replay = await store.claim(k, 't3', 'fp', 10_000);
+          expect((await collect(log, framesOf(replay))).map((e) => e.kind)).toEqual(['head', 'frame', 'end']);
+          const other = `${k}-whole`;
+          await store.claim(other, 't1', 'fp', 10_000);
+          await expect(
+            store.complete(other, 't1', 'fp', { status: 200, headers: {}, body: 'ok' }, 60_000),
+          ).resolves.toBe(true);
+          await store.claim(`${other}-freed`, 't1', 'fp', 10_000);
+          await expect(store.release(`${other}-freed`, 't1')).resolves.toBe(true);
+        },
+      );
     });
 
     it('keeps keys apart', async () => {

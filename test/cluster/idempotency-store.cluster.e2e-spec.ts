@@ -1,0 +1,96 @@
+import { RedisIdempotencyStore } from '@app/idempotency';
+import { describeIdempotencyStoreContract } from '@app/idempotency/testing/idempotency-store.contract';
+import { createRedisClient, type RedisClient } from '@app/redis';
+import { Cluster } from 'ioredis';
+import { startRedisCluster, type RedisCluster } from '../support/redis-cluster';
+
+/*
+ * The idempotency store's contract on a Redis Cluster, as on one Redis
+ * (test/idempotency/redis-idempotency.store.spec.ts): every script keeps its
+ * keys in one slot, and followers of requests on different slots and masters
+ * are woken as they would be on one Redis.
+ */
+
+let redisCluster: RedisCluster;
+const clients: RedisClient[] = [];
+
+const clusterClient = async (): Promise<Cluster> => {
+  const client = createRedisClient({
+    url: 'redis://unused',
+    clusterNodes: redisCluster.seedNodes,
+    connectionName: 'contract-cluster',
+  });
+  client.on('error', () => undefined);
+  clients.push(client);
+  await client.connect();
+  return client as Cluster;
+};
+
+beforeAll(async () => {
+  redisCluster = await startRedisCluster();
+}, 60_000);
+
+afterAll(async () => {
+  for (const client of clients) client.disconnect();
+  await redisCluster?.stop();
+});
+
+describeIdempotencyStoreContract('RedisIdempotencyStore on a Redis Cluster', async () => {
+  const store = new RedisIdempotencyStore(await clusterClient());
+  return { store, teardown: () => store.close() };
+});
+
+describe('RedisIdempotencyStore on a Redis Cluster', () => {
+  it('spreads records over the masters, each frames stream beside its record', async () => {
+    const redis = await clusterClient();
+    const store = new RedisIdempotencyStore(redis);
+    try {
+      const keys = Array.from({ length: 12 }, (_, i) => `tenant-a:POST:/v1/things:spread-${i}-abcdefghijkl`);
+      for (const k of keys) {
+        await store.claim(k, 'tok', 'fp', 30_000);
+        await store.frames.begin(k, 'tok', { status: 200, headers: {} });
+      }
+      const owners = new Set<number>();
+      for (const k of keys) {
+        const slot = Number(await redis.cluster('KEYSLOT', `idem:${k}`));
+        expect(await redis.cluster('KEYSLOT', `{idem:${k}}:f:tok`)).toBe(slot);
+        const port = await redisCluster.masterOf(slot);
+        expect(await redisCluster.command(port, 'EXISTS', `idem:${k}`, `{idem:${k}}:f:tok`)).toBe(2);
+        owners.add(port);
+      }
+      expect(owners.size).toBe(3);
+    } finally {
+      await store.close();
+    }
+  });
+
+  it('a follower keeps following across a manual failover of its master', async () => {
+    const redis = await clusterClient();
+    const store = new RedisIdempotencyStore(redis, { idleCheckMs: 500 });
+    try {
+      const k = 'tenant-a:POST:/v1/things:failover-abcdefghijkl';
+      await store.claim(k, 't1', 'fp', 30_000);
+      await store.frames.begin(k, 't1', { status: 200, headers: {} });
+      const claim = await store.claim(k, 't2', 'fp', 30_000);
+      if (claim.outcome !== 'in-progress' || !claim.frames) throw new Error('expected a running record with frames');
+      const events: string[] = [];
+      const stop = new AbortController();
+      const followed = (async () => {
+        for await (const event of store.frames.follow(claim.frames!, stop.signal)) events.push(event.kind);
+      })();
+      await store.frames.append(k, 't1', ['data: 1\n\n']);
+      const master = await redisCluster.masterOf(Number(await redis.cluster('KEYSLOT', `idem:${k}`)));
+      const result = await redisCluster.failover(master);
+      console.log(`failover under a follower: ${result.from} -> ${result.to} in ${result.ms} ms`);
+      await store.frames.append(k, 't1', ['data: 2\n\n']);
+      await store.frames.complete(k, 't1', 'fp', 60_000);
+      const timer = setTimeout(() => stop.abort(), 10_000);
+      await followed;
+      clearTimeout(timer);
+      expect(stop.signal.aborted).toBe(false);
+      expect(events).toEqual(['head', 'frame', 'frame', 'end']);
+    } finally {
+      await store.close();
+    }
+  }, 60_000);
+});
