@@ -196,10 +196,21 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
 
     it("deletes a log once it expired: a dead holder's, a freed attempt's a minute on, a stored answer's with it", async () => {
       const head = { status: 200, headers: {} };
-      // Died mid-stream: its log lives as long as its lock.
-      await store.claim('sweep:dead', 't', 'fp', 50);
+      // Died mid-stream: its log lives as long as its lock. The lock is long enough for the log to be written on
+      // a busy machine, then made to have run out (a 50 ms lock could expire before begin() on a loaded CI).
+      await store.claim('sweep:dead', 't', 'fp', 10_000);
       await store.frames.begin('sweep:dead', 't', head);
       await store.frames.append('sweep:dead', 't', ['a', 'b']);
+      const [life] = await ds.query(
+        `SELECT f.expires_at AS log, k.locked_until AS lock FROM idempotency_frames f
+           JOIN idempotency_keys k ON f.attempt = k.attempt WHERE k.key = 'sweep:dead' AND f.seq = 0`,
+      );
+      expect(life.log).toEqual(life.lock);
+      await ds.query(
+        `UPDATE idempotency_frames f SET expires_at = now() - interval '1 second'
+           FROM idempotency_keys k WHERE k.key = 'sweep:dead' AND f.attempt = k.attempt AND f.seq = 0`,
+      );
+      await ds.query(`UPDATE idempotency_keys SET locked_until = now() - interval '1 second' WHERE key = 'sweep:dead'`);
       // Freed mid-stream: its log (with the end marker) stays a minute for its followers.
       await store.claim('sweep:freed', 't', 'fp', 10_000);
       await store.frames.begin('sweep:freed', 't', head);
