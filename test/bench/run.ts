@@ -11,6 +11,7 @@ import { writeFileSync } from 'node:fs';
 import { cpus, loadavg, totalmem } from 'node:os';
 import { format } from 'node:util';
 import { benchApiSideBySide, printApiSideBySide } from './api-side-by-side.bench';
+import { benchCluster, printCluster } from './cluster.bench';
 import { benchEndToEnd, printEndToEnd } from './end-to-end.bench';
 import { benchGateway, type GatewayBenchResults } from './gateway.bench';
 import { benchHostileInput } from './hostile-input.bench';
@@ -25,9 +26,10 @@ const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5
 /**
  * BENCH=api,worker runs only those parts; unset, all:
  * api (side by side with the plain route and the peer), worker (side by side
- * with BullMQ), e2e (the chain, open loop), stores, refunds, hostile, gateway.
+ * with BullMQ), e2e (the chain, open loop), stores, refunds, hostile, gateway,
+ * cluster (one Redis against a local Redis Cluster).
  */
-const PARTS = ['api', 'worker', 'e2e', 'stores', 'refunds', 'hostile', 'gateway'] as const;
+const PARTS = ['api', 'worker', 'e2e', 'stores', 'refunds', 'hostile', 'gateway', 'cluster'] as const;
 const chosen = (process.env.BENCH ?? '')
   .split(',')
   .map((p) => p.trim())
@@ -61,10 +63,11 @@ async function main(): Promise<void> {
   );
   const benchDb = await benchDatabaseNamed(databaseUrl, 'llmwf_bench');
   if (want('api')) printApiSideBySide(await benchApiSideBySide(`${redisBase}/14`, benchDb));
-  if (want('worker') || want('e2e')) {
+  if (want('worker') || want('e2e') || want('cluster')) {
     const workerDb = await benchDatabaseNamed(databaseUrl, 'llmwf_bench_worker');
     if (want('worker')) printWorkerSideBySide(await benchWorkerSideBySide(`${redisBase}/13`, workerDb));
     if (want('e2e')) printEndToEnd(await benchEndToEnd(`${redisBase}/13`, workerDb));
+    if (want('cluster')) printCluster(await benchCluster(`${redisBase}/13`, workerDb));
   }
   if (want('stores')) await printStores(benchDb);
   if (want('refunds')) await printRefunds(benchDb);

@@ -37,6 +37,8 @@ export interface StartRedisClusterOptions {
   readonly timeoutMs?: number;
   /** cluster-node-timeout, 2000 ms by default: how long until a dead master is failed over. */
   readonly nodeTimeoutMs?: number;
+  /** The first of the six ports (the benches' own block); by default the jest worker's (clusterPorts()). */
+  readonly basePort?: number;
 }
 
 export interface FailoverResult {
@@ -89,9 +91,8 @@ const MASTERS = 3;
 const DIR_PREFIX = 'llmwf-redis-cluster-';
 
 /** The harness's ports: 16000 + slot * 100 + worker * 10 + i, a block no other test uses. */
-export function clusterPorts(): number[] {
-  const base = 16000 + testSlot() * 100 + workerId() * 10;
-  return Array.from({ length: NODES }, (_, i) => base + i);
+export function clusterPorts(basePort = 16000 + testSlot() * 100 + workerId() * 10): number[] {
+  return Array.from({ length: NODES }, (_, i) => basePort + i);
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
@@ -178,7 +179,7 @@ async function clearLeftover(port: number): Promise<void> {
     const ours = dir !== undefined && dirname(dir) === tmpdir() && basename(dir).startsWith(`${DIR_PREFIX}${port}-`);
     if (!ours)
       throw new Error(
-        `port ${p} (Redis Cluster harness block ${clusterPorts().join(',')}) is in use by something that is not a ` +
+        `port ${p} (a Redis Cluster harness node's port or its bus port) is in use by something that is not a ` +
           `leftover node of this harness${dir === undefined ? '' : ` (a redis-server in ${dir})`}`,
       );
     await redisCli(['-h', HOST, '-p', String(port), 'shutdown', 'nosave'], 5000).catch(() => undefined);
@@ -227,7 +228,7 @@ function infoField(info: string, field: string): string | undefined {
 export async function startRedisCluster(options: StartRedisClusterOptions = {}): Promise<RedisCluster> {
   const timeoutMs = options.timeoutMs ?? 30_000;
   const nodeTimeoutMs = options.nodeTimeoutMs ?? 2000;
-  const ports = clusterPorts();
+  const ports = clusterPorts(options.basePort);
   const servers = new Map<number, ServerProcess>();
   const dirs = new Map<number, string>();
   const clients = new Map<number, Redis>();
