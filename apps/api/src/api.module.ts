@@ -5,7 +5,7 @@ import { IdempotencyModule, RedisIdempotencyStore } from '@app/idempotency';
 import { LoggingModule, MetricsModule } from '@app/observability';
 import { PersistenceModule, PostgresIdempotencyStore } from '@app/persistence';
 import { ProblemDetailsFilter, RequestValidationPipe } from '@app/problem';
-import { REDIS_CLIENT, RedisModule, type RedisClient } from '@app/redis';
+import { type Durability, REDIS_CLIENT, REDIS_DURABILITY, RedisModule, type RedisClient } from '@app/redis';
 import { SummaryQueueModule } from '@app/summary-queue';
 import { DataSource } from 'typeorm';
 import { type ApiConfig, gatewayDrainMs } from './api.config';
@@ -26,9 +26,15 @@ import { SummariesModule } from './summaries/summaries.module';
  * request), not a second pool. Its sweep starts here and stops with the store
  * (IdempotencyModule closes every store).
  */
-function idempotencyStores(config: ApiConfig, redis: RedisClient, dataSource: DataSource) {
+function idempotencyStores(
+  config: ApiConfig,
+  redis: RedisClient,
+  durability: Durability | undefined,
+  dataSource: DataSource,
+) {
   const stores = {
-    redis: new RedisIdempotencyStore(redis),
+    // On a cluster a claim and a stored answer wait for a replica, as the job does (RedisModule's durability).
+    redis: new RedisIdempotencyStore(redis, { durability }),
     postgres: new PostgresIdempotencyStore(dataSource, { listenApplicationName: 'api-idempotency-listen' }),
   };
   stores.postgres.startSweeping();
@@ -53,9 +59,9 @@ export class ApiModule {
         HealthModule.forRoot({ readiness: [RedisHealthIndicator, PostgresHealthIndicator] }),
         AuthModule.forRoot(config.apiKeys),
         IdempotencyModule.forRootAsync({
-          inject: [REDIS_CLIENT, DataSource],
-          useFactory: (redis: RedisClient, dataSource: DataSource) => ({
-            ...idempotencyStores(config, redis, dataSource),
+          inject: [REDIS_CLIENT, { token: REDIS_DURABILITY, optional: true }, DataSource],
+          useFactory: (redis: RedisClient, durability: Durability | undefined, dataSource: DataSource) => ({
+            ...idempotencyStores(config, redis, durability, dataSource),
             scope: requireTenant,
             lockTtlMs: config.idempotencyLockTtlMs,
             resultTtlMs: config.idempotencyResultTtlMs,

@@ -1,5 +1,12 @@
 import { Logger } from '@nestjs/common';
-import { connectionNameOf, duplicateForBlocking, RedisScript, type RedisClient } from '@app/redis';
+import {
+  connectionNameOf,
+  duplicateForBlocking,
+  type Durability,
+  NotReplicatedError,
+  RedisScript,
+  type RedisClient,
+} from '@app/redis';
 import type {
   ClaimResult,
   FrameEvent,
@@ -140,10 +147,19 @@ export interface RedisIdempotencyStoreOptions {
   readonly blockingClient?: () => RedisClient;
   /** How long a follower waits for news before it checks that the request is still alive. */
   readonly idleCheckMs?: number;
+  /**
+   * What a claim and a stored answer wait for (RedisModule's REDIS_DURABILITY: one replica on a cluster). A
+   * claim no replica confirmed is freed and fails (the request answers 503): a lost lock would let a duplicate
+   * run beside it. An answer no replica confirmed stands on the master and is logged: the effect is done, and a
+   * retry after losing that master runs again (the summaries route's job id makes that run once).
+   */
+  readonly durability?: Durability;
 }
 
 export class RedisIdempotencyStore implements IdempotencyStore {
+  private readonly logger = new Logger(RedisIdempotencyStore.name);
   private readonly prefix: string;
+  private readonly durability: Durability | undefined;
   private readonly clustered: boolean;
   readonly frames: RedisFrameLog;
 
@@ -153,6 +169,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   ) {
     const opts = typeof options === 'string' ? { prefix: options } : options;
     this.prefix = opts.prefix ?? 'idem:';
+    this.durability = opts.durability;
     this.clustered = redis instanceof Cluster;
     const blockingClient =
       opts.blockingClient ??
@@ -164,6 +181,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
       (record, token) => this.framesKey(record, token),
       blockingClient,
       opts.idleCheckMs ?? 1000,
+      opts.durability,
     );
   }
 
@@ -185,11 +203,22 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   }
 
   async claim(key: string, token: string, fingerprint: string, lockTtlMs: number): Promise<ClaimResult> {
-    const reply = await CLAIM.run<[string, ...(string | number)[]]>(
-      this.redis,
-      [this.recordKey(key)],
-      [token, fingerprint, lockTtlMs],
-    );
+    let reply: [string, ...(string | number)[]];
+    try {
+      reply = await CLAIM.runDurably(
+        this.redis,
+        [this.recordKey(key)],
+        [token, fingerprint, lockTtlMs],
+        this.durability,
+      );
+    } catch (err) {
+      if (!(err instanceof NotReplicatedError)) throw err;
+      const written = (err.value as [string] | undefined)?.[0] === 'claimed';
+      // Ours, but not on a replica: free it before failing, so the retry is not told the key is in progress.
+      if (written) await this.release(key, token).catch(() => undefined);
+      if (written) throw err;
+      reply = err.value as [string, ...(string | number)[]]; // read only: nothing of ours to lose
+    }
     if (reply[0] === 'claimed') return { outcome: 'claimed' };
     const pttl = Number(reply[1]);
     const now = Number(reply[2]);
@@ -229,18 +258,22 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     resultTtlMs: number,
   ): Promise<boolean> {
     const r = this.recordKey(key);
-    const ok = await COMPLETE.run<number>(
-      this.redis,
-      [r, this.framesKey(r, token)],
-      [
-        token,
-        fingerprint,
-        response.status,
-        JSON.stringify(response.headers),
-        response.body,
-        resultTtlMs,
-        ABORTED_FRAMES_TTL_MS,
-      ],
+    const ok = await stored(
+      COMPLETE.runDurably<number>(
+        this.redis,
+        [r, this.framesKey(r, token)],
+        [
+          token,
+          fingerprint,
+          response.status,
+          JSON.stringify(response.headers),
+          response.body,
+          resultTtlMs,
+          ABORTED_FRAMES_TTL_MS,
+        ],
+        this.durability,
+      ),
+      this.logger,
     );
     return ok === 1;
   }
@@ -259,6 +292,21 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   /** Closes the frame log's blocking connection, if one was made. */
   close(): Promise<void> {
     return this.frames.close();
+  }
+}
+
+/**
+ * A stored answer's write: one no replica confirmed stands on the master (the answer is right, the effect done),
+ * so it counts as stored, with a warning: if that master is lost now, a retry runs the request again.
+ */
+async function stored(write: Promise<number>, logger: Logger): Promise<number> {
+  try {
+    return await write;
+  } catch (err) {
+    // The key itself stays out of the log (it is the client's); the request's log line names the request.
+    if (!(err instanceof NotReplicatedError)) throw err;
+    logger.warn(`a stored idempotent answer is on its master only: ${err.message}`);
+    return Number(err.value);
   }
 }
 
@@ -299,6 +347,7 @@ export class RedisFrameLog implements IdempotencyFrameLog {
     private readonly framesKey: (record: string, token: string) => string,
     private readonly blockingClient: () => RedisClient,
     private readonly idleCheckMs: number,
+    private readonly durability?: Durability,
   ) {}
 
   async begin(key: string, token: string, head: StoredHead): Promise<boolean> {
@@ -315,13 +364,16 @@ export class RedisFrameLog implements IdempotencyFrameLog {
 
   async complete(key: string, token: string, fingerprint: string, resultTtlMs: number): Promise<boolean> {
     const r = this.recordKey(key);
-    return (
-      (await COMPLETE_FRAMES.run<number>(
+    const ok = await stored(
+      COMPLETE_FRAMES.runDurably<number>(
         this.redis,
         [r, this.framesKey(r, token)],
         [token, fingerprint, resultTtlMs],
-      )) === 1
+        this.durability,
+      ),
+      this.logger,
     );
+    return ok === 1;
   }
 
   async *follow(ref: FramesRef, signal: AbortSignal): AsyncIterable<FrameEvent> {

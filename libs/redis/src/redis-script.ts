@@ -20,6 +20,8 @@ export class NotReplicatedError extends Error {
     readonly acknowledged: number,
     readonly wanted: number,
     readonly timeoutMs: number,
+    /** What the script returned on the master: the caller may need it to undo or to go on. */
+    readonly value?: unknown,
   ) {
     super(`written, but ${acknowledged} of ${wanted} replica(s) acknowledged it within ${timeoutMs} ms`);
     this.name = 'NotReplicatedError';
@@ -78,7 +80,7 @@ export class RedisScript {
     const [[scriptError, value], [waitError, acknowledged]] = results;
     if (scriptError) throw scriptError;
     if (waitError) throw waitError;
-    if (Number(acknowledged) < replicas) throw new NotReplicatedError(Number(acknowledged), replicas, timeoutMs);
+    if (Number(acknowledged) < replicas) throw new NotReplicatedError(Number(acknowledged), replicas, timeoutMs, value);
     return value as T;
   }
 }
