@@ -17,7 +17,7 @@ const clients: RedisClient[] = [];
 const clusterClient = async (): Promise<Cluster> => {
   const client = createRedisClient({
     url: 'redis://unused',
-    clusterNodes: redisCluster.seedNodes,
+    clusterNodes: { nodes: redisCluster.seedNodes, tls: false },
     connectionName: 'contract-cluster',
   });
   client.on('error', () => undefined);

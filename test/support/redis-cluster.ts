@@ -39,6 +39,26 @@ export interface StartRedisClusterOptions {
   readonly nodeTimeoutMs?: number;
   /** The first of the six ports (the benches' own block); by default the jest worker's (clusterPorts()). */
   readonly basePort?: number;
+  /** Every node requires this password (requirepass, and masterauth for its replication); the harness uses it too. */
+  readonly password?: string;
+  /**
+   * Every node serves TLS only, on the same ports (no plain port), cluster bus and replication included, with this
+   * certificate (PEM files; it must name 127.0.0.1). Clients need no certificate of their own.
+   */
+  readonly tls?: ClusterTlsFiles;
+}
+
+export interface ClusterTlsFiles {
+  readonly certFile: string;
+  readonly keyFile: string;
+  /** The CA that signed the certificate: the harness's own connections trust it. */
+  readonly caFile: string;
+}
+
+/** How the harness's own connections (ioredis and redis-cli) reach the nodes. */
+interface HarnessAuth {
+  readonly password?: string;
+  readonly tls?: ClusterTlsFiles;
 }
 
 export interface FailoverResult {
@@ -124,10 +144,12 @@ function listening(port: number): Promise<boolean> {
   });
 }
 
-function probe(port: number): Redis {
+function probe(port: number, auth: HarnessAuth): Redis {
   const client = new Redis({
     host: HOST,
     port,
+    ...(auth.password === undefined ? {} : { password: auth.password }),
+    ...(auth.tls === undefined ? {} : { tls: { ca: readFileSync(auth.tls.caFile) } }),
     lazyConnect: true,
     retryStrategy: () => null,
     maxRetriesPerRequest: 0,
@@ -147,9 +169,14 @@ function close(client: Redis | undefined): void {
   if (client !== undefined && client.status !== 'end' && client.status !== 'close') client.disconnect();
 }
 
-function redisCli(args: string[], timeoutMs: number): Promise<string> {
+function redisCli(args: string[], timeoutMs: number, auth: HarnessAuth): Promise<string> {
+  const authArgs = [
+    // --no-auth-warning: redis-cli otherwise warns that -a on a command line is insecure.
+    ...(auth.password === undefined ? [] : ['-a', auth.password, '--no-auth-warning']),
+    ...(auth.tls === undefined ? [] : ['--tls', '--cacert', auth.tls.caFile]),
+  ];
   return new Promise((resolve, reject) => {
-    execFile('redis-cli', args, { timeout: timeoutMs }, (err, stdout, stderr) => {
+    execFile('redis-cli', [...authArgs, ...args], { timeout: timeoutMs }, (err, stdout, stderr) => {
       if (err)
         reject(new Error(`redis-cli ${args.join(' ')} ${err.killed ? 'timed out' : 'failed'}: ${stdout}${stderr}`));
       else resolve(stdout);
@@ -161,12 +188,12 @@ function redisCli(args: string[], timeoutMs: number): Promise<string> {
  * Frees a port held by a leftover node of this harness (from a run that died
  * before stop()), recognised by its dir; anything else on the port is an error.
  */
-async function clearLeftover(port: number): Promise<void> {
+async function clearLeftover(port: number, auth: HarnessAuth): Promise<void> {
   for (const p of [port, port + 10000]) {
     if (!(await listening(p))) continue;
     const serverPort = p === port ? port : p - 10000;
     let dir: string | undefined;
-    const client = probe(serverPort);
+    const client = probe(serverPort, auth);
     try {
       await client.connect();
       const answer = (await client.call('CONFIG', 'GET', 'dir')) as string[];
@@ -182,7 +209,7 @@ async function clearLeftover(port: number): Promise<void> {
         `port ${p} (a Redis Cluster harness node's port or its bus port) is in use by something that is not a ` +
           `leftover node of this harness${dir === undefined ? '' : ` (a redis-server in ${dir})`}`,
       );
-    await redisCli(['-h', HOST, '-p', String(port), 'shutdown', 'nosave'], 5000).catch(() => undefined);
+    await redisCli(['-h', HOST, '-p', String(port), 'shutdown', 'nosave'], 5000, auth).catch(() => undefined);
     const deadline = Date.now() + 5000;
     while ((await listening(port)) || (await listening(port + 10000))) {
       if (Date.now() > deadline) throw new Error(`leftover cluster node on port ${port} (${dir}) did not shut down`);
@@ -229,6 +256,7 @@ export async function startRedisCluster(options: StartRedisClusterOptions = {}):
   const timeoutMs = options.timeoutMs ?? 30_000;
   const nodeTimeoutMs = options.nodeTimeoutMs ?? 2000;
   const ports = clusterPorts(options.basePort);
+  const auth: HarnessAuth = { password: options.password, tls: options.tls };
   const servers = new Map<number, ServerProcess>();
   const dirs = new Map<number, string>();
   const clients = new Map<number, Redis>();
@@ -251,7 +279,7 @@ export async function startRedisCluster(options: StartRedisClusterOptions = {}):
     let c = clients.get(port);
     if (c === undefined || c.status === 'end' || c.status === 'close') {
       close(c);
-      c = probe(port);
+      c = probe(port, auth);
       clients.set(port, c);
     }
     if (c.status === 'wait') await c.connect();
@@ -442,7 +470,7 @@ export async function startRedisCluster(options: StartRedisClusterOptions = {}):
 
   const started = Date.now();
   try {
-    for (const port of ports) await clearLeftover(port);
+    for (const port of ports) await clearLeftover(port, auth);
     for (const port of ports) {
       const dir = mkdtempSync(join(tmpdir(), `${DIR_PREFIX}${port}-`));
       dirs.set(port, dir);
@@ -450,8 +478,29 @@ export async function startRedisCluster(options: StartRedisClusterOptions = {}):
       const child = spawn(
         'redis-server',
         [
-          '--port',
-          String(port),
+          ...(options.tls === undefined
+            ? ['--port', String(port)]
+            : [
+                '--port',
+                '0',
+                '--tls-port',
+                String(port),
+                '--tls-cluster',
+                'yes',
+                '--tls-replication',
+                'yes',
+                '--tls-cert-file',
+                options.tls.certFile,
+                '--tls-key-file',
+                options.tls.keyFile,
+                '--tls-ca-cert-file',
+                options.tls.caFile,
+                '--tls-auth-clients',
+                'no',
+              ]),
+          ...(options.password === undefined
+            ? []
+            : ['--requirepass', options.password, '--masterauth', options.password]),
           '--bind',
           HOST,
           '--cluster-enabled',
@@ -505,6 +554,7 @@ export async function startRedisCluster(options: StartRedisClusterOptions = {}):
     await redisCli(
       ['--cluster', 'create', ...ports.map((p) => `${HOST}:${p}`), '--cluster-replicas', '1', '--cluster-yes'],
       timeoutMs,
+      auth,
     );
     await settle('cluster after create', async () => {
       const problem = await clusterProblem();

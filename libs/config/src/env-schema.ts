@@ -204,7 +204,9 @@ export const commonEnv = {
   redisClusterNodes: env.custom('REDIS_CLUSTER_NODES', parseClusterNodes, {
     describe:
       '`host:port,host:port,...`: seed nodes of a Redis Cluster (masters or replicas; the rest are discovered); ' +
-      'set, every app uses the cluster and ignores `REDIS_URL`',
+      'set, every app uses the cluster and ignores `REDIS_URL`. Entries may also be `redis://[user:password@]host:port` ' +
+      'or, for TLS, `rediss://...` (all entries one scheme; credentials the same wherever given; no database number); ' +
+      "TLS checks the nodes' certificates against Node's CA store (a private CA: `NODE_EXTRA_CA_CERTS`)",
     docDefault: 'unset',
   }),
   databaseUrl: env.url('DATABASE_URL', 'postgres://postgres@127.0.0.1:5432/postgres', ['postgres:', 'postgresql:']),
@@ -219,14 +221,91 @@ export interface ClusterNode {
   readonly port: number;
 }
 
-/** `host:port,host:port,...` (IPv6 hosts in brackets); unset or empty: no cluster. */
-function parseClusterNodes(raw: string | undefined): readonly ClusterNode[] | undefined {
+/** REDIS_CLUSTER_NODES: the seed nodes, and how every connection to the cluster logs in and encrypts. */
+export interface RedisClusterConfig {
+  readonly nodes: readonly ClusterNode[];
+  /** An ACL user; the default user when only a password is given. */
+  readonly username?: string;
+  readonly password?: string;
+  /** `rediss://` entries: TLS to every node, the server's certificate checked against Node's CA store. */
+  readonly tls: boolean;
+}
+
+const HOST = String.raw`(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)`;
+const PLAIN_ENTRY = new RegExp(String.raw`^${HOST}:(\d{1,5})$`);
+/** scheme, user, password (up to the last `@`: the host has none), host, port, the rest (path, query). */
+const URL_ENTRY = new RegExp(String.raw`^(rediss?)://(?:([^:@/]*)(?::(.*))?@)?${HOST}:(\d{1,5})([/?#].*)?$`, 's');
+const FORMAT = 'must be host:port, redis://[user:password@]host:port or rediss://[user:password@]host:port';
+
+/** An entry as an error may show it: whatever precedes the host's `@` (credentials) is masked. */
+function redactEntry(entry: string): string {
+  const at = entry.lastIndexOf('@');
+  if (at < 0) return entry;
+  const scheme = /^[A-Za-z][A-Za-z0-9+.-]*:\/\//.exec(entry)?.[0] ?? '';
+  return `${scheme}***${entry.slice(at)}`;
+}
+
+function decodeCredential(text: string | undefined, what: string, position: number): string | undefined {
+  if (text === undefined || text === '') return undefined;
+  try {
+    return decodeURIComponent(text);
+  } catch {
+    throw new ConfigFieldError(`entry ${position} has a badly percent-encoded ${what}`);
+  }
+}
+
+interface ParsedEntry {
+  readonly scheme: 'plain' | 'redis' | 'rediss';
+  readonly node: ClusterNode;
+  readonly username?: string;
+  readonly password?: string;
+}
+
+function parseClusterEntry(entry: string, position: number): ParsedEntry {
+  const bad = (why: string) => new ConfigFieldError(`entry ${position} ${why}, got "${redactEntry(entry)}"`);
+  const plain = PLAIN_ENTRY.exec(entry);
+  const url = plain ? undefined : URL_ENTRY.exec(entry);
+  if (!plain && !url) throw bad(FORMAT);
+  const [host, portText] = plain ? [plain[1], plain[2]] : [url![4], url![5]];
+  const port = Number(portText);
+  if (port < 1 || port > 65535) throw bad(`${FORMAT} (a port from 1 to 65535)`);
+  const node = { host: host.replace(/^\[|\]$/g, ''), port };
+  if (plain) return { scheme: 'plain', node };
+  const [, scheme, user, pass, , , rest = ''] = url!;
+  if (rest !== '' && rest !== '/') throw bad('must not name a database or path (a cluster has only database 0)');
+  const username = decodeCredential(user, 'user name', position);
+  const password = decodeCredential(pass, 'password', position);
+  if (username !== undefined && password === undefined)
+    throw new ConfigFieldError(`entry ${position} names a user without a password`);
+  return { scheme: scheme as 'redis' | 'rediss', node, username, password };
+}
+
+/**
+ * `host:port,...` (IPv6 hosts in brackets), or the same as `redis://` / `rediss://` URLs with credentials;
+ * unset or empty: no cluster. Credentials given on one entry apply to all (the nodes are one cluster).
+ */
+function parseClusterNodes(raw: string | undefined): RedisClusterConfig | undefined {
   if (raw === undefined || raw.trim() === '') return undefined;
-  return raw.split(',').map((entry, i) => {
-    const m = /^\s*(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})\s*$/.exec(entry);
-    const port = m ? Number(m[2]) : NaN;
-    if (!m || port < 1 || port > 65535)
-      throw new ConfigFieldError(`entry ${i + 1} must be host:port (a port from 1 to 65535), got "${entry.trim()}"`);
-    return { host: m[1].replace(/^\[|\]$/g, ''), port };
+  const entries = raw.split(',').map((entry, i) => parseClusterEntry(entry.trim(), i + 1));
+  const tls = entries[0].scheme === 'rediss';
+  let login: { readonly position: number; readonly username?: string; readonly password?: string } | undefined;
+  entries.forEach((entry, i) => {
+    if ((entry.scheme === 'rediss') !== tls)
+      throw new ConfigFieldError(
+        `entry ${i + 1} ${tls ? 'is not' : 'is'} rediss:// but entry 1 ${tls ? 'is' : 'is not'}: ` +
+          'every entry must use TLS (rediss://) or none',
+      );
+    if (entry.password === undefined) return;
+    if (login === undefined) login = { position: i + 1, username: entry.username, password: entry.password };
+    else if (login.username !== entry.username || login.password !== entry.password)
+      throw new ConfigFieldError(
+        `entry ${i + 1} has other credentials than entry ${login.position}: credentials must be the same wherever given`,
+      );
   });
+  return {
+    nodes: entries.map((entry) => entry.node),
+    ...(login?.username === undefined ? {} : { username: login.username }),
+    ...(login?.password === undefined ? {} : { password: login.password }),
+    tls,
+  };
 }

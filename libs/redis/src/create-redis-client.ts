@@ -10,6 +10,8 @@ import type { RedisModuleOptions } from './redis.module-definition';
  */
 export type RedisClient = Redis | Cluster;
 
+type DnsCallback = (err: NodeJS.ErrnoException | null, address: string) => void;
+
 /** ioredis counts `times` from 1: 100, 200, 400, ... ms, at most 2 s, between reconnects. */
 const RECONNECT_BACKOFF = { baseMs: 50, capMs: 2000, jitter: 'none' } as const;
 
@@ -37,9 +39,10 @@ export function createRedisClient(options: RedisModuleOptions): RedisClient {
     // On shutdown, a socket that does not close after QUIT is destroyed this soon.
     disconnectTimeout: 500,
   } satisfies RedisOptions;
-  if (options.clusterNodes?.length) {
+  if (options.clusterNodes?.nodes.length) {
+    const { nodes, username, password, tls } = options.clusterNodes;
     return new Cluster(
-      options.clusterNodes.map(({ host, port }) => ({ host, port })),
+      nodes.map(({ host, port }) => ({ host, port })),
       {
         lazyConnect: true,
         enableOfflineQueue: false,
@@ -57,7 +60,17 @@ export function createRedisClient(options: RedisModuleOptions): RedisClient {
         retryDelayOnTryAgain: 100,
         maxRedirections: 16,
         slotsRefreshTimeout: options.connectTimeoutMs ?? 5000,
-        redisOptions: common,
+        // Every node connection, the ones to nodes discovered later included, logs in and encrypts alike. With TLS
+        // the certificate is checked against Node's CA store (NODE_EXTRA_CA_CERTS for a private CA). ioredis would
+        // otherwise resolve a node's name to an IP before connecting, and the name in the certificate no longer
+        // matches: AWS documents this lookup, which leaves the name for TLS to check, for TLS clusters.
+        ...(tls ? { dnsLookup: (address: string, callback: DnsCallback) => callback(null, address) } : {}),
+        redisOptions: {
+          ...common,
+          ...(username === undefined ? {} : { username }),
+          ...(password === undefined ? {} : { password }),
+          ...(tls ? { tls: {} } : {}),
+        },
       },
     );
   }

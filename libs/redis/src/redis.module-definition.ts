@@ -1,12 +1,15 @@
-import type { ClusterNode } from '@app/config';
+import type { RedisClusterConfig } from '@app/config';
 import type { Durability } from './redis-script';
 import { ConfigurableModuleBuilder } from '@nestjs/common';
 
 export interface RedisModuleOptions {
   /** redis:// or rediss:// URL, database number included (`/2`); ignored when clusterNodes are given. */
   readonly url: string;
-  /** Seed nodes of a Redis Cluster (REDIS_CLUSTER_NODES): the client is then a cluster client. */
-  readonly clusterNodes?: readonly ClusterNode[];
+  /**
+   * A Redis Cluster (REDIS_CLUSTER_NODES): its seed nodes, credentials and TLS. Given with at least one node, the
+   * client is a cluster client.
+   */
+  readonly clusterNodes?: RedisClusterConfig;
   /**
    * What an accepted write waits for (provided as REDIS_DURABILITY); default: one replica within 1 s on a
    * cluster, none on one Redis.

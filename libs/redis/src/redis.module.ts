@@ -20,7 +20,7 @@ const CLUSTER_DURABILITY = { replicas: 1, timeoutMs: 1000 } as const;
       provide: REDIS_DURABILITY,
       inject: [REDIS_MODULE_OPTIONS],
       useFactory: (options: RedisModuleOptions) =>
-        options.durability ?? (options.clusterNodes?.length ? CLUSTER_DURABILITY : undefined),
+        options.durability ?? (options.clusterNodes?.nodes.length ? CLUSTER_DURABILITY : undefined),
     },
   ],
   exports: [REDIS_CLIENT, REDIS_DURABILITY],
