@@ -12,6 +12,8 @@ export type RedisClient = Redis | Cluster;
 
 type DnsCallback = (err: NodeJS.ErrnoException | null, address: string) => void;
 
+/** How often a cluster client reads the slot map again on its own (CLUSTER SLOTS, one small reply). */
+const SLOTS_REFRESH_INTERVAL_MS = 5000;
 /** ioredis counts `times` from 1: 100, 200, 400, ... ms, at most 2 s, between reconnects. */
 const RECONNECT_BACKOFF = { baseMs: 50, capMs: 2000, jitter: 'none' } as const;
 
@@ -47,7 +49,8 @@ export function createRedisClient(options: RedisModuleOptions): RedisClient {
         lazyConnect: true,
         enableOfflineQueue: false,
         // A batch that meets MOVED (a failover moving slots) is sent again only when all of it failed alike, so a few
-        // commands fail, and their requests answer 503, during a failover (docs/redis-cluster.md has the figures).
+        // commands fail, and their requests answer 503, during a failover (docs/redis-cluster.md has the figures);
+        // RedisScript.runDurably learns the slots and resends its own pipeline.
         enableAutoPipelining: options.autoPipelining ?? true,
         // Writes and reads alike go to the slot's master: a replica may lag behind the write it is asked about.
         scaleReads: 'master',
@@ -60,6 +63,9 @@ export function createRedisClient(options: RedisModuleOptions): RedisClient {
         retryDelayOnTryAgain: 100,
         maxRedirections: 16,
         slotsRefreshTimeout: options.connectTimeoutMs ?? 5000,
+        // A backstop: a client that only ever met failed pipelines after a failover would otherwise keep a stale
+        // slot map until some single command was redirected.
+        slotsRefreshInterval: SLOTS_REFRESH_INTERVAL_MS,
         // Every node connection, the ones to nodes discovered later included, logs in and encrypts alike. With TLS
         // the certificate is checked against Node's CA store (NODE_EXTRA_CA_CERTS for a private CA). ioredis would
         // otherwise resolve a node's name to an IP before connecting, and the name in the certificate no longer

@@ -1,3 +1,4 @@
+import { Cluster } from 'ioredis';
 import { createHash } from 'node:crypto';
 import type { RedisClient } from './create-redis-client';
 
@@ -75,6 +76,13 @@ export class RedisScript {
       return pipeline.call('WAIT', replicas, timeoutMs).exec();
     };
     let results = await send(true);
+    // A cluster whose slot moved (a failover): the script was refused (MOVED, ASK) and WAIT failed otherwise, so
+    // ioredis neither follows the redirect (it does only when every command of a pipeline got the same one) nor
+    // learns the new owner. Nothing ran: learn the slots and send it once more.
+    if (client instanceof Cluster && isRedirect(results?.[0]?.[0])) {
+      await refreshSlots(client);
+      results = await send(true);
+    }
     if (results?.[0]?.[0]?.message.startsWith('NOSCRIPT')) results = await send(false);
     if (!results || results.length !== 2) throw new Error(`${this.name}: the pipeline was not answered`);
     const [[scriptError, value], [waitError, acknowledged]] = results;
@@ -83,4 +91,13 @@ export class RedisScript {
     if (Number(acknowledged) < replicas) throw new NotReplicatedError(Number(acknowledged), replicas, timeoutMs, value);
     return value as T;
   }
+}
+
+function isRedirect(err: Error | null | undefined): boolean {
+  return !!err && /^(MOVED|ASK) /.test(err.message);
+}
+
+/** The cluster's slot map read again (CLUSTER SLOTS), resolved once the client has it. */
+function refreshSlots(client: Cluster): Promise<void> {
+  return new Promise((resolve) => client.refreshSlotsCache(() => resolve()));
 }
