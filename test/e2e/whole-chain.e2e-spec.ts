@@ -6,52 +6,57 @@ import {
   SUMMARY_READY_TOPIC,
   summaryReadyDedupeKey,
 } from '@app/summary-queue';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@app/redis';
 import { randomUUID } from 'node:crypto';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import { ApiHarness, bearer, startApi, TENANT_A } from '../support/api-harness';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
-import { freePort, freshRedis, sleep, testDataSource, truncateAll } from '../support/infra';
+import { freePort, sleep, testDataSource, truncateAll } from '../support/infra';
+import { describeOnEachRedis } from '../support/redis-backend';
 import { startWorker, type WorkerHarness } from '../support/worker-harness';
 import { compileRelay, FakeProvider, type RelayHarness } from '../relay/relay-harness';
 
 const ADMIN = { key: 'admin-key-0123456789abcdefghij' };
 
-/** api → stream → worker → summary and outbox row → relay → webhook, with the failures in between. */
-describe('the whole chain', () => {
+/**
+ * api → stream → worker → summary and outbox row → relay → webhook, with the failures in between, on one Redis and on
+ * a Redis Cluster (the relay uses no Redis).
+ */
+describeOnEachRedis('the whole chain', (backend) => {
   let api: ApiHarness;
   let model: FakeOpenAiServer;
   let provider: FakeProvider;
-  let redis: Redis;
+  let redis: RedisClient;
   let db: DataSource;
   const closers: (() => Promise<void>)[] = [];
 
   beforeAll(async () => {
+    redis = await backend.client();
     db = await testDataSource();
     model = await new FakeOpenAiServer(() => ({ kind: 'complete', content: 'Chained.' })).start();
     provider = await FakeProvider.start(freePort(60));
-    api = await startApi({ env: { ADMIN_API_KEY: ADMIN.key } });
+    api = await startApi({ env: { ...backend.env, ADMIN_API_KEY: ADMIN.key } });
   });
   afterAll(async () => {
-    await api.close();
-    await provider.close();
-    await model.stop();
-    await db.destroy();
+    await api?.close();
+    await provider?.close();
+    await model?.stop();
+    await db?.destroy();
+    redis?.disconnect();
   });
   beforeEach(async () => {
-    redis = await freshRedis();
+    await backend.flush();
     await truncateAll(db);
     provider.reset();
     model.requests.length = 0;
   });
   afterEach(async () => {
     await Promise.all(closers.splice(0).map((close) => close()));
-    redis.disconnect();
   });
 
   const worker = async (env: Record<string, string> = {}): Promise<WorkerHarness> => {
-    const w = await startWorker({ modelUrl: model.baseUrl, env });
+    const w = await startWorker({ modelUrl: model.baseUrl, env: { ...backend.env, ...env } });
     closers.push(() => w.close());
     return w;
   };

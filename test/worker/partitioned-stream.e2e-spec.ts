@@ -1,6 +1,6 @@
 import { HealthChecksRegistry } from '@app/health';
 import { CONSUMER_GROUP, fieldsOf, jobIdFor, partitionOf, SummaryStreams } from '@app/summary-queue';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from '@app/redis';
 import { spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
@@ -8,16 +8,9 @@ import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import { type ApiHarness, bearer, startApi, TENANT_A } from '../support/api-harness';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
-import {
-  eventually,
-  freshRedis,
-  sleep,
-  testDatabaseUrl,
-  testDataSource,
-  testRedisUrl,
-  truncateAll,
-} from '../support/infra';
+import { eventually, sleep, testDatabaseUrl, testDataSource, truncateAll } from '../support/infra';
 import { metricValue } from '../support/metrics';
+import { describeOnEachRedis, mastersOf } from '../support/redis-backend';
 import { startWorker, type WorkerHarness } from '../support/worker-harness';
 
 const PARTITIONS = 3;
@@ -26,20 +19,28 @@ const ADMIN = { key: 'admin-key-0123456789abcdefghij' };
 const ROOT = join(__dirname, '..', '..');
 const PAYLOAD = '{"text":"Please summarise this.","notify":"ops@example.com"}';
 
-/** JOB_STREAM_PARTITIONS=3 on one Redis: the api, the worker and the admin tools all see the three partitions. */
-describe('the partitioned job stream (JOB_STREAM_PARTITIONS=3)', () => {
+/**
+ * JOB_STREAM_PARTITIONS=3, on one Redis and on a Redis Cluster: the api, the worker and the admin tools all see the
+ * three partitions. Each partition's keys are read on their own (on a cluster they live on different masters).
+ */
+describeOnEachRedis('the partitioned job stream (JOB_STREAM_PARTITIONS=3)', (backend) => {
   const streams = new SummaryStreams(PARTITIONS);
   const [p0, p1, p2] = streams.partitions;
   let api: ApiHarness;
   let model: FakeOpenAiServer;
-  let redis: Redis;
+  let redis: RedisClient;
   let db: DataSource;
   const workers: WorkerHarness[] = [];
 
   const worker = async (env: Record<string, string> = {}, consumer = {}) => {
     const w = await startWorker({
       modelUrl: model.baseUrl,
-      env: { JOB_STREAM_PARTITIONS: String(PARTITIONS), WORKER_CONCURRENCY: String(CONCURRENCY), ...env },
+      env: {
+        ...backend.env,
+        JOB_STREAM_PARTITIONS: String(PARTITIONS),
+        WORKER_CONCURRENCY: String(CONCURRENCY),
+        ...env,
+      },
       consumer,
     });
     workers.push(w);
@@ -74,7 +75,7 @@ describe('the partitioned job stream (JOB_STREAM_PARTITIONS=3)', () => {
     const r = spawnSync(process.execPath, [join(ROOT, 'dist', 'apps', 'admin', 'main.js'), ...args], {
       env: {
         PATH: process.env.PATH,
-        REDIS_URL: testRedisUrl(),
+        ...backend.env,
         DATABASE_URL: testDatabaseUrl(),
         JOB_STREAM_PARTITIONS: String(PARTITIONS),
       },
@@ -84,17 +85,21 @@ describe('the partitioned job stream (JOB_STREAM_PARTITIONS=3)', () => {
   };
 
   beforeAll(async () => {
+    redis = await backend.client();
     db = await testDataSource();
     model = await new FakeOpenAiServer().start();
-    api = await startApi({ env: { ADMIN_API_KEY: ADMIN.key, JOB_STREAM_PARTITIONS: String(PARTITIONS) } });
+    api = await startApi({
+      env: { ...backend.env, ADMIN_API_KEY: ADMIN.key, JOB_STREAM_PARTITIONS: String(PARTITIONS) },
+    });
   });
   afterAll(async () => {
-    await api.close();
-    await model.stop();
-    await db.destroy();
+    await api?.close();
+    await model?.stop();
+    await db?.destroy();
+    redis?.disconnect();
   });
   beforeEach(async () => {
-    redis = await freshRedis();
+    await backend.flush();
     await truncateAll(db);
     model.requests.length = 0;
     model.peakConcurrency = 0;
@@ -102,7 +107,6 @@ describe('the partitioned job stream (JOB_STREAM_PARTITIONS=3)', () => {
   });
   afterEach(async () => {
     await Promise.all(workers.splice(0).map((w) => w.close()));
-    redis.disconnect();
   });
 
   it('puts each job in the partition its id names; one worker runs them all, never more than its concurrency', async () => {
@@ -325,13 +329,11 @@ describe('the partitioned job stream (JOB_STREAM_PARTITIONS=3)', () => {
   it('on shutdown, ends the blocked read of every partition at once', async () => {
     const w = await worker({}, { blockMs: 10_000 });
     w.consumer.start();
-    // Each partition's loop blocks in XREADGROUP on a connection of its own.
-    const blocked = () =>
-      redis.client('LIST').then((list) =>
-        String(list)
-          .split('\n')
-          .filter((line) => line.includes(`name=${w.consumer.consumerName}:blocking:`) && line.includes('cmd=xread')),
-      );
+    // Each partition's loop blocks in XREADGROUP on a connection of its own, on its partition's master.
+    const blocked = async () =>
+      (await Promise.all(mastersOf(redis).map((node) => node.client('LIST'))))
+        .flatMap((list) => String(list).split('\n'))
+        .filter((line) => line.includes(`name=${w.consumer.consumerName}:blocking:`) && line.includes('cmd=xread'));
     await eventually(async () => ((await blocked()).length === PARTITIONS ? true : undefined), 5000, 'three reads');
     const startedAt = performance.now();
     await w.consumer.stop();
