@@ -81,8 +81,12 @@ describe('partitionTags', () => {
     expect(partitionTags('summaries', 3)).toEqual(partitionTags('summaries', 3));
     for (const count of [2, 3, 4, 8, 16])
       partitionTags('summaries', count).forEach((tag, i) =>
-        expect(tag).toMatch(i === 0 ? /^summaries(-0-\d+)?$/ : new RegExp(`^summaries-${i}(-\\d+)?$`)),
+        expect(tag).toMatch(new RegExp(`^summaries-${i}(-\\d+)?$`)),
       );
+  });
+
+  it('never uses the prefix itself for several partitions: a layout of one shares no key with one of several', () => {
+    for (let count = 2; count <= 16; count++) expect(partitionTags('summaries', count)).not.toContain('summaries');
   });
 
   it('works for other prefixes', () => {

@@ -87,9 +87,12 @@ export function clusterSlotRanges(count: number): Array<readonly [first: number,
  *
  * With one partition the tag is `prefix` itself, so today's single key
  * (`{summaries}:jobs` for prefix `summaries`) keeps its name. Otherwise
- * partition i tries `prefix` (for i = 0 only), then `${prefix}-${i}`,
- * `${prefix}-${i}-1`, `${prefix}-${i}-2`, ... and takes the first in range;
- * a range holds 1/count of the slots, so that takes about `count` tries.
+ * partition i tries `${prefix}-${i}`, `${prefix}-${i}-1`, `${prefix}-${i}-2`,
+ * ... and takes the first in range (a range holds 1/count of the slots, so
+ * that takes about `count` tries); never `prefix` itself, so the keys of one
+ * partition are never part of a layout of several, and an operator who
+ * drains and deletes the old layout's keys after changing the count deletes
+ * nothing of the new one.
  */
 export function partitionTags(prefix: string, count: number): string[] {
   checkCount(count);
@@ -106,7 +109,6 @@ export function partitionTags(prefix: string, count: number): string[] {
       const slot = keySlot(`{${tag}}`);
       return slot >= from && slot <= to;
     };
-    if (i === 0 && inRange(prefix)) return prefix;
     for (let attempt = 0; ; attempt++) {
       const tag = attempt === 0 ? `${prefix}-${i}` : `${prefix}-${i}-${attempt}`;
       if (inRange(tag)) return tag;

@@ -94,4 +94,27 @@ describe('SlotLimiter reservations', () => {
     await waiting;
     expect(slots.free).toBe(1);
   });
+
+  it('readers that find no free slot take turns: one that gives back and takes again cannot keep another out', () => {
+    const slots = new SlotLimiter<string>(1);
+    const [a, b] = [{}, {}];
+    const first = slots.reserve(1, a);
+    expect(first.remaining).toBe(1);
+    expect(slots.reserve(1, b).remaining).toBe(0); // b waits its turn
+    first.release();
+    // a is back first, but b's turn comes before a's next one.
+    expect(slots.reserve(1, a).remaining).toBe(0);
+    const second = slots.reserve(1, b);
+    expect(second.remaining).toBe(1);
+    second.release();
+    expect(slots.reserve(1, a).remaining).toBe(1);
+  });
+
+  it('a reader without a turn to keep (one loop) always gets what is free', () => {
+    const slots = new SlotLimiter<string>(2);
+    const r = slots.reserve(5);
+    expect(r.remaining).toBe(2);
+    r.release();
+    expect(slots.reserve(1).remaining).toBe(1);
+  });
 });

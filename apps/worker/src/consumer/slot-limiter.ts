@@ -11,6 +11,8 @@ export interface SlotReservation<T> {
   hold(id: string, work: Promise<T>): Promise<T>;
   /** Gives back the slots no job took (idempotent); waiters wake. */
   release(): void;
+  /** Keeps at most `n` of the reserved slots and gives back the rest (the reader keeps its turn); waiters wake. */
+  keep(n: number): void;
 }
 
 /**
@@ -24,6 +26,8 @@ export class SlotLimiter<T> {
   private readonly running = new Map<string, Promise<T>>();
   private readonly freed = new EventEmitter().setMaxListeners(0);
   private reserved = 0;
+  /** Readers waiting for their turn, first come first served. */
+  private readonly turns: object[] = [];
 
   constructor(private readonly capacity: number) {}
 
@@ -36,9 +40,14 @@ export class SlotLimiter<T> {
     return this.capacity - this.running.size - this.reserved;
   }
 
-  /** Sets aside up to `max` free slots (possibly none: `remaining` says) for a read about to be made. */
-  reserve(max: number): SlotReservation<T> {
+  /**
+   * Sets aside up to `max` free slots (possibly none: `remaining` says) for a read about to be made. A `reader`
+   * (one partition's loop) that finds no free slot takes its turn: until it has had slots, readers behind it get
+   * none, so a loop that keeps giving back and taking again cannot keep the others out for ever.
+   */
+  reserve(max: number, reader?: object): SlotReservation<T> {
     let left = Math.max(0, Math.min(max, this.free));
+    if (reader !== undefined) left = this.take(reader, left);
     this.reserved += left;
     const release = (n: number): void => {
       left -= n;
@@ -58,7 +67,26 @@ export class SlotLimiter<T> {
         release(left);
         this.wake();
       },
+      keep: (n) => {
+        if (left <= n) return;
+        release(left - n);
+        this.wake();
+      },
     };
+  }
+
+  /** How many of `available` slots `reader` may have now, keeping the turns. */
+  private take(reader: object, available: number): number {
+    const at = this.turns.indexOf(reader);
+    const first = this.turns.length === 0 || at === 0;
+    if (!first || available === 0) {
+      if (at < 0) this.turns.push(reader);
+      return 0;
+    }
+    if (at === 0) this.turns.shift();
+    // Slots are left and someone is next: wake the readers, so that the next in turn takes them now.
+    if (this.turns.length > 0 && this.free - available > 0) queueMicrotask(() => this.wake());
+    return available;
   }
 
   has(id: string): boolean {

@@ -250,7 +250,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
   private async turnOnce(p: PartitionState, block: boolean): Promise<Delivery[]> {
     await p.group.ensure();
     // Reserved before the read, so that the partitions' reads together never exceed the slots.
-    let slots = this.slots.reserve(this.share);
+    const slots = this.slots.reserve(this.share, p);
     if (slots.remaining <= 0) {
       await this.slots.slotFreed(1000);
       return [];
@@ -267,10 +267,8 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
         // the busy partitions, and once it has an entry its next read (not blocking) takes its share.
         const several = this.partitions.length > 1;
         const wait = block && started.length === 0 && p.cursor === '0-0' && (!several || p.idle);
-        if (wait && several) {
-          slots.release();
-          slots = this.slots.reserve(1);
-        }
+        // Kept, not given back and taken again: a loop that asked again would lose its turn to the others.
+        if (wait && several) slots.keep(1);
         if (slots.remaining > 0) {
           const messages = await p.group.readNew(slots.remaining, wait);
           p.idle = messages.length === 0;
