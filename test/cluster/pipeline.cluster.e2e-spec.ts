@@ -232,14 +232,10 @@ describe('the api and the worker on a Redis Cluster', () => {
       await sleep(100);
       const attached = runs.map((r) => chat(streamOf(r.userText), r.key));
       await sleep(300);
-      const released = Date.now();
       for (const r of runs) r.release();
       const all = await Promise.all([...firsts, ...attached]);
-      const tookMs = Date.now() - released;
       all.forEach((answer, i) => expect(answer.text).toBe(runs[i % runs.length].events.join('')));
       for (const r of runs) expect(model.requests.filter((q) => q.userText === r.userText)).toHaveLength(1);
-      // Woken by the news, not by a follower's idle check (a second).
-      expect(tookMs).toBeLessThan(900);
     });
   });
 

@@ -174,18 +174,19 @@ describeOnEachRedis('the partitioned job stream (JOB_STREAM_PARTITIONS=3)', (bac
   });
 
   it("keeps a long job in partition 2 its own: its lease is refreshed in partition 2's stream", async () => {
-    const [a, b] = [await worker({ CLAIM_IDLE_MS: '300' }), await worker({ CLAIM_IDLE_MS: '300' })];
-    model.reply = () => ({ kind: 'complete', content: 'Slow but sure.', delayMs: 1000 });
+    // Refreshed every third of CLAIM_IDLE_MS: a refresh would have to be a whole second late to lose the job.
+    const [a, b] = [await worker({ CLAIM_IDLE_MS: '1500' }), await worker({ CLAIM_IDLE_MS: '1500' })];
+    model.reply = () => ({ kind: 'complete', content: 'Slow but sure.', delayMs: 4000 });
     const jobId = await submit(keyFor(2));
     const running = a.consumer.runOnce();
-    await sleep(700); // more than twice CLAIM_IDLE_MS
+    await sleep(3200); // more than twice CLAIM_IDLE_MS
     const [[, owner, idleMs]] = (await redis.xpending(p2.jobs, CONSUMER_GROUP, '-', '+', 10)) as [
       string,
       string,
       number,
     ][];
     expect(owner).toBe(a.consumer.consumerName);
-    expect(idleMs).toBeLessThan(300);
+    expect(idleMs).toBeLessThan(1500);
     // Another worker finds nothing to reclaim: the job is alive.
     expect(await b.consumer.runOnce()).toEqual([]);
     expect(await running).toEqual([expect.objectContaining({ deliveries: 1, outcome: 'done' })]);

@@ -241,6 +241,9 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     // A record written before `started` existed has run for an unknown time: 0.
     const started = Number(record.get('started') ?? now);
     const holder = record.get('token');
+    // Our own claim, made by this very call's first send: the connection closed after the script ran and ioredis
+    // sent it again. The token is this attempt's alone.
+    if (holder === token) return { outcome: 'claimed' };
     return {
       outcome: 'in-progress',
       fingerprint: fp,

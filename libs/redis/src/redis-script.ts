@@ -23,8 +23,13 @@ export class NotReplicatedError extends Error {
     readonly timeoutMs: number,
     /** What the script returned on the master: the caller may need it to undo or to go on. */
     readonly value?: unknown,
+    /** Why WAIT gave no count, when it failed (a timeout, a closed connection) after the script ran. */
+    cause?: unknown,
   ) {
-    super(`written, but ${acknowledged} of ${wanted} replica(s) acknowledged it within ${timeoutMs} ms`);
+    super(
+      `written, but ${acknowledged} of ${wanted} replica(s) acknowledged it within ${timeoutMs} ms`,
+      cause === undefined ? undefined : { cause },
+    );
     this.name = 'NotReplicatedError';
   }
 }
@@ -87,7 +92,8 @@ export class RedisScript {
     if (!results || results.length !== 2) throw new Error(`${this.name}: the pipeline was not answered`);
     const [[scriptError, value], [waitError, acknowledged]] = results;
     if (scriptError) throw scriptError;
-    if (waitError) throw waitError;
+    // The script ran; only its replication is unknown: the caller must be able to tell, and to undo.
+    if (waitError) throw new NotReplicatedError(0, replicas, timeoutMs, value, waitError);
     if (Number(acknowledged) < replicas) throw new NotReplicatedError(Number(acknowledged), replicas, timeoutMs, value);
     return value as T;
   }
