@@ -128,7 +128,7 @@ describe('Redis Cluster harness', () => {
   it("puts partitionTags('summaries', 3) on three different masters", async () => {
     await redisCluster.flushAll();
     const tags = partitionTags('summaries', 3);
-    expect(tags[0]).toBe('summaries');
+    expect(tags).not.toContain('summaries'); // a layout of several shares no key with the single stream
     const ports: number[] = [];
     for (const tag of tags) {
       const key = `{${tag}}:jobs`;
