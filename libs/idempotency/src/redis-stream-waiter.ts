@@ -59,38 +59,11 @@ export class RedisStreamWaiter implements StreamWaiter {
   /** Resolves true once `stream` has an entry after `after`, false after `timeoutMs` or an abort. */
   waitFor(stream: string, after: string, timeoutMs: number, signal: AbortSignal): Promise<boolean> {
     if (this.closed) return Promise.reject(new Error('the stream waiter is closed'));
-    return new Promise<boolean>((resolve, reject) => {
-      let waiters = this.byStream.get(stream);
-      if (!waiters) {
-        waiters = new Set();
-        this.byStream.set(stream, waiters);
-      }
-      const set = waiters;
-      const done = (): void => {
-        clearTimeout(timer);
-        signal.removeEventListener('abort', onAbort);
-        set.delete(waiter);
-        if (set.size === 0 && this.byStream.get(stream) === set) this.byStream.delete(stream);
-      };
-      const waiter: Waiter = {
-        after,
-        finish: (news) => {
-          done();
-          resolve(news);
-        },
-        fail: (err) => {
-          done();
-          reject(err instanceof Error ? err : new Error(String(err)));
-        },
-      };
-      const onAbort = (): void => waiter.finish(false);
-      const timer = setTimeout(() => waiter.finish(false), timeoutMs);
-      signal.addEventListener('abort', onAbort, { once: true });
-      set.add(waiter);
-      // The read in flight covers this waiter only if it watches this stream from as early.
-      const watched = this.inFlight.get(stream);
-      if (watched === undefined || compareIds(after, watched) < 0) this.changed();
-    });
+    const news = addWaiter(this.byStream, stream, after, timeoutMs, signal, 'reject');
+    // The read in flight covers this waiter only if it watches this stream from as early.
+    const watched = this.inFlight.get(stream);
+    if (watched === undefined || compareIds(after, watched) < 0) this.changed();
+    return news;
   }
 
   async close(): Promise<void> {
@@ -172,6 +145,51 @@ export class RedisStreamWaiter implements StreamWaiter {
   }
 }
 
+/**
+ * Adds a waiter for news on `stream` to `byStream`, which resolves true on news and false after `timeoutMs` or an
+ * abort, and takes itself out however it ends. A failed read rejects it, or (`as no news`) resolves it false: the
+ * follower then asks the record itself.
+ */
+function addWaiter(
+  byStream: Map<string, Set<Waiter>>,
+  stream: string,
+  after: string,
+  timeoutMs: number,
+  signal: AbortSignal,
+  failures: 'reject' | 'as no news',
+): Promise<boolean> {
+  return new Promise<boolean>((resolve, reject) => {
+    let set = byStream.get(stream);
+    if (!set) {
+      set = new Set();
+      byStream.set(stream, set);
+    }
+    const waiters = set;
+    const done = (): void => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', onAbort);
+      waiters.delete(waiter);
+      if (waiters.size === 0 && byStream.get(stream) === waiters) byStream.delete(stream);
+    };
+    const waiter: Waiter = {
+      after,
+      finish: (news) => {
+        done();
+        resolve(news);
+      },
+      fail: (err) => {
+        done();
+        if (failures === 'reject') reject(err instanceof Error ? err : new Error(String(err)));
+        else resolve(false);
+      },
+    };
+    const onAbort = (): void => waiter.finish(false);
+    const timer = setTimeout(() => waiter.finish(false), timeoutMs);
+    signal.addEventListener('abort', onAbort, { once: true });
+    waiters.add(waiter);
+  });
+}
+
 /** The smallest of stream ids `ms-seq`. */
 function earliest(ids: readonly string[]): string {
   let best = ids[0];
@@ -243,27 +261,9 @@ export class ClusterStreamWaiter implements StreamWaiter {
 
   waitFor(stream: string, after: string, timeoutMs: number, signal: AbortSignal): Promise<boolean> {
     if (this.closed) return Promise.reject(new Error('the stream waiter is closed'));
-    return new Promise<boolean>((resolve) => {
-      let waiters = this.byStream.get(stream);
-      if (!waiters) {
-        waiters = new Set();
-        this.byStream.set(stream, waiters);
-      }
-      const set = waiters;
-      const finish = (news: boolean): void => {
-        clearTimeout(timer);
-        signal.removeEventListener('abort', onAbort);
-        set.delete(waiter);
-        if (set.size === 0 && this.byStream.get(stream) === set) this.byStream.delete(stream);
-        resolve(news);
-      };
-      const waiter: Waiter = { after, finish, fail: () => finish(false) };
-      const onAbort = (): void => finish(false);
-      const timer = setTimeout(() => finish(false), timeoutMs);
-      signal.addEventListener('abort', onAbort, { once: true });
-      set.add(waiter);
-      this.schedule();
-    });
+    const news = addWaiter(this.byStream, stream, after, timeoutMs, signal, 'as no news');
+    this.schedule();
+    return news;
   }
 
   async close(): Promise<void> {
