@@ -1,6 +1,6 @@
 import 'reflect-metadata';
 import { keySlot } from '@app/redis';
-import { jobIdFor, SummaryJobQueue, SummaryStreams } from '@app/summary-queue';
+import { SummaryJobQueue, SummaryStreams } from '@app/summary-queue';
 import { Cluster, Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import { loadavg } from 'node:os';
@@ -11,7 +11,7 @@ import { startLoadGenerator, type LoadGenerator } from './load';
 import { freePort, meter, spawnServer, type SpawnedServer } from './processes';
 import { buildServers } from './servers/build';
 import { KEY, median, orderOf } from './support';
-import { ourApps, startFakeModel, type OurApps } from './worker-side-by-side.bench';
+import { enqueueBenchJobs, ourApps, startFakeModel, type OurApps } from './worker-side-by-side.bench';
 
 /*
  * Issue 13: the api and the worker on one Redis against the same on a local
@@ -223,19 +223,7 @@ async function workerRound(
   await db.connect();
   try {
     await db.query('TRUNCATE summaries, outbox');
-    const runId = randomUUID();
-    for (let i = 0; i < ctx.jobs; i += 200) {
-      const batch: Promise<string>[] = [];
-      for (let j = i; j < Math.min(ctx.jobs, i + 200); j++)
-        batch.push(
-          ctx.queue.enqueue({
-            jobId: jobIdFor(`bench:POST:/v1/summaries:${runId}-${j}`),
-            tenant: 'bench',
-            payload: { text: 'Bench me.', notify: `bench-${j}@example.com` },
-          }),
-        );
-      await Promise.all(batch);
-    }
+    await enqueueBenchJobs(ctx.queue, ctx.jobs);
     const port = await freePort();
     const how = ctx.apps.spawnOf('worker');
     const worker = await spawnServer({

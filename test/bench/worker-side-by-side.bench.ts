@@ -491,11 +491,15 @@ async function fill(side: WorkerSide, ctx: RoundContext): Promise<void> {
     if (!stdout.includes(`filled ${ctx.jobs}`)) throw new Error(`bullmq fill: ${stdout}`);
     return;
   }
-  const queue = new SummaryJobQueue(ctx.redis);
+  await enqueueBenchJobs(new SummaryJobQueue(ctx.redis), ctx.jobs);
+}
+
+/** `jobs` fresh summary jobs, as the api enqueues them, 200 at a time. */
+export async function enqueueBenchJobs(queue: SummaryJobQueue, jobs: number): Promise<void> {
   const runId = randomUUID();
-  for (let i = 0; i < ctx.jobs; i += 200) {
+  for (let i = 0; i < jobs; i += 200) {
     const batch: Promise<string>[] = [];
-    for (let j = i; j < Math.min(ctx.jobs, i + 200); j++)
+    for (let j = i; j < Math.min(jobs, i + 200); j++)
       batch.push(
         queue.enqueue({
           jobId: jobIdFor(`bench:POST:/v1/summaries:${runId}-${j}`),

@@ -6,6 +6,7 @@ export * from './outbox-channel';
 export * from './outbox/outbox.sql';
 export * from './repositories/summary.repository';
 export * from './summary-writer.service';
+export * from './error-code';
 export * from './repositories/outbox-admin.repository';
 export * from './idempotency/postgres-idempotency.store';
 export * from './refunds/refund.repository';

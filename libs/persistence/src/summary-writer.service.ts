@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { DataSource } from 'typeorm';
 import { MicroBatcher } from '@app/batching';
+import { errorCodeOf } from './error-code';
 import { OutboxSql, type NewOutboxMessage } from './outbox/outbox.sql';
 import { SummaryRepository } from './repositories/summary.repository';
 
@@ -42,9 +43,7 @@ const WRITE_SUMMARIES = OutboxSql.insertAfterEach(
 
 /** Errors of one row's data (SQLSTATE classes 22 and 23: a bad value, a constraint): worth writing the rest alone. */
 function isRowError(err: unknown): boolean {
-  const e = err as { code?: unknown; driverError?: { code?: unknown } } | null;
-  const code = e?.driverError?.code ?? e?.code;
-  return typeof code === 'string' && /^2[23]/.test(code);
+  return /^2[23]/.test(errorCodeOf(err));
 }
 
 /**

@@ -1,5 +1,5 @@
 import { Injectable, Logger } from '@nestjs/common';
-import { SummaryWriter, type WriteOutcome } from '@app/persistence';
+import { errorCodeOf, SummaryWriter, type WriteOutcome } from '@app/persistence';
 import {
   MalformedSummaryJobError,
   markSummaryJobFailed,
@@ -155,9 +155,7 @@ const SCHEMA_NOT_READY = new Set(['42P01', '42703', '42883', '42704', '3F000']);
  * 40001/40P01, a schema not migrated yet, and socket errors.
  */
 export function isTransientDatabaseError(err: unknown): boolean {
-  const e = err as { code?: unknown; driverError?: { code?: unknown } } | null;
-  const raw = e?.driverError?.code ?? e?.code;
-  const code = typeof raw === 'string' || typeof raw === 'number' ? String(raw) : '';
+  const code = errorCodeOf(err);
   if (/^(08|53|57)/.test(code) || code === '40001' || code === '40P01') return true;
   if (SCHEMA_NOT_READY.has(code)) return true;
   if (/^E[A-Z]+$/.test(code)) return true; // ECONNREFUSED, ECONNRESET, ...
