@@ -17,17 +17,20 @@ export function workerId(): number {
 }
 
 /**
- * TEST_SLOT (0 to 2, default 0) lets two test runs share one machine: each
- * slot has its own Redis databases, PostgreSQL databases and ports.
+ * TEST_SLOT (0 to 4, default 0) lets several test runs share one machine:
+ * each slot has its own Redis databases, PostgreSQL databases and ports.
  */
 export function testSlot(): number {
   const slot = Number(process.env.TEST_SLOT ?? '0');
-  if (!Number.isInteger(slot) || slot < 0 || slot > 2) throw new Error('TEST_SLOT must be 0, 1 or 2');
+  if (!Number.isInteger(slot) || slot < 0 || slot > 4) throw new Error('TEST_SLOT must be 0 to 4');
   return slot;
 }
 
+/** Redis databases 1 to 15, three a slot: jest runs at most two workers (package.json), a third is spare. */
 export function testRedisUrl(): string {
-  return `${BASE_REDIS_URL}/${testSlot() * 5 + workerId()}`;
+  const worker = workerId();
+  if (worker > 3) throw new Error(`jest worker ${worker}: the test slots have Redis databases for three workers`);
+  return `${BASE_REDIS_URL}/${1 + testSlot() * 3 + (worker - 1)}`;
 }
 
 export function testDatabaseName(id = workerId()): string {
