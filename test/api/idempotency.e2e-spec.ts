@@ -325,7 +325,7 @@ describe('IdempotencyInterceptor on any controller', () => {
           location: '/things/7',
           'content-type': 'application/json; charset=utf-8',
         },
-        body: '{"id":7}',
+        body: Buffer.from('{"id":7}'),
       },
       60_000,
     );

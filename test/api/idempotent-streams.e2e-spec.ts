@@ -55,7 +55,28 @@ class StreamsController {
       this.frames.produce(body.count, body.breakAt, body.holdAt),
     );
   }
+
+  /** Frames of bytes (any bytes: a NUL, bytes that are not UTF-8) beside frames of text. */
+  @Post('bytes')
+  @Idempotent()
+  bytes(): StreamedAnswer {
+    this.frames.runs++;
+    return new StreamedAnswer(
+      200,
+      { 'content-type': 'application/octet-stream' },
+      (async function* () {
+        yield* BINARY_FRAMES;
+      })(),
+    );
+  }
 }
+
+/** What the bytes route streams: bytes as they are, text as its UTF-8. */
+const BINARY_FRAMES: readonly (Uint8Array | string)[] = [
+  Buffer.from([0xff, 0xfe, 0x00, 0x01]),
+  'naïve ☃\n',
+  new Uint8Array([0xc3, 0x00, 0x80]),
+];
 
 @Module({ controllers: [StreamsController], providers: [Frames] })
 class StreamsModule {}
@@ -101,6 +122,25 @@ describe('@Idempotent() on a route that returns a StreamedAnswer', () => {
     expect(again.headers.get('idempotent-replayed')).toBe('true');
     expect(again.headers.get('content-type')).toBe('application/x-ndjson');
     expect(await again.text()).toBe(text);
+    expect(frames.runs).toBe(runs + 1);
+  });
+
+  it('stores frames of bytes exactly as they were sent, and text frames as their UTF-8', async () => {
+    const k = key();
+    const runs = frames.runs;
+    const expected = Buffer.concat(
+      BINARY_FRAMES.map((f) => (typeof f === 'string' ? Buffer.from(f, 'utf8') : Buffer.from(f))),
+    );
+    const bytes = (base = url) =>
+      fetch(`${base}/test/streams/bytes`, {
+        method: 'POST',
+        headers: { authorization: bearer(TENANT_A), 'idempotency-key': k },
+      });
+    const first = await bytes();
+    expect(Buffer.from(await first.arrayBuffer()).equals(expected)).toBe(true);
+    const again = await bytes();
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    expect(Buffer.from(await again.arrayBuffer()).equals(expected)).toBe(true);
     expect(frames.runs).toBe(runs + 1);
   });
 

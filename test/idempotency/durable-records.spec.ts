@@ -39,7 +39,7 @@ describe('RedisIdempotencyStore when no replica confirms a write', () => {
     const store = new RedisIdempotencyStore(redis, { durability });
     const key = 'tenant-a:POST:/v1/things:complete-not-replicated';
     await plain.claim(key, 'tok', 'fp', 30_000);
-    const answer = { status: 202, headers: { 'content-type': 'application/json' }, body: '{}' };
+    const answer = { status: 202, headers: { 'content-type': 'application/json' }, body: Buffer.from('{}') };
     await expect(store.complete(key, 'tok', 'fp', answer, 60_000)).resolves.toBe(true);
     expect(await redis.hget(`idem:${key}`, 'state')).toBe('completed');
     // A wrong token is still refused.

@@ -29,7 +29,7 @@ describe('RedisIdempotencyStore on Redis', () => {
     await store.claim(key, 'tok', 'fp', 30_000);
     expect(await redis.hget(`idem:${key}`, 'state')).toBe('running');
     expect(await redis.pttl(`idem:${key}`)).toBeGreaterThan(29_000);
-    await store.complete(key, 'tok', 'fp', { status: 202, headers: {}, body: '{}' }, 86_400_000);
+    await store.complete(key, 'tok', 'fp', { status: 202, headers: {}, body: Buffer.from('{}') }, 86_400_000);
     expect(await redis.hgetall(`idem:${key}`)).toEqual({
       state: 'completed',
       fp: 'fp',
@@ -57,7 +57,13 @@ describe('RedisIdempotencyStore on Redis', () => {
       await server.stop();
       await expect(store.claim('k:POST:/x:bcdefghijklmnopq', 't', 'fp', 1000)).rejects.toThrow();
       await expect(
-        store.complete('k:POST:/x:abcdefghijklmnop', 't', 'fp', { status: 200, headers: {}, body: '' }, 1000),
+        store.complete(
+          'k:POST:/x:abcdefghijklmnop',
+          't',
+          'fp',
+          { status: 200, headers: {}, body: Buffer.alloc(0) },
+          1000,
+        ),
       ).rejects.toThrow();
       await expect(store.release('k:POST:/x:abcdefghijklmnop', 't')).rejects.toThrow();
       await expect(store.renew('k:POST:/x:abcdefghijklmnop', 't', 1000)).rejects.toThrow();

@@ -51,7 +51,13 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
     // The row outlives the lock by a day: a request that died is known as such to the next.
     expect(Number(expires_s) - Number(lock_s)).toBeCloseTo(86_400, 0);
 
-    await store.complete(k, 'tok', 'fp', { status: 202, headers: { location: '/x' }, body: '{"a":1}' }, 86_400_000);
+    await store.complete(
+      k,
+      'tok',
+      'fp',
+      { status: 202, headers: { location: '/x' }, body: Buffer.from('{"a":1}') },
+      86_400_000,
+    );
     expect(await rowOf(k)).toMatchObject({
       state: 'completed',
       token: null,
@@ -59,6 +65,7 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
       status: 202,
       headers: { location: '/x' },
       body: '{"a":1}',
+      body_bytes: null,
       streamed: false,
       locked_until: null,
     });
@@ -79,7 +86,13 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
     await store.frames.append(k, 'tok', ['data: 1\n\n', 'data: [DONE]\n\n']);
     await store.frames.complete(k, 'tok', 'fp', 3_600_000);
     const row = await rowOf(k);
-    expect(row).toMatchObject({ state: 'completed', status: 200, headers: head.headers, body: '', streamed: true });
+    expect(row).toMatchObject({
+      state: 'completed',
+      status: 200,
+      headers: head.headers,
+      body: '',
+      streamed: true,
+    });
     const log = await ds.query(
       `SELECT seq, kind, data, extract(epoch FROM expires_at - now()) > 3599 AS lives FROM idempotency_frames WHERE attempt = $1 ORDER BY seq`,
       [row.attempt],
@@ -90,6 +103,45 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
       { seq: 2, kind: 'frame', data: 'data: 1\n\n', lives: null },
       { seq: 3, kind: 'frame', data: 'data: [DONE]\n\n', lives: null },
       { seq: 4, kind: 'end', data: 'completed', lives: null },
+    ]);
+  });
+
+  it('keeps an answer as text where text can hold it, as bytes where it cannot, and replays rows written as text before', async () => {
+    const text = key();
+    const binary = key();
+    const nul = Buffer.from('{"a":"\u0000"}\u0000');
+    await store.claim(text, 't', 'fp', 30_000);
+    await store.complete(text, 't', 'fp', { status: 200, headers: {}, body: Buffer.from('naïve ☃') }, 60_000);
+    await store.claim(binary, 't', 'fp', 30_000);
+    await store.complete(binary, 't', 'fp', { status: 200, headers: {}, body: nul }, 60_000);
+    expect(await rowOf(text)).toMatchObject({ body: 'naïve ☃', body_bytes: null });
+    expect(await rowOf(binary)).toMatchObject({ body: null, body_bytes: nul });
+    // A row as the previous version wrote it (text only) replays as its UTF-8.
+    const old = key();
+    await ds.query(
+      `INSERT INTO idempotency_keys (key, fingerprint, state, attempt, status, headers, body, started_at, expires_at)
+       VALUES ($1, 'fp', 'completed', gen_random_uuid(), 201, '{}', 'écrit avant', now(), now() + interval '1 hour')`,
+      [old],
+    );
+    await expect(store.claim(old, 't', 'fp', 30_000)).resolves.toEqual({
+      outcome: 'completed',
+      fingerprint: 'fp',
+      response: { status: 201, headers: {}, body: Buffer.from('écrit avant') },
+    });
+    // Frames alike.
+    const streamed = key();
+    await store.claim(streamed, 't', 'fp', 30_000);
+    await store.frames.begin(streamed, 't', { status: 200, headers: {} });
+    await store.frames.append(streamed, 't', ['data: ☃\n\n', Buffer.from([0xff, 0x0a, 0x0a])]);
+    const [{ attempt }] = await ds.query(`SELECT attempt FROM idempotency_keys WHERE key = $1`, [streamed]);
+    expect(
+      await ds.query(
+        `SELECT data, data_bytes FROM idempotency_frames WHERE attempt = $1 AND kind = 'frame' ORDER BY seq`,
+        [attempt],
+      ),
+    ).toEqual([
+      { data: 'data: ☃\n\n', data_bytes: null },
+      { data: null, data_bytes: Buffer.from([0xff, 0x0a, 0x0a]) },
     ]);
   });
 
@@ -110,7 +162,7 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
     await expect(store.renew(k, 'old', 10_000)).resolves.toBe(false);
     await expect(store.release(k, 'old')).resolves.toBe(false);
     await expect(
-      store.complete(k, `new-${winner}`, 'fp', { status: 200, headers: {}, body: 'ok' }, 60_000),
+      store.complete(k, `new-${winner}`, 'fp', { status: 200, headers: {}, body: Buffer.from('ok') }, 60_000),
     ).resolves.toBe(true);
   });
 
@@ -263,7 +315,9 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
     const k = key();
     try {
       await expect(down.claim(k, 't', 'fp', 1000)).rejects.toThrow();
-      await expect(down.complete(k, 't', 'fp', { status: 200, headers: {}, body: '' }, 1000)).rejects.toThrow();
+      await expect(
+        down.complete(k, 't', 'fp', { status: 200, headers: {}, body: Buffer.alloc(0) }, 1000),
+      ).rejects.toThrow();
       await expect(down.release(k, 't')).rejects.toThrow();
       await expect(down.renew(k, 't', 1000)).rejects.toThrow();
       await expect(down.frames.begin(k, 't', { status: 200, headers: {} })).rejects.toThrow();
@@ -288,7 +342,7 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
     await expect(store.claim(fresh, 't2', 'fp', 10_000)).resolves.toEqual({ outcome: 'claimed', tookOver: true });
     const answered = key();
     await store.claim(answered, 't1', 'fp', 10_000);
-    await store.complete(answered, 't1', 'fp', { status: 200, headers: {}, body: '{}' }, 100);
+    await store.complete(answered, 't1', 'fp', { status: 200, headers: {}, body: Buffer.from('{}') }, 100);
     await new Promise((r) => setTimeout(r, 250));
     await expect(store.claim(answered, 't2', 'fp', 10_000)).resolves.toEqual({ outcome: 'claimed' });
     const given = key();

@@ -32,7 +32,7 @@ export class DirectAnswer extends StreamableFile {
     readonly status: number,
     /** Lower-case names; Content-Length is set here from the body. */
     readonly headers: Readonly<Record<string, string>>,
-    readonly body: string | null,
+    readonly body: Buffer | null,
   ) {
     super(NEVER_PIPED);
   }
@@ -51,7 +51,7 @@ export class DirectAnswer extends StreamableFile {
       res.end();
       return;
     }
-    res.setHeader('content-length', Buffer.byteLength(this.body));
+    res.setHeader('content-length', this.body.length);
     res.end(this.body);
   }
 }

@@ -4,8 +4,12 @@ import { Inject } from '@nestjs/common';
 export interface StoredResponse {
   readonly status: number;
   readonly headers: Readonly<Record<string, string>>;
-  /** The whole body; empty for an answer recorded as frames. */
-  readonly body: string;
+  /**
+   * The whole body, as bytes: whatever they are (a NUL, invalid UTF-8 from a
+   * provider), they are stored and replayed as they were sent. Empty for an
+   * answer recorded as frames.
+   */
+  readonly body: Buffer;
   /**
    * Set for an answer recorded as a sequence of frames (a streamed answer,
    * e.g. server-sent events): where `frames.follow()` reads them from.
@@ -55,7 +59,8 @@ export type ClaimResult =
  */
 export type FrameEvent =
   | { readonly kind: 'head'; readonly head: StoredHead }
-  | { readonly kind: 'frame'; readonly data: string }
+  /** One frame, its bytes as they were appended. */
+  | { readonly kind: 'frame'; readonly data: Buffer }
   | { readonly kind: 'end'; readonly outcome: 'completed' | 'aborted' }
   | { readonly kind: 'gone' };
 
@@ -68,8 +73,11 @@ export type FrameEvent =
 export interface IdempotencyFrameLog {
   /** Our running request starts streaming its answer with `head`. False if the lock is no longer ours. */
   begin(key: string, token: string, head: StoredHead): Promise<boolean>;
-  /** Appends frames in order. False if the lock is no longer ours. */
-  append(key: string, token: string, frames: readonly string[]): Promise<boolean>;
+  /**
+   * Appends frames in order, each stored as its bytes (a string as its
+   * UTF-8). False if the lock is no longer ours.
+   */
+  append(key: string, token: string, frames: readonly (Uint8Array | string)[]): Promise<boolean>;
   /**
    * Our streamed answer is whole: the record becomes completed (its frames
    * kept `resultTtlMs`), and its followers see `end: completed`. False if the

@@ -45,7 +45,7 @@ import { RequestOutcomes } from './request-outcomes';
 import { HandlerDurations } from './retry-after';
 import { type HandlerOutcome, jsonAnswer, settleDecision } from './settle-decision';
 import { StreamRecorder } from './stream-recorder';
-import { framesResponse, isWebResponse, StreamedAnswer } from './streamed-answer';
+import { framesAsBytes, framesResponse, isWebResponse, StreamedAnswer } from './streamed-answer';
 
 export {
   DEFAULT_LOCK_TTL_MS,
@@ -313,10 +313,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
     // An answer that cannot be sent either: its error is the answer, for the exception filter.
     const { reason } = decision.action === 'release' ? decision : { reason: undefined };
     if (reason?.kind === 'unserialisable' || reason?.kind === 'unreadable') throw reason.error;
-    if (outcome.kind === 'web-response' && outcome.text !== undefined && isWebResponse(body)) {
+    if (outcome.kind === 'web-response' && outcome.bytes !== undefined && isWebResponse(body)) {
       // Its body was read to be stored: what is sent is what was read.
-      const text = NULL_BODY_STATUSES.has(body.status) ? null : outcome.text;
-      return new Response(text, { status: body.status, headers: body.headers });
+      const bytes = NULL_BODY_STATUSES.has(body.status) ? null : outcome.bytes;
+      return new Response(bytes, { status: body.status, headers: body.headers });
     }
     if (decision.action === 'store' && outcome.kind === 'returned' && body !== undefined && body !== null) {
       // Sent as it was stored (where the app sends direct answers): the bytes
@@ -332,9 +332,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
     if (!(value instanceof StreamedAnswer)) return value;
     const answer = value;
     const logger = this.logger;
-    async function* frames(): AsyncGenerator<string> {
+    async function* frames(): AsyncGenerator<Buffer> {
       try {
-        yield* answer.frames;
+        yield* framesAsBytes(answer.frames);
       } catch (err) {
         logger.warn(`a streamed answer broke before its end: ${errorText(err)}`);
         if (!settings.errors) throw err;
@@ -348,13 +348,16 @@ export class IdempotencyInterceptor implements NestInterceptor {
 /**
  * A handler's web Response as the decision needs it: its body is read only
  * when the route stores its status; one it does not store is sent as it is,
- * unread (a stream or binary body passes through untouched).
+ * unread (a stream or binary body passes through untouched). Read as bytes,
+ * not text: a body that is not UTF-8 (a provider's, relayed) is stored and
+ * sent as it came, never with U+FFFD in place of what it held.
  */
 async function webResponseOutcome(response: Response, settings: RouteSettings): Promise<HandlerOutcome> {
   const headers = Object.fromEntries(response.headers);
   if (!settings.storesStatus(response.status)) return { kind: 'web-response', status: response.status, headers };
   try {
-    return { kind: 'web-response', status: response.status, headers, text: await response.text() };
+    const bytes = Buffer.from(await response.arrayBuffer());
+    return { kind: 'web-response', status: response.status, headers, bytes };
   } catch (error) {
     return { kind: 'web-response-unreadable', error };
   }

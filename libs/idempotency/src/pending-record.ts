@@ -34,7 +34,7 @@ export function pendingRecord(attempt: Attempt): PendingRecord {
           `Idempotency: a ${answer.status} answer is not stored on this route; finalise only answers it stores`,
         );
       const stored = jsonAnswer(answer, settings.replayHeaders);
-      if (Buffer.byteLength(stored.body) > settings.maxStoredBodyBytes)
+      if (stored.body.length > settings.maxStoredBodyBytes)
         throw new Error("Idempotency: the answer is over the route's maxStoredBodyBytes");
       completing = true;
       const ours = await store.completeWithin(

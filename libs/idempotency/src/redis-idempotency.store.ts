@@ -18,11 +18,14 @@ import type {
 } from './idempotency-store.interface';
 import { Cluster } from 'ioredis';
 import { createStreamWaiter, type StreamWaiter } from './redis-stream-waiter';
+import { bytesOf } from './streamed-answer';
 
 /*
  * A record is a hash under `idem:<key>` (R):
  *   running:   state=running   token=<random>  fp=<sha256>  started=<ms>  [head=<json>]   TTL = lock TTL
  *   completed: state=completed status headers body fp [frames=<F>]                       TTL = result TTL
+ * `body` and each frame's `d` are the answer's bytes as they were sent (Lua
+ * strings are bytes: a NUL or invalid UTF-8 is kept); the rest is text.
  * A completed record has no token, so no stale token can match it. `started`
  * and the `now` returned with a running record are both Redis's clock, so how
  * long a request has run is known alike on every api instance.
@@ -227,13 +230,20 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     const fp = record.get('fp') ?? '';
     if (record.get('state') === 'completed') {
       const frames = record.get('frames');
+      const text = record.get('body') ?? '';
+      // The script's reply comes decoded as UTF-8, which is exact for every
+      // body that is UTF-8: the common case costs no second round trip. A body
+      // that is not came back with U+FFFD in its place: its bytes are read as
+      // they are.
+      const body = text.includes('\uFFFD') ? await this.bodyBytes(key, fp) : Buffer.from(text, 'utf8');
+      if (body === undefined) return this.claim(key, token, fingerprint, lockTtlMs);
       return {
         outcome: 'completed',
         fingerprint: fp,
         response: {
           status: Number(record.get('status')),
           headers: JSON.parse(record.get('headers') ?? '{}') as Record<string, string>,
-          body: record.get('body') ?? '',
+          body,
           ...(frames ? { frames: frames as FramesRef } : {}),
         },
       };
@@ -251,6 +261,18 @@ export class RedisIdempotencyStore implements IdempotencyStore {
       expiresInMs: pttl > 0 ? pttl : lockTtlMs,
       ...(holder ? { frames: this.framesKey(this.recordKey(key), holder) as FramesRef } : {}),
     };
+  }
+
+  /**
+   * The body of the completed record the claim just read, as bytes; undefined
+   * if that record is gone meanwhile (expired, and the key claimed again):
+   * the claim is then made again. A completed record never changes, so one
+   * that is still there, with the fingerprint the claim saw, is that record.
+   */
+  private async bodyBytes(key: string, fingerprint: string): Promise<Buffer | undefined> {
+    const [state, fp, body] = await this.redis.hmgetBuffer(this.recordKey(key), 'state', 'fp', 'body');
+    if (state?.toString() !== 'completed' || fp?.toString() !== fingerprint || body === null) return undefined;
+    return body;
   }
 
   async complete(
@@ -359,10 +381,11 @@ export class RedisFrameLog implements IdempotencyFrameLog {
     return (await BEGIN_FRAMES.run<number>(this.redis, [r, this.framesKey(r, token)], [token, json])) === 1;
   }
 
-  async append(key: string, token: string, frames: readonly string[]): Promise<boolean> {
+  async append(key: string, token: string, frames: readonly (Uint8Array | string)[]): Promise<boolean> {
     if (frames.length === 0) return true;
     const r = this.recordKey(key);
-    return (await APPEND_FRAMES.run<number>(this.redis, [r, this.framesKey(r, token)], [token, ...frames])) === 1;
+    const data = frames.map(bytesOf);
+    return (await APPEND_FRAMES.run<number>(this.redis, [r, this.framesKey(r, token)], [token, ...data])) === 1;
   }
 
   async complete(key: string, token: string, fingerprint: string, resultTtlMs: number): Promise<boolean> {
@@ -384,9 +407,10 @@ export class RedisFrameLog implements IdempotencyFrameLog {
     let watched = false;
     let after = '-';
     while (!signal.aborted) {
-      const entries = (await this.redis.xrange(ref, after, '+', 'COUNT', PAGE)) as [string, string[]][];
+      // As bytes: a frame is replayed exactly as it was appended, UTF-8 or not.
+      const entries = (await this.redis.xrangeBuffer(ref, after, '+', 'COUNT', PAGE)) as [Buffer, Buffer[]][];
       for (const [id, fields] of entries) {
-        after = `(${id}`;
+        after = `(${id.toString()}`;
         const event = toEvent(fields);
         if (event === undefined) continue;
         yield event;
@@ -457,15 +481,15 @@ function parseRef(ref: FramesRef): { record: string; token: string } {
   return { record: ref.slice(1, end), token: ref.slice(end + 4) };
 }
 
-function toEvent(fields: string[]): FrameEvent | undefined {
+function toEvent(fields: Buffer[]): FrameEvent | undefined {
   const [name, value] = fields;
-  switch (name) {
+  switch (name.toString()) {
     case 'd':
       return { kind: 'frame', data: value };
     case 'h':
-      return { kind: 'head', head: JSON.parse(value) as StoredHead };
+      return { kind: 'head', head: JSON.parse(value.toString()) as StoredHead };
     case 'e':
-      return { kind: 'end', outcome: value === 'completed' ? 'completed' : 'aborted' };
+      return { kind: 'end', outcome: value.toString() === 'completed' ? 'completed' : 'aborted' };
     default:
       return undefined;
   }

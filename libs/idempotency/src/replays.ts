@@ -4,7 +4,7 @@ import { errorText, type RouteSettings } from './attempt';
 import { DirectAnswer } from './direct-answer';
 import type { FrameEvent, FramesRef, IdempotencyFrameLog, StoredResponse } from './idempotency-store.interface';
 import { pickHeaders } from './settle-decision';
-import { framesResponse, isWebResponse } from './streamed-answer';
+import { bytesOf, framesResponse, isWebResponse } from './streamed-answer';
 
 /** Statuses whose answers have no body, whatever was stored. */
 export const NULL_BODY_STATUSES: ReadonlySet<number> = new Set([204, 205, 304]);
@@ -32,9 +32,9 @@ export class Replays {
   ): Response | DirectAnswer {
     const headers = this.headersOf(stored);
     if (stored.frames) return this.frames(stored, stored.frames, new Headers(headers), log, settings);
-    const empty = NULL_BODY_STATUSES.has(stored.status) || stored.body === '';
+    const empty = NULL_BODY_STATUSES.has(stored.status) || stored.body.length === 0;
     if (this.direct()) return new DirectAnswer(stored.status, headers, empty ? null : stored.body);
-    if (!empty) headers['content-length'] = String(Buffer.byteLength(stored.body));
+    if (!empty) headers['content-length'] = String(stored.body.length);
     return new Response(empty ? null : stored.body, { status: stored.status, headers });
   }
 
@@ -54,7 +54,7 @@ export class Replays {
   ): Response {
     const headers = new Headers(this.headersOf(head));
     const logger = this.logger;
-    async function* frames(): AsyncGenerator<string> {
+    async function* frames(): AsyncGenerator<Buffer> {
       try {
         for (;;) {
           const step = await events.next();
@@ -103,7 +103,7 @@ export class Replays {
   ): Response {
     const logger = this.logger;
     const stop = new AbortController();
-    async function* frames(): AsyncGenerator<string> {
+    async function* frames(): AsyncGenerator<Buffer> {
       try {
         if (!log) throw new Error('the store keeps no frames');
         for await (const event of log.follow(ref, stop.signal)) {
@@ -140,6 +140,6 @@ export function withNativeContentType(res: ExpressResponse, value: unknown): unk
 }
 
 /** The broken-stream frame of a route that has one; without, the stream is cut (the caller sees it fail). */
-export function* brokenEnd(settings: RouteSettings): Generator<string> {
-  if (settings.errors) yield settings.errors.brokenStreamFrame();
+export function* brokenEnd(settings: RouteSettings): Generator<Buffer> {
+  if (settings.errors) yield bytesOf(settings.errors.brokenStreamFrame());
 }

@@ -64,12 +64,12 @@ const web = (status: number, text: string | undefined, headers: Record<string, s
   kind: 'web-response',
   status,
   headers,
-  ...(text === undefined ? {} : { text }),
+  ...(text === undefined ? {} : { bytes: Buffer.from(text) }),
 });
 
 const store = (status: number, headers: Record<string, string>, body: string): SettleDecision => ({
   action: 'store',
-  response: { status, headers, body },
+  response: { status, headers, body: Buffer.from(body) },
 });
 const released = (reason: Extract<SettleDecision, { action: 'release' }>['reason']): SettleDecision => ({
   action: 'release',
@@ -333,19 +333,19 @@ describe('settleDecision', () => {
     // ── the route's recovery ──
     [
       'recovered an answer: stored',
-      { kind: 'recovered', response: { status: 201, headers: {}, body: '{}' } },
+      { kind: 'recovered', response: { status: 201, headers: {}, body: Buffer.from('{}') } },
       plain,
       store(201, {}, '{}'),
     ],
     [
       'recovered an answer of a status not stored: abandoned',
-      { kind: 'recovered', response: { status: 503, headers: {}, body: '{}' } },
+      { kind: 'recovered', response: { status: 503, headers: {}, body: Buffer.from('{}') } },
       plain,
       abandoned,
     ],
     [
       'recovered an answer over maxStoredBodyBytes',
-      { kind: 'recovered', response: { status: 200, headers: {}, body: big } },
+      { kind: 'recovered', response: { status: 200, headers: {}, body: Buffer.from(big) } },
       plain,
       released({ kind: 'too-large', size: LIMIT + 1, limit: LIMIT }),
     ],
@@ -408,8 +408,8 @@ describe('pickHeaders and jsonAnswer', () => {
     expect(jsonAnswer({ status: 200, body: { ok: true }, headers: { Location: '/r', 'X-No': '1' } }, allow)).toEqual({
       status: 200,
       headers: { location: '/r', 'content-type': JSON_TYPE },
-      body: '{"ok":true}',
+      body: Buffer.from('{"ok":true}'),
     });
-    expect(jsonAnswer({ status: 204, body: undefined }, allow).body).toBe('');
+    expect(jsonAnswer({ status: 204, body: undefined }, allow).body).toEqual(Buffer.alloc(0));
   });
 });

@@ -42,10 +42,10 @@ export type HandlerOutcome =
       readonly headersSent: boolean;
     }
   /**
-   * The handler returned a web Response. `text` is its body, read only for a
+   * The handler returned a web Response. `bytes` is its body, read only for a
    * status the route stores (one it does not store is sent as it is, unread).
    */
-  | { readonly kind: 'web-response'; readonly status: number; readonly headers: HeaderValues; readonly text?: string }
+  | { readonly kind: 'web-response'; readonly status: number; readonly headers: HeaderValues; readonly bytes?: Buffer }
   /** The body of a web Response the route stores could not be read. */
   | { readonly kind: 'web-response-unreadable'; readonly error: unknown }
   /** The handler, or a pipe before it (`rejectedByPipes`), threw. */
@@ -105,11 +105,11 @@ export function settleDecision(outcome: HandlerOutcome, route: SettleRoute): Set
       return returned(outcome, route);
     case 'web-response': {
       const { status } = outcome;
-      if (!route.storesStatus(status) || outcome.text === undefined) return release({ kind: 'status', status });
+      if (!route.storesStatus(status) || outcome.bytes === undefined) return release({ kind: 'status', status });
       const headers = pickHeaders(outcome.headers, route.replayHeaders);
       const contentType = outcome.headers['content-type'];
       if (contentType !== undefined) headers['content-type'] = String(contentType);
-      return sized({ status, headers, body: outcome.text }, route);
+      return sized({ status, headers, body: outcome.bytes }, route);
     }
     case 'web-response-unreadable':
       return release({ kind: 'unreadable', error: outcome.error });
@@ -139,7 +139,7 @@ function returned(outcome: Extract<HandlerOutcome, { kind: 'returned' }>, route:
   const given = headers['content-type'];
   if (given === undefined) headers['content-type'] = serialised.contentType;
   else if (outcome.body !== undefined && outcome.body !== null) headers['content-type'] = sentByExpress(given);
-  return sized({ status, headers, body: serialised.text }, route);
+  return sized({ status, headers, body: Buffer.from(serialised.text) }, route);
 }
 
 /**
@@ -181,15 +181,15 @@ function threw(outcome: Extract<HandlerOutcome, { kind: 'threw' }>, route: Settl
       ...(contentType ? { 'content-type': contentType } : {}),
     };
     if (!route.storesStatus(rendered.status)) return release({ kind: 'status', status: rendered.status });
-    return sized({ status: rendered.status, headers, body: rendered.body }, route);
+    return sized({ status: rendered.status, headers, body: Buffer.from(rendered.body) }, route);
   }
   const problem = toProblem(error);
   const headers = { ...pickHeaders(problem.headers, route.replayHeaders), 'content-type': PROBLEM_CONTENT_TYPE };
-  return sized({ status: problem.status, headers, body: JSON.stringify(problem.body) }, route);
+  return sized({ status: problem.status, headers, body: Buffer.from(JSON.stringify(problem.body)) }, route);
 }
 
 function sized(response: StoredResponse, route: SettleRoute): SettleDecision {
-  const size = Buffer.byteLength(response.body);
+  const size = response.body.length;
   if (size > route.maxStoredBodyBytes) return release({ kind: 'too-large', size, limit: route.maxStoredBodyBytes });
   return { action: 'store', response };
 }
@@ -214,7 +214,7 @@ export function jsonAnswer(answer: RecoveredAnswer, allowlist: ReadonlySet<strin
     ...pickHeaders(answer.headers ?? {}, allowlist),
     'content-type': 'application/json; charset=utf-8',
   };
-  return { status: answer.status, headers, body: JSON.stringify(answer.body) ?? '' };
+  return { status: answer.status, headers, body: Buffer.from(JSON.stringify(answer.body) ?? '') };
 }
 
 /** The bytes Express will send for a handler's return value, or undefined if it is not storable. */

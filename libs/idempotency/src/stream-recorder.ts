@@ -7,7 +7,7 @@ import type { LockLease } from './lock-lease';
 import { brokenEnd } from './replays';
 import type { HandlerDurations } from './retry-after';
 import { pickHeaders } from './settle-decision';
-import { FrameChannel, framesResponse, onceClosed, type StreamedAnswer } from './streamed-answer';
+import { FrameChannel, framesAsBytes, framesResponse, onceClosed, type StreamedAnswer } from './streamed-answer';
 
 /**
  * A streamed answer: each frame goes to the caller and to the store as it
@@ -44,7 +44,7 @@ export class StreamRecorder {
     const log = settings.store.frames;
     let storing = settings.storesStatus(answer.status) && log !== undefined;
     let settled = false;
-    let pending: string[] = [];
+    let pending: Buffer[] = [];
     let inFlight: Promise<void> | undefined;
     let began: Promise<boolean> | undefined;
     let beginFailed = false;
@@ -107,9 +107,9 @@ export class StreamRecorder {
     const pump = async (): Promise<void> => {
       let broken: unknown;
       try {
-        for await (const frame of answer.frames) {
+        for await (const frame of framesAsBytes(answer.frames)) {
           if (storing) {
-            size += Buffer.byteLength(frame);
+            size += frame.length;
             if (size > settings.maxStoredBodyBytes) {
               void stopStoring(`a streamed answer exceeds ${settings.maxStoredBodyBytes} bytes`);
             } else {

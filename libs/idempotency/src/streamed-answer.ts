@@ -7,6 +7,9 @@
  * `frames` ends; if it throws instead, the answer broke: nothing is stored,
  * and every caller reading it gets the route's broken-stream frame.
  *
+ * A frame is bytes (a provider's event relayed as it came, whatever it
+ * holds) or text, sent and stored as its UTF-8.
+ *
  * The frames are read by the recording, not by the caller's socket: a caller
  * that goes away does not stop them.
  */
@@ -14,8 +17,19 @@ export class StreamedAnswer {
   constructor(
     readonly status: number,
     readonly headers: Readonly<Record<string, string>>,
-    readonly frames: AsyncIterable<string>,
+    readonly frames: AsyncIterable<Uint8Array | string>,
   ) {}
+}
+
+/** A frame or a body as the bytes that are sent and stored: a string as its UTF-8, bytes as they are (not copied). */
+export function bytesOf(value: Uint8Array | string): Buffer {
+  if (typeof value === 'string') return Buffer.from(value, 'utf8');
+  return Buffer.isBuffer(value) ? value : Buffer.from(value.buffer, value.byteOffset, value.byteLength);
+}
+
+/** The frames as bytes, each encoded once. */
+export async function* framesAsBytes(frames: AsyncIterable<Uint8Array | string>): AsyncGenerator<Buffer> {
+  for await (const frame of frames) yield bytesOf(frame);
 }
 
 export function isWebResponse(value: unknown): value is Response {
@@ -33,8 +47,8 @@ const STALLED_CALLER_MS = 30_000;
  * plain proxy's would be; one that reads nothing for 30 s is cut
  * (`onStalled`). A caller that went away is dropped, and nobody waits for it.
  */
-export class FrameChannel implements AsyncIterable<string> {
-  private readonly queue: (string | undefined)[] = [];
+export class FrameChannel implements AsyncIterable<Buffer> {
+  private readonly queue: (Buffer | undefined)[] = [];
   private head = 0;
   private queuedBytes = 0;
   private ended = false;
@@ -49,7 +63,7 @@ export class FrameChannel implements AsyncIterable<string> {
   ) {}
 
   /** Resolves at once, or once the caller has taken enough (or was cut, or left). */
-  async push(frame: string): Promise<void> {
+  async push(frame: Buffer): Promise<void> {
     if (this.detached || this.ended) return;
     this.queue.push(frame);
     this.queuedBytes += frame.length;
@@ -89,12 +103,12 @@ export class FrameChannel implements AsyncIterable<string> {
     this.releaseWriter();
   }
 
-  async *[Symbol.asyncIterator](): AsyncGenerator<string> {
+  async *[Symbol.asyncIterator](): AsyncGenerator<Buffer> {
     try {
       for (;;) {
         if (this.detached) return;
         if (this.head < this.queue.length) {
-          const frame = this.queue[this.head] as string;
+          const frame = this.queue[this.head] as Buffer;
           // Not kept once handed out: a caller a little behind holds only what it has not read.
           this.queue[this.head++] = undefined;
           this.queuedBytes -= frame.length;
@@ -139,7 +153,7 @@ export class FrameChannel implements AsyncIterable<string> {
 export function framesResponse(
   status: number,
   headers: Headers,
-  frames: AsyncIterable<string>,
+  frames: AsyncIterable<Uint8Array>,
   onCancel?: () => void,
 ): Response {
   const iterator = frames[Symbol.asyncIterator]();
@@ -149,7 +163,7 @@ export function framesResponse(
     cancelled = true;
     onCancel?.();
   };
-  const body = new ReadableStream<string>(
+  const body = new ReadableStream<Uint8Array>(
     {
       async pull(controller) {
         try {

@@ -6,6 +6,7 @@ import { OutboxParkedIndex1764547200000 } from './migrations/1764547200000-outbo
 import { IdempotencyKeys1764633600000 } from './migrations/1764633600000-idempotency-keys';
 import { Refunds1764720000000 } from './migrations/1764720000000-refunds';
 import { RefundAttempts1764806400000 } from './migrations/1764806400000-refund-attempts';
+import { IdempotencyBytes1764892800000 } from './migrations/1764892800000-idempotency-bytes';
 
 export const ENTITIES = [Summary, Outbox];
 /** Listed, not globbed: the apps are bundled, so there is no directory to scan. */
@@ -15,6 +16,7 @@ export const MIGRATIONS = [
   IdempotencyKeys1764633600000,
   Refunds1764720000000,
   RefundAttempts1764806400000,
+  IdempotencyBytes1764892800000,
 ];
 
 /** The longest the client waits for one query's answer: what bounds a request that reads PostgreSQL. */

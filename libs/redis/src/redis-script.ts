@@ -36,6 +36,9 @@ export class NotReplicatedError extends Error {
 
 type PipelineResult = [Error | null, unknown][] | null;
 
+/** A script's argument: Lua strings are bytes, so a Buffer goes as its bytes (an answer that is not UTF-8). */
+export type ScriptArg = string | number | Buffer;
+
 /**
  * A Lua script run with EVALSHA, falling back to EVAL once when the server has
  * not seen it (after a restart or failover): one round trip in the common case.
@@ -50,7 +53,7 @@ export class RedisScript {
     this.sha = createHash('sha1').update(lua).digest('hex');
   }
 
-  async run<T = unknown>(client: RedisClient, keys: readonly string[], args: readonly (string | number)[]): Promise<T> {
+  async run<T = unknown>(client: RedisClient, keys: readonly string[], args: readonly ScriptArg[]): Promise<T> {
     try {
       return (await client.evalsha(this.sha, keys.length, ...keys, ...args)) as T;
     } catch (err) {
@@ -69,7 +72,7 @@ export class RedisScript {
   async runDurably<T = unknown>(
     client: RedisClient,
     keys: readonly string[],
-    args: readonly (string | number)[],
+    args: readonly ScriptArg[],
     durability: Durability | undefined,
   ): Promise<T> {
     if (!durability || durability.replicas <= 0) return this.run<T>(client, keys, args);

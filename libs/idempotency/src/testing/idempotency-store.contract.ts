@@ -33,6 +33,9 @@ async function collect(
   return out;
 }
 
+/** A frame event as a follower gets it: its bytes. */
+const frameOf = (data: string | Buffer): FrameEvent => ({ kind: 'frame', data: Buffer.from(data) });
+
 function framesOf(claim: ClaimResult): FramesRef {
   if (claim.outcome === 'in-progress' && claim.frames) return claim.frames;
   if (claim.outcome === 'completed' && claim.response.frames) return claim.response.frames;
@@ -51,7 +54,7 @@ export function describeIdempotencyStoreContract(name: string, setup: () => Prom
     const response: StoredResponse = {
       status: 201,
       headers: { location: '/things/1', 'content-type': 'application/json; charset=utf-8' },
-      body: JSON.stringify({ id: 1, note: 'naïve ☃ — "quoted"\n' }),
+      body: Buffer.from(JSON.stringify({ id: 1, note: 'naïve ☃ — "quoted"\n' })),
     };
 
     beforeAll(async () => {
@@ -109,12 +112,28 @@ export function describeIdempotencyStoreContract(name: string, setup: () => Prom
     it('stores an empty body', async () => {
       const k = key();
       await store.claim(k, 't1', 'fp', 10_000);
-      await store.complete(k, 't1', 'fp', { status: 204, headers: {}, body: '' }, 60_000);
+      await store.complete(k, 't1', 'fp', { status: 204, headers: {}, body: Buffer.alloc(0) }, 60_000);
       await expect(store.claim(k, 't2', 'fp', 10_000)).resolves.toEqual({
         outcome: 'completed',
         fingerprint: 'fp',
-        response: { status: 204, headers: {}, body: '' },
+        response: { status: 204, headers: {}, body: Buffer.alloc(0) },
       });
+    });
+
+    it.each([
+      ['a NUL', Buffer.from('{"text":"a\u0000b"}\u0000', 'utf8')],
+      ['bytes that are not UTF-8', Buffer.from([0x7b, 0xff, 0xfe, 0x00, 0xc3, 0x7d])],
+      ['a real U+FFFD beside an invalid byte', Buffer.concat([Buffer.from('\uFFFD ok '), Buffer.from([0x80])])],
+      ['a real U+FFFD alone', Buffer.from('replacement \uFFFD character')],
+    ])('stores a body holding %s and returns its bytes exactly', async (_, body) => {
+      const k = key();
+      await store.claim(k, 't1', 'fp', 10_000);
+      const binary: StoredResponse = { status: 200, headers: { 'content-type': 'application/octet-stream' }, body };
+      await expect(store.complete(k, 't1', 'fp', binary, 60_000)).resolves.toBe(true);
+      const replay = await store.claim(k, 't2', 'fp', 10_000);
+      if (replay.outcome !== 'completed') throw new Error(`expected completed, got ${replay.outcome}`);
+      expect(replay.response.body.equals(body)).toBe(true);
+      expect(replay).toEqual({ outcome: 'completed', fingerprint: 'fp', response: binary });
     });
 
     it('refuses to complete, release or renew with a token that is not the holder', async () => {
@@ -149,7 +168,9 @@ export function describeIdempotencyStoreContract(name: string, setup: () => Prom
       // A store that can tell says it took over (tookOver: true); Redis cannot (the record vanished).
       await expect(store.claim(k, 'new', 'fp', 10_000)).resolves.toMatchObject({ outcome: 'claimed' });
       await expect(store.renew(k, 'old', 10_000)).resolves.toBe(false);
-      await expect(store.complete(k, 'old', 'fp', { ...response, body: 'old' }, 60_000)).resolves.toBe(false);
+      await expect(store.complete(k, 'old', 'fp', { ...response, body: Buffer.from('old') }, 60_000)).resolves.toBe(
+        false,
+      );
       await expect(store.release(k, 'old')).resolves.toBe(false);
       await expect(store.complete(k, 'new', 'fp', response, 60_000)).resolves.toBe(true);
       await expect(store.claim(k, 'later', 'fp', 10_000)).resolves.toMatchObject({ outcome: 'completed', response });
@@ -161,7 +182,9 @@ export function describeIdempotencyStoreContract(name: string, setup: () => Prom
       await store.complete(k, 't1', 'fp', response, 60_000);
       await expect(store.release(k, 't1')).resolves.toBe(false);
       await expect(store.renew(k, 't1', 10_000)).resolves.toBe(false);
-      await expect(store.complete(k, 't1', 'fp', { ...response, body: 'again' }, 60_000)).resolves.toBe(false);
+      await expect(store.complete(k, 't1', 'fp', { ...response, body: Buffer.from('again') }, 60_000)).resolves.toBe(
+        false,
+      );
       await expect(store.claim(k, 't2', 'fp', 10_000)).resolves.toMatchObject({ outcome: 'completed', response });
     });
 
@@ -193,13 +216,34 @@ export function describeIdempotencyStoreContract(name: string, setup: () => Prom
         expect(claim).toMatchObject({
           outcome: 'completed',
           fingerprint: 'fp',
-          response: { status: 200, headers: head.headers, body: '' },
+          response: { status: 200, headers: head.headers, body: Buffer.alloc(0) },
         });
         expect(await collect(log, framesOf(claim))).toEqual([
           { kind: 'head', head },
-          ...frames.map((data) => ({ kind: 'frame', data })),
+          ...frames.map(frameOf),
           { kind: 'end', outcome: 'completed' },
         ]);
+      });
+
+      it('stores frames of any bytes (a NUL, bytes that are not UTF-8) and replays them exactly', async () => {
+        const k = key();
+        const binary = [
+          Buffer.from('data: {"a":"\u0000"}\n\n'),
+          Buffer.from([0x64, 0x3a, 0x20, 0xff, 0xfe, 0x00, 0xc3, 0x0a, 0x0a]),
+          Buffer.from('data: \uFFFD\n\n'),
+        ];
+        await store.claim(k, 't1', 'fp', 10_000);
+        await log.begin(k, 't1', head);
+        // A live follower gets them as they are appended, and a replay afterwards.
+        const followed = collect(log, framesOf(await store.claim(k, 't2', 'fp', 10_000)));
+        await expect(log.append(k, 't1', binary)).resolves.toBe(true);
+        await log.complete(k, 't1', 'fp', 60_000);
+        const expected = [{ kind: 'head', head }, ...binary.map(frameOf), { kind: 'end', outcome: 'completed' }];
+        expect(await followed).toEqual(expected);
+        const replayed = await collect(log, framesOf(await store.claim(k, 't3', 'fp', 10_000)));
+        expect(replayed).toEqual(expected);
+        const frames = replayed.flatMap((e) => (e.kind === 'frame' ? [e.data] : []));
+        expect(Buffer.concat(frames).equals(Buffer.concat(binary))).toBe(true);
       });
 
       it('lets a follower read the frames so far, then the live ones, to the end', async () => {
@@ -216,9 +260,9 @@ export function describeIdempotencyStoreContract(name: string, setup: () => Prom
         await log.complete(k, 't1', 'fp', 60_000);
         expect(await followed).toEqual([
           { kind: 'head', head },
-          { kind: 'frame', data: frames[0] },
-          { kind: 'frame', data: frames[1] },
-          { kind: 'frame', data: frames[3] },
+          frameOf(frames[0]),
+          frameOf(frames[1]),
+          frameOf(frames[3]),
           { kind: 'end', outcome: 'completed' },
         ]);
       });
@@ -244,7 +288,7 @@ export function describeIdempotencyStoreContract(name: string, setup: () => Prom
         await expect(store.release(k, 't1')).resolves.toBe(true);
         expect(await followed).toEqual([
           { kind: 'head', head },
-          { kind: 'frame', data: frames[0] },
+          frameOf(frames[0]),
           { kind: 'end', outcome: 'aborted' },
         ]);
         await expect(store.claim(k, 't3', 'fp', 10_000)).resolves.toEqual({ outcome: 'claimed' });
@@ -252,11 +296,7 @@ export function describeIdempotencyStoreContract(name: string, setup: () => Prom
         await log.append(k, 't3', [frames[1]]);
         await log.complete(k, 't3', 'fp', 60_000);
         const replayed = await collect(log, framesOf(await store.claim(k, 't4', 'fp', 10_000)));
-        expect(replayed).toEqual([
-          { kind: 'head', head },
-          { kind: 'frame', data: frames[1] },
-          { kind: 'end', outcome: 'completed' },
-        ]);
+        expect(replayed).toEqual([{ kind: 'head', head }, frameOf(frames[1]), { kind: 'end', outcome: 'completed' }]);
       });
 
       it('tells a follower at once when the request ends with a whole answer instead', async () => {
@@ -283,7 +323,7 @@ export function describeIdempotencyStoreContract(name: string, setup: () => Prom
         await log.begin(dying, 't1', head);
         await log.append(dying, 't1', [frames[0]]);
         const events = await collect(log, framesOf(await store.claim(dying, 't2', 'fp', 300)), 8000);
-        expect(events).toEqual([{ kind: 'head', head }, { kind: 'frame', data: frames[0] }, { kind: 'gone' }]);
+        expect(events).toEqual([{ kind: 'head', head }, frameOf(frames[0]), { kind: 'gone' }]);
       });
 
       it('keeps the frames of a renewed lock past its first TTL', async () => {
@@ -340,7 +380,7 @@ export function describeIdempotencyStoreContract(name: string, setup: () => Prom
         all.forEach((events, i) =>
           expect(events).toEqual([
             { kind: 'head', head },
-            { kind: 'frame', data: `data: ${i}\n\n` },
+            frameOf(`data: ${i}\n\n`),
             { kind: 'end', outcome: 'completed' },
           ]),
         );
@@ -388,7 +428,7 @@ export function describeIdempotencyStoreContract(name: string, setup: () => Prom
           const other = `${k}-whole`;
           await store.claim(other, 't1', 'fp', 10_000);
           await expect(
-            store.complete(other, 't1', 'fp', { status: 200, headers: {}, body: 'ok' }, 60_000),
+            store.complete(other, 't1', 'fp', { status: 200, headers: {}, body: Buffer.from('ok') }, 60_000),
           ).resolves.toBe(true);
           await store.claim(`${other}-freed`, 't1', 'fp', 10_000);
           await expect(store.release(`${other}-freed`, 't1')).resolves.toBe(true);

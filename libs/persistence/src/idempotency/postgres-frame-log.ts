@@ -1,7 +1,7 @@
-import type { FrameEvent, FramesRef, IdempotencyFrameLog, StoredHead } from '@app/idempotency';
+import { bytesOf, type FrameEvent, type FramesRef, type IdempotencyFrameLog, type StoredHead } from '@app/idempotency';
 import type { QueryResultRow } from 'pg';
 import type { PgNotificationListener, Subscription } from './pg-notification-listener';
-import { IdempotencySql } from './postgres-idempotency.sql';
+import { IdempotencySql, textBody } from './postgres-idempotency.sql';
 import { type FrameRow, frameEventOf, parseRef } from './postgres-idempotency.rows';
 
 /** Entries read per statement. */
@@ -23,9 +23,11 @@ export class PostgresFrameLog implements IdempotencyFrameLog {
     return (await this.query(IdempotencySql.begin, [key, token, json])).length === 1;
   }
 
-  async append(key: string, token: string, frames: readonly string[]): Promise<boolean> {
+  async append(key: string, token: string, frames: readonly (Uint8Array | string)[]): Promise<boolean> {
     if (frames.length === 0) return true;
-    return (await this.query(IdempotencySql.append, [key, token, frames])).length === 1;
+    const stored = frames.map((frame) => textBody(bytesOf(frame)));
+    const params = [key, token, stored.map((f) => f.text), stored.map((f) => f.bytes)];
+    return (await this.query(IdempotencySql.append, params)).length === 1;
   }
 
   async complete(key: string, token: string, fingerprint: string, resultTtlMs: number): Promise<boolean> {

@@ -10,7 +10,8 @@ export interface ClaimRow {
   attempt: string;
   status: number | null;
   headers: Record<string, string> | null;
-  body: string | null;
+  /** The body as bytes (body_bytes, or body's UTF-8): pg hands bytea over as a Buffer. */
+  body: Buffer | null;
   streamed: boolean;
   running_for_ms: number;
   expires_in_ms: number;
@@ -20,7 +21,8 @@ export interface ClaimRow {
 export interface FrameRow {
   seq: number;
   kind: 'head' | 'frame' | 'end';
-  data: string | null;
+  /** As bytes: a frame's; a head's JSON and an end's outcome as their UTF-8. */
+  data: Buffer | null;
 }
 
 /** What a claim found, as the contract says it (pure: the row is the only fact). */
@@ -43,7 +45,7 @@ export function storedResponseOf(row: ClaimRow, key: string): StoredResponse {
   return {
     status: Number(row.status),
     headers: row.headers ?? {},
-    body: row.body ?? '',
+    body: row.body ?? Buffer.alloc(0),
     ...(row.streamed ? { frames: framesRef(row.attempt, key) } : {}),
   };
 }
@@ -63,10 +65,10 @@ export function parseRef(ref: FramesRef): { attempt: string; key: string } {
 export function frameEventOf(row: FrameRow): FrameEvent {
   switch (row.kind) {
     case 'head':
-      return { kind: 'head', head: JSON.parse(row.data ?? '{}') as StoredHead };
+      return { kind: 'head', head: JSON.parse(row.data?.toString('utf8') ?? '{}') as StoredHead };
     case 'frame':
-      return { kind: 'frame', data: row.data ?? '' };
+      return { kind: 'frame', data: row.data ?? Buffer.alloc(0) };
     case 'end':
-      return { kind: 'end', outcome: row.data === 'completed' ? 'completed' : 'aborted' };
+      return { kind: 'end', outcome: row.data?.toString('utf8') === 'completed' ? 'completed' : 'aborted' };
   }
 }

@@ -1,9 +1,20 @@
+import { isUtf8 } from 'node:buffer';
 import { createHash } from 'node:crypto';
 
 /*
  * A record is a row of idempotency_keys (migration IdempotencyKeys1764633600000):
  *   running:   state=running   token  fingerprint  attempt  started_at  locked_until  [head]  expires_at = locked_until
- *   completed: state=completed status headers body fingerprint [streamed]              expires_at = now() + result TTL
+ *   completed: state=completed status headers body|body_bytes fingerprint [streamed]   expires_at = now() + result TTL
+ * An answer's body is stored as text in `body` when text can hold it, and
+ * otherwise (a NUL, bytes that are not UTF-8) as bytes in `body_bytes`
+ * (migration IdempotencyBytes1764892800000), never both (textBody); a
+ * frame's data likewise in `data` or `data_bytes`. Either is read back as
+ * the bytes the answer was sent as (text as its UTF-8), the text first: an
+ * instance of the previous version that takes a row over and completes it
+ * writes only `body`, and bytes left from the row's earlier answer must not
+ * win over it. Two columns rather than one retyped to bytea: the migration
+ * rewrites no table, and an instance of the previous version, still running
+ * during a rollout, reads every answer it could itself have stored.
  * A completed row has no token, so no stale token can match it. Every time is
  * PostgreSQL's (`now()`), so every api instance agrees on how long a request
  * has run and when a lock ends. "Ours" means: our token, running, lock not
@@ -57,6 +68,7 @@ const CLAIM_COLUMNS = [
   'status',
   'headers',
   'body',
+  'body_bytes',
   'streamed',
   'head',
   'watched',
@@ -104,19 +116,19 @@ WITH existing AS (
 )
 SELECT attempt = $5::uuid AS claimed,
        EXISTS (SELECT 1 FROM existing e WHERE e.state = 'running') AS took_over_running,
-       state, fingerprint, attempt, status, headers, body, streamed,
+       state, fingerprint, attempt, status, headers, COALESCE(convert_to(body, 'UTF8'), body_bytes) AS body, streamed,
        GREATEST(0, floor(extract(epoch FROM clock_timestamp() - started_at) * 1000))::float8 AS running_for_ms,
        GREATEST(0, floor(extract(epoch FROM locked_until - clock_timestamp()) * 1000))::float8 AS expires_in_ms
 FROM found`,
 
   /**
-   * $1 key, $2 token, $3 fingerprint, $4 status, $5 headers (json), $6 body, $7 result TTL in ms, $8 an ended log's
-   * TTL in ms.
+   * $1 key, $2 token, $3 fingerprint, $4 status, $5 headers (json), $6 body as text or null, $7 result TTL in ms,
+   * $8 an ended log's TTL in ms, $9 body as bytes or null (one of $6, $9: textBody).
    */
   complete: `
 WITH done AS (
   UPDATE idempotency_keys SET state = 'completed', token = NULL, fingerprint = $3, status = $4, headers = $5::jsonb,
-    body = $6, streamed = false, locked_until = NULL, expires_at = now() + $7::float8 * interval '1 millisecond',
+    body = $6::text, body_bytes = $9::bytea, streamed = false, locked_until = NULL, expires_at = now() + $7::float8 * interval '1 millisecond',
     next_seq = next_seq + 1
   WHERE ${OURS}
   RETURNING attempt, next_seq - 1 AS seq, (watched OR head IS NOT NULL) AS followed
@@ -176,16 +188,19 @@ WITH begun AS (
 )
 SELECT pg_notify('${IDEMPOTENCY_FRAMES_CHANNEL}', attempt::text) FROM begun`,
 
-  /** $1 key, $2 token, $3 frames (text[]). */
+  /**
+   * $1 key, $2 token, $3 the frames as text (text[]), $4 as bytes (bytea[]): the same length, each frame in one of
+   * them and null in the other (textBody).
+   */
   append: `
 WITH taken AS (
   UPDATE idempotency_keys SET next_seq = next_seq + cardinality($3::text[])
   WHERE ${OURS}
   RETURNING attempt, next_seq - cardinality($3::text[]) AS first
 ), appended AS (
-  INSERT INTO idempotency_frames (attempt, seq, kind, data)
-  SELECT taken.attempt, taken.first + f.i - 1, 'frame', f.data
-  FROM taken, unnest($3::text[]) WITH ORDINALITY AS f(data, i)
+  INSERT INTO idempotency_frames (attempt, seq, kind, data, data_bytes)
+  SELECT taken.attempt, taken.first + f.i - 1, 'frame', f.data, f.bytes
+  FROM taken, unnest($3::text[], $4::bytea[]) WITH ORDINALITY AS f(data, bytes, i)
 )
 SELECT pg_notify('${IDEMPOTENCY_FRAMES_CHANNEL}', attempt::text) FROM taken`,
 
@@ -193,7 +208,7 @@ SELECT pg_notify('${IDEMPOTENCY_FRAMES_CHANNEL}', attempt::text) FROM taken`,
   completeFrames: `
 WITH done AS (
   UPDATE idempotency_keys SET state = 'completed', token = NULL, fingerprint = $3,
-    status = COALESCE((head->>'status')::integer, 200), headers = COALESCE(head->'headers', '{}'::jsonb), body = '',
+    status = COALESCE((head->>'status')::integer, 200), headers = COALESCE(head->'headers', '{}'::jsonb), body = '', body_bytes = NULL,
     streamed = true, locked_until = NULL, expires_at = now() + $4::float8 * interval '1 millisecond', next_seq = next_seq + 1
   WHERE ${OURS}
   RETURNING attempt, next_seq - 1 AS seq, expires_at
@@ -227,8 +242,8 @@ SELECT 1 FROM watched`,
   /** A row back while the attempt holds its lock. $1 key, $2 attempt. */
   alive: `SELECT 1 FROM idempotency_keys WHERE key = $1 AND attempt = $2::uuid AND state = 'running' AND locked_until > now()`,
 
-  /** One page of a log, in seq order. $1 attempt, $2 the last seq read, $3 page size. */
-  read: `SELECT seq, kind, data FROM idempotency_frames WHERE attempt = $1::uuid AND seq > $2 ORDER BY seq LIMIT $3`,
+  /** One page of a log, in seq order, each entry's data as bytes. $1 attempt, $2 the last seq read, $3 page size. */
+  read: `SELECT seq, kind, COALESCE(convert_to(data, 'UTF8'), data_bytes) AS data FROM idempotency_frames WHERE attempt = $1::uuid AND seq > $2 ORDER BY seq LIMIT $3`,
 
   /**
    * The sweep, in batches: a few hundred rows per statement, each picked by its
@@ -252,6 +267,15 @@ WITH expired AS (
 )
 SELECT count(*) FILTER (WHERE seq = 0)::integer AS logs, count(*)::integer AS rows FROM logs`,
 } as const;
+
+/**
+ * How bytes are stored: as text when text can hold them (UTF-8 without a
+ * NUL), which is every answer an earlier version could store, so it reads
+ * them too; otherwise as bytes. Exactly one of the two is set.
+ */
+export function textBody(bytes: Buffer): { text: string | null; bytes: Buffer | null } {
+  return isUtf8(bytes) && !bytes.includes(0) ? { text: bytes.toString('utf8'), bytes: null } : { text: null, bytes };
+}
 
 const statementNames = new Map<string, string>();
 

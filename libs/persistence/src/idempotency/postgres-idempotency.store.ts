@@ -5,7 +5,7 @@ import type { ClientConfig, Pool, QueryResultRow } from 'pg';
 import { DataSource } from 'typeorm';
 import { PgNotificationListener } from './pg-notification-listener';
 import { PostgresFrameLog } from './postgres-frame-log';
-import { IDEMPOTENCY_FRAMES_CHANNEL, IdempotencySql, statementName } from './postgres-idempotency.sql';
+import { IDEMPOTENCY_FRAMES_CHANNEL, IdempotencySql, statementName, textBody } from './postgres-idempotency.sql';
 import { type ClaimRow, claimResultOf } from './postgres-idempotency.rows';
 
 // Part of @app/persistence's surface since the store was one file.
@@ -45,15 +45,17 @@ function completeParams(
   response: StoredResponse,
   resultTtlMs: number,
 ): unknown[] {
+  const body = textBody(response.body);
   return [
     key,
     token,
     fingerprint,
     response.status,
     JSON.stringify(response.headers),
-    response.body,
+    body.text,
     resultTtlMs,
     ENDED_FRAMES_TTL_MS,
+    body.bytes,
   ];
 }
 
