@@ -21,7 +21,7 @@ export type ModelReply =
    */
   | {
       readonly kind: 'stream';
-      readonly events: readonly string[];
+      readonly events: readonly (string | Buffer)[];
       readonly everyMs?: number;
       readonly breakAfter?: number;
       readonly gate?: (index: number) => Promise<void>;
@@ -29,7 +29,12 @@ export type ModelReply =
       readonly endAfterMs?: number;
     }
   /** The exact bytes given, as the whole answer. */
-  | { readonly kind: 'raw'; readonly status: number; readonly headers: Record<string, string>; readonly body: string };
+  | {
+      readonly kind: 'raw';
+      readonly status: number;
+      readonly headers: Record<string, string>;
+      readonly body: string | Buffer;
+    };
 
 export interface SeenRequest {
   readonly n: number;

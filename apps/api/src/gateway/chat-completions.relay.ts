@@ -5,7 +5,7 @@ import {
   type ChatCompletionsUpstream,
   InjectChatCompletionsUpstream,
   isDoneEvent,
-  sseEvents,
+  sseEventBuffers,
   UpstreamTimeoutError,
   UpstreamUnreachableError,
   usageOf,
@@ -26,7 +26,7 @@ const UPSTREAM_KEY_NAMESPACE = '6f1d7c8e-52a4-4c1b-9a43-0b1e7f3d2a91';
 /** How long the provider may take to end its body after data: [DONE] before the connection is dropped. */
 const DRAIN_AFTER_DONE_MS = 5000;
 
-async function drainAfterDone(events: AsyncIterator<string>, body: AsyncIterable<Buffer>): Promise<void> {
+async function drainAfterDone(events: AsyncIterator<unknown>, body: AsyncIterable<Buffer>): Promise<void> {
   // The body itself is destroyed: return() on a generator waits for the read in progress.
   const timer = setTimeout(() => (body as { destroy?: () => void }).destroy?.(), DRAIN_AFTER_DONE_MS);
   try {
@@ -211,6 +211,10 @@ export class ChatCompletionsRelay {
    * of its usage chunk. Ends after `data: [DONE]`; a stream that ends before
    * it, or breaks, throws, so the answer is not stored and its callers get
    * the broken-stream event.
+   *
+   * Relayed as bytes, not text: an event that is not UTF-8 reaches callers,
+   * and the store, as the provider sent it, never with U+FFFD in its place.
+   * Only the look at it (is it [DONE], does it carry usage) decodes it.
    */
   private async *relayEvents(
     upstream: UpstreamResponse,
@@ -219,12 +223,12 @@ export class ChatCompletionsRelay {
     sent: number,
     end: () => void,
     call: CallState,
-  ): AsyncGenerator<string> {
+  ): AsyncGenerator<Buffer> {
     let done = false;
     let first = true;
     // The last usage the stream carried: a provider that repeats running totals is counted once.
     let usage: TokenUsage | undefined;
-    const events = sseEvents(upstream.body)[Symbol.asyncIterator]();
+    const events = sseEventBuffers(upstream.body)[Symbol.asyncIterator]();
     try {
       for (;;) {
         const step = await events.next();
@@ -234,8 +238,9 @@ export class ChatCompletionsRelay {
           first = false;
           this.metrics.firstByteAt('upstream', true, (performance.now() - sent) / 1000);
         }
-        usage = usageOf(event) ?? usage;
-        if (isDoneEvent(event)) {
+        const text = event.toString('utf8');
+        usage = usageOf(text) ?? usage;
+        if (isDoneEvent(text)) {
           done = true;
           call.answered = true;
           yield event;
