@@ -283,6 +283,22 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
       expect(await count(`SELECT count(*) AS n FROM idempotency_frames`)).toBe(0);
     });
 
+    it('deletes everything that expired in one sweep, however much, and nothing live', async () => {
+      // 25,000 expired rows: past the 10,000 a periodic sweep once took at most (20 batches of 500), which made the
+      // table grow for ever past ~167 keyed requests a second per instance.
+      await seed(25_000, 40);
+      await ds.query(
+        `INSERT INTO idempotency_frames (attempt, seq, kind, data, expires_at)
+         SELECT gen_random_uuid(), 0, 'open', NULL,
+                CASE WHEN i <= 1200 THEN now() - interval '1 second' ELSE now() + interval '1 hour' END
+         FROM generate_series(1, 1210) AS i`,
+      );
+      expect(await store.sweep()).toEqual({ keys: 25_000, frameLogs: 1200 });
+      expect(await count(`SELECT count(*) AS n FROM idempotency_keys WHERE expires_at <= now()`)).toBe(0);
+      expect(await count(`SELECT count(*) AS n FROM idempotency_keys`)).toBe(40);
+      expect(await count(`SELECT count(*) AS n FROM idempotency_frames`)).toBe(10);
+    });
+
     it('sweeps periodically once started, until closed', async () => {
       const pool = newPool(2);
       const sweeper = new PostgresIdempotencyStore(pool, { sweepIntervalMs: 50, sweepBatch: 100 });

@@ -16,15 +16,13 @@ export { claimResultOf } from './postgres-idempotency.rows';
 const ENDED_FRAMES_TTL_MS = 60_000;
 const DEFAULT_SWEEP_BATCH = 500;
 const DEFAULT_SWEEP_INTERVAL_MS = 60_000;
-/** The most batches one periodic sweep deletes; the rest waits for the next. */
-const MAX_BATCHES_PER_SWEEP = 20;
 
 export interface PostgresIdempotencyStoreOptions {
   /** How long a follower waits for news before it checks that the request is still alive. Default 1000. */
   readonly idleCheckMs?: number;
   /** Rows per sweep statement. Default 500. */
   readonly sweepBatch?: number;
-  /** How often `startSweeping()` sweeps. Default a minute. */
+  /** How often `startSweeping()` sweeps (each sweep deletes everything expired). Default a minute. */
   readonly sweepIntervalMs?: number;
   /** Shown in pg_stat_activity for the LISTEN connection. Default `idempotency-listen`. */
   readonly listenApplicationName?: string;
@@ -78,6 +76,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   private readonly sweepIntervalMs: number;
   private sweepTimer: NodeJS.Timeout | undefined;
   private sweeping: Promise<void> | undefined;
+  private closed = false;
   private readonly listener: PgNotificationListener;
   readonly frames: PostgresFrameLog;
 
@@ -170,33 +169,50 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     return { keys: keys.rowCount ?? 0, frameLogs: frames?.logs ?? 0 };
   }
 
-  /** Sweeps every `sweepIntervalMs` (batch after batch while batches come back full), until `close()`. */
+  /**
+   * One sweep: batch after batch until a batch comes back short, so every
+   * row that had expired when it began is gone when it ends (until `close()`
+   * stops it between batches). Bounded by what expired, not by a count: a
+   * cap per sweep (it was 10,000 a minute) is a rate, and past it the table
+   * grows for ever. Each statement stays a batch, so none holds its locks
+   * for long, and the sweeps of several instances take different rows.
+   */
+  async sweep(): Promise<SweepResult> {
+    let keys = 0;
+    let frameLogs = 0;
+    for (;;) {
+      const batch = await this.sweepExpired();
+      keys += batch.keys;
+      frameLogs += batch.frameLogs;
+      if ((batch.keys < this.sweepBatch && batch.frameLogs < this.sweepBatch) || this.closed) {
+        return { keys, frameLogs };
+      }
+    }
+  }
+
+  /** Sweeps every `sweepIntervalMs` (one sweep at a time), until `close()`. */
   startSweeping(): void {
     if (this.sweepTimer) return;
     this.sweepTimer = setInterval(() => {
-      this.sweeping ??= this.sweepAll().finally(() => (this.sweeping = undefined));
+      this.sweeping ??= this.sweep()
+        .then(
+          () => undefined,
+          (err: unknown) =>
+            this.logger.warn(
+              `idempotency: sweeping expired keys failed: ${err instanceof Error ? err.message : String(err)}`,
+            ),
+        )
+        .finally(() => (this.sweeping = undefined));
     }, this.sweepIntervalMs);
     this.sweepTimer.unref();
   }
 
   async close(): Promise<void> {
+    this.closed = true;
     clearInterval(this.sweepTimer);
     this.sweepTimer = undefined;
     await this.sweeping;
     await this.listener.close();
-  }
-
-  private async sweepAll(): Promise<void> {
-    try {
-      for (let i = 0; i < MAX_BATCHES_PER_SWEEP; i++) {
-        const { keys, frameLogs } = await this.sweepExpired();
-        if (keys < this.sweepBatch && frameLogs < this.sweepBatch) return;
-      }
-    } catch (err) {
-      this.logger.warn(
-        `idempotency: sweeping expired keys failed: ${err instanceof Error ? err.message : String(err)}`,
-      );
-    }
   }
 
   private pool(): Pool {
