@@ -11,8 +11,9 @@ import { MigrationInterface, QueryRunner } from 'typeorm';
  * rewrites nothing and takes its lock for a moment, where a type change
  * rewrites both tables under an exclusive lock that every claim would wait
  * on; and the previous version, still running while the rollout replaces
- * it, keeps working (its prepared statements and its rows are unchanged;
- * only the answers it could never store are invisible to it).
+ * it, keeps working: its prepared statements and its rows are unchanged, and
+ * it reads every answer it could have stored itself. One it could not (kept
+ * as bytes only) it would replay with an empty body, until it is replaced.
  */
 export class IdempotencyBytes1764892800000 implements MigrationInterface {
   name = 'IdempotencyBytes1764892800000';
