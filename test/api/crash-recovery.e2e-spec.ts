@@ -61,7 +61,6 @@ describe('an api that dies holding a key', () => {
       5000,
       'the claim',
     );
-    const claimedAt = Date.now();
     dying.kill('SIGKILL');
     expect(await dying.exited).toEqual({ code: null, signal: 'SIGKILL' });
     // The client saw the connection drop, not an answer.
@@ -79,11 +78,11 @@ describe('an api that dies holding a key', () => {
       await sleep(retryAfter * 1000);
       res = await post(healthy, key);
     }
-    const recoveredMs = Date.now() - claimedAt;
     expect(res.status).toBe(202);
     expect(waits.length).toBeGreaterThan(0);
-    // Within the lock TTL plus the last Retry-After (1 s) and a little for the round trips.
-    expect(recoveredMs).toBeLessThan(LOCK_TTL_MS + 1000 + 500);
+    // Told to wait, in all, no longer than the lock TTL and one Retry-After second: the key was freed by the lease
+    // ending, not by anything longer (each wait follows the lock's own remaining time, however slow the machine).
+    expect(waits.reduce((a, b) => a + b, 0)).toBeLessThanOrEqual(Math.ceil(LOCK_TTL_MS / 1000) + 1);
 
     const jobId = jobIdFor(`${TENANT_A.tenant}:POST:/v1/summaries:${key}`);
     expect(((await res.json()) as { job_id: string }).job_id).toBe(jobId);

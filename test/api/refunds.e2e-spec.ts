@@ -560,7 +560,7 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       expect(lookupsFor(fake, refundId)).toHaveLength(aRes.status === 503 ? 3 : 2);
     });
 
-    it('a success records the refund and removes its mark; a refusal keeps the mark (one send), and its replay sends nothing', async () => {
+    it('a success records the refund and removes its mark; a refusal removes it too (stored with it), and its replay sends nothing', async () => {
       const paidKey = newKey();
       const paidBody = newBody();
       await expectPaidOnce(await post(paidKey, paidBody), paidKey, paidBody);
@@ -571,22 +571,50 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       fake.nextPayouts({ kind: 'refuse' });
       const refused = await post(key, body);
       expect(refused.status).toBe(422);
+      expect(refused.headers['content-type']).toMatch(PROBLEM_JSON);
+      expect(refused.headers.location).toBeUndefined();
       expect(refused.body.type).toBe(RefundProblemTypes.paymentRefused);
       expect(await rows(refundIdOf(key))).toEqual([]);
       const rec = await record(key);
       expect(rec).toMatchObject({ state: 'completed', status: 422 });
       expect(JSON.parse(rec!.body!)).toEqual(refused.body);
-      const mark = await oneMarkFor(key, body);
-      expect(mark.sends).toBe(1);
+      expect(await attemptRows(db, refundIdOf(key))).toEqual([]);
 
       const replay = await post(key, body);
       expect(replay.status).toBe(422);
       expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(replay.headers['content-type']).toMatch(PROBLEM_JSON);
       expect(replay.body).toEqual(refused.body);
       expect(payoutPostsFor(fake, refundIdOf(key))).toHaveLength(1);
       expect(lookupsFor(fake, refundIdOf(key))).toHaveLength(0);
-      expect(fake.payouts).toHaveLength(1);
-      expect(await oneMarkFor(key, body)).toEqual(mark);
+      expect(fake.payouts.filter((p) => p.reference === refundIdOf(key))).toEqual([]);
+      expect(await attemptRows(db, refundIdOf(key))).toEqual([]);
+
+      // Its record swept, the key pays afresh: no mark, so no lookup first.
+      await forgetRecord(db, operation(key));
+      await expectPaidOnce(await post(key, body), key, body);
+      expect(payoutPostsFor(fake, refundIdOf(key))).toHaveLength(2);
+      expect(lookupsFor(fake, refundIdOf(key))).toHaveLength(0);
+      expect(await attemptRows(db, refundIdOf(key))).toEqual([]);
+    });
+
+    it('a refusal of a resend (the first send dropped, looked up absent) removes the mark of both sends', async () => {
+      const key = newKey();
+      const body = newBody();
+      fake.nextPayouts({ kind: 'drop' });
+      await expectUnknownUnpaid(await post(key, body), key, body);
+
+      await windowOver(key);
+      fake.nextPayouts({ kind: 'refuse', status: 422, body: REFUSAL });
+      const refused = await post(key, body);
+      expect(refused.status).toBe(422);
+      expect(refused.body.type).toBe(RefundProblemTypes.paymentRefused);
+      expect(payoutPostsFor(fake, refundIdOf(key))).toHaveLength(2);
+      expect(lookupsFor(fake, refundIdOf(key))).toHaveLength(2);
+      expect(fake.payouts).toHaveLength(0);
+      expect(await record(key)).toMatchObject({ state: 'completed', status: 422 });
+      expect(await attemptRows(db, refundIdOf(key))).toEqual([]);
+      expect(await rows(refundIdOf(key))).toEqual([]);
     });
 
     it('a key whose request died before sending anything (a dead record, no mark): the takeover pays with no lookup, once', async () => {

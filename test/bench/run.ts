@@ -1,8 +1,9 @@
 /*
  * npm run bench: the benchmarks, never part of npm test. Runs against the
- * Redis and PostgreSQL of REDIS_URL / DATABASE_URL, in Redis databases 13 to
- * 15 and databases of their own (llmwf_bench*, migrated here), so a
- * developer's data is not touched. Every figure is printed; a run of every
+ * Redis and PostgreSQL of TEST_REDIS_URL / TEST_DATABASE_URL (else
+ * REDIS_URL / DATABASE_URL), in Redis databases 13 to 15 (TEST_SLOT=4's:
+ * never beside a test run in that slot) and databases of their own
+ * (llmwf_bench*, migrated here), so a developer's data is not touched. Every figure is printed; a run of every
  * part also writes them, with the date, the machine and its load, to
  * docs/bench-results.md (BENCH_RESULTS=<file> writes any run elsewhere).
  */
@@ -17,11 +18,13 @@ import { benchGateway, type GatewayBenchResults } from './gateway.bench';
 import { benchHostileInput } from './hostile-input.bench';
 import { benchIdempotencyStores } from './idempotency-stores.bench';
 import { benchRefunds } from './refunds.bench';
+import { BASE_DATABASE_URL, BASE_REDIS_URL } from '../support/infra';
 import { benchDatabaseNamed } from './support';
 import { benchWorkerSideBySide, printWorkerSideBySide } from './worker-side-by-side.bench';
 
-const redisBase = (process.env.REDIS_URL ?? 'redis://127.0.0.1:6379').replace(/\/\d*$/, '');
-const databaseUrl = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+// The tests' servers (TEST_REDIS_URL / TEST_DATABASE_URL, else REDIS_URL / DATABASE_URL).
+const redisBase = BASE_REDIS_URL;
+const databaseUrl = BASE_DATABASE_URL;
 
 /**
  * BENCH=api,worker runs only those parts; unset, all:

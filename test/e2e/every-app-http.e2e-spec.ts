@@ -70,6 +70,15 @@ describe.each<[BuiltApp, number]>([
     },
   );
 
+  it('a query string is logged with its names and its path, never its values', async () => {
+    const id = `${app}-query-${Math.random().toString(36).slice(2)}`;
+    const res = await fetch(`${proc.url}/nope?key=query-secret-${app}&page=2`, { headers: { 'x-request-id': id } });
+    expect(res.status).toBe(404);
+    const line = await lineOf(id);
+    expect((line.req as { url?: string }).url).toBe('/nope?key=[redacted]&page=[redacted]');
+    expect(proc.stdout()).not.toContain(`query-secret-${app}`);
+  });
+
   it("Node's process warnings are JSON log lines, not text on stderr, even one raised before the logger existed", async () => {
     const line = await eventually(() => proc.lines.find((l) => l.warning === 'TestWarning'), 5000, 'the warning line');
     expect(line).toMatchObject({ level: 40, msg: 'raised while the app starts', context: 'ProcessWarning' });

@@ -2,7 +2,13 @@ import { IdempotencyStore, RedisIdempotencyStore } from '@app/idempotency';
 import { LockLease } from '@app/idempotency/lock-lease';
 import type { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
-import { freshRedis, sleep } from '../support/infra';
+import { freshRedis } from '../support/infra';
+
+/** One renewal as the store saw it: when (on the lease's clock) and what came of it. */
+interface Renewal {
+  readonly at: number;
+  readonly result: 'error' | boolean;
+}
 
 describe('LockLease on Redis', () => {
   let redis: Redis;
@@ -10,22 +16,40 @@ describe('LockLease on Redis', () => {
     redis = await freshRedis();
   });
   afterAll(() => redis.disconnect());
+  afterEach(() => jest.useRealTimers());
 
-  it('one failed renewal does not lose the lock: the next try comes well before it expires', async () => {
+  it('one failed renewal does not lose the lock: the retry comes an eighth of the TTL later, inside the TTL', async () => {
+    // The lease's clock is jest's, moved step by step: a busy machine cannot
+    // push one step past another (this test once failed on a 67 ms margin of
+    // real time). Redis answers every renewal for real; the test waits for
+    // each answer before it moves the clock on.
+    jest.useFakeTimers({ doNotFake: ['nextTick', 'setImmediate', 'queueMicrotask'], now: 0 });
     const real = new RedisIdempotencyStore(redis);
-    let renewals = 0;
-    // The real store, with one blip: the first renewal times out after 150 ms.
+    const renewals: Renewal[] = [];
+    /** When each renewal was sent: checked before its answer is awaited, so one that never comes fails at once. */
+    const sent: number[] = [];
+    const answered: (() => void)[] = [];
+    const renewalAnswered = (n: number) => new Promise<void>((resolve) => (answered[n - 1] = resolve));
+    const seen = (renewal: Renewal) => {
+      renewals.push(renewal);
+      answered[renewals.length - 1]?.();
+    };
+    // The real store, with one blip: the first renewal times out 150 ms after it was sent.
     const store: IdempotencyStore = {
       claim: real.claim.bind(real),
       complete: real.complete.bind(real),
       release: real.release.bind(real),
       renew: async (...args) => {
-        renewals += 1;
-        if (renewals === 1) {
-          await sleep(150);
+        const at = Date.now();
+        sent.push(at);
+        if (renewals.length === 0) {
+          await new Promise((r) => setTimeout(r, 150));
+          seen({ at, result: 'error' });
           throw new Error('Command timed out');
         }
-        return real.renew(...args);
+        const ours = await real.renew(...args);
+        seen({ at, result: ours });
+        return ours;
       },
     };
     const key = `tenant:POST:/lease:${randomUUID()}`;
@@ -33,9 +57,10 @@ describe('LockLease on Redis', () => {
     expect(await real.claim(key, 'ours', 'fp', ttlMs)).toEqual({ outcome: 'claimed' });
     const lost: string[] = [];
     const errors: unknown[] = [];
-    // Renewal is due at 133 ms (a third of the TTL) and fails at 283 ms; the
-    // lock expires at 400 ms. Waiting another third would try at 416 ms, too
-    // late; the retry after an error comes 50 ms later (an eighth).
+    // Claimed at 0, so the lock expires at 400 unless renewed. Renewal is due
+    // at 133 (a third of the TTL) and fails at 283. Waiting another third
+    // would try at 416, too late; the retry after an error comes an eighth
+    // later, at 333.
     const lease = new LockLease(
       store,
       key,
@@ -45,7 +70,29 @@ describe('LockLease on Redis', () => {
       (err) => errors.push(err),
     );
     try {
-      await sleep(1000);
+      const first = renewalAnswered(1);
+      await jest.advanceTimersByTimeAsync(133 + 150);
+      expect(sent).toEqual([133]);
+      await first;
+      expect(errors).toHaveLength(1);
+
+      const retry = renewalAnswered(2);
+      await jest.advanceTimersByTimeAsync(50);
+      expect(sent).toEqual([133, 333]);
+      await retry;
+      expect(renewals).toEqual([
+        { at: 133, result: 'error' },
+        { at: 333, result: true },
+      ]);
+      expect(renewals[1].at).toBeLessThan(ttlMs);
+
+      // Back to a third of the TTL after a renewal that worked: 466, inside the 733 it bought.
+      const next = renewalAnswered(3);
+      await jest.advanceTimersByTimeAsync(133);
+      expect(sent).toEqual([133, 333, 466]);
+      await next;
+      expect(renewals[2]).toEqual({ at: 466, result: true });
+
       expect(errors).toHaveLength(1);
       expect(lost).toEqual([]);
       expect(lease.lost).toBe(false);

@@ -188,11 +188,10 @@ describe('HttpChatCompletionsUpstream against a local provider', () => {
   });
 
   it('is an UpstreamTimeoutError when the provider never answers and the signal times out', async () => {
+    // The provider never answers: only the signal can end the call.
     provider.handle = () => undefined;
-    const t0 = performance.now();
     const err = await upstream.send(request({ signal: AbortSignal.timeout(200) })).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(UpstreamTimeoutError);
-    expect(performance.now() - t0).toBeLessThan(1000);
     // The connection is closed, not left to the provider.
     await delay(50);
     expect(provider.connections[0].destroyed).toBe(true);

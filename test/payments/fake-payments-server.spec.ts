@@ -354,11 +354,12 @@ describe('FakePaymentsServer driven by the production HttpPaymentsProvider', () 
 
   describe('stop', () => {
     it('destroys hanging and gated requests, rejects pending arrivals, and is idempotent', async () => {
-      const patient = new HttpPaymentsProvider({ baseUrl: server.url(), timeoutMs: 5000 });
+      // Every wait is an hour or more: only stop() can end these calls within the test's time.
+      const patient = new HttpPaymentsProvider({ baseUrl: server.url(), timeoutMs: 3_600_000 });
       server.nextPayouts(
         { kind: 'hang' },
         { kind: 'gate', gate: new Promise(() => undefined) },
-        { kind: 'pay', delayMs: 10_000 },
+        { kind: 'pay', delayMs: 3_600_000 },
       );
       server.nextLookups({ kind: 'hang' });
       // Each outcome caught at once: they settle during stop(), before they are awaited.
@@ -375,10 +376,8 @@ describe('FakePaymentsServer driven by the production HttpPaymentsProvider', () 
         (e: unknown) => e,
       );
 
-      const started = Date.now();
       await server.stop();
       await server.stop();
-      expect(Date.now() - started).toBeLessThan(1000);
 
       for (const call of calls) expect((await call).reason).toBe('connection');
       expect(await never).toEqual(new Error('FakePaymentsServer: stopped while waiting for 10 payout request(s)'));

@@ -14,12 +14,15 @@ import { TcpProxy } from '../support/tcp-proxy';
 import { FakeProvider, insertOutboxRows, startRelay, type RelayHarness } from './relay-harness';
 
 /**
- * OUTBOX_POLL_MS is 10 s here: anything delivered within a couple of seconds
- * was woken by the commit (or by the LISTEN connection coming back), not by
- * polling.
+ * OUTBOX_POLL_MS is an hour here: any row delivered while a test runs was
+ * woken by its commit (or by the LISTEN connection coming back), never by
+ * polling. The tests wait for deliveries with a bound far past the time one
+ * takes (WAKE_BOUND_MS): a bound on the test, not a claim about speed.
  */
+const POLL_MS = '3600000';
+const WAKE_BOUND_MS = 20_000;
+
 describe('relay: woken by the commit, LISTEN reconnects, health', () => {
-  const PROMPTLY_MS = 2000;
   let ds: DataSource;
   let writer: SummaryWriter;
   let provider: FakeProvider;
@@ -45,10 +48,10 @@ describe('relay: woken by the commit, LISTEN reconnects, health', () => {
     await truncateAll(ds);
     writer = new SummaryWriter(ds, new SummaryRepository());
     provider = await FakeProvider.start(freePort(50));
-    relay = await startRelay({ env: { NOTIFY_WEBHOOK_URL: provider.url, OUTBOX_POLL_MS: '10000' } });
+    relay = await startRelay({ env: { NOTIFY_WEBHOOK_URL: provider.url, OUTBOX_POLL_MS: POLL_MS } });
     server = relay.app.getHttpServer() as Server;
     await eventually(() => (relay.listener.listening ? true : undefined), 5000, 'the LISTEN connection');
-    // The start-up pass found nothing; the loop now sleeps for 10 s unless woken.
+    // The start-up pass found nothing; the loop now sleeps for an hour unless woken.
     await sleep(300);
   });
   afterAll(async () => {
@@ -57,18 +60,16 @@ describe('relay: woken by the commit, LISTEN reconnects, health', () => {
     await ds.destroy();
   });
 
-  it('delivers a row committed through SummaryWriter well before the poll interval', async () => {
-    const committed = Date.now();
+  it('delivers a row committed through SummaryWriter without waiting for the poll interval', async () => {
     const key = await commitSummary();
-    await deliveredWithin(key, PROMPTLY_MS);
-    expect(provider.deliveriesFor(key)[0].receivedAt - committed).toBeLessThan(PROMPTLY_MS);
+    await deliveredWithin(key, WAKE_BOUND_MS);
     expect(provider.deliveriesFor(key)).toHaveLength(1);
     await eventually(
       async () => {
         const [row] = await ds.query('SELECT sent_at FROM outbox WHERE dedupe_key = $1', [key]);
         return row.sent_at ? true : undefined;
       },
-      PROMPTLY_MS,
+      WAKE_BOUND_MS,
       'the row recorded as sent',
     );
   });
@@ -88,7 +89,7 @@ describe('relay: woken by the commit, LISTEN reconnects, health', () => {
 
     // Committed while the listener is (probably) down: the pass after reconnecting finds it.
     const during = await commitSummary();
-    await deliveredWithin(during, PROMPTLY_MS + 1000);
+    await deliveredWithin(during, WAKE_BOUND_MS);
 
     await eventually(
       () => {
@@ -101,7 +102,7 @@ describe('relay: woken by the commit, LISTEN reconnects, health', () => {
     await request(server).get('/health/ready').expect(200);
 
     const after = await commitSummary();
-    await deliveredWithin(after, PROMPTLY_MS);
+    await deliveredWithin(after, WAKE_BOUND_MS);
     expect(provider.deliveriesFor(during)).toHaveLength(1);
     expect(provider.deliveriesFor(after)).toHaveLength(1);
   });
@@ -136,10 +137,9 @@ describe('relay: woken by the commit, LISTEN reconnects, health', () => {
 
 /**
  * Only the LISTEN connection goes through a proxy that can hang it; the
- * relay's queries use the pool directly. OUTBOX_POLL_MS is 10 s, as above.
+ * relay's queries use the pool directly. OUTBOX_POLL_MS is an hour, as above.
  */
 describe('relay: a LISTEN connection that hangs without closing', () => {
-  const PROMPTLY_MS = 2000;
   let ds: DataSource;
   let provider: FakeProvider;
   let proxy: TcpProxy;
@@ -154,7 +154,7 @@ describe('relay: a LISTEN connection that hangs without closing', () => {
     provider = await FakeProvider.start(freePort(51));
     proxy = await TcpProxy.start(freePort(52), testDatabaseUrl());
     relay = await startRelay({
-      env: { NOTIFY_WEBHOOK_URL: provider.url, OUTBOX_POLL_MS: '10000' },
+      env: { NOTIFY_WEBHOOK_URL: provider.url, OUTBOX_POLL_MS: POLL_MS },
       override: (b) =>
         b.overrideProvider(OutboxListener).useFactory({
           factory: (options: OutboxRelayOptions) =>
@@ -177,7 +177,7 @@ describe('relay: a LISTEN connection that hangs without closing', () => {
     const oldPid = relay.listener.backendPid;
     expect(oldPid).toEqual(expect.any(Number));
     expect(proxy.freezeOpenConnections()).toBe(1);
-    // Its notification is stuck in the hung connection: only a new LISTEN (or the 10 s poll) finds the row.
+    // Its notification is stuck in the hung connection: only a new LISTEN finds the row.
     const [during] = await insertOutboxRows(ds, 1, 'hung');
 
     // The probe (every 5 s in Kubernetes) fails on the silent connection, and the listener replaces it.
@@ -191,11 +191,11 @@ describe('relay: a LISTEN connection that hangs without closing', () => {
       5000,
       'a new LISTEN connection',
     );
-    await deliveredWithin(during, PROMPTLY_MS);
+    await deliveredWithin(during, WAKE_BOUND_MS);
     await request(server).get('/health/ready').expect(200);
 
     const [after] = await insertOutboxRows(ds, 1, 'after');
-    await deliveredWithin(after, PROMPTLY_MS);
+    await deliveredWithin(after, WAKE_BOUND_MS);
     expect(provider.deliveriesFor(during)).toHaveLength(1);
     expect(provider.deliveriesFor(after)).toHaveLength(1);
   });

@@ -8,9 +8,26 @@ import { DataSource } from 'typeorm';
  * Each jest worker gets its own Redis database and PostgreSQL database, so
  * suites in different workers run in parallel without meeting; suites in one
  * worker run one after the other and start by clearing what they use.
+ *
+ * What a run takes and erases (README, "Tests"): on the Redis server of
+ * TEST_REDIS_URL, databases 1 + slot * 3 + (worker - 1), flushed; on the
+ * PostgreSQL server of TEST_DATABASE_URL, databases llmwf_test_s<slot>_w<worker>,
+ * dropped and made afresh; loopback ports from freePort() and clusterPorts().
+ * Each variable falls back to REDIS_URL / DATABASE_URL, then to the local
+ * default, as the benches' do.
  */
-export const BASE_REDIS_URL = (process.env.REDIS_URL ?? 'redis://127.0.0.1:6379').replace(/\/\d*$/, '');
-export const BASE_DATABASE_URL = process.env.DATABASE_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres';
+
+/** The Redis server the tests use: TEST_REDIS_URL, else REDIS_URL, else local; any database number in it is dropped. */
+export const BASE_REDIS_URL = (process.env.TEST_REDIS_URL || process.env.REDIS_URL || 'redis://127.0.0.1:6379').replace(
+  /\/\d*$/,
+  '',
+);
+/**
+ * The PostgreSQL server the tests use, as a URL of a database on it they may connect to (not one they write):
+ * TEST_DATABASE_URL, else DATABASE_URL, else local.
+ */
+export const BASE_DATABASE_URL =
+  process.env.TEST_DATABASE_URL || process.env.DATABASE_URL || 'postgres://postgres@127.0.0.1:5432/postgres';
 
 export function workerId(): number {
   return Number(process.env.JEST_WORKER_ID ?? '1');

@@ -210,12 +210,16 @@ export function pickHeaders(all: HeaderValues, allowlist: ReadonlySet<string>): 
  * transaction), as it is stored: JSON, allowlisted headers.
  */
 export function jsonAnswer(answer: RecoveredAnswer, allowlist: ReadonlySet<string>): StoredResponse {
+  // A JSON media type the answer names (a problem+json refusal) is kept: its replays must say what it is.
+  const named = answer.headers?.['content-type'];
   const headers = {
     ...pickHeaders(answer.headers ?? {}, allowlist),
-    'content-type': 'application/json; charset=utf-8',
+    'content-type': named && JSON_MEDIA_TYPE.test(named) ? named : 'application/json; charset=utf-8',
   };
   return { status: answer.status, headers, body: Buffer.from(JSON.stringify(answer.body) ?? '') };
 }
+
+const JSON_MEDIA_TYPE = /^application\/(?:[\w.-]+\+)?json\s*(?:;|$)/i;
 
 /** The bytes Express will send for a handler's return value, or undefined if it is not storable. */
 function serialiseBody(body: unknown): { text: string; contentType: string } | undefined {

@@ -4,6 +4,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { LoggerModule } from 'nestjs-pino';
 import { destination } from 'pino';
 import { answeredByServer } from './answered-by-server';
+import { redactedUrl } from './redacted-url';
 
 export interface LoggingOptions {
   readonly level: string;
@@ -19,7 +20,8 @@ const isProbe = (url: string | undefined): boolean =>
 /**
  * JSON logs through pino, one line per answer with a request id (taken from
  * X-Request-Id when it looks like one, else new, and echoed back). Secrets and
- * bodies stay out: auth headers and idempotency keys are redacted.
+ * bodies stay out: auth headers, idempotency keys and query values are
+ * redacted.
  *
  * Lines go to stdout asynchronously: a line is handed to the kernel once the
  * write before it is done, so under load the lines of many answers go in one
@@ -64,11 +66,12 @@ export class LoggingModule {
                 ],
                 censor: '[redacted]',
               },
+              // Also what libs/http's own refusal lines (a 408 before any route) log as `req`.
               serializers: {
                 req: (req: { id: unknown; method: string; url: string }) => ({
                   id: req.id,
                   method: req.method,
-                  url: req.url,
+                  url: redactedUrl(req.url),
                 }),
               },
             },

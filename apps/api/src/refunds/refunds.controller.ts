@@ -7,7 +7,7 @@ import {
   type IdempotencyRequestContext,
   type PendingIdempotencyRecord,
 } from '@app/idempotency';
-import { ApiProblemResponse } from '@app/problem';
+import { ApiProblemResponse, type ProblemDocument } from '@app/problem';
 import type { Request, Response } from 'express';
 import { ApiKeyGuard } from '../auth/api-key.guard';
 import { Tenant } from '../auth/principal';
@@ -51,10 +51,12 @@ export class RefundsController {
     @IdempotencyRecord() pending: PendingIdempotencyRecord,
     @Req() req: Request,
     @Res({ passthrough: true }) res: Response,
-  ): Promise<RefundDto> {
-    const refund = await this.refunds.refund(idempotency, body, pending, req);
-    res.location(`/v1/refunds/${refund.refund_id}`);
-    return refund;
+  ): Promise<RefundDto | ProblemDocument> {
+    const result = await this.refunds.refund(idempotency, body, pending, req);
+    // Refused: the interceptor sends the 422 stored with the refusal, not this body.
+    if ('refused' in result) return result.refused;
+    res.location(`/v1/refunds/${result.paid.refund_id}`);
+    return result.paid;
   }
 
   /** The tenant's own refund; 404 for any other id. */

@@ -16,7 +16,13 @@ import {
   type SendClaim,
   type StoredRefund,
 } from '@app/persistence';
-import { PROBLEM_TYPE_PREFIX, ProblemException, serviceUnavailable } from '@app/problem';
+import {
+  PROBLEM_CONTENT_TYPE,
+  PROBLEM_TYPE_PREFIX,
+  type ProblemDocument,
+  ProblemException,
+  serviceUnavailable,
+} from '@app/problem';
 import { DataSource } from 'typeorm';
 import type { CreateRefundDto, RefundDto, StoredRefundDto } from './refund.dto';
 import { RefundMetrics } from './refund-metrics';
@@ -74,6 +80,17 @@ export class PaymentRefusedException extends ProblemException {
 }
 
 /**
+ * What a refund request comes to: paid, or refused with the refusal already
+ * stored as the key's answer (the interceptor sends what was stored).
+ */
+export type RefundResult = { readonly paid: RefundDto } | { readonly refused: ProblemDocument };
+
+/** A payout sent and settled (paid or refused), or one only a lookup found. */
+type PayResult =
+  | { readonly how: 'paid' | 'found'; readonly payout: Payout }
+  | { readonly how: 'refused'; readonly refusal: PaymentRefusedException; readonly sends: number };
+
+/**
  * A refund is one payout at the provider and one `refunds` row, whatever
  * happens to the requests that ask for it.
  *
@@ -85,7 +102,9 @@ export class PaymentRefusedException extends ProblemException {
  *   late it comes, and none sends another within `resendAfterMs` of the last
  *   send (two PAYMENTS_TIMEOUT_S: one for our request, one for the
  *   provider to finish one we gave up on). The row goes when the refund is
- *   recorded.
+ *   recorded, or with the stored refusal of its last send (nothing was
+ *   paid). Never on a time limit: a send whose answer was lost (a crash, a
+ *   timeout) may have paid, and only a lookup settles it.
  * - An answer that settles nothing (a timeout, a broken connection, a 5xx)
  *   is an unknown outcome, never a failure: the payout is looked up at once;
  *   found, it is recorded; otherwise the request answers 503 and abandons its
@@ -126,23 +145,24 @@ export class RefundsService {
     body: CreateRefundDto,
     pending: PendingIdempotencyRecord,
     request: object,
-  ): Promise<RefundDto> {
+  ): Promise<RefundResult> {
     const facts = factsOf(context, body);
     const state = await this.stateOf(facts.refundId);
     // Recorded already (the key's stored answer may have expired): that is the answer.
-    if (state.paid) return this.answerFrom(state.paid, body);
+    if (state.paid) return { paid: this.answerFrom(state.paid, body) };
     if (state.attempt) {
       assertSameRefund(state.attempt, body);
       if (!this.lookedUpAbsent.has(request)) {
         const found = await this.lookUp(facts.refundId);
-        if (found) return this.recordFound(facts, found, pending);
+        if (found) return { paid: await this.recordFound(facts, found, pending) };
       }
     }
     const payout = await this.pay(facts);
-    if (payout.how === 'found') return this.recordFound(facts, payout.payout, pending);
+    if (payout.how === 'refused') return { refused: await this.recordRefusal(facts, payout, pending) };
+    if (payout.how === 'found') return { paid: await this.recordFound(facts, payout.payout, pending) };
     const answer = await this.record(facts, payout.payout, pending);
     this.metrics.refund('paid');
-    return answer;
+    return { paid: answer };
   }
 
   /**
@@ -215,7 +235,7 @@ export class RefundsService {
    * the lookup that follows an answer settling nothing, or a thrown unknown
    * outcome (503). Nothing is sent while an earlier send may be in flight.
    */
-  private async pay(facts: RefundFacts): Promise<{ how: 'paid' | 'found'; payout: Payout }> {
+  private async pay(facts: RefundFacts): Promise<PayResult> {
     const claim = await this.claimSend(facts);
     if (!claim.sent) {
       this.metrics.refund('unknown');
@@ -250,7 +270,8 @@ export class RefundsService {
     if (result.outcome === 'refused') {
       this.metrics.payout('refused');
       this.metrics.refund('refused');
-      throw new PaymentRefusedException(facts.refundId, result.status, result.body);
+      const refusal = new PaymentRefusedException(facts.refundId, result.status, result.body);
+      return { how: 'refused', refusal, sends: claim.sends };
     }
     this.metrics.payout('paid');
     return { how: 'paid', payout: result.payout };
@@ -290,6 +311,37 @@ export class RefundsService {
     const answer = await this.record(facts, payout, pending);
     this.metrics.refund('found');
     return answer;
+  }
+
+  /**
+   * The refusal stored as the key's answer and the send mark it settles
+   * removed, in one transaction: a refused refund leaves no mark behind, and
+   * a mark never goes without its refusal stored. Not stored (another
+   * request holds the key now, the database failed): the refusal is thrown
+   * for the interceptor to store or release, and the mark stays for the
+   * next request to look up, which finds nothing and sends again.
+   */
+  private async recordRefusal(
+    facts: RefundFacts,
+    refused: Extract<PayResult, { how: 'refused' }>,
+    pending: PendingIdempotencyRecord,
+  ): Promise<ProblemDocument> {
+    const { refusal } = refused;
+    try {
+      await this.dataSource.transaction(async (em) => {
+        await this.rows.settleRefused(em, facts.refundId, refused.sends);
+        await pending.completeWithin(em, {
+          status: refusal.getStatus(),
+          body: refusal.problem,
+          headers: { ...refusal.headers, 'content-type': PROBLEM_CONTENT_TYPE },
+        });
+      });
+    } catch (err) {
+      const why = err instanceof IdempotencyLockLostError ? 'another request holds the key now' : errorText(err);
+      this.logger.warn(`refund ${facts.refundId}: payout refused, refusal not stored with its mark (${why})`);
+      throw refusal;
+    }
+    return refusal.problem;
   }
 
   /** The refund's row and the request's stored answer, in one transaction. */

@@ -207,28 +207,42 @@ describe('RetryPolicy', () => {
   });
 
   it('cuts off an attempt at its wall-clock limit even when the operation ignores its signal', async () => {
-    const policy = new RetryPolicy(
-      { ...defaults, maxAttempts: 2, callTimeoutMs: 50, minUsefulAttemptMs: 10 },
-      { now: () => performance.now() },
-      async () => undefined,
-      () => 0,
-    );
-    let signals = 0;
-    const t0 = performance.now();
-    const err = await policy
-      .run(
-        (signal) => {
-          signal.addEventListener('abort', () => signals++);
-          return new Promise<string>(() => undefined); // hangs for ever
-        },
-        classify,
-        { deadline: performance.now() + 10_000 },
-      )
-      .catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(RetriesExhaustedError);
-    expect((err as RetriesExhaustedError).last?.kind).toBe('timeout');
-    expect(signals).toBe(2);
-    expect(performance.now() - t0).toBeLessThan(1000);
+    // The limit is a real timer: fake timers move it, so "at 50 ms, not at the deadline" is exact.
+    jest.useFakeTimers();
+    try {
+      const policy = new RetryPolicy(
+        { ...defaults, maxAttempts: 2, callTimeoutMs: 50, minUsefulAttemptMs: 10 },
+        { now: () => 0 },
+        async () => undefined,
+        () => 0,
+      );
+      let signals = 0;
+      let settled = false;
+      const outcome = policy
+        .run(
+          (signal) => {
+            signal.addEventListener('abort', () => signals++);
+            return new Promise<string>(() => undefined); // hangs for ever
+          },
+          classify,
+          { deadline: 10_000 },
+        )
+        .catch((e: unknown) => e)
+        .finally(() => (settled = true));
+      await jest.advanceTimersByTimeAsync(49);
+      expect(signals).toBe(0);
+      await jest.advanceTimersByTimeAsync(1);
+      expect(signals).toBe(1);
+      await jest.advanceTimersByTimeAsync(49);
+      expect({ signals, settled }).toEqual({ signals: 1, settled: false });
+      await jest.advanceTimersByTimeAsync(1);
+      const err = await outcome;
+      expect(err).toBeInstanceOf(RetriesExhaustedError);
+      expect((err as RetriesExhaustedError).last?.kind).toBe('timeout');
+      expect(signals).toBe(2);
+    } finally {
+      jest.useRealTimers();
+    }
   });
 
   describe("with many jobs in flight under the consumer's shared signals", () => {
@@ -341,7 +355,18 @@ describe('RetryPolicy', () => {
       const hardStop = sharedSignal();
       const stopRetrying = sharedSignal();
       let sleeping = 0;
-      const policy = realPolicy((ms, signal) => (sleeping++, realSleep(ms, signal)));
+      // Each sleep's own outcome: ended by its signal, or waited out (none may be).
+      const slept: ('cut short' | 'waited out')[] = [];
+      const policy = realPolicy((ms, signal) => {
+        sleeping++;
+        return realSleep(ms, signal).then(
+          () => void slept.push('waited out'),
+          (err: unknown) => {
+            slept.push('cut short');
+            throw err;
+          },
+        );
+      });
       const runs = Array.from({ length: JOBS }, () =>
         policy
           .run(
@@ -355,10 +380,9 @@ describe('RetryPolicy', () => {
       );
       await waitFor(() => sleeping, JOBS);
       expect(listeners(hardStop.signal, stopRetrying.signal)).toEqual([0, 0]);
-      const t0 = performance.now();
       stopRetrying.abort(new Error('shutting down'));
       const errors = await Promise.all(runs);
-      expect(performance.now() - t0).toBeLessThan(1000);
+      expect(slept).toEqual(Array.from({ length: JOBS }, () => 'cut short'));
       expect(errors.every((e) => e instanceof RetryCancelledError && e.attempts === 1)).toBe(true);
       await new Promise((r) => setImmediate(r));
       expect(maxListenerWarnings()).toEqual([]);

@@ -7,7 +7,8 @@ import { MigrationInterface, QueryRunner } from 'typeorm';
  * reference may exist": the next request for the refund looks it up first,
  * whenever it comes (the key's record may be long gone), and no second
  * payout is sent while an earlier one can still be in flight
- * (`last_sent_at`). Refused refunds keep theirs; they are few.
+ * (`last_sent_at`). A refusal of the last send deletes it with the stored
+ * refusal (RefundRepository.settleRefused).
  */
 export class RefundAttempts1764806400000 implements MigrationInterface {
   name = 'RefundAttempts1764806400000';

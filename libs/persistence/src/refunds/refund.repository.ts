@@ -32,10 +32,11 @@ export interface RefundState {
 }
 
 /**
- * The outcome of asking to send a payout: sent (the attempt is recorded), or an earlier send is too recent, by this
- * much.
+ * The outcome of asking to send a payout: sent (the attempt is recorded, this is its `sends`), or an earlier send is
+ * too recent, by this much.
  */
-export type SendClaim = { readonly sent: true } | { readonly sent: false; readonly waitMs: number };
+export type SendClaim =
+  { readonly sent: true; readonly sends: number } | { readonly sent: false; readonly waitMs: number };
 
 interface RefundRow {
   refund_id: string;
@@ -123,7 +124,7 @@ export class RefundRepository {
    * after it leaves the mark for the next request to look up.
    */
   async claimSend(em: EntityManager, facts: RefundFacts, quietMs: number): Promise<SendClaim> {
-    const sent: unknown[] = await em.query(CLAIM_SEND_SQL, [
+    const sent: { sends: number }[] = await em.query(CLAIM_SEND_SQL, [
       facts.refundId,
       facts.tenant,
       facts.ticketId,
@@ -132,7 +133,7 @@ export class RefundRepository {
       facts.currency,
       quietMs,
     ]);
-    if (sent.length === 1) return { sent: true };
+    if (sent[0]) return { sent: true, sends: sent[0].sends };
     const [wait] = await em.query<{ wait_ms: number }[]>(SEND_WAIT_SQL, [facts.refundId, quietMs]);
     return { sent: false, waitMs: wait?.wait_ms ?? quietMs };
   }
@@ -163,6 +164,23 @@ export class RefundRepository {
     const existing = await this.find(em, refund.refundId);
     if (!existing) throw new Error(`refund ${refund.refundId} neither inserted nor found`);
     return existing;
+  }
+
+  /**
+   * Removes the send mark of a payout the provider refused, when that refusal
+   * answered the mark's last send (`sends`): no payout with the reference can
+   * exist then (every earlier send was looked up absent before this one was
+   * let go). A later send (a takeover once the resend window passed) is
+   * another payout whose outcome nobody knows yet: its mark stays. Run in the
+   * transaction that stores the refusal, so the refusal is never stored with
+   * its mark still standing nor the mark gone with no refusal stored.
+   */
+  async settleRefused(em: EntityManager, refundId: string, sends: number): Promise<boolean> {
+    const deleted: unknown[] = await em.query(
+      `DELETE FROM refund_attempts WHERE refund_id = $1 AND sends = $2 RETURNING refund_id`,
+      [refundId, sends],
+    );
+    return deleted.length === 1;
   }
 
   async find(em: EntityManager, refundId: string): Promise<StoredRefund | undefined> {

@@ -1,0 +1,19 @@
+import { redactedUrl } from './redacted-url';
+
+describe('redactedUrl', () => {
+  it.each<[string | undefined, string | undefined]>([
+    ['/v1/summaries', '/v1/summaries'],
+    ['/v1/summaries?key=secret', '/v1/summaries?key=[redacted]'],
+    ['/v1/x?key=secret&page=2', '/v1/x?key=[redacted]&page=[redacted]'],
+    ['/v1/x?sk-live-secret', '/v1/x?[redacted]'],
+    ['/v1/x?key=a=b', '/v1/x?key=[redacted]'],
+    ['/v1/x?a=1&&b=', '/v1/x?a=[redacted]&&b=[redacted]'],
+    ['/v1/x?', '/v1/x?'],
+    ['/v1/x?token=secret#frag', '/v1/x?token=[redacted]'],
+    ['/v1/x#secret', '/v1/x'],
+    ['*', '*'],
+    [undefined, undefined],
+  ])('%s is logged as %s', (url, logged) => {
+    expect(redactedUrl(url)).toBe(logged);
+  });
+});
