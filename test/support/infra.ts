@@ -34,16 +34,19 @@ export function workerId(): number {
 }
 
 /**
- * TEST_SLOT (0 to 4, default 0) lets several test runs share one machine:
+ * TEST_SLOT (0 to 3, default 0) lets several test runs share one machine:
  * each slot has its own Redis databases, PostgreSQL databases and ports.
  */
 export function testSlot(): number {
   const slot = Number(process.env.TEST_SLOT ?? '0');
-  if (!Number.isInteger(slot) || slot < 0 || slot > 4) throw new Error('TEST_SLOT must be 0 to 4');
+  if (!Number.isInteger(slot) || slot < 0 || slot > 3) throw new Error('TEST_SLOT must be 0 to 3');
   return slot;
 }
 
-/** Redis databases 1 to 15, three a slot: jest runs at most two workers (package.json), a third is spare. */
+/**
+ * Redis databases 1 to 12, three a slot (jest runs at most two workers, package.json; a third is spare); 13 to 15
+ * are the benches'.
+ */
 export function testRedisUrl(): string {
   const worker = workerId();
   if (worker > 3) throw new Error(`jest worker ${worker}: the test slots have Redis databases for three workers`);
