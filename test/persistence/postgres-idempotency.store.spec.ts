@@ -1,5 +1,6 @@
 import { describeIdempotencyStoreContract } from '@app/idempotency/testing/idempotency-store.contract';
 import { PostgresIdempotencyStore } from '@app/persistence';
+import { IdempotencySql } from '@app/persistence/idempotency/postgres-idempotency.sql';
 import type { FramesRef } from '@app/idempotency';
 import { randomUUID } from 'node:crypto';
 import { Pool } from 'pg';
@@ -143,6 +144,64 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
       { data: 'data: ☃\n\n', data_bytes: null },
       { data: null, data_bytes: Buffer.from([0xff, 0x0a, 0x0a]) },
     ]);
+  });
+
+  it('reads text back as text: a replay does not carry its body, or a follower its frames, as bytea (hex on the wire)', async () => {
+    const k = key();
+    await store.claim(k, 't', 'fp', 30_000);
+    await store.complete(k, 't', 'fp', { status: 200, headers: {}, body: Buffer.from('naïve ☃') }, 60_000);
+    const [replay] = await ds.query(IdempotencySql.claim, [k, 't2', 'fp', 30_000, randomUUID()]);
+    expect(replay).toMatchObject({ claimed: false, state: 'completed', body: 'naïve ☃', body_bytes: null });
+    const streamed = key();
+    await store.claim(streamed, 't', 'fp', 30_000);
+    await store.frames.begin(streamed, 't', { status: 200, headers: {} });
+    await store.frames.append(streamed, 't', ['data: ☃\n\n']);
+    const { attempt } = await rowOf(streamed);
+    const page = await ds.query(IdempotencySql.read, [attempt, 0, 10]);
+    expect(page.map((r: { kind: string; data: unknown }) => [r.kind, r.data])).toEqual([
+      ['head', JSON.stringify({ status: 200, headers: {} })],
+      ['frame', 'data: ☃\n\n'],
+    ]);
+  });
+
+  it('replays the text of a row that holds both text and bytes (the previous version took it over and wrote text)', async () => {
+    // Written by this version as bytes, taken over after its lock ended by the previous version (whose statements
+    // know no body_bytes) and completed with text: the text is the answer.
+    const k = key();
+    await ds.query(
+      `INSERT INTO idempotency_keys (key, fingerprint, state, attempt, status, headers, body, body_bytes, started_at, expires_at)
+       VALUES ($1, 'fp', 'completed', gen_random_uuid(), 200, '{}', 'the later answer', '\\xff00'::bytea, now(), now() + interval '1 hour')`,
+      [k],
+    );
+    await expect(store.claim(k, 't', 'fp', 30_000)).resolves.toEqual({
+      outcome: 'completed',
+      fingerprint: 'fp',
+      response: { status: 200, headers: {}, body: Buffer.from('the later answer') },
+    });
+    // A frame likewise.
+    const streamed = key();
+    await store.claim(streamed, 't', 'fp', 30_000);
+    await store.frames.begin(streamed, 't', { status: 200, headers: {} });
+    await store.frames.append(streamed, 't', [Buffer.from([0xff])]);
+    const { attempt } = await rowOf(streamed);
+    await ds.query(`UPDATE idempotency_frames SET data = 'text' WHERE attempt = $1 AND kind = 'frame'`, [attempt]);
+    await store.frames.complete(streamed, 't', 'fp', 60_000);
+    const replay = await store.claim(streamed, 't2', 'fp', 30_000);
+    const ref = replay.outcome === 'completed' ? replay.response.frames : undefined;
+    expect(ref).toBeDefined();
+    const frames: string[] = [];
+    for await (const event of store.frames.follow(ref as FramesRef, new AbortController().signal)) {
+      if (event.kind === 'frame') frames.push(event.data.toString('hex'));
+    }
+    expect(frames).toEqual([Buffer.from('text').toString('hex')]);
+  });
+
+  it('stores a body given as a string (a caller written for the text contract) as its UTF-8, rather than throw', async () => {
+    const k = key();
+    await store.claim(k, 't', 'fp', 30_000);
+    const text = { status: 200, headers: {}, body: 'naïve ☃' as unknown as Buffer };
+    await expect(store.complete(k, 't', 'fp', text, 60_000)).resolves.toBe(true);
+    expect(await rowOf(k)).toMatchObject({ body: 'naïve ☃', body_bytes: null });
   });
 
   it('takes over a stale lock in the one claim statement: one winner of many, and the old holder is shut out', async () => {
