@@ -342,9 +342,10 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
       expect(await count(`SELECT count(*) AS n FROM idempotency_frames`)).toBe(0);
     });
 
-    it('deletes everything that expired in one sweep, however much, and nothing live', async () => {
+    it('deletes everything that expired, however much, and nothing live: a sweep at a time, each within its budget', async () => {
       // 25,000 expired rows: past the 10,000 a periodic sweep once took at most (20 batches of 500), which made the
-      // table grow for ever past ~167 keyed requests a second per instance.
+      // table grow for ever past ~167 keyed requests a second per instance. A sweep stops at its budget (20
+      // batches) and says there is more; the next one goes on.
       await seed(25_000, 40);
       await ds.query(
         `INSERT INTO idempotency_frames (attempt, seq, kind, data, expires_at)
@@ -352,10 +353,45 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
                 CASE WHEN i <= 1200 THEN now() - interval '1 second' ELSE now() + interval '1 hour' END
          FROM generate_series(1, 1210) AS i`,
       );
-      expect(await store.sweep()).toEqual({ keys: 25_000, frameLogs: 1200 });
+      expect(await store.sweep()).toEqual({ keys: 10_000, frameLogs: 1200, more: true });
+      expect(await count(`SELECT count(*) AS n FROM idempotency_keys`)).toBe(15_040);
+      expect(await store.sweep()).toEqual({ keys: 10_000, frameLogs: 0, more: true });
+      expect(await store.sweep()).toEqual({ keys: 5_000, frameLogs: 0, more: false });
       expect(await count(`SELECT count(*) AS n FROM idempotency_keys WHERE expires_at <= now()`)).toBe(0);
       expect(await count(`SELECT count(*) AS n FROM idempotency_keys`)).toBe(40);
       expect(await count(`SELECT count(*) AS n FROM idempotency_frames`)).toBe(10);
+    });
+
+    it('sweeps at once when started, and again at once while a sweep leaves more, not an interval later', async () => {
+      const pool = newPool(2);
+      // An interval no test waits for: only the first sweep and the ones that follow it at once can run.
+      const sweeper = new PostgresIdempotencyStore(pool, { sweepIntervalMs: 600_000, sweepBatch: 100, sweepBudget: 2 });
+      try {
+        await seed(1000, 5); // five sweeps of two batches
+        sweeper.startSweeping();
+        await eventually(
+          async () => ((await count(`SELECT count(*) AS n FROM idempotency_keys`)) === 5 ? true : undefined),
+          10_000,
+          'the sweeps',
+        );
+      } finally {
+        await sweeper.close();
+        await pool.end();
+      }
+    });
+
+    it('sweeps nothing once closed', async () => {
+      const pool = newPool(2);
+      const sweeper = new PostgresIdempotencyStore(pool, { sweepBatch: 100 });
+      try {
+        await seed(10, 0);
+        await sweeper.close();
+        expect(await sweeper.sweep()).toEqual({ keys: 0, frameLogs: 0, more: false });
+        expect(await count(`SELECT count(*) AS n FROM idempotency_keys`)).toBe(10);
+      } finally {
+        await sweeper.close();
+        await pool.end();
+      }
     });
 
     it('sweeps periodically once started, until closed', async () => {
