@@ -4,7 +4,8 @@ import { IdempotencySql } from '@app/persistence/idempotency/postgres-idempotenc
 import type { FramesRef } from '@app/idempotency';
 import { randomUUID } from 'node:crypto';
 import { Pool } from 'pg';
-import type { DataSource } from 'typeorm';
+import type { DataSource, QueryRunner } from 'typeorm';
+import { IdempotencyBytes1764892800000 } from '@app/persistence/migrations/1764892800000-idempotency-bytes';
 import { eventually, freePort, sleep, testDatabaseUrl, testDataSource } from '../support/infra';
 
 const newPool = (max = 10) =>
@@ -202,6 +203,50 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
     const text = { status: 200, headers: {}, body: 'naïve ☃' as unknown as Buffer };
     await expect(store.complete(k, 't', 'fp', text, 60_000)).resolves.toBe(true);
     expect(await rowOf(k)).toMatchObject({ body: 'naïve ☃', body_bytes: null });
+  });
+
+  it('undoes the bytes migration forgetting only answers kept in bytes alone, not rows the previous version took over', async () => {
+    const seedRow = (k: string, state: string, body: string | null, bytes: string | null, streamed = false) =>
+      ds.query<{ attempt: string }[]>(
+        `INSERT INTO idempotency_keys (key, fingerprint, state, token, attempt, status, headers, body, body_bytes, streamed,
+                                       started_at, locked_until, expires_at)
+         VALUES ($1, 'fp', $2, CASE WHEN $2 = 'running' THEN 't' END, gen_random_uuid(), 200, '{}', $3, $4::bytea, $5,
+                 now(), CASE WHEN $2 = 'running' THEN now() + interval '1 minute' END, now() + interval '1 hour')
+         RETURNING attempt`,
+        [k, state, body, bytes, streamed],
+      );
+    const logOf = (attempt: string) =>
+      ds.query(
+        `INSERT INTO idempotency_frames (attempt, seq, kind, data, data_bytes, expires_at)
+         VALUES ($1, 0, 'open', NULL, NULL, now() + interval '1 hour'), ($1, 1, 'frame', NULL, '\\xff'::bytea, NULL)`,
+        [attempt],
+      );
+    const bytesOnly = key();
+    const takenOverCompleted = key();
+    const takenOverRunning = key();
+    const streamedBytes = key();
+    const streamingBytes = key();
+    await seedRow(bytesOnly, 'completed', null, '\\xff');
+    await seedRow(takenOverCompleted, 'completed', 'text of its own', '\\xff');
+    await seedRow(takenOverRunning, 'running', null, '\\xff');
+    await logOf((await seedRow(streamedBytes, 'completed', '', null, true))[0].attempt);
+    await logOf((await seedRow(streamingBytes, 'running', null, null))[0].attempt);
+    const all = [bytesOnly, takenOverCompleted, takenOverRunning, streamedBytes, streamingBytes];
+    let left: string[] = [];
+    class Undone extends Error {}
+    // In a transaction that is rolled back: this suite's database keeps its schema.
+    await ds
+      .transaction(async (tx) => {
+        await new IdempotencyBytes1764892800000().down(tx.queryRunner as QueryRunner);
+        left = (await tx.query(`SELECT key FROM idempotency_keys WHERE key = ANY($1) ORDER BY key`, [all])).map(
+          (r: { key: string }) => r.key,
+        );
+        throw new Undone();
+      })
+      .catch((err: unknown) => {
+        if (!(err instanceof Undone)) throw err;
+      });
+    expect(left).toEqual([takenOverCompleted, takenOverRunning, streamingBytes].sort());
   });
 
   it('takes over a stale lock in the one claim statement: one winner of many, and the old holder is shut out', async () => {
