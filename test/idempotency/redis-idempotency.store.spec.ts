@@ -73,3 +73,64 @@ describe('RedisIdempotencyStore on Redis', () => {
     }
   });
 });
+
+/*
+ * A body that is not UTF-8 (0xff) replayed while its record is replaced: the
+ * record expires and another request with the same key and body stores
+ * another answer. Timeline: the claim reads A; before any further read of the
+ * record (the seam: the client's whole- or part-record read as bytes), A is
+ * gone and B stored; the replay is then A whole or B whole, never A's status
+ * and headers with B's body. Durable: the claim through runDurably (a
+ * pipeline with WAIT, which no replica here confirms: it only read, so it
+ * answers).
+ */
+describe.each([
+  ['without durability', undefined],
+  ['with durability', { replicas: 1, timeoutMs: 50 }],
+])('RedisIdempotencyStore replaying bytes while the record is replaced (%s)', (_name, durability) => {
+  let redis: Redis;
+  beforeAll(async () => {
+    redis = await freshRedis();
+  });
+  afterAll(() => redis.disconnect());
+
+  it('replays one record: its head with its own body', async () => {
+    const writer = new RedisIdempotencyStore(redis);
+    const store = new RedisIdempotencyStore(redis, { durability });
+    const key = 'tenant-a:POST:/v1/things:replaced-between-reads';
+    const a = { status: 201, headers: { 'x-answer': 'a' }, body: Buffer.from([0xff, 0x41]) };
+    const b = { status: 202, headers: { 'x-answer': 'b' }, body: Buffer.from([0xff, 0x42]) };
+    await writer.claim(key, 'tok-a', 'fp', 30_000);
+    await writer.complete(key, 'tok-a', 'fp', a, 60_000);
+
+    let swaps = 0;
+    const swap = async (): Promise<void> => {
+      if (swaps++ > 0) return;
+      await redis.del(`idem:${key}`); // A expired
+      await writer.claim(key, 'tok-b', 'fp', 30_000);
+      await writer.complete(key, 'tok-b', 'fp', b, 60_000);
+    };
+    const client = redis as unknown as Record<'hmgetBuffer' | 'hgetallBuffer', (...args: unknown[]) => unknown>;
+    const reads = { hmgetBuffer: client.hmgetBuffer, hgetallBuffer: client.hgetallBuffer };
+    for (const name of ['hmgetBuffer', 'hgetallBuffer'] as const) {
+      client[name] = async (...args: unknown[]) => {
+        await swap();
+        return reads[name].apply(redis, args);
+      };
+    }
+    try {
+      const result = await store.claim(key, 'tok-c', 'fp', 30_000);
+      expect(result.outcome).toBe('completed');
+      const response = result.outcome === 'completed' ? result.response : undefined;
+      const replayed = [response?.status, response?.headers, response?.body.toString('hex')];
+      expect([
+        [a.status, a.headers, a.body.toString('hex')],
+        [b.status, b.headers, b.body.toString('hex')],
+      ]).toContainEqual(replayed);
+    } finally {
+      Object.assign(client, reads);
+      await writer.close();
+      await store.close();
+    }
+  });
+});

@@ -1,9 +1,11 @@
 import { describeIdempotencyStoreContract } from '@app/idempotency/testing/idempotency-store.contract';
 import { PostgresIdempotencyStore } from '@app/persistence';
+import { IdempotencySql } from '@app/persistence/idempotency/postgres-idempotency.sql';
 import type { FramesRef } from '@app/idempotency';
 import { randomUUID } from 'node:crypto';
 import { Pool } from 'pg';
-import type { DataSource } from 'typeorm';
+import type { DataSource, QueryRunner } from 'typeorm';
+import { IdempotencyBytes1764892800000 } from '@app/persistence/migrations/1764892800000-idempotency-bytes';
 import { eventually, freePort, sleep, testDatabaseUrl, testDataSource } from '../support/infra';
 
 const newPool = (max = 10) =>
@@ -145,6 +147,108 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
     ]);
   });
 
+  it('reads text back as text: a replay does not carry its body, or a follower its frames, as bytea (hex on the wire)', async () => {
+    const k = key();
+    await store.claim(k, 't', 'fp', 30_000);
+    await store.complete(k, 't', 'fp', { status: 200, headers: {}, body: Buffer.from('naïve ☃') }, 60_000);
+    const [replay] = await ds.query(IdempotencySql.claim, [k, 't2', 'fp', 30_000, randomUUID()]);
+    expect(replay).toMatchObject({ claimed: false, state: 'completed', body: 'naïve ☃', body_bytes: null });
+    const streamed = key();
+    await store.claim(streamed, 't', 'fp', 30_000);
+    await store.frames.begin(streamed, 't', { status: 200, headers: {} });
+    await store.frames.append(streamed, 't', ['data: ☃\n\n']);
+    const { attempt } = await rowOf(streamed);
+    const page = await ds.query(IdempotencySql.read, [attempt, 0, 10]);
+    expect(page.map((r: { kind: string; data: unknown }) => [r.kind, r.data])).toEqual([
+      ['head', JSON.stringify({ status: 200, headers: {} })],
+      ['frame', 'data: ☃\n\n'],
+    ]);
+  });
+
+  it('replays the text of a row that holds both text and bytes (the previous version took it over and wrote text)', async () => {
+    // Written by this version as bytes, taken over after its lock ended by the previous version (whose statements
+    // know no body_bytes) and completed with text: the text is the answer.
+    const k = key();
+    await ds.query(
+      `INSERT INTO idempotency_keys (key, fingerprint, state, attempt, status, headers, body, body_bytes, started_at, expires_at)
+       VALUES ($1, 'fp', 'completed', gen_random_uuid(), 200, '{}', 'the later answer', '\\xff00'::bytea, now(), now() + interval '1 hour')`,
+      [k],
+    );
+    await expect(store.claim(k, 't', 'fp', 30_000)).resolves.toEqual({
+      outcome: 'completed',
+      fingerprint: 'fp',
+      response: { status: 200, headers: {}, body: Buffer.from('the later answer') },
+    });
+    // A frame likewise.
+    const streamed = key();
+    await store.claim(streamed, 't', 'fp', 30_000);
+    await store.frames.begin(streamed, 't', { status: 200, headers: {} });
+    await store.frames.append(streamed, 't', [Buffer.from([0xff])]);
+    const { attempt } = await rowOf(streamed);
+    await ds.query(`UPDATE idempotency_frames SET data = 'text' WHERE attempt = $1 AND kind = 'frame'`, [attempt]);
+    await store.frames.complete(streamed, 't', 'fp', 60_000);
+    const replay = await store.claim(streamed, 't2', 'fp', 30_000);
+    const ref = replay.outcome === 'completed' ? replay.response.frames : undefined;
+    expect(ref).toBeDefined();
+    const frames: string[] = [];
+    for await (const event of store.frames.follow(ref as FramesRef, new AbortController().signal)) {
+      if (event.kind === 'frame') frames.push(event.data.toString('hex'));
+    }
+    expect(frames).toEqual([Buffer.from('text').toString('hex')]);
+  });
+
+  it('stores a body given as a string (a caller written for the text contract) as its UTF-8, rather than throw', async () => {
+    const k = key();
+    await store.claim(k, 't', 'fp', 30_000);
+    const text = { status: 200, headers: {}, body: 'naïve ☃' as unknown as Buffer };
+    await expect(store.complete(k, 't', 'fp', text, 60_000)).resolves.toBe(true);
+    expect(await rowOf(k)).toMatchObject({ body: 'naïve ☃', body_bytes: null });
+  });
+
+  it('undoes the bytes migration forgetting only answers kept in bytes alone, not rows the previous version took over', async () => {
+    const seedRow = (k: string, state: string, body: string | null, bytes: string | null, streamed = false) =>
+      ds.query<{ attempt: string }[]>(
+        `INSERT INTO idempotency_keys (key, fingerprint, state, token, attempt, status, headers, body, body_bytes, streamed,
+                                       started_at, locked_until, expires_at)
+         VALUES ($1, 'fp', $2, CASE WHEN $2 = 'running' THEN 't' END, gen_random_uuid(), 200, '{}', $3, $4::bytea, $5,
+                 now(), CASE WHEN $2 = 'running' THEN now() + interval '1 minute' END, now() + interval '1 hour')
+         RETURNING attempt`,
+        [k, state, body, bytes, streamed],
+      );
+    const logOf = (attempt: string) =>
+      ds.query(
+        `INSERT INTO idempotency_frames (attempt, seq, kind, data, data_bytes, expires_at)
+         VALUES ($1, 0, 'open', NULL, NULL, now() + interval '1 hour'), ($1, 1, 'frame', NULL, '\\xff'::bytea, NULL)`,
+        [attempt],
+      );
+    const bytesOnly = key();
+    const takenOverCompleted = key();
+    const takenOverRunning = key();
+    const streamedBytes = key();
+    const streamingBytes = key();
+    await seedRow(bytesOnly, 'completed', null, '\\xff');
+    await seedRow(takenOverCompleted, 'completed', 'text of its own', '\\xff');
+    await seedRow(takenOverRunning, 'running', null, '\\xff');
+    await logOf((await seedRow(streamedBytes, 'completed', '', null, true))[0].attempt);
+    await logOf((await seedRow(streamingBytes, 'running', null, null))[0].attempt);
+    const all = [bytesOnly, takenOverCompleted, takenOverRunning, streamedBytes, streamingBytes];
+    let left: string[] = [];
+    class Undone extends Error {}
+    // In a transaction that is rolled back: this suite's database keeps its schema.
+    await ds
+      .transaction(async (tx) => {
+        await new IdempotencyBytes1764892800000().down(tx.queryRunner as QueryRunner);
+        left = (await tx.query(`SELECT key FROM idempotency_keys WHERE key = ANY($1) ORDER BY key`, [all])).map(
+          (r: { key: string }) => r.key,
+        );
+        throw new Undone();
+      })
+      .catch((err: unknown) => {
+        if (!(err instanceof Undone)) throw err;
+      });
+    expect(left).toEqual([takenOverCompleted, takenOverRunning, streamingBytes].sort());
+  });
+
   it('takes over a stale lock in the one claim statement: one winner of many, and the old holder is shut out', async () => {
     const k = key();
     await store.claim(k, 'old', 'fp', 100);
@@ -283,9 +387,10 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
       expect(await count(`SELECT count(*) AS n FROM idempotency_frames`)).toBe(0);
     });
 
-    it('deletes everything that expired in one sweep, however much, and nothing live', async () => {
+    it('deletes everything that expired, however much, and nothing live: a sweep at a time, each within its budget', async () => {
       // 25,000 expired rows: past the 10,000 a periodic sweep once took at most (20 batches of 500), which made the
-      // table grow for ever past ~167 keyed requests a second per instance.
+      // table grow for ever past ~167 keyed requests a second per instance. A sweep stops at its budget (20
+      // batches) and says there is more; the next one goes on.
       await seed(25_000, 40);
       await ds.query(
         `INSERT INTO idempotency_frames (attempt, seq, kind, data, expires_at)
@@ -293,10 +398,45 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
                 CASE WHEN i <= 1200 THEN now() - interval '1 second' ELSE now() + interval '1 hour' END
          FROM generate_series(1, 1210) AS i`,
       );
-      expect(await store.sweep()).toEqual({ keys: 25_000, frameLogs: 1200 });
+      expect(await store.sweep()).toEqual({ keys: 10_000, frameLogs: 1200, more: true });
+      expect(await count(`SELECT count(*) AS n FROM idempotency_keys`)).toBe(15_040);
+      expect(await store.sweep()).toEqual({ keys: 10_000, frameLogs: 0, more: true });
+      expect(await store.sweep()).toEqual({ keys: 5_000, frameLogs: 0, more: false });
       expect(await count(`SELECT count(*) AS n FROM idempotency_keys WHERE expires_at <= now()`)).toBe(0);
       expect(await count(`SELECT count(*) AS n FROM idempotency_keys`)).toBe(40);
       expect(await count(`SELECT count(*) AS n FROM idempotency_frames`)).toBe(10);
+    });
+
+    it('sweeps at once when started, and again at once while a sweep leaves more, not an interval later', async () => {
+      const pool = newPool(2);
+      // An interval no test waits for: only the first sweep and the ones that follow it at once can run.
+      const sweeper = new PostgresIdempotencyStore(pool, { sweepIntervalMs: 600_000, sweepBatch: 100, sweepBudget: 2 });
+      try {
+        await seed(1000, 5); // five sweeps of two batches
+        sweeper.startSweeping();
+        await eventually(
+          async () => ((await count(`SELECT count(*) AS n FROM idempotency_keys`)) === 5 ? true : undefined),
+          10_000,
+          'the sweeps',
+        );
+      } finally {
+        await sweeper.close();
+        await pool.end();
+      }
+    });
+
+    it('sweeps nothing once closed', async () => {
+      const pool = newPool(2);
+      const sweeper = new PostgresIdempotencyStore(pool, { sweepBatch: 100 });
+      try {
+        await seed(10, 0);
+        await sweeper.close();
+        expect(await sweeper.sweep()).toEqual({ keys: 0, frameLogs: 0, more: false });
+        expect(await count(`SELECT count(*) AS n FROM idempotency_keys`)).toBe(10);
+      } finally {
+        await sweeper.close();
+        await pool.end();
+      }
     });
 
     it('sweeps periodically once started, until closed', async () => {

@@ -46,6 +46,11 @@ import { bytesOf } from './streamed-answer';
 const ABORTED_FRAMES_TTL_MS = 60_000;
 const PAGE = 256;
 
+/** A field of CLAIM's reply: Buffers by runBuffer, strings through runDurably's pipeline; PTTL and now are numbers. */
+type Field = string | Buffer | number;
+/** `['claimed']`, or `['existing', pttl, now, field, value, ...]`. */
+type ClaimReply = [string | Buffer, ...Field[]];
+
 const CLAIM = new RedisScript(
   'idempotency-claim',
   `local t = redis.call('TIME')
@@ -206,51 +211,60 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   }
 
   async claim(key: string, token: string, fingerprint: string, lockTtlMs: number): Promise<ClaimResult> {
-    let reply: [string, ...(string | number)[]];
-    try {
-      reply = await CLAIM.runDurably(
-        this.redis,
-        [this.recordKey(key)],
-        [token, fingerprint, lockTtlMs],
-        this.durability,
-      );
-    } catch (err) {
-      if (!(err instanceof NotReplicatedError)) throw err;
-      const written = (err.value as [string] | undefined)?.[0] === 'claimed';
-      // Ours, but not on a replica: free it before failing, so the retry is not told the key is in progress.
-      if (written) await this.release(key, token).catch(() => undefined);
-      if (written) throw err;
-      reply = err.value as [string, ...(string | number)[]]; // read only: nothing of ours to lose
+    const durable = (this.durability?.replicas ?? 0) > 0;
+    let reply: ClaimReply;
+    if (!durable) {
+      // One round trip, the reply as bytes: a completed answer's body is replayed as it was stored, not decoded.
+      reply = await CLAIM.runBuffer<ClaimReply>(this.redis, [this.recordKey(key)], [token, fingerprint, lockTtlMs]);
+    } else {
+      try {
+        reply = await CLAIM.runDurably<ClaimReply>(
+          this.redis,
+          [this.recordKey(key)],
+          [token, fingerprint, lockTtlMs],
+          this.durability,
+        );
+      } catch (err) {
+        if (!(err instanceof NotReplicatedError)) throw err;
+        const written = String((err.value as ClaimReply | undefined)?.[0]) === 'claimed';
+        // Ours, but not on a replica: free it before failing, so the retry is not told the key is in progress.
+        if (written) await this.release(key, token).catch(() => undefined);
+        if (written) throw err;
+        reply = err.value as ClaimReply; // read only: nothing of ours to lose
+      }
     }
-    if (reply[0] === 'claimed') return { outcome: 'claimed' };
+    if (String(reply[0]) === 'claimed') return { outcome: 'claimed' };
     const pttl = Number(reply[1]);
     const now = Number(reply[2]);
-    const record = new Map<string, string>();
-    for (let i = 3; i < reply.length; i += 2) record.set(String(reply[i]), String(reply[i + 1]));
-    const fp = record.get('fp') ?? '';
-    if (record.get('state') === 'completed') {
-      const frames = record.get('frames');
-      const text = record.get('body') ?? '';
-      // The script's reply comes decoded as UTF-8, which is exact for every
-      // body that is UTF-8: the common case costs no second round trip. A body
-      // that is not came back with U+FFFD in its place: its bytes are read as
-      // they are.
-      const body = text.includes('\uFFFD') ? await this.bodyBytes(key, fp) : Buffer.from(text, 'utf8');
-      if (body === undefined) return this.claim(key, token, fingerprint, lockTtlMs);
+    let record = new Map<string, Field>();
+    for (let i = 3; i < reply.length; i += 2) record.set(String(reply[i]), reply[i + 1]);
+    if (record.get('state')?.toString() === 'completed') {
+      // The durable claim (a pipeline with WAIT) comes back decoded as UTF-8, which is exact for every body
+      // that is UTF-8. One that is not came back with U+FFFD in its place: the whole record is read again, as
+      // bytes, in one read, and that read alone is the answer: the record the claim saw may have expired and
+      // been replaced meanwhile, and a head of one answer with the body of another must never be replayed.
+      const body = record.get('body');
+      if (typeof body === 'string' && body.includes('\uFFFD')) {
+        const whole = await this.redis.hgetallBuffer(this.recordKey(key));
+        if (whole.state?.toString() !== 'completed') return this.claim(key, token, fingerprint, lockTtlMs);
+        record = new Map(Object.entries(whole));
+      }
+      const frames = record.get('frames')?.toString();
       return {
         outcome: 'completed',
-        fingerprint: fp,
+        fingerprint: record.get('fp')?.toString() ?? '',
         response: {
-          status: Number(record.get('status')),
-          headers: JSON.parse(record.get('headers') ?? '{}') as Record<string, string>,
-          body,
+          status: Number(record.get('status')?.toString()),
+          headers: JSON.parse(record.get('headers')?.toString() ?? '{}') as Record<string, string>,
+          body: bytesOfField(record.get('body')),
           ...(frames ? { frames: frames as FramesRef } : {}),
         },
       };
     }
+    const fp = record.get('fp')?.toString() ?? '';
     // A record written before `started` existed has run for an unknown time: 0.
-    const started = Number(record.get('started') ?? now);
-    const holder = record.get('token');
+    const started = Number(record.get('started')?.toString() ?? now);
+    const holder = record.get('token')?.toString();
     // Our own claim, made by this very call's first send: the connection closed after the script ran and ioredis
     // sent it again. The token is this attempt's alone.
     if (holder === token) return { outcome: 'claimed' };
@@ -261,18 +275,6 @@ export class RedisIdempotencyStore implements IdempotencyStore {
       expiresInMs: pttl > 0 ? pttl : lockTtlMs,
       ...(holder ? { frames: this.framesKey(this.recordKey(key), holder) as FramesRef } : {}),
     };
-  }
-
-  /**
-   * The body of the completed record the claim just read, as bytes; undefined
-   * if that record is gone meanwhile (expired, and the key claimed again):
-   * the claim is then made again. A completed record never changes, so one
-   * that is still there, with the fingerprint the claim saw, is that record.
-   */
-  private async bodyBytes(key: string, fingerprint: string): Promise<Buffer | undefined> {
-    const [state, fp, body] = await this.redis.hmgetBuffer(this.recordKey(key), 'state', 'fp', 'body');
-    if (state?.toString() !== 'completed' || fp?.toString() !== fingerprint || body === null) return undefined;
-    return body;
   }
 
   async complete(
@@ -333,6 +335,10 @@ async function stored(write: Promise<number>, logger: Logger): Promise<number> {
     logger.warn(`a stored idempotent answer is on its master only: ${err.message}`);
     return Number(err.value);
   }
+}
+
+function bytesOfField(value: Field | undefined): Buffer {
+  return Buffer.isBuffer(value) ? value : Buffer.from(String(value ?? ''), 'utf8');
 }
 
 function framesKey(recordKey: string, token: string): string {

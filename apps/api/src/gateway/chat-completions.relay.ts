@@ -233,6 +233,7 @@ export class ChatCompletionsRelay {
       for (;;) {
         const step = await events.next();
         if (step.done) break;
+        // A subarray of the provider's chunk: while a caller or the store holds it, it keeps that whole chunk alive.
         const event = step.value;
         if (first) {
           first = false;

@@ -123,6 +123,11 @@ export function describeIdempotencyStoreContract(name: string, setup: () => Prom
     it.each([
       ['a NUL', Buffer.from('{"text":"a\u0000b"}\u0000', 'utf8')],
       ['bytes that are not UTF-8', Buffer.from([0x7b, 0xff, 0xfe, 0x00, 0xc3, 0x7d])],
+      // A 4-byte character (a surrogate pair in a JS string) beside an invalid byte: neither may split the other.
+      [
+        'a 4-byte character beside an invalid byte',
+        Buffer.concat([Buffer.from('😀'), Buffer.from([0xff]), Buffer.from('😀')]),
+      ],
       ['a real U+FFFD beside an invalid byte', Buffer.concat([Buffer.from('\uFFFD ok '), Buffer.from([0x80])])],
       ['a real U+FFFD alone', Buffer.from('replacement \uFFFD character')],
     ])('stores a body holding %s and returns its bytes exactly', async (_, body) => {

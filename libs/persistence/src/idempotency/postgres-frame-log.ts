@@ -1,4 +1,4 @@
-import { bytesOf, type FrameEvent, type FramesRef, type IdempotencyFrameLog, type StoredHead } from '@app/idempotency';
+import { type FrameEvent, type FramesRef, type IdempotencyFrameLog, type StoredHead } from '@app/idempotency';
 import type { QueryResultRow } from 'pg';
 import type { PgNotificationListener, Subscription } from './pg-notification-listener';
 import { IdempotencySql, textBody } from './postgres-idempotency.sql';
@@ -25,7 +25,7 @@ export class PostgresFrameLog implements IdempotencyFrameLog {
 
   async append(key: string, token: string, frames: readonly (Uint8Array | string)[]): Promise<boolean> {
     if (frames.length === 0) return true;
-    const stored = frames.map((frame) => textBody(bytesOf(frame)));
+    const stored = frames.map((frame) => textBody(frame));
     const params = [key, token, stored.map((f) => f.text), stored.map((f) => f.bytes)];
     return (await this.query(IdempotencySql.append, params)).length === 1;
   }

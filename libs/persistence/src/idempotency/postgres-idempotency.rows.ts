@@ -10,8 +10,10 @@ export interface ClaimRow {
   attempt: string;
   status: number | null;
   headers: Record<string, string> | null;
-  /** The body as bytes (body_bytes, or body's UTF-8): pg hands bytea over as a Buffer. */
-  body: Buffer | null;
+  /** The body as text, where text could hold it. */
+  body: string | null;
+  /** The body as bytes, where text could not (pg hands bytea over as a Buffer). */
+  body_bytes: Buffer | null;
   streamed: boolean;
   running_for_ms: number;
   expires_in_ms: number;
@@ -21,8 +23,10 @@ export interface ClaimRow {
 export interface FrameRow {
   seq: number;
   kind: 'head' | 'frame' | 'end';
-  /** As bytes: a frame's; a head's JSON and an end's outcome as their UTF-8. */
-  data: Buffer | null;
+  /** As text: a head's JSON, an end's outcome, a frame that text could hold. */
+  data: string | null;
+  /** A frame that text could not hold, as bytes. */
+  data_bytes: Buffer | null;
 }
 
 /** What a claim found, as the contract says it (pure: the row is the only fact). */
@@ -45,7 +49,7 @@ export function storedResponseOf(row: ClaimRow, key: string): StoredResponse {
   return {
     status: Number(row.status),
     headers: row.headers ?? {},
-    body: row.body ?? Buffer.alloc(0),
+    body: bytesOfColumns(row.body, row.body_bytes),
     ...(row.streamed ? { frames: framesRef(row.attempt, key) } : {}),
   };
 }
@@ -65,10 +69,19 @@ export function parseRef(ref: FramesRef): { attempt: string; key: string } {
 export function frameEventOf(row: FrameRow): FrameEvent {
   switch (row.kind) {
     case 'head':
-      return { kind: 'head', head: JSON.parse(row.data?.toString('utf8') ?? '{}') as StoredHead };
+      return { kind: 'head', head: JSON.parse(row.data ?? '{}') as StoredHead };
     case 'frame':
-      return { kind: 'frame', data: row.data ?? Buffer.alloc(0) };
+      return { kind: 'frame', data: bytesOfColumns(row.data, row.data_bytes) };
     case 'end':
-      return { kind: 'end', outcome: row.data?.toString('utf8') === 'completed' ? 'completed' : 'aborted' };
+      return { kind: 'end', outcome: row.data === 'completed' ? 'completed' : 'aborted' };
   }
+}
+
+/**
+ * Text first: an instance of the previous version that took a row over writes only the text, and bytes left
+ * from the row's earlier answer must not win over it.
+ */
+function bytesOfColumns(text: string | null, bytes: Buffer | null): Buffer {
+  if (text !== null) return Buffer.from(text, 'utf8');
+  return bytes ?? Buffer.alloc(0);
 }

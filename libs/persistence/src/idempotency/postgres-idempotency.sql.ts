@@ -1,3 +1,4 @@
+import { bytesOf } from '@app/idempotency';
 import { isUtf8 } from 'node:buffer';
 import { createHash } from 'node:crypto';
 
@@ -8,8 +9,10 @@ import { createHash } from 'node:crypto';
  * An answer's body is stored as text in `body` when text can hold it, and
  * otherwise (a NUL, bytes that are not UTF-8) as bytes in `body_bytes`
  * (migration IdempotencyBytes1764892800000), never both (textBody); a
- * frame's data likewise in `data` or `data_bytes`. Either is read back as
- * the bytes the answer was sent as (text as its UTF-8), the text first: an
+ * frame's data likewise in `data` or `data_bytes`. Both are read, as they
+ * are (bytea would cross pg's text protocol as hex: twice the bytes, and a
+ * decode on the event loop), and become the bytes the answer was sent as
+ * (text as its UTF-8), the text first: an
  * instance of the previous version that takes a row over and completes it
  * writes only `body`, and bytes left from the row's earlier answer must not
  * win over it. Two columns rather than one retyped to bytea: the migration
@@ -116,7 +119,7 @@ WITH existing AS (
 )
 SELECT attempt = $5::uuid AS claimed,
        EXISTS (SELECT 1 FROM existing e WHERE e.state = 'running') AS took_over_running,
-       state, fingerprint, attempt, status, headers, COALESCE(convert_to(body, 'UTF8'), body_bytes) AS body, streamed,
+       state, fingerprint, attempt, status, headers, body, body_bytes, streamed,
        GREATEST(0, floor(extract(epoch FROM clock_timestamp() - started_at) * 1000))::float8 AS running_for_ms,
        GREATEST(0, floor(extract(epoch FROM locked_until - clock_timestamp()) * 1000))::float8 AS expires_in_ms
 FROM found`,
@@ -242,8 +245,12 @@ SELECT 1 FROM watched`,
   /** A row back while the attempt holds its lock. $1 key, $2 attempt. */
   alive: `SELECT 1 FROM idempotency_keys WHERE key = $1 AND attempt = $2::uuid AND state = 'running' AND locked_until > now()`,
 
-  /** One page of a log, in seq order, each entry's data as bytes. $1 attempt, $2 the last seq read, $3 page size. */
-  read: `SELECT seq, kind, COALESCE(convert_to(data, 'UTF8'), data_bytes) AS data FROM idempotency_frames WHERE attempt = $1::uuid AND seq > $2 ORDER BY seq LIMIT $3`,
+  /**
+   * One page of a log, in seq order. Text and bytes as separate columns: text crosses the wire as itself, where
+   * bytea would cross as hex (twice the bytes, and a decode in the process). $1 attempt, $2 the last seq read,
+   * $3 page size.
+   */
+  read: `SELECT seq, kind, data, data_bytes FROM idempotency_frames WHERE attempt = $1::uuid AND seq > $2 ORDER BY seq LIMIT $3`,
 
   /**
    * The sweep, in batches: a few hundred rows per statement, each picked by its
@@ -273,7 +280,9 @@ SELECT count(*) FILTER (WHERE seq = 0)::integer AS logs, count(*)::integer AS ro
  * NUL), which is every answer an earlier version could store, so it reads
  * them too; otherwise as bytes. Exactly one of the two is set.
  */
-export function textBody(bytes: Buffer): { text: string | null; bytes: Buffer | null } {
+export function textBody(value: Uint8Array | string): { text: string | null; bytes: Buffer | null } {
+  // A string, from a store implementer's caller that still passes text, is its UTF-8.
+  const bytes = bytesOf(value);
   return isUtf8(bytes) && !bytes.includes(0) ? { text: bytes.toString('utf8'), bytes: null } : { text: null, bytes };
 }
 

@@ -1,6 +1,7 @@
 import { Logger } from '@nestjs/common';
 import type { ClaimResult, IdempotencyStore, StoredResponse } from '@app/idempotency';
 import { randomUUID } from 'node:crypto';
+import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import type { ClientConfig, Pool, QueryResultRow } from 'pg';
 import { DataSource } from 'typeorm';
 import { PgNotificationListener } from './pg-notification-listener';
@@ -16,14 +17,17 @@ export { claimResultOf } from './postgres-idempotency.rows';
 const ENDED_FRAMES_TTL_MS = 60_000;
 const DEFAULT_SWEEP_BATCH = 500;
 const DEFAULT_SWEEP_INTERVAL_MS = 60_000;
+const DEFAULT_SWEEP_BUDGET = 20;
 
 export interface PostgresIdempotencyStoreOptions {
   /** How long a follower waits for news before it checks that the request is still alive. Default 1000. */
   readonly idleCheckMs?: number;
   /** Rows per sweep statement. Default 500. */
   readonly sweepBatch?: number;
-  /** How often `startSweeping()` sweeps (each sweep deletes everything expired). Default a minute. */
+  /** How often `startSweeping()` sweeps, while a sweep leaves nothing expired behind. Default a minute. */
   readonly sweepIntervalMs?: number;
+  /** Batches one sweep runs at most; past them it says there is more, and the next sweep starts at once. Default 20. */
+  readonly sweepBudget?: number;
   /** Shown in pg_stat_activity for the LISTEN connection. Default `idempotency-listen`. */
   readonly listenApplicationName?: string;
 }
@@ -33,6 +37,11 @@ export interface SweepResult {
   readonly keys: number;
   /** Frame logs deleted (whole). */
   readonly frameLogs: number;
+}
+
+export interface SweepRun extends SweepResult {
+  /** The sweep spent its budget (or was closed) with a full batch last: more may have expired. */
+  readonly more: boolean;
 }
 
 /** IdempotencySql.complete's parameters, alike on the store's pool and in a caller's transaction. */
@@ -74,6 +83,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   private readonly logger = new Logger(PostgresIdempotencyStore.name);
   private readonly sweepBatch: number;
   private readonly sweepIntervalMs: number;
+  private readonly sweepBudget: number;
   private sweepTimer: NodeJS.Timeout | undefined;
   private sweeping: Promise<void> | undefined;
   private closed = false;
@@ -86,6 +96,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   ) {
     this.sweepBatch = options.sweepBatch ?? DEFAULT_SWEEP_BATCH;
     this.sweepIntervalMs = options.sweepIntervalMs ?? DEFAULT_SWEEP_INTERVAL_MS;
+    this.sweepBudget = Math.max(1, options.sweepBudget ?? DEFAULT_SWEEP_BUDGET);
     const applicationName = options.listenApplicationName ?? 'idempotency-listen';
     this.listener = new PgNotificationListener(IDEMPOTENCY_FRAMES_CHANNEL, () =>
       listenConfig(this.pool(), applicationName),
@@ -170,46 +181,65 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   }
 
   /**
-   * One sweep: batch after batch until a batch comes back short, so every
-   * row that had expired when it began is gone when it ends (until `close()`
-   * stops it between batches). Bounded by what expired, not by a count: a
-   * cap per sweep (it was 10,000 a minute) is a rate, and past it the table
-   * grows for ever. Each statement stays a batch, so none holds its locks
-   * for long, and the sweeps of several instances take different rows.
+   * One sweep: batch after batch until a batch comes back short, so what had
+   * expired is gone when it ends, unless it spends its budget first
+   * (`sweepBudget` batches): then it says `more`, and `startSweeping()` runs
+   * the next one at once. Not a cap a minute (one of 10,000 rows made the
+   * table grow for ever past ~167 keyed requests a second), and not a loop
+   * that holds a pool connection flat out through a backlog (after a deploy,
+   * an outage): between batches it yields to the event loop, and between
+   * sweeps it goes back through the timer. Each statement stays a batch, so
+   * none holds its locks for long, and the sweeps of several instances take
+   * different rows. After `close()` it sweeps nothing.
    */
-  async sweep(): Promise<SweepResult> {
+  async sweep(): Promise<SweepRun> {
     let keys = 0;
     let frameLogs = 0;
-    for (;;) {
+    for (let batches = 1; !this.closed; batches++) {
       const batch = await this.sweepExpired();
       keys += batch.keys;
       frameLogs += batch.frameLogs;
-      if ((batch.keys < this.sweepBatch && batch.frameLogs < this.sweepBatch) || this.closed) {
-        return { keys, frameLogs };
-      }
+      if (batch.keys < this.sweepBatch && batch.frameLogs < this.sweepBatch) return { keys, frameLogs, more: false };
+      if (batches >= this.sweepBudget) break;
+      await yieldToEventLoop();
     }
+    return { keys, frameLogs, more: keys + frameLogs > 0 };
   }
 
-  /** Sweeps every `sweepIntervalMs` (one sweep at a time), until `close()`. */
+  /**
+   * Sweeps now, then every `sweepIntervalMs`, or at once while a sweep
+   * leaves more (one sweep at a time), until `close()`. The first sweep is
+   * at the start: an instance that starts after a pause takes the backlog
+   * then, not a minute on.
+   */
   startSweeping(): void {
-    if (this.sweepTimer) return;
-    this.sweepTimer = setInterval(() => {
-      this.sweeping ??= this.sweep()
+    if (this.sweepTimer || this.closed) return;
+    this.scheduleSweep(0);
+  }
+
+  private scheduleSweep(delayMs: number): void {
+    this.sweepTimer = setTimeout(() => {
+      this.sweeping = this.sweep()
         .then(
-          () => undefined,
-          (err: unknown) =>
+          (run) => run.more,
+          (err: unknown) => {
             this.logger.warn(
               `idempotency: sweeping expired keys failed: ${err instanceof Error ? err.message : String(err)}`,
-            ),
+            );
+            return false;
+          },
         )
-        .finally(() => (this.sweeping = undefined));
-    }, this.sweepIntervalMs);
+        .then((more) => {
+          this.sweeping = undefined;
+          if (!this.closed) this.scheduleSweep(more ? 0 : this.sweepIntervalMs);
+        });
+    }, delayMs);
     this.sweepTimer.unref();
   }
 
   async close(): Promise<void> {
     this.closed = true;
-    clearInterval(this.sweepTimer);
+    clearTimeout(this.sweepTimer);
     this.sweepTimer = undefined;
     await this.sweeping;
     await this.listener.close();

@@ -12,8 +12,17 @@ import { MigrationInterface, QueryRunner } from 'typeorm';
  * rewrites both tables under an exclusive lock that every claim would wait
  * on; and the previous version, still running while the rollout replaces
  * it, keeps working: its prepared statements and its rows are unchanged, and
- * it reads every answer it could have stored itself. One it could not (kept
- * as bytes only) it would replay with an empty body, until it is replaced.
+ * it reads every answer it could have stored itself.
+ *
+ * The rollout's window: an answer the new version stored as bytes only
+ * (`body_bytes`: a NUL, or bytes that are not UTF-8) is replayed by a pod of
+ * the previous version, which knows only `body`, with its stored status and
+ * headers and an EMPTY body (for most, an empty 200); a streamed answer's
+ * frames kept in `data_bytes` drop out of its replay. Those answers could not
+ * be stored at all before (each retry ran again). The window closes when the
+ * rollout finishes; to have none, scale the previous version to zero before
+ * traffic that can produce such answers reaches the new one. docs/operations.md
+ * (Upgrading) says the same for operators.
  */
 export class IdempotencyBytes1764892800000 implements MigrationInterface {
   name = 'IdempotencyBytes1764892800000';
@@ -25,8 +34,11 @@ export class IdempotencyBytes1764892800000 implements MigrationInterface {
 
   /**
    * The answers stored as bytes are forgotten (their key rows, or their
-   * whole frame logs and the records that name them): a retry runs again,
-   * as it did before `up`.
+   * whole frame logs and the completed records that name them): a retry runs
+   * again, as it did before `up`. Only a completed record whose answer is in
+   * the bytes alone: a row the previous version took over (its statements
+   * know no `body_bytes`, so the bytes of the answer before stay beside it)
+   * is running, a live lock, or completed with its own text, and it stays.
    */
   async down(q: QueryRunner): Promise<void> {
     await q.query(`
@@ -35,8 +47,9 @@ export class IdempotencyBytes1764892800000 implements MigrationInterface {
       ), frames AS (
         DELETE FROM idempotency_frames f USING logs WHERE f.attempt = logs.attempt
       )
-      DELETE FROM idempotency_keys k USING logs WHERE k.attempt = logs.attempt`);
-    await q.query(`DELETE FROM idempotency_keys WHERE body_bytes IS NOT NULL`);
+      DELETE FROM idempotency_keys k USING logs
+      WHERE k.attempt = logs.attempt AND k.state = 'completed' AND k.streamed`);
+    await q.query(`DELETE FROM idempotency_keys WHERE state = 'completed' AND body IS NULL AND body_bytes IS NOT NULL`);
     await q.query(`ALTER TABLE idempotency_frames DROP COLUMN data_bytes`);
     await q.query(`ALTER TABLE idempotency_keys DROP COLUMN body_bytes`);
   }
