@@ -468,39 +468,49 @@ describe('the gateway: POST /v1/chat/completions', () => {
       return { bytes, head, tail };
     }
 
-    it('ends a stream whose one event passes 4 MiB as broken and lets the provider go, serving meanwhile', async () => {
-      // Timeline: the provider sends `data: "` and then 30 MB of x, no line
-      // break. 1 MiB in, it waits: /health/live is answered while that event is
-      // open. Then it goes on, and past 4 MiB the gateway must cut it (before,
-      // it read all 30 MB, each chunk copied with all the bytes before it).
-      const reached = signal();
-      const resume = signal();
-      const rss = rssPeak();
-      const loop = monitorEventLoopDelay({ resolution: 10 });
-      loop.enable();
-      replies.set('one endless event', {
-        kind: 'huge',
-        contentType: 'text/event-stream',
-        bytes: 30 * 1000 * 1000,
-        prefix: 'data: "',
-        pause: { afterBytes: MiB, reached: reached.resolve, until: resume.promise },
-        onWrite: rss.sample,
-      });
-      const answer = post({ ...ask('one endless event'), stream: true });
-      await reached.promise;
-      const live = await fetch(`${apiUrl}/health/live`);
-      expect(live.status).toBe(200);
-      resume.resolve();
-      const res = await answer;
-      expect(res.status).toBe(200);
-      expect(await res.text()).toBe(BROKEN_STREAM_EVENT);
-      const [seen] = provider.requests.filter((r) => r.userText === 'one endless event');
-      await until(() => seen.closedEarly, 'the provider’s connection closed by the gateway');
-      // Cut a little past the cap (what the sockets' buffers held), far from the 30 MB.
-      expect(seen.bytesSent).toBeLessThan(12 * MiB);
-      expect(rss.growth()).toBeLessThan(96 * MiB);
-      measured('one 30 MB event', loop, rss);
-    });
+    it.each([
+      ['without a key', undefined],
+      ['with a key', 'key'],
+    ])(
+      'ends a stream whose one event passes 4 MiB as broken and lets the provider go, serving meanwhile (%s)',
+      async (how, keyed) => {
+        // Timeline: the provider sends `data: "` and then 30 MB of x, no line
+        // break. 1 MiB in, it waits: /health/live is answered while that event is
+        // open. Then it goes on, and past 4 MiB the gateway must cut it (before,
+        // it read all 30 MB, each chunk copied with all the bytes before it).
+        const reached = signal();
+        const resume = signal();
+        const rss = rssPeak();
+        const loop = monitorEventLoopDelay({ resolution: 10 });
+        loop.enable();
+        const k = keyed === undefined ? undefined : key();
+        const text = `one endless event ${k ?? 'keyless'}`;
+        replies.set(text, {
+          kind: 'huge',
+          contentType: 'text/event-stream',
+          bytes: 30 * 1000 * 1000,
+          prefix: 'data: "',
+          pause: { afterBytes: MiB, reached: reached.resolve, until: resume.promise },
+          onWrite: rss.sample,
+        });
+        const answer = post({ ...ask(text), stream: true }, k === undefined ? {} : { 'idempotency-key': k });
+        await reached.promise;
+        const live = await fetch(`${apiUrl}/health/live`);
+        expect(live.status).toBe(200);
+        resume.resolve();
+        const res = await answer;
+        expect(res.status).toBe(200);
+        expect(await res.text()).toBe(BROKEN_STREAM_EVENT);
+        const [seen] = provider.requests.filter((r) => r.userText === text);
+        await until(() => seen.closedEarly, 'the provider’s connection closed by the gateway');
+        // Cut a little past the cap (what the sockets' buffers held), far from the 30 MB.
+        expect(seen.bytesSent).toBeLessThan(12 * MiB);
+        expect(rss.growth()).toBeLessThan(96 * MiB);
+        // Nothing stored: the key is free for the retry.
+        if (k !== undefined) await expect(recordOf(k)).resolves.toBe(0);
+        measured(`one 30 MB event, ${how}`, loop, rss);
+      },
+    );
 
     it('answers 502 for a call the provider reset after receiving it, and never sends it twice', async () => {
       // Each on a kept-alive connection (a warm-up call first): the case that used to be resent.
