@@ -1,6 +1,7 @@
 import type { Redis } from 'ioredis';
 import OpenAI, { APIError } from 'openai';
 import { randomUUID } from 'node:crypto';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { AddressInfo } from 'node:net';
 import { BROKEN_STREAM_EVENT } from '../../apps/api/src/gateway/openai-errors';
 import { bearer, type ApiHarness, startApi, TENANT_A, TENANT_B } from '../support/api-harness';
@@ -421,6 +422,169 @@ describe('the gateway: POST /v1/chat/completions', () => {
     });
   });
 
+  describe('a provider that misbehaves', () => {
+    const MiB = 1024 * 1024;
+    const recordOf = (k: string) => redis.exists(`idem:${TENANT_A.tenant}:POST:/v1/chat/completions:${k}`);
+    /** A promise and its resolve, to order what the provider and the test do. */
+    function signal(): { promise: Promise<void>; resolve: () => void } {
+      let resolve!: () => void;
+      const promise = new Promise<void>((r) => (resolve = r));
+      return { promise, resolve };
+    }
+    /** This process's RSS (the api runs in it) at its highest while `sample` is called. */
+    function rssPeak(): { sample: () => void; growth: () => number } {
+      const base = process.memoryUsage.rss();
+      let peak = base;
+      return {
+        sample: () => (peak = Math.max(peak, process.memoryUsage.rss())),
+        growth: () => peak - base,
+      };
+    }
+    /**
+     * The event loop's worst delay is wall-clock, so it is not asserted; with
+     * GATEWAY_MEASURE=1 it is printed with the RSS growth (docs/benchmarks.md).
+     */
+    function measured(
+      what: string,
+      loop: ReturnType<typeof monitorEventLoopDelay>,
+      rss: { growth: () => number },
+    ): void {
+      loop.disable();
+      if (process.env.GATEWAY_MEASURE === '1')
+        process.stdout.write(
+          `${what}: event loop max delay ${(loop.max / 1e6).toFixed(0)} ms, RSS +${(rss.growth() / MiB).toFixed(0)} MiB\n`,
+        );
+    }
+    /** Reads a body as it comes, keeping only its size and its first and last bytes. */
+    async function drain(res: globalThis.Response): Promise<{ bytes: number; head: string; tail: string }> {
+      let bytes = 0;
+      let head = '';
+      let tail = '';
+      for await (const chunk of res.body as AsyncIterable<Uint8Array>) {
+        bytes += chunk.length;
+        if (head.length < 256) head += Buffer.from(chunk.subarray(0, 256 - head.length)).toString('latin1');
+        tail = (tail + Buffer.from(chunk.subarray(-512)).toString('latin1')).slice(-512);
+      }
+      return { bytes, head, tail };
+    }
+
+    it.each([
+      ['without a key', undefined],
+      ['with a key', 'key'],
+    ])(
+      'ends a stream whose one event passes 4 MiB as broken and lets the provider go, serving meanwhile (%s)',
+      async (how, keyed) => {
+        // Timeline: the provider sends `data: "` and then 30 MB of x, no line
+        // break. 1 MiB in, it waits: /health/live is answered while that event is
+        // open. Then it goes on, and past 4 MiB the gateway must cut it (before,
+        // it read all 30 MB, each chunk copied with all the bytes before it).
+        const reached = signal();
+        const resume = signal();
+        const rss = rssPeak();
+        const loop = monitorEventLoopDelay({ resolution: 10 });
+        loop.enable();
+        const k = keyed === undefined ? undefined : key();
+        const text = `one endless event ${k ?? 'keyless'}`;
+        replies.set(text, {
+          kind: 'huge',
+          contentType: 'text/event-stream',
+          bytes: 30 * 1000 * 1000,
+          prefix: 'data: "',
+          pause: { afterBytes: MiB, reached: reached.resolve, until: resume.promise },
+          onWrite: rss.sample,
+        });
+        const answer = post({ ...ask(text), stream: true }, k === undefined ? {} : { 'idempotency-key': k });
+        await reached.promise;
+        const live = await fetch(`${apiUrl}/health/live`);
+        expect(live.status).toBe(200);
+        resume.resolve();
+        const res = await answer;
+        expect(res.status).toBe(200);
+        expect(await res.text()).toBe(BROKEN_STREAM_EVENT);
+        const [seen] = provider.requests.filter((r) => r.userText === text);
+        await until(() => seen.closedEarly, 'the provider’s connection closed by the gateway');
+        // Cut a little past the cap (what the sockets' buffers held), far from the 30 MB.
+        expect(seen.bytesSent).toBeLessThan(12 * MiB);
+        expect(rss.growth()).toBeLessThan(96 * MiB);
+        // Nothing stored: the key is free for the retry.
+        if (k !== undefined) await expect(recordOf(k)).resolves.toBe(0);
+        measured(`one 30 MB event, ${how}`, loop, rss);
+      },
+    );
+
+    it('answers 502 for a call the provider reset after receiving it, and never sends it twice', async () => {
+      // Each on a kept-alive connection (a warm-up call first): the case that used to be resent.
+      const cases = [
+        { name: 'reset keyed', body: ask('reset keyed'), key: key() },
+        { name: 'reset keyed stream', body: { ...ask('reset keyed stream'), stream: true }, key: key() },
+        { name: 'reset keyless', body: ask('reset keyless'), key: undefined },
+      ];
+      for (const c of cases) {
+        replies.set(c.name, { kind: 'reset' });
+        await (await post(ask(`warm-up for ${c.name}`))).text();
+        const res = await post(c.body, c.key === undefined ? {} : { 'idempotency-key': c.key });
+        expect({ name: c.name, status: res.status }).toEqual({ name: c.name, status: 502 });
+        expect(await res.json()).toMatchObject({
+          error: {
+            code: 'upstream_unreachable',
+            type: 'server_error',
+            message: expect.stringMatching(/not sent again/),
+          },
+        });
+        const [warm] = provider.requests.filter((r) => r.userText === `warm-up for ${c.name}`);
+        const calls = provider.requests.filter((r) => r.userText === c.name);
+        expect({ name: c.name, calls: calls.length }).toEqual({ name: c.name, calls: 1 });
+        expect(calls[0].connection).toBe(warm.connection);
+        if (c.key !== undefined) await expect(recordOf(c.key)).resolves.toBe(0);
+      }
+    });
+
+    it('relays four 50 MB answers at once at their callers’ pace, in bounded memory, storing none', async () => {
+      const size = 50 * 1000 * 1000;
+      const suffix =
+        '"},"finish_reason":"stop"}],"usage":{"prompt_tokens":7,"completion_tokens":1000,"total_tokens":1007}}';
+      const prefix = (n: number) =>
+        `{"id":"chatcmpl-huge-${n}","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"`;
+      const rss = rssPeak();
+      const loop = monitorEventLoopDelay({ resolution: 10 });
+      loop.enable();
+      const tokens = () =>
+        metricValue(api.server, 'gateway_tokens_total', { tenant: TENANT_A.tenant, kind: 'completion' });
+      const tokensBefore = await tokens();
+      const callers = [key(), key(), undefined, undefined].map((k, n) => {
+        replies.set(`huge answer ${n}`, {
+          kind: 'huge',
+          contentType: 'application/json',
+          bytes: size,
+          prefix: prefix(n),
+          suffix,
+          onWrite: rss.sample,
+        });
+        return { k, n, res: post(ask(`huge answer ${n}`), k === undefined ? {} : { 'idempotency-key': k }) };
+      });
+      // Read as they come, all four at once, as four callers would.
+      const answers = await Promise.all(
+        callers.map(async ({ res }) => {
+          const answer = await res;
+          return { status: answer.status, type: answer.headers.get('content-type'), ...(await drain(answer)) };
+        }),
+      );
+      for (const { k, n } of callers) {
+        const { status, type, bytes, head, tail } = answers[n];
+        expect({ n, status, type, bytes }).toEqual({ n, status: 200, type: 'application/json', bytes: size });
+        expect(head.startsWith(prefix(n))).toBe(true);
+        expect(tail.endsWith(suffix)).toBe(true);
+        expect(provider.requests.filter((r) => r.userText === `huge answer ${n}`)).toHaveLength(1);
+        // Too large to store: the key is free, its retry is a new call.
+        if (k !== undefined) await expect(recordOf(k)).resolves.toBe(0);
+      }
+      // Before: the four were read whole, +800 MB.
+      expect(rss.growth()).toBeLessThan(256 * MiB);
+      await expect(tokens()).resolves.toBe(tokensBefore + 4 * 1000);
+      measured('four 50 MB answers', loop, rss);
+    });
+  });
+
   describe('across api processes', () => {
     let other: AppProcess;
     beforeAll(async () => {
@@ -548,6 +712,48 @@ describe('the gateway: POST /v1/chat/completions', () => {
       }
       await expect(redis.exists(`idem:${TENANT_A.tenant}:POST:/v1/chat/completions:${k}`)).resolves.toBe(0);
       expect(provider.requests.some((r) => r.userText === 'bad stream')).toBe(false);
+    });
+
+    it('400 for a body that gives a member name twice, with no upstream call and no record', async () => {
+      // JSON.parse keeps the last "model", a provider's parser may keep the first.
+      const k = key();
+      const res = await post(
+        '{"model":"gpt-test","messages":[{"role":"user","content":"twice named"}],"model":"gpt-expensive"}',
+        { 'idempotency-key': k },
+      );
+      expect(res.status).toBe(400);
+      expect(await res.json()).toMatchObject({
+        error: {
+          type: 'invalid_request_error',
+          code: 'json_duplicate_name',
+          message: expect.stringMatching(/"model"/),
+        },
+      });
+      await expect(redis.exists(`idem:${TENANT_A.tenant}:POST:/v1/chat/completions:${k}`)).resolves.toBe(0);
+      expect(provider.requests.some((r) => r.userText === 'twice named')).toBe(false);
+    });
+
+    it('422 for a key reused with a number the provider reads otherwise, though JavaScript reads it the same', async () => {
+      const k = key();
+      const body = (seed: string, temperature: string) =>
+        `{"model":"gpt-test","messages":[{"role":"user","content":"big seed"}],"seed":${seed},"temperature":${temperature}}`;
+      const first = await post(body('9007199254740993', '1'), { 'idempotency-key': k });
+      expect(first.status).toBe(200);
+      // Past 2^53 both are the same double; a provider parsing integers exactly reads two seeds.
+      const bigger = await post(body('9007199254740992', '1'), { 'idempotency-key': k });
+      expect(bigger.status).toBe(422);
+      expect(await bigger.json()).toMatchObject({ error: { code: 'idempotency_key_reused' } });
+      // 1.0 is a float to Python, 1 an int: written otherwise, another body.
+      const float = await post(body('9007199254740993', '1.0'), { 'idempotency-key': k });
+      expect(float.status).toBe(422);
+      // The same bytes in another key order and spacing are the same body.
+      const same = await post(
+        '{ "temperature": 1, "seed": 9007199254740993, "messages": [{"content":"big seed","role":"user"}], "model": "gpt-test" }',
+        { 'idempotency-key': k },
+      );
+      expect(same.status).toBe(200);
+      expect(same.headers.get('idempotent-replayed')).toBe('true');
+      expect(provider.requests.filter((r) => r.userText === 'big seed')).toHaveLength(1);
     });
 
     it('400 for a malformed Idempotency-Key', async () => {

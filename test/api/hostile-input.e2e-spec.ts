@@ -177,6 +177,23 @@ describe('the api against hostile input', () => {
     },
   );
 
+  it('a member name given twice: 400 whatever the escaping, and nothing is claimed or enqueued', async () => {
+    // JSON.parse keeps the last "notify"; another reader of the same bytes may keep the first.
+    for (const body of [
+      '{"text":"x","notify":"ops@example.com","notify":"attacker@example.com"}',
+      '{"text":"x","notify":"ops@example.com","\\u006eotify":"attacker@example.com"}',
+    ]) {
+      const answer = await post(body);
+      expect(answer.status).toBe(400);
+      expect(JSON.parse(answer.text)).toMatchObject({
+        type: ProblemTypes.jsonDuplicateName,
+        detail: expect.stringContaining('"notify"'),
+      });
+    }
+    expect(await redis.keys('idem:*')).toEqual([]);
+    expect(await streamJobIds()).toEqual([]);
+  });
+
   it('two Authorization headers: 401, even when both carry a valid key, and nothing is enqueued', async () => {
     const answer = await new Promise<{ status: number; body: string }>((resolve, reject) => {
       const req = httpRequest(`${api.url}/v1/summaries`, {

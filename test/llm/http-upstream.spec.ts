@@ -165,25 +165,57 @@ describe('HttpChatCompletionsUpstream against a local provider', () => {
     expect(new Set(provider.seen.map((s) => s.socket)).size).toBe(1);
   });
 
-  it('sends once more on a new connection when a kept-alive one turns out closed', async () => {
-    // The second request on a connection finds it reset, as when the provider closed it while idle.
+  it.each([
+    ['before the call', true],
+    ['just as the call took it from the pool', false],
+  ])('sends on a new connection when the provider closed the idle kept-alive one %s', async (_, closedBefore) => {
+    await readAll((await upstream.send(request())).body);
+    // Back in the agent's pool once the response's end has been handled.
+    await new Promise(setImmediate);
+    const [idle] = provider.connections;
+    // The provider's idle timeout: it closes its end. Its FIN is not read
+    // here yet when the call takes the socket (or is not even sent yet).
+    if (closedBefore) idle.destroy();
+    const sending = upstream.send(request());
+    if (!closedBefore) idle.destroy();
+    const answer = await sending;
+    expect(answer.status).toBe(200);
+    expect((await readAll(answer.body)).toString()).toBe('{}');
+    expect(provider.seen).toHaveLength(2);
+    expect(provider.connections).toHaveLength(2);
+  });
+
+  it('never sends again a request the provider received on a reused connection, then reset', async () => {
+    // The provider has the whole request (it may be generating, and billing) when the connection breaks.
     provider.handle = (res, seen) => {
       if (provider.seen.filter((s) => s.socket === seen.socket).length > 1) seen.socket.destroy();
       else res.end('{"ok":true}');
     };
     await readAll((await upstream.send(request())).body);
-    const answer = await upstream.send(request());
-    expect(answer.status).toBe(200);
-    expect((await readAll(answer.body)).toString()).toBe('{"ok":true}');
-    expect(provider.seen).toHaveLength(3);
-    expect(provider.connections).toHaveLength(2);
+    const err = await upstream.send(request()).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(UpstreamUnreachableError);
+    expect(err).toMatchObject({ code: 'ECONNRESET', requestSent: true });
+    expect(provider.seen).toHaveLength(2);
+    expect(provider.connections).toHaveLength(1);
+  });
+
+  it('never sends again a request the provider reset on a reused connection as it arrived', async () => {
+    // RST, not FIN, once the request's first bytes are there: what a provider that crashed mid-read does.
+    provider.handle = (res) => res.end('{"ok":true}');
+    await readAll((await upstream.send(request())).body);
+    const [connection] = provider.connections;
+    connection.once('data', () => connection.resetAndDestroy());
+    const err = await upstream.send(request()).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(UpstreamUnreachableError);
+    expect(err).toMatchObject({ code: 'ECONNRESET', requestSent: true });
+    expect(provider.connections).toHaveLength(1);
   });
 
   it('does not send again when a new connection is reset before the head', async () => {
     provider.handle = (_, seen) => void seen.socket.destroy();
     const err = await upstream.send(request()).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(UpstreamUnreachableError);
-    expect(err).toMatchObject({ code: 'ECONNRESET' });
+    expect(err).toMatchObject({ code: 'ECONNRESET', requestSent: true });
     expect(provider.seen).toHaveLength(1);
   });
 
@@ -274,6 +306,6 @@ describe('HttpChatCompletionsUpstream without a provider', () => {
     const err = await upstream.send(request()).catch((e: unknown) => e);
     upstream.close();
     expect(err).toBeInstanceOf(UpstreamUnreachableError);
-    expect(err).toMatchObject({ code: 'ECONNREFUSED' });
+    expect(err).toMatchObject({ code: 'ECONNREFUSED', requestSent: false });
   });
 });

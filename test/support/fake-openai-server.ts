@@ -34,7 +34,24 @@ export type ModelReply =
       readonly status: number;
       readonly headers: Record<string, string>;
       readonly body: string | Buffer;
-    };
+    }
+  /**
+   * A 200 of `bytes` bytes: `prefix`, then `x`s, then `suffix` (as many `x`s as
+   * make up the size), written 64 KiB at a time as fast as the reader takes
+   * them, never held whole. After `pause.afterBytes` it resolves
+   * `pause.reached` and waits for `pause.until`. `onWrite` runs after every write.
+   */
+  | {
+      readonly kind: 'huge';
+      readonly contentType: string;
+      readonly bytes: number;
+      readonly prefix?: string;
+      readonly suffix?: string;
+      readonly pause?: { readonly afterBytes: number; readonly reached: () => void; readonly until: Promise<void> };
+      readonly onWrite?: () => void;
+    }
+  /** Reads the whole request, then destroys the connection without a byte of answer. */
+  | { readonly kind: 'reset' };
 
 export interface SeenRequest {
   readonly n: number;
@@ -48,6 +65,8 @@ export interface SeenRequest {
   readonly connection: number;
   /** Whether the client hung up before the server finished. */
   closedEarly: boolean;
+  /** The answer's body bytes written so far. */
+  bytesSent: number;
 }
 
 /** An OpenAI chat.completion.chunk stream for `content`, one chunk per word, with the usage chunk. */
@@ -144,6 +163,7 @@ export class FakeOpenAiServer {
       rawBody,
       connection: this.connectionOf(req.socket),
       closedEarly: false,
+      bytesSent: 0,
     };
     this.requests.push(seen);
     this.open.add(res);
@@ -194,6 +214,47 @@ export class FakeOpenAiServer {
           await new Promise<void>((resolve) => res.write(reply.events[i], () => resolve()));
         }
         if (reply.endAfterMs) await new Promise((r) => setTimeout(r, reply.endAfterMs));
+        res.end();
+        return;
+      }
+      case 'reset':
+        req.socket.destroy();
+        return;
+      case 'huge': {
+        res.writeHead(200, { 'content-type': reply.contentType });
+        const prefix = Buffer.from(reply.prefix ?? '');
+        const suffix = Buffer.from(reply.suffix ?? '');
+        const block = Buffer.alloc(64 * 1024, 'x');
+        let paused = reply.pause === undefined;
+        const write = async (chunk: Buffer): Promise<boolean> => {
+          if (res.destroyed) return false;
+          const flowing = res.write(chunk);
+          seen.bytesSent += chunk.length;
+          reply.onWrite?.();
+          if (!flowing) {
+            await new Promise<void>((resolve) => {
+              const go = (): void => {
+                res.off('drain', go).off('close', go);
+                resolve();
+              };
+              res.on('drain', go).on('close', go);
+            });
+          }
+          if (!paused && seen.bytesSent >= reply.pause!.afterBytes) {
+            paused = true;
+            reply.pause!.reached();
+            await reply.pause!.until;
+          }
+          return !res.destroyed;
+        };
+        if (!(await write(prefix))) return;
+        let fill = reply.bytes - prefix.length - suffix.length;
+        while (fill > 0) {
+          const chunk = fill >= block.length ? block : block.subarray(0, fill);
+          fill -= chunk.length;
+          if (!(await write(chunk))) return;
+        }
+        if (!(await write(suffix))) return;
         res.end();
         return;
       }

@@ -1,4 +1,4 @@
-import { canonicalJson, fingerprintBody } from './canonical-json';
+import { canonicalJson, canonicalJsonText, fingerprintBody } from './canonical-json';
 
 describe('canonicalJson', () => {
   it('sorts object keys at every depth and keeps array order', () => {
@@ -33,7 +33,69 @@ describe('canonicalJson', () => {
   });
 });
 
+describe('canonicalJsonText', () => {
+  const text = (json: string) => canonicalJsonText(Buffer.from(json));
+
+  it.each([
+    '{"b":1,"a":{"d":[3,{"z":1,"y":2}],"c":null}}',
+    ' { "model" : "gpt-4.1",\n\t"messages": [ {"role":"user","content":"héllo 🙂 \\"q\\" \\\\ \\n \\u00e9 \\ud83d\\ude42"} ],\r\n "stream": true } ',
+    '{"a":[],"b":{},"c":[[],[{}],[1,[2,[3]]]],"d":{"e":{"f":"g"}},"h":[null,true,false,0.5,-2,1e+21,1.5e-7]}',
+    '{"\\u0062":1,"a\\"":2,"":3,"é":4,"e":5,"😀":6,"\uffff":7}',
+    '["x",{"k":"v"},[],"",0]',
+    '{"__proto__":{"admin":true},"constructor":1}',
+  ])('is what canonicalJson writes of the parsed value, for numbers written as JavaScript writes them: %j', (json) => {
+    expect(text(json)).toBe(canonicalJson(JSON.parse(json)));
+  });
+
+  it('keeps each number as it was written', () => {
+    expect(text('{"n":9007199254740993}')).toBe('{"n":9007199254740993}');
+    expect(text('{"n":9007199254740993}')).not.toBe(text('{"n":9007199254740992}'));
+    expect(text('[1.0,1,1e2,100,-0,0,0.10]')).toBe('[1.0,1,1e2,100,-0,0,0.10]');
+  });
+
+  it('writes a string the same however it was escaped', () => {
+    expect(text('{"k":"\\u0061\\/b"}')).toBe(text('{"k":"a/b"}'));
+    expect(text('{"\\u006b":"a"}')).toBe(text('{"k":"a"}'));
+  });
+
+  it('keeps a name given twice twice, in order, so the body differs from either reading', () => {
+    expect(text('{"b":2,"a":1,"b":3}')).toBe('{"a":1,"b":2,"b":3}');
+    expect(text('{"a":1,"b":3}')).not.toBe(text('{"b":2,"a":1,"b":3}'));
+  });
+
+  it('skips a byte order mark', () => {
+    expect(canonicalJsonText(Buffer.from('\ufeff{"a":1}'))).toBe('{"a":1}');
+  });
+
+  it('nests without recursion: 100,000 levels deep do not overflow the stack', () => {
+    const depth = 100_000;
+    expect(text(`{"x":${'['.repeat(depth)}${']'.repeat(depth)}}`)).toBe(
+      `{"x":${'['.repeat(depth)}${']'.repeat(depth)}}`,
+    );
+  });
+
+  it.each(['', '{', '{"a":1', '{"a" 1}', '{"a":1,}', '[1 2]', '{"a":tru}', '{"a":01}', '{"a":1} x', '"open'])(
+    'is undefined for what is not one JSON value: %j',
+    (json) => {
+      expect(text(json)).toBeUndefined();
+    },
+  );
+});
+
 describe('fingerprintBody', () => {
+  it('reads the bytes when it has them: numbers past 2^53 or written otherwise differ', () => {
+    const of = (json: string) => fingerprintBody(JSON.parse(json), Buffer.from(json));
+    expect(of('{"seed":9007199254740993}')).not.toBe(of('{"seed":9007199254740992}'));
+    expect(of('{"n":1.0}')).not.toBe(of('{"n":1}'));
+    expect(of('{"b":1, "a":[1,2]}')).toBe(of('{"a":[1,2],"b":1}'));
+    // the same digest as from the parsed value, when the numbers are written as JavaScript writes them
+    expect(of('{ "b" : 1, "a" : [0.5, "x"] }')).toBe(fingerprintBody({ a: [0.5, 'x'], b: 1 }));
+  });
+
+  it('falls back to the parsed value when the bytes are not JSON', () => {
+    expect(fingerprintBody({ a: 1 }, Buffer.from('a=1'))).toBe(fingerprintBody({ a: 1 }));
+  });
+
   it('is the same for the same body in any key order', () => {
     expect(fingerprintBody({ text: 'x', notify: 'a@b.c', meta: { b: 2, a: 1 } })).toBe(
       fingerprintBody({ meta: { a: 1, b: 2 }, notify: 'a@b.c', text: 'x' }),

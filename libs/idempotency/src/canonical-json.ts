@@ -60,7 +60,271 @@ export function canonicalJson(value: unknown): string {
   return out.join('');
 }
 
-/** SHA-256 of the canonical JSON of a request body, hex. */
-export function fingerprintBody(body: unknown): string {
-  return createHash('sha256').update(canonicalJson(body)).digest('hex');
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const COMMA = 0x2c;
+const COLON = 0x3a;
+const OPEN_OBJECT = 0x7b;
+const CLOSE_OBJECT = 0x7d;
+const OPEN_ARRAY = 0x5b;
+const CLOSE_ARRAY = 0x5d;
+const PUNCTUATION = {
+  comma: Buffer.from(','),
+  colon: Buffer.from(':'),
+  openObject: Buffer.from('{'),
+  closeObject: Buffer.from('}'),
+  openArray: Buffer.from('['),
+  closeArray: Buffer.from(']'),
+  emptyObject: Buffer.from('{}'),
+  emptyArray: Buffer.from('[]'),
+};
+
+/**
+ * A value's canonical text: bytes (most of them views into the body), or a
+ * container's pieces in order. Nested, not copied level by level, and
+ * joined once at the end (copying each level's pieces into its parent's
+ * made deep nesting quadratic).
+ */
+type Piece = Buffer | { readonly pieces: readonly Piece[] };
+
+/** An object or array still open while the body is read. */
+interface OpenContainer {
+  readonly object: boolean;
+  /** An object's member names, decoded, to sort by. */
+  readonly names: string[];
+  /** An object's member names' canonical texts. */
+  readonly nameTexts: Buffer[];
+  readonly values: Piece[];
+}
+
+/** A number's bytes, and those of true, false and null. */
+function isLiteralByte(c: number): boolean {
+  return (c >= 0x30 && c <= 0x39) || (c >= 0x61 && c <= 0x7a) || c === 0x2d || c === 0x2b || c === 0x2e || c === 0x45;
+}
+
+function isSpace(c: number): boolean {
+  return c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09;
+}
+
+const NUMBER = /^-?(?:0|[1-9]\d*)(?:\.\d+)?(?:[eE][-+]?\d+)?$/;
+const SHORT_ESCAPES = new Set([0x22, 0x5c, 0x62, 0x66, 0x6e, 0x72, 0x74]); // " \ b f n r t
+const LOWER_HEX = /^[0-9a-f]$/;
+
+/**
+ * The length of the escape at `at` (a backslash): positive when it is the
+ * one JSON.stringify writes for its character, negative when the character
+ * has another (`\/`, `\u0041`, upper-case hex): then the string's bytes as
+ * sent are not its canonical text. Most strings with escapes are written as
+ * JSON.stringify writes them (a prompt's line breaks and quotes).
+ */
+function escapeLength(buf: Buffer, at: number): number {
+  const c = buf[at + 1];
+  if (SHORT_ESCAPES.has(c)) return 2;
+  if (c !== 0x75) return -2;
+  // \u00XX in lower-case hex for a control character without a short escape.
+  if (buf[at + 2] !== 0x30 || buf[at + 3] !== 0x30 || (buf[at + 4] !== 0x30 && buf[at + 4] !== 0x31)) return -6;
+  const hex = String.fromCharCode(buf[at + 5]);
+  if (!LOWER_HEX.test(hex)) return -6;
+  const code = (buf[at + 4] - 0x30) * 16 + parseInt(hex, 16);
+  return code === 0x08 || code === 0x09 || code === 0x0a || code === 0x0c || code === 0x0d ? -6 : 6;
+}
+
+/**
+ * From the first backslash of a string: 1 + the index of its closing quote,
+ * negated when an escape is not the one JSON.stringify writes; the buffer's
+ * length + 1 when it has none.
+ */
+function escapedStringEnd(buf: Buffer, from: number): number {
+  const n = buf.length;
+  let canonical = true;
+  let j = from;
+  while (j < n) {
+    const c = buf[j];
+    if (c === QUOTE) break;
+    if (c !== BACKSLASH) {
+      j++;
+      continue;
+    }
+    const length = escapeLength(buf, j);
+    if (length < 0) canonical = false;
+    j += length < 0 ? -length : length;
+  }
+  return canonical ? j + 1 : -(j + 1);
+}
+
+/** A member name as a string, from its canonical text (short, and nearly always ASCII without escapes). */
+function nameOf(text: Buffer): string {
+  for (let k = 1; k < text.length - 1; k++) {
+    if (text[k] >= 0x80 || text[k] === BACKSLASH) return JSON.parse(text.toString('utf8')) as string;
+  }
+  return text.toString('latin1', 1, text.length - 1);
+}
+
+function closed(open: OpenContainer): Piece {
+  const out: Piece[] = [open.object ? PUNCTUATION.openObject : PUNCTUATION.openArray];
+  const order = open.values.map((_, k) => k);
+  // By name as Array.prototype.sort() orders strings (UTF-16 code units);
+  // a name given twice keeps both, in order, so the body still differs.
+  if (open.object) {
+    const { names } = open;
+    order.sort((a, b) => (names[a] < names[b] ? -1 : names[a] > names[b] ? 1 : a - b));
+  }
+  for (let k = 0; k < order.length; k++) {
+    if (k > 0) out.push(PUNCTUATION.comma);
+    const m = order[k];
+    if (open.object) out.push(open.nameTexts[m], PUNCTUATION.colon);
+    out.push(open.values[m]);
+  }
+  out.push(open.object ? PUNCTUATION.closeObject : PUNCTUATION.closeArray);
+  return { pieces: out };
+}
+
+/** The bytes of a Piece, in order, without recursion. */
+function joined(root: Piece): Buffer {
+  const out: Buffer[] = [];
+  const stack: { readonly pieces: readonly Piece[]; next: number }[] = [{ pieces: [root], next: 0 }];
+  while (stack.length > 0) {
+    const top = stack[stack.length - 1];
+    if (top.next === top.pieces.length) {
+      stack.pop();
+      continue;
+    }
+    const piece = top.pieces[top.next++];
+    if (Buffer.isBuffer(piece)) out.push(piece);
+    else stack.push({ pieces: piece.pieces, next: 0 });
+  }
+  return Buffer.concat(out);
+}
+
+/**
+ * The canonical JSON of a JSON text, read from its bytes: the UTF-8 of what
+ * canonicalJson() writes for its parsed value, except that each number is
+ * kept as it was written. A provider parses the bytes, not our doubles:
+ * `9007199254740993` is not `9007199254740992` to it, and `1.0` may not be
+ * `1` (Python reads a float and an int), so two bodies whose numbers are
+ * written differently have two texts. A name given twice is kept twice.
+ * Strings are written as JSON.stringify writes them, so escapes that mean
+ * one string make one text. Undefined when the bytes are not one JSON value
+ * (the caller then falls back to the parsed value).
+ *
+ * One pass, with indexOf for the quotes and no decoding of the strings
+ * (most of a body's bytes), iterative (no recursion to overflow however deep
+ * the nesting).
+ */
+export function canonicalJsonBytes(bytes: Uint8Array): Buffer | undefined {
+  const buf = Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const n = buf.length;
+  let i = 0;
+  // A UTF-8 byte order mark, which the body parser's decoding drops too.
+  if (n >= 3 && buf[0] === 0xef && buf[1] === 0xbb && buf[2] === 0xbf) i = 3;
+  const stack: OpenContainer[] = [];
+  // The first backslash at or after where the last search began (-1: none
+  // after it, so none after any later place either; -2: not searched yet):
+  // one search serves all the strings before it.
+  let nextBackslash = -2;
+  /** The string starting at i (a quote): its canonical text, and i past it. */
+  const readString = (): Buffer | undefined => {
+    const start = i;
+    const close = buf.indexOf(QUOTE, start + 1);
+    if (close === -1) return undefined;
+    if (nextBackslash === -2 || (nextBackslash !== -1 && nextBackslash <= start))
+      nextBackslash = buf.indexOf(BACKSLASH, start + 1);
+    if (nextBackslash === -1 || nextBackslash > close) {
+      i = close + 1;
+      return buf.subarray(start, i);
+    }
+    // Escapes inside: read on byte by byte from the first (few native
+    // searches beat a loop here, but not one per escaped quote).
+    const scanned = escapedStringEnd(buf, nextBackslash);
+    const j = Math.abs(scanned) - 1;
+    const canonical = scanned > 0;
+    if (j >= n) return undefined;
+    i = j + 1;
+    if (canonical) return buf.subarray(start, i);
+    try {
+      return Buffer.from(JSON.stringify(JSON.parse(buf.toString('utf8', start, i)) as string));
+    } catch {
+      return undefined;
+    }
+  };
+  const skipSpace = (): void => {
+    while (i < n && isSpace(buf[i])) i++;
+  };
+
+  for (;;) {
+    skipSpace();
+    const top = stack.length > 0 ? stack[stack.length - 1] : undefined;
+    // An object's member name, then its colon.
+    if (top?.object && top.nameTexts.length === top.values.length) {
+      if (buf[i] !== QUOTE) return undefined;
+      const name = readString();
+      if (name === undefined) return undefined;
+      top.nameTexts.push(name);
+      top.names.push(nameOf(name));
+      skipSpace();
+      if (buf[i] !== COLON) return undefined;
+      i++;
+      skipSpace();
+    }
+    // A value.
+    const c = buf[i];
+    let value: Piece;
+    if (c === OPEN_OBJECT || c === OPEN_ARRAY) {
+      i++;
+      skipSpace();
+      if (buf[i] !== (c === OPEN_OBJECT ? CLOSE_OBJECT : CLOSE_ARRAY)) {
+        stack.push({ object: c === OPEN_OBJECT, names: [], nameTexts: [], values: [] });
+        continue;
+      }
+      i++;
+      value = c === OPEN_OBJECT ? PUNCTUATION.emptyObject : PUNCTUATION.emptyArray;
+    } else if (c === QUOTE) {
+      const string = readString();
+      if (string === undefined) return undefined;
+      value = string;
+    } else {
+      const start = i;
+      while (i < n && isLiteralByte(buf[i])) i++;
+      const literal = buf.toString('latin1', start, i);
+      if (literal !== 'true' && literal !== 'false' && literal !== 'null' && !NUMBER.test(literal)) return undefined;
+      value = buf.subarray(start, i);
+    }
+    // The value ends its container's member or item, and maybe the container, and so on up.
+    for (;;) {
+      const open = stack.length > 0 ? stack[stack.length - 1] : undefined;
+      if (open === undefined) {
+        skipSpace();
+        return i === n ? joined(value) : undefined;
+      }
+      open.values.push(value);
+      skipSpace();
+      if (buf[i] === COMMA) {
+        i++;
+        break;
+      }
+      if (buf[i] !== (open.object ? CLOSE_OBJECT : CLOSE_ARRAY)) return undefined;
+      i++;
+      stack.pop();
+      value = closed(open);
+    }
+  }
+}
+
+/** canonicalJsonBytes() as text. */
+export function canonicalJsonText(bytes: Uint8Array): string | undefined {
+  return canonicalJsonBytes(bytes)?.toString('utf8');
+}
+
+/**
+ * SHA-256 of the canonical JSON of a request body, hex: from its bytes as
+ * sent when they are given (numbers as written; see canonicalJsonBytes),
+ * else from the parsed value. The two are the same for a body whose
+ * numbers are written as JavaScript writes them, which is how most clients
+ * write them, so records made before the bytes were used still match.
+ */
+export function fingerprintBody(body: unknown, raw?: Uint8Array): string {
+  const bytes = raw === undefined || raw.length === 0 ? undefined : canonicalJsonBytes(raw);
+  return createHash('sha256')
+    .update(bytes ?? canonicalJson(body))
+    .digest('hex');
 }

@@ -1,6 +1,7 @@
 import { CallHandler, ExecutionContext, Inject, Injectable, Logger, NestInterceptor } from '@nestjs/common';
 import { HttpAdapterHost, ModuleRef, Reflector } from '@nestjs/core';
 import { isRejectedByPipes } from '@nestjs/core/internal';
+import { rawBodyOf } from '@app/problem';
 import type { Request, Response as ExpressResponse } from 'express';
 import { createHash, randomUUID } from 'node:crypto';
 import { from, lastValueFrom, map, Observable, of } from 'rxjs';
@@ -131,7 +132,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
       scope,
       method,
       path,
-      fingerprint: fingerprintBody(req.body),
+      // From the bytes as sent where the JSON parser kept them: numbers as written, not as doubles.
+      fingerprint: fingerprintBody(req.body, rawBodyOf(req)),
       operation: `${scope}:${method}:${path}:${key}`,
     };
     setIdempotencyContext(req, ctx);

@@ -45,8 +45,21 @@ export class UpstreamUnreachableError extends Error {
   /** The socket error's code (`ECONNREFUSED`, `ECONNRESET`, `ENOTFOUND`, ...), when it had one. */
   readonly code: string | undefined;
 
-  constructor(cause: unknown) {
-    super(`the model provider is unreachable: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+  /**
+   * @param requestSent whether the request had been written when it failed:
+   *   then the provider may have it (and be running it), and the outcome is
+   *   unknown rather than "nothing happened".
+   */
+  constructor(
+    cause: unknown,
+    readonly requestSent = false,
+  ) {
+    super(
+      requestSent
+        ? `the connection to the model provider broke after the request was sent, before any answer: ${cause instanceof Error ? cause.message : String(cause)}`
+        : `the model provider is unreachable: ${cause instanceof Error ? cause.message : String(cause)}`,
+      { cause },
+    );
     this.name = 'UpstreamUnreachableError';
     const code = (cause as { code?: unknown } | null)?.code;
     this.code = typeof code === 'string' ? code : undefined;

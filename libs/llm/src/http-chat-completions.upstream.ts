@@ -7,6 +7,8 @@ import {
   type RequestOptions,
 } from 'node:http';
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
+import type { Socket } from 'node:net';
+import { TLSSocket } from 'node:tls';
 import {
   abortedBeforeHead,
   type ChatCompletionsUpstream,
@@ -88,7 +90,7 @@ export class HttpChatCompletionsUpstream implements ChatCompletionsUpstream {
       'content-length': body.length,
     };
     if (idempotencyKey !== undefined) headers['idempotency-key'] = idempotencyKey;
-    return this.attempt(body, headers, signal, true);
+    return this.attempt(body, headers, signal);
   }
 
   /** Ends every connection, those in use included: for shutdown, once no call is running. */
@@ -97,25 +99,33 @@ export class HttpChatCompletionsUpstream implements ChatCompletionsUpstream {
   }
 
   /**
-   * One request. A kept-alive socket the provider closed while it sat idle
-   * fails with ECONNRESET before anything is answered; that request is sent
-   * once more on a new connection, as node:http's documentation advises,
-   * instead of being a 502 for an idle moment.
+   * One request, sent again on a new connection only when it provably never
+   * left. A kept-alive socket the provider closed while it sat idle is the
+   * one case to cover (node:http's documentation advises a retry on
+   * ECONNRESET for a reused socket): its FIN may still be unread when the
+   * agent hands the socket out. So on a reused socket nothing is written
+   * until one turn of the event loop has read what was waiting on it; a
+   * socket that turns out ended or destroyed then has carried no byte of the
+   * request, and the request goes on a new connection. Every other failure
+   * before the head, once the request was written, is an
+   * UpstreamUnreachableError whose `requestSent` says the provider may have
+   * it: resending it then would run (and bill) the call twice, as the
+   * provider may have been generating for minutes when it reset.
    */
-  private attempt(
-    body: Buffer,
-    headers: OutgoingHttpHeaders,
-    signal: AbortSignal,
-    mayRetry: boolean,
-  ): Promise<UpstreamResponse> {
+  private attempt(body: Buffer, headers: OutgoingHttpHeaders, signal: AbortSignal): Promise<UpstreamResponse> {
     return new Promise((resolve, reject) => {
       const req = this.request({ ...this.target, headers });
       let res: IncomingMessage | undefined;
+      let written = false;
+      // A reused socket is connected; a new one only once its handshake is done (bytes written before wait in Node).
+      let connected = false;
+      let settled = false;
       const onAbort = (): void => {
         if (res !== undefined) {
           // The body's iteration throws the reason.
           res.destroy(signal.reason as Error);
         } else {
+          settled = true;
           req.destroy();
           // The signal's own reason, as above.
           // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
@@ -124,9 +134,35 @@ export class HttpChatCompletionsUpstream implements ChatCompletionsUpstream {
       };
       signal.addEventListener('abort', onAbort, { once: true });
       const forget = (): void => signal.removeEventListener('abort', onAbort);
+      const write = (): void => {
+        written = true;
+        req.end(body);
+      };
+      /** Nothing of the request was written: it goes on another connection. */
+      const again = (): void => {
+        settled = true;
+        forget();
+        req.destroy();
+        resolve(this.attempt(body, headers, signal));
+      };
 
+      req.once('socket', (socket: Socket) => {
+        if (!req.reusedSocket) {
+          socket.once(socket instanceof TLSSocket ? 'secureConnect' : 'connect', () => (connected = true));
+          write();
+          return;
+        }
+        connected = true;
+        // A FIN or reset that arrived while the socket was idle is read in this turn's poll phase.
+        setImmediate(() => {
+          if (settled || signal.aborted) return;
+          if (socket.destroyed || socket.readableEnded || !socket.writable) again();
+          else write();
+        });
+      });
       req.once('response', (message: IncomingMessage) => {
         res = message;
+        settled = true;
         // A break before anyone reads would otherwise be an uncaught 'error';
         // the body's iterator still sees it (the stream keeps it as `errored`).
         message.on('error', () => undefined);
@@ -135,16 +171,19 @@ export class HttpChatCompletionsUpstream implements ChatCompletionsUpstream {
       });
       req.on('error', (err: NodeJS.ErrnoException) => {
         // After the head a break reaches the caller through the body.
-        if (res !== undefined) return;
-        forget();
-        if (signal.aborted) return;
-        if (mayRetry && req.reusedSocket && err.code === 'ECONNRESET') {
-          resolve(this.attempt(body, headers, signal, false));
+        if (res !== undefined || settled) return;
+        if (signal.aborted) {
+          forget();
           return;
         }
-        reject(new UpstreamUnreachableError(err));
+        if (!written && req.reusedSocket) {
+          again();
+          return;
+        }
+        settled = true;
+        forget();
+        reject(new UpstreamUnreachableError(err, written && connected));
       });
-      req.end(body);
     });
   }
 }

@@ -1,13 +1,23 @@
-import { IncompleteSseEventError, isDoneEvent, sseDataOf, sseEventBuffers, sseEvents } from './sse-event.splitter';
+import {
+  IncompleteSseEventError,
+  isDoneEvent,
+  sseDataOf,
+  sseEventBuffers,
+  sseEvents,
+  SseEventTooLargeError,
+} from './sse-event.splitter';
 
 async function* chunksOf(...chunks: Buffer[]): AsyncGenerator<Buffer> {
   for (const chunk of chunks) yield chunk;
 }
 
-async function collect(body: AsyncIterable<Buffer>): Promise<{ events: string[]; error?: unknown }> {
+async function collect(
+  body: AsyncIterable<Buffer>,
+  maxEventBytes?: number,
+): Promise<{ events: string[]; error?: unknown }> {
   const events: string[] = [];
   try {
-    for await (const event of sseEvents(body)) events.push(event);
+    for await (const event of sseEvents(body, { maxEventBytes })) events.push(event);
   } catch (error) {
     return { events, error };
   }
@@ -106,6 +116,61 @@ describe('sseEvents', () => {
       throw broken;
     }
     await expect(collect(body())).resolves.toEqual({ events: ['data: a\n\n'], error: broken });
+  });
+});
+
+describe('sseEvents with maxEventBytes', () => {
+  it('yields events up to the cap, blank line included, however they are cut', async () => {
+    const event = `data: ${'x'.repeat(10)}\n\n`; // 18 bytes
+    const body = Buffer.from(event + event);
+    for (let cut = 0; cut <= body.length; cut++) {
+      const result = await collect(chunksOf(body.subarray(0, cut), body.subarray(cut)), 18);
+      expect({ cut, ...result }).toEqual({ cut, events: [event, event] });
+    }
+  });
+
+  it('throws SseEventTooLargeError, after the events before it, for one event a byte past the cap', async () => {
+    const body = Buffer.from(`data: a\n\ndata: ${'x'.repeat(11)}\n\ndata: [DONE]\n\n`);
+    for (let cut = 0; cut <= body.length; cut++) {
+      const { events, error } = await collect(chunksOf(body.subarray(0, cut), body.subarray(cut)), 18);
+      expect({ cut, events }).toEqual({ cut, events: ['data: a\n\n'] });
+      expect(error).toBeInstanceOf(SseEventTooLargeError);
+    }
+  });
+
+  it('throws as soon as an open event passes the cap, without waiting for its end or the body’s', async () => {
+    let read = 0;
+    // 64 KiB if read to its end (what the cap must not wait for).
+    async function* endless(): AsyncGenerator<Buffer> {
+      yield Buffer.from('data: a\n\n');
+      for (; read < 64;) {
+        read++;
+        yield Buffer.alloc(1024, 'x');
+      }
+    }
+    const { events, error } = await collect(endless(), 4096);
+    expect(events).toEqual(['data: a\n\n']);
+    expect(error).toBeInstanceOf(SseEventTooLargeError);
+    expect(read).toBe(5);
+  });
+
+  it('joins the chunks of an event without a line break once, not at every chunk', async () => {
+    // Counted, not timed: every chunk is handed over once and none is copied
+    // until the event ends (here: at the end of the body).
+    const chunk = Buffer.alloc(64 * 1024, 'x');
+    let chunks = 0;
+    async function* body(): AsyncGenerator<Buffer> {
+      for (; chunks < 64; chunks++) yield chunk;
+    }
+    const concat = jest.spyOn(Buffer, 'concat');
+    try {
+      const { error } = await collect(body(), 64 * 1024 * 1024);
+      expect(error).toBeInstanceOf(IncompleteSseEventError);
+      expect((error as IncompleteSseEventError).rest.length).toBe(64 * 64 * 1024);
+      expect(concat).toHaveBeenCalledTimes(1);
+    } finally {
+      concat.mockRestore();
+    }
   });
 });
 

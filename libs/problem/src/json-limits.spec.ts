@@ -78,12 +78,30 @@ describe('scanJsonLimits', () => {
     }
   });
 
-  it('counts duplicate member names each time (JSON.parse keeps one): the text is what costs', () => {
-    expect(scanJsonLimits(Buffer.from('{"a":1,"a":2,"a":3}'), { ...none, maxMembers: 2 })).toEqual({
+  it('counts each member against maxMembers', () => {
+    expect(scanJsonLimits(Buffer.from('{"a":1,"b":2,"c":3}'), { ...none, maxMembers: 2 })).toEqual({
       limit: 'maxMembers',
       max: 2,
     });
   });
+
+  it.each([
+    ['{"a":1,"a":2}', 'a'],
+    ['{"x":{"model":"a","stream":false,"model":"b"}}', 'model'],
+    ['[{"k":1},{"k":2,"k":3}]', 'k'],
+    ['{"a":1,"\\u0061":2}', 'a'],
+    ['{"é":1,"\\u00e9":2}', 'é'],
+    ['{"__proto__":1,"__proto__":2}', '__proto__'],
+  ])('refuses a member name given twice in one object: %s', (json, name) => {
+    expect(scanJsonLimits(Buffer.from(json), none)).toEqual({ limit: 'uniqueNames', name });
+  });
+
+  it.each(['{"a":{"a":1},"b":{"a":2}}', '[{"a":1},{"a":2}]', '{"a":"a","b":["a","a"]}', '{"a\\"":1,"a":2}'])(
+    'takes one name in different objects, and strings that repeat a name: %s',
+    (json) => {
+      expect(scanJsonLimits(Buffer.from(json), none)).toBeUndefined();
+    },
+  );
 
   it('stops at the first limit, however long the rest', () => {
     const buf = Buffer.from(`[${'['.repeat(40)}${'0,'.repeat(500_000)}0${']'.repeat(41)}`);

@@ -15,16 +15,15 @@ import { ProblemTypes } from './problem-types';
 export interface JsonLimits {
   /** Objects and arrays nest at most this deep (`{}` is 1). */
   readonly maxDepth: number;
-  /** Members of any one object (duplicate names count each time). */
+  /** Members of any one object. */
   readonly maxMembers: number;
   /** Values in the whole body: objects, arrays, strings, numbers, booleans, nulls. */
   readonly maxValues: number;
 }
 
-export interface JsonLimitExceeded {
-  readonly limit: keyof JsonLimits;
-  readonly max: number;
-}
+/** A limit the body is past, or a member name it gives twice in one object. */
+export type JsonLimitExceeded =
+  { readonly limit: keyof JsonLimits; readonly max: number } | { readonly limit: 'uniqueNames'; readonly name: string };
 
 export function assertValidJsonLimits(limits: JsonLimits): void {
   for (const [name, n] of Object.entries(limits)) {
@@ -43,17 +42,36 @@ const COLON = 0x3a;
 const COMMA = 0x2c;
 const SPACE = 0x20;
 
+/** A member name as JSON.parse reads it, from its bytes between the quotes. */
+function nameAt(buf: Buffer, start: number, end: number, plain: boolean): string {
+  if (plain) return buf.toString('latin1', start + 1, end);
+  try {
+    return JSON.parse(buf.toString('utf8', start, end + 1)) as string;
+  } catch {
+    // Not JSON: JSON.parse refuses the body after the scan.
+    return buf.toString('utf8', start + 1, end);
+  }
+}
+
 /**
  * The first limit the JSON text in `buf` is past, or undefined, found in one
  * pass over the bytes before JSON.parse builds anything: a body past a limit
  * costs about a millisecond per MiB to refuse, whatever its shape. Strings are
  * skipped byte by byte (UTF-8 continuation bytes are never `"` or `\`). Text
  * that is not JSON is counted as best it can be; JSON.parse refuses it after.
+ *
+ * A member name given twice in one object (`"a"` and `"\u0061"` are one
+ * name) is refused too: JSON.parse keeps the last value, other parsers the
+ * first or refuse the body, so a provider or a store may read another body
+ * than we do, and two bodies read differently would share a fingerprint.
  */
-export function scanJsonLimits(buf: Uint8Array, limits: JsonLimits): JsonLimitExceeded | undefined {
+export function scanJsonLimits(bytes: Uint8Array, limits: JsonLimits): JsonLimitExceeded | undefined {
+  const buf = Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const { maxDepth, maxMembers, maxValues } = limits;
   // Per open container: members so far (objects) or -1 (arrays).
   const members: number[] = [];
+  // Per open object: the names of its members so far, once it has one.
+  const names: (Set<string> | undefined)[] = [];
   let depth = 0;
   let values = 0;
   let expectKey = false;
@@ -66,9 +84,24 @@ export function scanJsonLimits(buf: Uint8Array, limits: JsonLimits): JsonLimitEx
       if (expectKey) {
         expectKey = false;
         if (++members[depth - 1] > maxMembers) return { limit: 'maxMembers', max: maxMembers };
-      } else if (++values > maxValues) {
-        return { limit: 'maxValues', max: maxValues };
+        // Plain: ASCII without escapes, the name is its bytes.
+        const start = i;
+        let plain = true;
+        for (i++; i < n; i++) {
+          const s = buf[i];
+          if (s === BACKSLASH) {
+            i++;
+            plain = false;
+          } else if (s === QUOTE) break;
+          else if (s >= 0x80) plain = false;
+        }
+        const name = nameAt(buf, start, i, plain);
+        const seen = (names[depth - 1] ??= new Set());
+        if (seen.has(name)) return { limit: 'uniqueNames', name };
+        seen.add(name);
+        continue;
       }
+      if (++values > maxValues) return { limit: 'maxValues', max: maxValues };
       for (i++; i < n; i++) {
         const s = buf[i];
         if (s === BACKSLASH) i++;
@@ -80,6 +113,7 @@ export function scanJsonLimits(buf: Uint8Array, limits: JsonLimits): JsonLimitEx
       if (++depth > maxDepth) return { limit: 'maxDepth', max: maxDepth };
       const object = c === OPEN_OBJECT;
       members[depth - 1] = object ? 0 : -1;
+      names[depth - 1] = undefined;
       expectKey = object;
     } else if (c === CLOSE_OBJECT || c === CLOSE_ARRAY) {
       inScalar = false;
@@ -99,8 +133,20 @@ export function scanJsonLimits(buf: Uint8Array, limits: JsonLimits): JsonLimitEx
   return undefined;
 }
 
+/** At most this much of a name goes into the problem's detail. */
+const NAME_SHOWN = 64;
+
 export function jsonLimitProblem(exceeded: JsonLimitExceeded): ProblemDocument {
   switch (exceeded.limit) {
+    case 'uniqueNames': {
+      const name = exceeded.name.length > NAME_SHOWN ? `${exceeded.name.slice(0, NAME_SHOWN)}…` : exceeded.name;
+      return {
+        type: ProblemTypes.jsonDuplicateName,
+        title: 'An object in the request body has a member name twice',
+        status: HttpStatus.BAD_REQUEST,
+        detail: `The name ${JSON.stringify(name)} appears twice in one object. JSON parsers differ on which value they keep, so the body means different things to different readers: send each name once.`,
+      };
+    }
     case 'maxDepth':
       return {
         type: ProblemTypes.jsonTooDeep,
@@ -130,6 +176,10 @@ export class JsonLimitError extends Error {
   readonly type = 'json.limit.exceeded';
 
   constructor(readonly exceeded: JsonLimitExceeded) {
-    super(`JSON body past ${exceeded.limit} ${exceeded.max}`);
+    super(
+      exceeded.limit === 'uniqueNames'
+        ? 'JSON body with a member name given twice'
+        : `JSON body past ${exceeded.limit} ${exceeded.max}`,
+    );
   }
 }

@@ -10,6 +10,7 @@ export const ProblemTypes = {
   jsonTooDeep: `${PROBLEM_TYPE_PREFIX}json-too-deep`,
   jsonTooManyMembers: `${PROBLEM_TYPE_PREFIX}json-too-many-members`,
   jsonTooManyValues: `${PROBLEM_TYPE_PREFIX}json-too-many-values`,
+  jsonDuplicateName: `${PROBLEM_TYPE_PREFIX}json-duplicate-name`,
   payloadTooLarge: `${PROBLEM_TYPE_PREFIX}payload-too-large`,
   unsupportedMediaType: `${PROBLEM_TYPE_PREFIX}unsupported-media-type`,
   unauthorized: `${PROBLEM_TYPE_PREFIX}unauthorized`,

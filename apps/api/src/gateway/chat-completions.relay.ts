@@ -20,6 +20,25 @@ import { OpenAiErrorException } from './openai-errors';
 
 /** An upstream error body is relayed whole; past this it is cut (error bodies are a few hundred bytes). */
 const MAX_ERROR_BODY_BYTES = 1024 * 1024;
+/**
+ * The most one server-sent event of the provider may take. A chat
+ * completion's chunks are a few KB (a token or two of text, a piece of a
+ * tool call's arguments, the usage); the largest real ones are images that
+ * image models send as base64 data URLs in one delta, 1 to 3 MB. 4 MiB is
+ * also the most the gateway stores of a whole answer, so an event past it
+ * could never be replayed anyway. Past it the stream is broken: the event is
+ * not buffered on for ever.
+ */
+export const GATEWAY_MAX_EVENT_BYTES = 4 * 1024 * 1024;
+/**
+ * How much of a whole (non-stream) answer is read before it is answered. One
+ * that ends within it is sent (and, with a key, stored) whole; a larger one
+ * could not be stored anyway, so it is relayed as it arrives, at its caller's
+ * pace, and its memory stays this much whatever its size.
+ */
+export const GATEWAY_MAX_WHOLE_ANSWER_BYTES = 4 * 1024 * 1024;
+/** Of an answer relayed as it arrives, the last bytes kept to find its usage in (OpenAI writes it last). */
+const USAGE_TAIL_BYTES = 64 * 1024;
 /** The provider's idempotency keys are ours, one namespace for all tenants: each operation gets its own. */
 const UPSTREAM_KEY_NAMESPACE = '6f1d7c8e-52a4-4c1b-9a43-0b1e7f3d2a91';
 
@@ -65,6 +84,23 @@ class StreamBrokenError extends Error {
 }
 
 export const is2xx = (status: number): boolean => status >= 200 && status < 300;
+
+/** The start of a whole answer: all of it, or the part read before it passed the cap. */
+interface AnswerHead {
+  readonly chunks: Buffer[];
+  readonly whole: boolean;
+}
+
+/**
+ * The usage of a whole answer from its last bytes: the last `"usage":{...}`
+ * member (its objects nest one level: the token details). In JSON text an
+ * unescaped `"usage"` can only be a member's name.
+ */
+function usageOfTail(tail: string): TokenUsage | undefined {
+  const all = [...tail.matchAll(/"usage"\s*:\s*(\{(?:[^{}]|\{[^{}]*\})*\})/g)];
+  const last = all.at(-1);
+  return last ? usageOf(`{"usage":${last[1]}}`) : undefined;
+}
 
 /**
  * The provider's Idempotency-Key for an operation: the same for every retry
@@ -191,19 +227,100 @@ export class ChatCompletionsRelay {
         this.relayEvents(upstream, tenant, keyed, sent, end, call),
       );
     }
-    let bytes: Buffer;
+    const body = upstream.body[Symbol.asyncIterator]();
+    let head: AnswerHead;
     try {
-      bytes = await this.readWhole(upstream, Number.POSITIVE_INFINITY, sent, stream);
+      head = await this.readHead(body, GATEWAY_MAX_WHOLE_ANSWER_BYTES, sent, stream);
     } catch (err) {
-      throw this.brokenOff(err, signal, call);
-    } finally {
       end();
+      throw this.brokenOff(err, signal, call);
     }
+    if (!head.whole) {
+      return new StreamedAnswer(
+        upstream.status,
+        relayed(upstream.headers),
+        this.relayLargeAnswer(head.chunks, body, tenant, keyed, end, call),
+      );
+    }
+    end();
     call.answered = true;
+    const bytes = Buffer.concat(head.chunks);
     const usage = usageOf(bytes.toString('utf8'));
     if (usage) this.metrics.usage(tenant, usage);
     this.metrics.call(keyed ? 'new' : 'forwarded');
     return new Response(bytes, { status: upstream.status, headers: relayed(upstream.headers) });
+  }
+
+  /** The chunks of a whole answer until it ends, or until they pass `maxBytes` (the rest is still in `body`). */
+  private async readHead(
+    body: AsyncIterator<Buffer>,
+    maxBytes: number,
+    sent: number,
+    stream: boolean,
+  ): Promise<AnswerHead> {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for (;;) {
+      const step = await body.next();
+      if (step.done) return { chunks, whole: true };
+      if (size === 0) this.metrics.firstByteAt('upstream', stream, (performance.now() - sent) / 1000);
+      chunks.push(step.value);
+      size += step.value.length;
+      if (size > maxBytes) return { chunks, whole: false };
+    }
+  }
+
+  /**
+   * A whole answer too large to hold, relayed as it arrives: the part read so
+   * far, then each chunk at its caller's pace (the provider's socket waits
+   * for it). It goes out as a streamed answer, which nothing stores past
+   * the route's cap: the key is freed, and a break ends the caller's answer
+   * with the broken-stream event after the bytes already sent.
+   */
+  private async *relayLargeAnswer(
+    head: Buffer[],
+    body: AsyncIterator<Buffer>,
+    tenant: string,
+    keyed: boolean,
+    end: () => void,
+    call: CallState,
+  ): AsyncGenerator<Buffer> {
+    let tail = Buffer.alloc(0);
+    let settled = false;
+    const keepTail = (chunk: Buffer): void => {
+      tail =
+        chunk.length >= USAGE_TAIL_BYTES
+          ? Buffer.from(chunk.subarray(chunk.length - USAGE_TAIL_BYTES))
+          : Buffer.concat([tail.subarray(Math.max(0, tail.length + chunk.length - USAGE_TAIL_BYTES)), chunk]);
+    };
+    try {
+      for (const chunk of head) keepTail(chunk);
+      // Handed over, not kept: the generator lives as long as the answer.
+      // The provider's bytes as they came: no decoding, so nothing is replaced by U+FFFD.
+      yield Buffer.concat(head.splice(0));
+      for (;;) {
+        const step = await body.next();
+        if (step.done) break;
+        keepTail(step.value);
+        yield step.value;
+      }
+      settled = true;
+    } catch (err) {
+      settled = true;
+      this.metrics.call(
+        call.gone.aborted ? 'caller_gone' : this.calls.signal.aborted ? 'cut_by_shutdown' : 'broken_stream',
+      );
+      throw err;
+    } finally {
+      // Left before its end (its caller went away): counted as such, and the provider's socket let go.
+      if (!settled) this.metrics.call('caller_gone');
+      await body.return?.().catch(() => undefined);
+      end();
+    }
+    call.answered = true;
+    const usage = usageOfTail(tail.toString('utf8'));
+    if (usage) this.metrics.usage(tenant, usage);
+    this.metrics.call(keyed ? 'new' : 'forwarded');
   }
 
   /**
@@ -228,7 +345,7 @@ export class ChatCompletionsRelay {
     let first = true;
     // The last usage the stream carried: a provider that repeats running totals is counted once.
     let usage: TokenUsage | undefined;
-    const events = sseEventBuffers(upstream.body)[Symbol.asyncIterator]();
+    const events = sseEventBuffers(upstream.body, { maxEventBytes: GATEWAY_MAX_EVENT_BYTES })[Symbol.asyncIterator]();
     try {
       for (;;) {
         const step = await events.next();
@@ -315,10 +432,15 @@ export class ChatCompletionsRelay {
     }
     this.metrics.call('upstream_unreachable');
     const why = err instanceof UpstreamUnreachableError ? err.message : 'the model provider is unreachable';
+    // Sent once only: the provider may have run it, and a second send could bill it twice.
+    const unknown =
+      err instanceof UpstreamUnreachableError && err.requestSent
+        ? ' The provider may have received the call; it was not sent again.'
+        : '';
     return new OpenAiErrorException(
       502,
       'upstream_unreachable',
-      `${why}. Nothing was stored; retry with the same Idempotency-Key.`,
+      `${why}.${unknown} Nothing was stored; retry with the same Idempotency-Key.`,
     );
   }
 
