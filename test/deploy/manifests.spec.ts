@@ -99,7 +99,6 @@ const INTERFACE_ENV_FALLBACK: Readonly<Record<App, readonly string[]>> = {
     'LLM_MAX_ATTEMPTS',
   ],
   relay: [
-    'REDIS_URL',
     'DATABASE_URL',
     'LOG_LEVEL',
     'HEALTH_PORT',
@@ -206,7 +205,16 @@ function parseEnvTable(markdown: string, heading: string, file: string): Record<
       .map((c) => c.trim());
     const variables = [...names.matchAll(/`([A-Z][A-Z0-9_]*)`/g)].map((m) => m[1]);
     if (variables.length === 0) throw new Error(`${file}: no variable name in the row "${row}"`);
-    const targets = apps === 'all' ? APPS : apps.split(',').map((a) => a.trim());
+    // A note in parentheses ("(the relay uses no Redis)") is for readers; the admin CLI runs in a
+    // deployed app's image (kubectl exec), so it has no manifest of its own.
+    const listed = apps.replace(/\([^)]*\)/g, '').trim();
+    const targets =
+      listed === 'all'
+        ? APPS
+        : listed
+            .split(',')
+            .map((a) => a.trim())
+            .filter((a) => a !== 'admin');
     for (const target of targets) {
       if (!(APPS as readonly string[]).includes(target)) {
         throw new Error(`${file}: the row for ${variables.join(', ')} names an unknown app "${target}"`);
