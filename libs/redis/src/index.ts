@@ -5,4 +5,4 @@ export * from './create-redis-client';
 export * from './redis-script';
 export * from './partition-tags';
 export * from './durable-write-decision';
-export * from './replica-less-masters';
+export * from './master-replicas';

@@ -5,7 +5,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { RedisClient } from './create-redis-client';
 import { decideDurableWrite, type DurabilityMode, type RefusalReason } from './durable-write-decision';
 import { keySlot } from './partition-tags';
-import type { ReplicaLessMasters } from './replica-less-masters';
+import type { MasterReplicas } from './master-replicas';
 
 /**
  * How many replicas must hold a write before it is acknowledged, and how long
@@ -17,10 +17,10 @@ export interface Durability {
   /** What a write does on a master with no replica online (REDIS_DURABILITY); absent: `strict`, it is refused. */
   readonly mode?: DurabilityMode;
   /**
-   * The masters seen without a replica, written without WAIT while they have none, and the count and log of the
-   * writes accepted there. Absent: every write sends WAIT, and nothing is counted.
+   * What this process knows of its masters' replicas (a master without one is written without WAIT), and the count
+   * and log of the writes accepted without one. Absent: every write sends WAIT, and nothing is counted.
    */
-  readonly replicaLess?: ReplicaLessMasters;
+  readonly masters?: MasterReplicas;
 }
 
 const REFUSALS: Record<RefusalReason, string> = {
@@ -83,10 +83,11 @@ export class RedisScript {
    * trip (one pipeline, which a cluster client sends to the master of the
    * keys' slot): resolves once `durability.replicas` replicas hold what the
    * script wrote, or, in mode `replica`, once the master says it has no
-   * replica online (counted by `durability.replicaLess`); otherwise throws
+   * replica online (counted by `durability.masters`); otherwise throws
    * NotReplicatedError (the write stands on the master). A master known to
-   * have no replica is sent the script and ROLE only: WAIT would block its
-   * whole timeout there. Without durability, or with 0 replicas, it is `run`.
+   * have no replica (a recent write found none) is sent the script and ROLE
+   * only: WAIT would block its whole timeout there. Without durability, or
+   * with 0 replicas, it is `run`.
    *
    * On a cluster it follows what a moving slot answers, which ioredis does not
    * for a pipeline whose other commands succeeded: MOVED (read the slot map,
@@ -101,7 +102,7 @@ export class RedisScript {
     durability: Durability | undefined,
   ): Promise<T> {
     if (!durability || durability.replicas <= 0) return this.run<T>(client, keys, args);
-    const { replicas, timeoutMs, replicaLess } = durability;
+    const { replicas, timeoutMs, masters } = durability;
     const slot = keySlot(keys[0] ?? '');
     const tryAgainUntil = performance.now() + TRY_AGAIN_BUDGET_MS;
     let askTarget: Redis | undefined;
@@ -110,8 +111,18 @@ export class RedisScript {
     let tryAgains = 0;
     for (;;) {
       const node = askTarget ? nodeKeyOf(askTarget) : masterKeyOf(client, slot);
-      const waits = !(node !== undefined && replicaLess?.isReplicaLess(node));
-      const [[scriptError, value], ...replies] = await this.sendDurably(
+      // WAIT blocks the connection it is sent on, shared by every command to that master: sent to a master with no
+      // replica, each would hold the others up for its whole timeout, and a queue of them times out the lot. So a
+      // master whose replicas are not known yet (just promoted, or idle a while) learns them from one write, while
+      // the writes that come meanwhile wait for that one.
+      let replicasKnown = node === undefined ? undefined : masters?.replicasOf(node);
+      const learning = node === undefined || replicasKnown !== undefined ? undefined : masters?.learning(node);
+      if (node !== undefined && learning) {
+        await learning;
+        replicasKnown = masters?.replicasOf(node);
+      }
+      const waits = replicasKnown !== 'none';
+      const sent = this.sendDurably(
         askTarget ?? client,
         askTarget !== undefined,
         evalsha,
@@ -119,6 +130,8 @@ export class RedisScript {
         args,
         waits ? [replicas, timeoutMs] : undefined,
       );
+      if (node !== undefined && replicasKnown === undefined) masters?.learnFrom(node, sent);
+      const [[scriptError, value], ...replies] = await sent;
       if (scriptError) {
         const [code, , to] = scriptError.message.split(' ');
         if (code === 'NOSCRIPT' && evalsha) {
@@ -149,7 +162,7 @@ export class RedisScript {
       const [roleError, roleReply] = replies[waits ? 1 : 0];
       const acknowledged = !waits ? 'not-sent' : waitError ? 'failed' : Number(waitReply);
       const replicasOnline = roleError ? undefined : onlineReplicasOf(roleReply);
-      if (node !== undefined) replicaLess?.observe(node, replicasOnline);
+      if (node !== undefined) masters?.observe(node, replicasOnline);
       const decision = decideDurableWrite({
         wanted: replicas,
         mode: durability.mode ?? 'strict',
@@ -158,7 +171,7 @@ export class RedisScript {
       });
       if (decision.outcome === 'durable') return value as T;
       if (decision.outcome === 'unreplicated') {
-        replicaLess?.accepted(node ?? 'unknown');
+        masters?.accepted(node ?? 'unknown');
         return value as T;
       }
       // The script ran; only its replication is unknown: the caller must be able to tell, and to undo.

@@ -4,7 +4,7 @@ import { connectOrContinue, createRedisClient, type RedisClient } from './create
 import type { Durability } from './redis-script';
 import { REDIS_CLIENT, REDIS_DURABILITY } from './redis.constants';
 import { ConfigurableModuleClass, REDIS_MODULE_OPTIONS, type RedisModuleOptions } from './redis.module-definition';
-import { ReplicaLessMasters } from './replica-less-masters';
+import { MasterReplicas } from './master-replicas';
 
 /**
  * On a cluster a 202 must survive the loss of a master (INTERFACE.md): its writes wait for one replica, when the
@@ -16,7 +16,7 @@ function clusterDurability(options: RedisModuleOptions, registry: Registry | und
     replicas: 1,
     timeoutMs: 1000,
     mode: options.durabilityMode ?? 'replica',
-    replicaLess: new ReplicaLessMasters(registry),
+    masters: new MasterReplicas(registry),
   };
 }
 
@@ -66,7 +66,7 @@ export class RedisModule extends ConfigurableModuleClass implements OnModuleInit
   }
 
   async onApplicationShutdown(): Promise<void> {
-    this.durability?.replicaLess?.close();
+    this.durability?.masters?.close();
     if (this.client.status === 'ready') {
       await this.client.quit().catch(() => this.client.disconnect());
     } else {

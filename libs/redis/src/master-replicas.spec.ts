@@ -1,8 +1,8 @@
 import { Logger } from '@nestjs/common';
 import { Registry } from 'prom-client';
-import { ReplicaLessMasters } from './replica-less-masters';
+import { MasterReplicas } from './master-replicas';
 
-describe('ReplicaLessMasters', () => {
+describe('MasterReplicas', () => {
   let now = 0;
   let warnings: string[];
   const clock = () => now;
@@ -23,24 +23,47 @@ describe('ReplicaLessMasters', () => {
     jest.advanceTimersByTime(ms);
   };
 
-  it('remembers a master without a replica for a while, and forgets it once it lists one', () => {
-    const masters = new ReplicaLessMasters(undefined, clock);
+  it('knows for a while whether a master has replicas, from what its writes found', () => {
+    const masters = new MasterReplicas(undefined, clock);
     masters.observe('a:1', 0);
-    masters.observe('b:2', undefined);
-    expect(masters.isReplicaLess('a:1')).toBe(true);
-    expect(masters.isReplicaLess('b:2')).toBe(false);
+    masters.observe('b:2', 2);
+    masters.observe('c:3', undefined);
+    expect([masters.replicasOf('a:1'), masters.replicasOf('b:2'), masters.replicasOf('c:3')]).toEqual([
+      'none',
+      'some',
+      undefined,
+    ]);
     advance(4999);
-    expect(masters.isReplicaLess('a:1')).toBe(true);
+    expect(masters.replicasOf('a:1')).toBe('none');
     advance(1);
-    expect(masters.isReplicaLess('a:1')).toBe(false);
+    expect(masters.replicasOf('a:1')).toBeUndefined();
     masters.observe('a:1', 0);
     masters.observe('a:1', 1);
-    expect(masters.isReplicaLess('a:1')).toBe(false);
+    expect(masters.replicasOf('a:1')).toBe('some');
+  });
+
+  it('lets one write find out what a master has, the others waiting for it, failed or not', async () => {
+    const masters = new MasterReplicas(undefined, clock);
+    expect(masters.learning('a:1')).toBeUndefined();
+    let fail!: (err: Error) => void;
+    const first = new Promise((_, reject) => (fail = reject));
+    masters.learnFrom('a:1', first);
+    masters.learnFrom('a:1', Promise.resolve());
+    const waiting = masters.learning('a:1');
+    expect(waiting).toBeDefined();
+    let settled = false;
+    void waiting!.then(() => (settled = true));
+    await Promise.resolve();
+    expect(settled).toBe(false);
+    fail(new Error('timed out'));
+    await waiting;
+    await Promise.resolve();
+    expect(masters.learning('a:1')).toBeUndefined();
   });
 
   it('counts every write accepted without a replica, and logs them at most once a minute, none left unsaid', async () => {
     const registry = new Registry();
-    const masters = new ReplicaLessMasters(registry, clock);
+    const masters = new MasterReplicas(registry, clock);
     masters.accepted('a:1');
     expect(warnings).toHaveLength(1);
     expect(warnings[0]).toMatch(/^1 write\(s\) .* a:1 \(1\)/);

@@ -2,23 +2,24 @@ import { Logger } from '@nestjs/common';
 import { Counter, type Registry } from 'prom-client';
 
 /**
- * How long a master seen without a replica is written without WAIT. Every such write asks the master for its
- * replicas again (ROLE, in the same round trip), so this only bounds how long an idle entry is trusted: past it, the
- * next write waits (at most WAIT's timeout) and looks again.
+ * How long what a write found of a master's replicas is trusted. Every durable write asks again (ROLE, in its own
+ * round trip), so while writes flow this never lapses; past it, an idle master is asked by its next write.
  */
-const REPLICA_LESS_TTL_MS = 5000;
+const KNOWN_FOR_MS = 5000;
 /** INTERFACE.md: writes accepted without a replica are logged once a minute while they go on. */
 const LOG_EVERY_MS = 60_000;
 
 /**
- * The masters of this process's cluster that have no replica online, as their last durable write found them, and
- * the writes accepted there (REDIS_DURABILITY=replica): `redis_unreplicated_writes_total`, and one warning a minute
- * naming the masters. A write to a master known to have no replica skips WAIT, which would block its whole timeout
- * there: a failover costs the shard's durability for a while, not a second on each of its writes.
+ * What this process knows of its cluster masters' replicas, as their last durable write found them, and the writes
+ * accepted on a master with none (REDIS_DURABILITY=replica): `redis_unreplicated_writes_total`, and one warning a
+ * minute naming the masters. A master known to have none is written without WAIT, which would block its whole
+ * timeout there: a failover costs the shard's durability for a while, not a second on each of its writes.
  */
-export class ReplicaLessMasters {
+export class MasterReplicas {
   private readonly logger = new Logger('RedisDurability');
-  private readonly until = new Map<string, number>();
+  private readonly known = new Map<string, { readonly replicas: 'none' | 'some'; readonly until: number }>();
+  /** The write, one per master, that is finding out what that master has. */
+  private readonly finding = new Map<string, Promise<unknown>>();
   private readonly counter: Counter;
   /** Accepted since the last warning, by master. */
   private readonly pending = new Map<string, number>();
@@ -41,20 +42,37 @@ export class ReplicaLessMasters {
       });
   }
 
-  /** Whether `node` (`host:port`) was seen without a replica recently enough to write it without WAIT. */
-  isReplicaLess(node: string): boolean {
-    const until = this.until.get(node);
-    if (until === undefined) return false;
-    if (until > this.now()) return true;
-    this.until.delete(node);
-    return false;
+  /** Whether `node` (`host:port`) had replicas online when a write last asked; undefined when not known lately. */
+  replicasOf(node: string): 'none' | 'some' | undefined {
+    const entry = this.known.get(node);
+    if (entry === undefined) return undefined;
+    if (entry.until > this.now()) return entry.replicas;
+    this.known.delete(node);
+    return undefined;
   }
 
   /** What the master reported of its replicas; unknown changes nothing. */
   observe(node: string, replicasOnline: number | undefined): void {
     if (replicasOnline === undefined) return;
-    if (replicasOnline === 0) this.until.set(node, this.now() + REPLICA_LESS_TTL_MS);
-    else this.until.delete(node);
+    this.known.set(node, { replicas: replicasOnline === 0 ? 'none' : 'some', until: this.now() + KNOWN_FOR_MS });
+  }
+
+  /** The write finding out `node`'s replicas now, settled (never rejected) once it has its answer; if one is. */
+  learning(node: string): Promise<unknown> | undefined {
+    return this.finding.get(node);
+  }
+
+  /** `write` is the one finding out what `node` has: the writes to it that come meanwhile wait for it. */
+  learnFrom(node: string, write: Promise<unknown>): void {
+    if (this.finding.has(node)) return;
+    const settled = write.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.finding.set(node, settled);
+    void settled.then(() => {
+      if (this.finding.get(node) === settled) this.finding.delete(node);
+    });
   }
 
   /** A write acknowledged on `node` without a replica. */
