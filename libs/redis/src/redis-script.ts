@@ -116,8 +116,12 @@ export class RedisScript {
       // master whose replicas are not known yet (just promoted, or idle a while) learns them from one write, while
       // the writes that come meanwhile wait for that one.
       let replicasKnown = node === undefined ? undefined : masters?.replicasOf(node);
-      const learning = node === undefined || replicasKnown !== undefined ? undefined : masters?.learning(node);
-      if (node !== undefined && learning) {
+      // A write that found nothing (its ROLE timed out too) leaves the next one to try: one at a time still.
+      for (
+        let learning = node === undefined ? undefined : masters?.learning(node);
+        node !== undefined && replicasKnown === undefined && learning;
+        learning = masters?.learning(node)
+      ) {
         await learning;
         replicasKnown = masters?.replicasOf(node);
       }
