@@ -1,4 +1,5 @@
-import { keySlot, NotReplicatedError, RedisScript } from '@app/redis';
+import { keySlot, MasterReplicas, NotReplicatedError, RedisScript } from '@app/redis';
+import { Registry } from 'prom-client';
 import { Cluster, Redis } from 'ioredis';
 import { freshRedis } from '../support/infra';
 import { startRedisCluster, type RedisCluster } from '../support/redis-cluster';
@@ -65,6 +66,37 @@ describe('RedisScript.runDurably', () => {
       process.kill(pid, 'SIGCONT');
     }
   });
+
+  it('a replica that does not answer is a refusal in replica mode too: it is the one a failover would promote', async () => {
+    const key = '{paused-replica-mode}:durable';
+    const { pid } = await replicaOf(keySlot(key));
+    process.kill(pid, 'SIGSTOP');
+    try {
+      const durability = { replicas: 1, timeoutMs: 300, mode: 'replica' as const, masters: new MasterReplicas() };
+      const err = await SET_IT.runDurably(client, [key], ['v'], durability).catch((e) => e);
+      expect(err).toBeInstanceOf(NotReplicatedError);
+      expect(err).toMatchObject({ acknowledged: 0, reason: 'not-confirmed' });
+    } finally {
+      process.kill(pid, 'SIGCONT');
+    }
+  });
+
+  it('a master left without a replica: replica mode writes and counts, strict refuses saying why', async () => {
+    const key = '{alone}:durable';
+    await cluster.killMaster(await cluster.masterOf(keySlot(key)));
+    const registry = new Registry();
+    const replica = { replicas: 1, timeoutMs: 1000, mode: 'replica' as const, masters: new MasterReplicas(registry) };
+    for (const value of ['w1', 'w2', 'w3'])
+      await expect(SET_IT.runDurably(client, [key], [value], replica)).resolves.toBe(value);
+    expect(await registry.getSingleMetricAsString('redis_unreplicated_writes_total')).toMatch(
+      /^redis_unreplicated_writes_total 3$/m,
+    );
+    const strict = { replicas: 1, timeoutMs: 1000, mode: 'strict' as const, masters: new MasterReplicas() };
+    const err = await SET_IT.runDurably(client, [key], ['w4'], strict).catch((e) => e);
+    expect(err).toBeInstanceOf(NotReplicatedError);
+    expect(err).toMatchObject({ reason: 'no-replica', value: 'w4' });
+    replica.masters.close();
+  }, 60_000);
 
   it('a script the master has not seen (after a failover, a restart) runs through the EVAL fallback', async () => {
     await client.script('FLUSH');

@@ -5,6 +5,7 @@ import { randomUUID } from 'node:crypto';
 import request from 'supertest';
 import { bearer, startApi, TENANT_A, type ApiHarness } from '../support/api-harness';
 import { eventually } from '../support/infra';
+import { metricSample, metricValue } from '../support/metrics';
 import { startRedisCluster, type FailoverResult, type RedisCluster } from '../support/redis-cluster';
 
 /*
@@ -22,6 +23,8 @@ import { startRedisCluster, type FailoverResult, type RedisCluster } from '../su
  * replica (after the kill) takes no job: 503 until one is back. The 503s, the
  * window they came in and the client's slot refreshes are logged.
  */
+
+const IN_PROGRESS = 'urn:llm-workflows:problem:idempotency-request-in-progress';
 
 interface Sent {
   readonly key: string;
@@ -63,13 +66,26 @@ describe('POST /v1/summaries through a failover of the job stream’s master', (
       .set('Idempotency-Key', `${prefix}-${randomUUID()}`)
       .send(body);
 
-  /** `lanes` loops, each posting a new key as soon as its last answer came, until stopped. */
-  function traffic(lanes = 4) {
+  const postKey = (to: ApiHarness, key: string) =>
+    request(to.server)
+      .post('/v1/summaries')
+      .set('Authorization', bearer(TENANT_A))
+      .set('Idempotency-Key', key)
+      .send(body);
+
+  /**
+   * `lanes` loops, each posting a new key as soon as its last answer came, until stopped; with `same key`, a lane
+   * whose key got a 503 sends that key again, as a client honouring Retry-After would, until it is accepted.
+   */
+  function traffic(lanes = 4, retries: 'new key' | 'same key' = 'new key') {
     const sent: Sent[] = [];
     let running = true;
+    // Once stopped, a lane still retrying its key gives up after this: the test then says which keys were not accepted.
+    let retryUntil = Number.POSITIVE_INFINITY;
     const loops = Array.from({ length: lanes }, async () => {
-      while (running) {
-        const key = `failover-${randomUUID()}`;
+      let key = `failover-${randomUUID()}`;
+      for (let last = 202; running || (retries === 'same key' && last !== 202 && Date.now() < retryUntil);) {
+        if (last === 202 || retries === 'new key') key = `failover-${randomUUID()}`;
         const started = Date.now();
         const res = await request(api.server)
           .post('/v1/summaries')
@@ -85,12 +101,14 @@ describe('POST /v1/summaries through a failover of the job stream’s master', (
           ms: Date.now() - started,
           at: started,
         });
+        last = res.status;
         if (res.status !== 202) await new Promise((r) => setTimeout(r, 20));
       }
     });
     return {
       async stop(): Promise<Sent[]> {
         running = false;
+        retryUntil = Date.now() + 15_000;
         await Promise.all(loops);
         return sent;
       },
@@ -101,8 +119,12 @@ describe('POST /v1/summaries through a failover of the job stream’s master', (
     new Set((await cluster.xrange(JOBS_STREAM, '-', '+')).map(([, flat]) => fieldsOf(flat).job_id));
 
   /** Runs traffic from a second before the fault until two seconds after the cluster settled. */
-  async function through(fault: () => Promise<FailoverResult>, heal: () => void = () => undefined) {
-    const load = traffic();
+  async function through(
+    fault: () => Promise<FailoverResult>,
+    retries: 'new key' | 'same key' = 'new key',
+    heal: () => void = () => undefined,
+  ) {
+    const load = traffic(4, retries);
     await new Promise((r) => setTimeout(r, 1000));
     const faultAt = Date.now();
     const events: string[] = [];
@@ -162,7 +184,7 @@ describe('POST /v1/summaries through a failover of the job stream’s master', (
     const slot = keySlot(JOBS_STREAM);
     const master = await redisCluster.masterOf(slot);
     const pid = redisCluster.pids[redisCluster.ports.indexOf(master)];
-    const { sent, lost, summary } = await through(
+    const { sent, accepted, summary } = await through(
       async () => {
         const started = Date.now();
         process.kill(pid, 'SIGSTOP');
@@ -173,12 +195,20 @@ describe('POST /v1/summaries through a failover of the job stream’s master', (
         }
         return { from: master, to, ms: Date.now() - started };
       },
+      'new key',
       () => process.kill(pid, 'SIGCONT'),
     );
     console.log('stopped the job stream’s master, POSTs meanwhile:', JSON.stringify(summary));
     assertNoOther5xx(sent);
-    expect(lost).toEqual([]);
-    // Resumed, the old master rejoins as the new one's replica; once it has synced, jobs are taken again.
+    // Resumed, the old master rejoins as the new one's replica. Until it has heard of the failover it still answers as
+    // the master of its old slots, with its old stream: every 202's entry is read once it has rejoined.
+    await eventually(
+      async () => ((await redisCluster.replicas()).some((r) => r.port === master) ? true : undefined),
+      20_000,
+      'the resumed master a replica again',
+    );
+    const inStream = await streamJobIds();
+    expect(accepted.filter((s) => !inStream.has(s.jobId))).toEqual([]);
     const resumed = Date.now();
     const status = await eventually(
       async () => ((await postNew('after-stop')).status === 202 ? 202 : undefined),
@@ -189,22 +219,55 @@ describe('POST /v1/summaries through a failover of the job stream’s master', (
     expect(status).toBe(202);
   }, 60_000);
 
-  it('a killed master: every answer is 202 or 503, every 202 has its entry; then no replica, no job', async () => {
+  it('a killed master: every key is accepted, through the kill and after it on the shard left without a replica, each unreplicated write counted', async () => {
     const master = await redisCluster.masterOf(keySlot(JOBS_STREAM));
-    const { sent, lost, accepted, summary } = await through(() => redisCluster.killMaster(master));
+    const before = await metricValue(api.server, 'redis_unreplicated_writes_total');
+    const { sent, lost, accepted, summary } = await through(() => redisCluster.killMaster(master), 'same key');
     console.log('killed the job stream’s master, POSTs meanwhile:', JSON.stringify(summary));
     expect(accepted.length).toBeGreaterThan(20);
-    assertNoOther5xx(sent);
+    // A retry may also find its key still held by the attempt the kill cut (409, until that lock expires).
+    assertNoOther5xx(sent.filter((s) => s.status !== 409 || s.type !== IN_PROGRESS));
     expect(lost).toEqual([]);
-    // The promoted replica has no replica of its own: no job can be made durable there, and none is taken.
-    const after = await postNew('after-kill');
-    expect(after.status).toBe(503);
-    // Refused at the claim or at the enqueue: whichever of the key's record and the job lands on the shard
-    // without a replica first (the record's slot follows the key, which is new each time).
-    expect([
-      'urn:llm-workflows:problem:service-unavailable',
-      'urn:llm-workflows:problem:idempotency-store-unavailable',
-    ]).toContain(after.body.type);
-    expect(after.headers['retry-after']).toMatch(/^\d+$/);
+    // Every key a lane sent was accepted in the end: a 503 during the kill was retried with the same key.
+    expect(new Set(accepted.map((s) => s.key))).toEqual(new Set(sent.map((s) => s.key)));
+
+    // The promoted replica has no replica of its own. Every job goes to its stream, and about a third of the records
+    // hash to it: each key is accepted at its first request, and written without a replica, counted.
+    const replicas = await redisCluster.replicas();
+    const promotedPort = await redisCluster.masterOf(keySlot(JOBS_STREAM));
+    const promoted = (await redisCluster.nodes()).find((n) => n.port === promotedPort);
+    expect(replicas.filter((r) => r.masterId === promoted?.id)).toEqual([]);
+    const counted = await metricValue(api.server, 'redis_unreplicated_writes_total');
+    const fresh = Array.from({ length: 30 }, () => `after-kill-${randomUUID()}`);
+    const answers = await Promise.all(fresh.map((key) => postKey(api, key)));
+    expect(answers.map((a) => a.status)).toEqual(fresh.map(() => 202));
+    const inStream = await streamJobIds();
+    expect(fresh.filter((key) => !inStream.has(jobIdFor(`${TENANT_A.tenant}:POST:/v1/summaries:${key}`)))).toEqual([]);
+    // One enqueue each at least, on the shard without a replica.
+    expect((await metricValue(api.server, 'redis_unreplicated_writes_total')) - counted).toBeGreaterThanOrEqual(
+      fresh.length,
+    );
+    expect(counted).toBeGreaterThan(before);
+  }, 60_000);
+
+  it('REDIS_DURABILITY=strict: the shard left without a replica takes no job, and nothing is counted', async () => {
+    const strict = await startApi({
+      env: { REDIS_CLUSTER_NODES: redisCluster.seedNodesEnv, REDIS_DURABILITY: 'strict' },
+    });
+    try {
+      const key = `strict-${randomUUID()}`;
+      const refused = await postKey(strict, key);
+      expect(refused.status).toBe(503);
+      // Refused at the claim or at the enqueue: whichever of the key's record and the job lands on the shard
+      // without a replica first (the record's slot follows the key, which is new each time).
+      expect([
+        'urn:llm-workflows:problem:service-unavailable',
+        'urn:llm-workflows:problem:idempotency-store-unavailable',
+      ]).toContain(refused.body.type);
+      expect(refused.headers['retry-after']).toMatch(/^\d+$/);
+      expect(await metricSample(strict.server, 'redis_unreplicated_writes_total')).toBe(0);
+    } finally {
+      await strict.close();
+    }
   }, 60_000);
 });

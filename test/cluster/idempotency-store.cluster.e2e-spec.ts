@@ -1,6 +1,8 @@
 import { RedisIdempotencyStore } from '@app/idempotency';
 import { describeIdempotencyStoreContract } from '@app/idempotency/testing/idempotency-store.contract';
-import { createRedisClient, type RedisClient } from '@app/redis';
+import { createRedisClient, keySlot, type RedisClient } from '@app/redis';
+import { JOBS_STREAM } from '@app/summary-queue';
+import { randomUUID } from 'node:crypto';
 import { Cluster } from 'ioredis';
 import { startRedisCluster, type RedisCluster } from '../support/redis-cluster';
 
@@ -66,6 +68,55 @@ describe('RedisIdempotencyStore on a Redis Cluster', () => {
         owners.add(port);
       }
       expect(owners.size).toBe(3);
+    } finally {
+      await store.close();
+    }
+  });
+
+  /** Every key on the cluster's masters that matches `pattern` (KEYS: the test cluster holds a few hundred). */
+  async function keysMatching(pattern: string): Promise<string[]> {
+    const found: string[] = [];
+    for (const master of await redisCluster.masters())
+      found.push(...((await redisCluster.command(master.port, 'KEYS', pattern)) as string[]));
+    return found;
+  }
+
+  it('a client key with braces of its own does not choose the record’s slot, and its record still works', async () => {
+    const redis = await clusterClient();
+    const store = new RedisIdempotencyStore(redis, { idleCheckMs: 500 });
+    const streamSlot = keySlot(JOBS_STREAM);
+    try {
+      for (const clientKey of [`{summaries}-${randomUUID()}`, `a}b-${randomUUID()}`, `}{x}-${randomUUID()}`]) {
+        const k = `tenant-a:POST:/v1/summaries:${clientKey}`;
+        const clientTag = /\{([^}]+)\}/.exec(k)?.[1];
+        expect(await store.claim(k, 't1', 'fp', 30_000)).toEqual({ outcome: 'claimed' });
+        await store.frames.begin(k, 't1', { status: 200, headers: { 'content-type': 'text/event-stream' } });
+        const named = await keysMatching(`*${clientKey.slice(-36)}*`);
+        const [record, ...others] = [
+          ...named.filter((n) => n.startsWith('idem:')),
+          ...named.filter((n) => !n.startsWith('idem:')),
+        ];
+        const slot = Number(await redis.cluster('KEYSLOT', record));
+        if (clientTag !== undefined) expect(slot).not.toBe(keySlot(clientTag));
+        expect(slot).not.toBe(streamSlot);
+        // Its frames are the one other key naming it, in the same slot.
+        expect(others).toHaveLength(1);
+        expect(Number(await redis.cluster('KEYSLOT', others[0]))).toBe(slot);
+
+        // A second caller attaches to the running request, follows its frames to the end, and the record replays.
+        const running = await store.claim(k, 't2', 'fp', 30_000);
+        if (running.outcome !== 'in-progress' || !running.frames) throw new Error('expected a running record');
+        const events: string[] = [];
+        const followed = (async () => {
+          for await (const e of store.frames.follow(running.frames!, new AbortController().signal)) events.push(e.kind);
+        })();
+        await store.frames.append(k, 't1', ['data: 1\n\n']);
+        expect(await store.frames.complete(k, 't1', 'fp', 60_000)).toBe(true);
+        await followed;
+        expect(events).toEqual(['head', 'frame', 'end']);
+        const replay = await store.claim(k, 't3', 'fp', 30_000);
+        expect(replay).toMatchObject({ outcome: 'completed', fingerprint: 'fp', response: { status: 200 } });
+      }
     } finally {
       await store.close();
     }

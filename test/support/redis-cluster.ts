@@ -99,6 +99,13 @@ export interface RedisCluster {
    * has no replica after that.
    */
   killMaster(port?: number): Promise<FailoverResult>;
+  /**
+   * Moves one slot to the master on `toPort`, as `redis-cli --cluster reshard` does: the target marked IMPORTING and
+   * the source MIGRATING, the slot's keys moved in batches (MIGRATE), then the slot given to the target on every
+   * master (the target first); resolves once the cluster has settled. `between('marked')` runs before any key moves
+   * and `between('moved')` once all have, before the slot is handed over, so a test can put its requests in each.
+   */
+  moveSlot(slot: number, toPort: number, between?: (step: 'marked' | 'moved') => Promise<void>): Promise<void>;
   /** FLUSHALL on every master. */
   flushAll(): Promise<void>;
   /** Kills every process, waits for them to exit and removes the temp dirs; safe to call twice. */
@@ -464,6 +471,39 @@ export async function startRedisCluster(options: StartRedisClusterOptions = {}):
     return { from: master.port, to: replica.port, ms: Date.now() - started };
   };
 
+  const moveSlot = async (
+    slot: number,
+    toPort: number,
+    between: (step: 'marked' | 'moved') => Promise<void> = async () => undefined,
+  ): Promise<void> => {
+    await settle('cluster before moving a slot', () => clusterProblem());
+    const all = await nodes();
+    const fromPort = await masterOf(slot);
+    const from = all.find((n) => n.port === fromPort);
+    const to = all.find((n) => n.port === toPort);
+    if (!from || to?.role !== 'master' || fromPort === toPort)
+      throw new Error(`cannot move slot ${slot} from ${fromPort} to ${toPort}: not another live master`);
+    await command(toPort, 'CLUSTER', 'SETSLOT', slot, 'IMPORTING', from.id);
+    await command(fromPort, 'CLUSTER', 'SETSLOT', slot, 'MIGRATING', to.id);
+    await between('marked');
+    const authArgs = auth.password === undefined ? [] : ['AUTH', auth.password];
+    for (;;) {
+      const keys = (await command(fromPort, 'CLUSTER', 'GETKEYSINSLOT', slot, 100)) as string[];
+      if (keys.length === 0) break;
+      await command(fromPort, 'MIGRATE', HOST, toPort, '', 0, 5000, ...authArgs, 'KEYS', ...keys);
+    }
+    await between('moved');
+    await command(toPort, 'CLUSTER', 'SETSLOT', slot, 'NODE', to.id);
+    await command(fromPort, 'CLUSTER', 'SETSLOT', slot, 'NODE', to.id);
+    for (const master of await masters())
+      if (master.port !== toPort && master.port !== fromPort)
+        await command(master.port, 'CLUSTER', 'SETSLOT', slot, 'NODE', to.id);
+    await settle(`slot ${slot} moved to ${toPort}`, async () => {
+      if ((await masterOf(slot)) !== toPort) return `slot ${slot} is not on ${toPort} yet`;
+      return clusterProblem();
+    });
+  };
+
   const flushAll = async (): Promise<void> => {
     await Promise.all((await masters()).map((m) => command(m.port, 'FLUSHALL')));
   };
@@ -584,6 +624,7 @@ export async function startRedisCluster(options: StartRedisClusterOptions = {}):
     command,
     failover,
     killMaster,
+    moveSlot,
     flushAll,
     stop,
   };

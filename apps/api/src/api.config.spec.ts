@@ -10,6 +10,7 @@ describe('api configuration', () => {
       nodeEnv: 'development',
       redisUrl: 'redis://127.0.0.1:6379',
       redisClusterNodes: undefined,
+      redisDurability: 'replica',
       databaseUrl: 'postgres://postgres@127.0.0.1:5432/postgres',
       logLevel: 'info',
       httpRequestTimeoutMs: 30_000,
@@ -60,6 +61,12 @@ describe('api configuration', () => {
     expect(loadApiConfig({ JOB_STREAM_PARTITIONS: '1024' }).jobStreamPartitions).toBe(1024);
     for (const value of ['0', '1025', '-1', '2.5', 'three'])
       expect(problemsOf({ JOB_STREAM_PARTITIONS: value })).toEqual(['JOB_STREAM_PARTITIONS']);
+  });
+
+  it('takes REDIS_DURABILITY replica (the default) or strict, and nothing else', () => {
+    expect(loadApiConfig({ REDIS_DURABILITY: 'strict' }).redisDurability).toBe('strict');
+    for (const value of ['STRICT', 'none', 'replicas'])
+      expect(problemsOf({ REDIS_DURABILITY: value })).toEqual(['REDIS_DURABILITY']);
   });
 
   it('bounds PAYMENTS_TIMEOUT_S to 1..120 s', () => {

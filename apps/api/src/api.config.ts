@@ -1,5 +1,14 @@
 import { httpServerEnv } from '@app/http';
-import { commonEnv, ConfigFieldError, ConfigOf, type Env, env, parseConfig, processEnv } from '@app/config';
+import {
+  commonEnv,
+  redisDurabilityEnv,
+  ConfigFieldError,
+  ConfigOf,
+  type Env,
+  env,
+  parseConfig,
+  processEnv,
+} from '@app/config';
 import { llmProviderEnv } from '@app/llm';
 import { QUERY_TIMEOUT_MS } from '@app/persistence';
 import { jobStreamPartitionsEnv } from '@app/summary-queue';
@@ -9,6 +18,7 @@ import { GATEWAY_SETTLE_MS } from './gateway/gateway.options';
 /** Every variable the api reads (INTERFACE.md); the manifests are checked against it. */
 export const apiEnvSchema = {
   ...commonEnv,
+  ...redisDurabilityEnv,
   ...httpServerEnv,
   port: env.int('PORT', 3000, { min: 0, max: 65535 }),
   apiKeys: env.custom('API_KEYS', (raw, all) => parseApiKeys(raw, all.NODE_ENV === 'production'), {

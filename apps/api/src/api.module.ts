@@ -52,6 +52,7 @@ export class ApiModule {
         RedisModule.forRoot({
           url: config.redisUrl,
           clusterNodes: config.redisClusterNodes,
+          durabilityMode: config.redisDurability,
           connectionName: 'api',
           isGlobal: true,
         }),

@@ -1,11 +1,12 @@
 import { httpServerEnv } from '@app/http';
-import { commonEnv, ConfigOf, env, parseConfig, processEnv, type Env } from '@app/config';
+import { commonEnv, redisDurabilityEnv, ConfigOf, env, parseConfig, processEnv, type Env } from '@app/config';
 import { llmProviderEnv } from '@app/llm';
 import { jobStreamPartitionsEnv } from '@app/summary-queue';
 
 /** Every variable the worker reads (INTERFACE.md); the manifests are checked against it. */
 export const workerEnvSchema = {
   ...commonEnv,
+  ...redisDurabilityEnv,
   ...httpServerEnv,
   healthPort: env.int('HEALTH_PORT', 3001, { min: 0, max: 65535 }, { describe: 'health and metrics' }),
   concurrency: env.int('WORKER_CONCURRENCY', 16, { min: 1, max: 1000 }, { describe: 'jobs in flight per process' }),

@@ -71,6 +71,7 @@ export class WorkerModule {
         RedisModule.forRoot({
           url: config.redisUrl,
           clusterNodes: config.redisClusterNodes,
+          durabilityMode: config.redisDurability,
           connectionName: 'worker',
           isGlobal: true,
         }),

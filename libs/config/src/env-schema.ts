@@ -215,6 +215,21 @@ export const commonEnv = {
   }),
 };
 
+/**
+ * REDIS_DURABILITY (the api and the worker, which write what a client is told was accepted): on a cluster, what a
+ * write does when its master has no replica online. libs/redis's DurabilityMode names the same values.
+ */
+export const redisDurabilityEnv = {
+  redisDurability: env.oneOf('REDIS_DURABILITY', 'replica', ['replica', 'strict'], {
+    describe:
+      'on a Redis Cluster: `replica`, a write (an idempotency claim or stored answer, a job) waits for a replica of ' +
+      'its master (`WAIT`, 1 s) when the master has one online; a master without one (after a failover, before a new ' +
+      'replica syncs) still takes writes, each counted in `redis_unreplicated_writes_total` and logged once a minute. ' +
+      '`strict`: such writes are refused (`503`). Either way a replica that does not confirm in time is a `503`. ' +
+      'No effect on one Redis',
+  }),
+};
+
 /** A Redis Cluster seed node. */
 export interface ClusterNode {
   readonly host: string;

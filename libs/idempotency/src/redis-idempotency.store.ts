@@ -3,6 +3,7 @@ import {
   connectionNameOf,
   duplicateForBlocking,
   type Durability,
+  hashTagFor,
   NotReplicatedError,
   RedisScript,
   type RedisClient,
@@ -194,16 +195,19 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   }
 
   /**
-   * `idem:<key>`. On a cluster only, a key that would give R a `}` but no
-   * hash tag (`...abc}def`, `...{}...`) is kept under a hash tag of its own,
-   * `idem:{<key, % and } escaped>}`: no frames key could share the slot of the
-   * plain name, and the scripts that touch both would fail with CROSSSLOT.
-   * On one Redis, every name stays as it was.
+   * `idem:<key>`. On a cluster only, a name with a brace anywhere is kept as
+   * `idem:{<tag>}:<key>`, the tag a hash of the whole name (hashTagFor): the
+   * client's braces would otherwise choose the record's slot (`{summaries}-…`
+   * puts it beside the job stream), and a `}` without a tag would leave no
+   * frames key the record's slot. A name without braces hashes whole, as it
+   * always did: the client decides its slot no more than ours (both are
+   * public functions of the name), and an upgrade renames no ordinary record
+   * while old and new pods share keys. On one Redis, every name stays as it was.
    */
   private recordKey(key: string): string {
     const plain = this.prefix + key;
-    if (!this.clustered || !plain.includes('}') || hashTagOf(plain) !== undefined) return plain;
-    return `${this.prefix}{${key.replaceAll('%', '%25').replaceAll('}', '%7D')}}`;
+    if (!this.clustered || !/[{}]/.test(plain)) return plain;
+    return `${this.prefix}{${hashTagFor(plain)}}:${key}`;
   }
 
   private framesKey(record: string, token: string): string {

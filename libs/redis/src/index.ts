@@ -4,3 +4,5 @@ export * from './redis.module-definition';
 export * from './create-redis-client';
 export * from './redis-script';
 export * from './partition-tags';
+export * from './durable-write-decision';
+export * from './master-replicas';

@@ -1,3 +1,5 @@
+import { createHash } from 'node:crypto';
+
 /**
  * Hash tags for a stream split into partitions, so that on a Redis Cluster the
  * partitions land on different masters.
@@ -53,6 +55,15 @@ export function keySlot(key: string): number {
     if (close > open + 1) return crc16(bytes.subarray(open + 1, close)) % CLUSTER_SLOTS;
   }
   return crc16(bytes) % CLUSTER_SLOTS;
+}
+
+/**
+ * A hash tag of our own for a key whose name a client chose (`{<tag>}`, 12 hex
+ * digits of the name's SHA-256): it spreads such keys over every slot, and the
+ * client's own braces, coming after it, no longer decide the slot.
+ */
+export function hashTagFor(name: string): string {
+  return createHash('sha256').update(name).digest('hex').slice(0, 12);
 }
 
 /**

@@ -1,6 +1,11 @@
-import { Cluster } from 'ioredis';
+import { backoffDelay } from '@app/config';
+import { Cluster, type Redis } from 'ioredis';
 import { createHash } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
 import type { RedisClient } from './create-redis-client';
+import { decideDurableWrite, type DurabilityMode, type RefusalReason } from './durable-write-decision';
+import { keySlot } from './partition-tags';
+import type { MasterReplicas } from './master-replicas';
 
 /**
  * How many replicas must hold a write before it is acknowledged, and how long
@@ -9,7 +14,21 @@ import type { RedisClient } from './create-redis-client';
 export interface Durability {
   readonly replicas: number;
   readonly timeoutMs: number;
+  /** What a write does on a master with no replica online (REDIS_DURABILITY); absent: `strict`, it is refused. */
+  readonly mode?: DurabilityMode;
+  /**
+   * What this process knows of its masters' replicas (a master without one is written without WAIT), and the count
+   * and log of the writes accepted without one. Absent: every write sends WAIT, and nothing is counted.
+   */
+  readonly masters?: MasterReplicas;
 }
+
+const REFUSALS: Record<RefusalReason, string> = {
+  'not-confirmed': 'its master has a replica that did not confirm in time',
+  'no-replica': 'its master has no replica online (REDIS_DURABILITY=strict)',
+  unknown: "its master's replicas are unknown",
+  'replica-returned': 'its master was written without waiting, and has a replica online again',
+};
 
 /**
  * The script ran on the master, but fewer replicas than asked confirmed it in
@@ -25,16 +44,16 @@ export class NotReplicatedError extends Error {
     readonly value?: unknown,
     /** Why WAIT gave no count, when it failed (a timeout, a closed connection) after the script ran. */
     cause?: unknown,
+    /** Why the write was not taken as it stands. */
+    readonly reason: RefusalReason = 'not-confirmed',
   ) {
     super(
-      `written, but ${acknowledged} of ${wanted} replica(s) acknowledged it within ${timeoutMs} ms`,
+      `written, but ${acknowledged} of ${wanted} replica(s) acknowledged it within ${timeoutMs} ms: ${REFUSALS[reason]}`,
       cause === undefined ? undefined : { cause },
     );
     this.name = 'NotReplicatedError';
   }
 }
-
-type PipelineResult = [Error | null, unknown][] | null;
 
 /** A script's argument: Lua strings are bytes, so a Buffer goes as its bytes (an answer that is not UTF-8). */
 export type ScriptArg = string | number | Buffer;
@@ -86,11 +105,21 @@ export class RedisScript {
   }
 
   /**
-   * The script, then WAIT on the same connection in the same round trip (one
-   * pipeline, which a cluster client sends to the master of the keys' slot):
-   * resolves once `durability.replicas` replicas hold what the script wrote,
-   * or throws NotReplicatedError (the write stands on the master). Without
-   * durability, or with 0 replicas, it is `run`.
+   * The script, then WAIT and ROLE on the same connection in the same round
+   * trip (one pipeline, which a cluster client sends to the master of the
+   * keys' slot): resolves once `durability.replicas` replicas hold what the
+   * script wrote, or, in mode `replica`, once the master says it has no
+   * replica online (counted by `durability.masters`); otherwise throws
+   * NotReplicatedError (the write stands on the master). A master known to
+   * have no replica (a recent write found none) is sent the script and ROLE
+   * only: WAIT would block its whole timeout there. Without durability, or
+   * with 0 replicas, it is `run`.
+   *
+   * On a cluster it follows what a moving slot answers, which ioredis does not
+   * for a pipeline whose other commands succeeded: MOVED (read the slot map,
+   * send again), ASK (the same to the node named, after ASKING), TRYAGAIN (a
+   * script whose keys a migration has split: again after a backoff, for a few
+   * seconds). Each means the script did not run, so sending it again is safe.
    */
   async runDurably<T = unknown>(
     client: RedisClient,
@@ -99,34 +128,151 @@ export class RedisScript {
     durability: Durability | undefined,
   ): Promise<T> {
     if (!durability || durability.replicas <= 0) return this.run<T>(client, keys, args);
-    const { replicas, timeoutMs } = durability;
-    const send = (evalsha: boolean): Promise<PipelineResult> => {
-      const pipeline = client.pipeline();
-      if (evalsha) pipeline.evalsha(this.sha, keys.length, ...keys, ...args);
-      else pipeline.eval(this.lua, keys.length, ...keys, ...args);
-      return pipeline.call('WAIT', replicas, timeoutMs).exec();
-    };
-    let results = await send(true);
-    // A cluster whose slot moved (a failover): the script was refused (MOVED, ASK) and WAIT failed otherwise, so
-    // ioredis neither follows the redirect (it does only when every command of a pipeline got the same one) nor
-    // learns the new owner. Nothing ran: learn the slots and send it once more.
-    if (client instanceof Cluster && isRedirect(results?.[0]?.[0])) {
-      await refreshSlots(client);
-      results = await send(true);
+    const { replicas, timeoutMs, masters } = durability;
+    const slot = keySlot(keys[0] ?? '');
+    const tryAgainUntil = performance.now() + TRY_AGAIN_BUDGET_MS;
+    let askTarget: Redis | undefined;
+    let evalsha = true;
+    let hops = 0;
+    let tryAgains = 0;
+    for (;;) {
+      const node = askTarget ? nodeKeyOf(askTarget) : masterKeyOf(client, slot);
+      // WAIT blocks the connection it is sent on, shared by every command to that master: sent to a master with no
+      // replica, each would hold the others up for its whole timeout, and a queue of them times out the lot. So a
+      // master whose replicas are not known yet (just promoted, or idle a while) learns them from one write, while
+      // the writes that come meanwhile wait for that one.
+      let replicasKnown = node === undefined ? undefined : masters?.replicasOf(node);
+      // A write that found nothing (its ROLE timed out too) leaves the next one to try: one at a time still.
+      for (
+        let learning = node === undefined ? undefined : masters?.learning(node);
+        node !== undefined && replicasKnown === undefined && learning;
+        learning = masters?.learning(node)
+      ) {
+        await learning;
+        replicasKnown = masters?.replicasOf(node);
+      }
+      const waits = replicasKnown !== 'none';
+      const sent = this.sendDurably(
+        askTarget ?? client,
+        askTarget !== undefined,
+        evalsha,
+        keys,
+        args,
+        waits ? [replicas, timeoutMs] : undefined,
+      );
+      if (node !== undefined && replicasKnown === undefined) masters?.learnFrom(node, sent);
+      const [[scriptError, value], ...replies] = await sent;
+      if (scriptError) {
+        const [code, , to] = scriptError.message.split(' ');
+        if (code === 'NOSCRIPT' && evalsha) {
+          evalsha = false;
+          continue;
+        }
+        if (!(client instanceof Cluster) || hops >= MAX_HOPS) throw scriptError;
+        if (code === 'MOVED') {
+          hops++;
+          askTarget = undefined;
+          await refreshSlots(client);
+          continue;
+        }
+        if (code === 'ASK') {
+          hops++;
+          askTarget = await nodeNamed(client, to);
+          if (askTarget) continue;
+          throw scriptError;
+        }
+        if (code === 'TRYAGAIN' && performance.now() < tryAgainUntil) {
+          askTarget = undefined;
+          await sleep(backoffDelay(tryAgains++, TRY_AGAIN_BACKOFF));
+          continue;
+        }
+        throw scriptError;
+      }
+      const [waitError, waitReply] = waits ? replies[0] : [null, undefined];
+      const [roleError, roleReply] = replies[waits ? 1 : 0];
+      const acknowledged = !waits ? 'not-sent' : waitError ? 'failed' : Number(waitReply);
+      const replicasOnline = roleError ? undefined : onlineReplicasOf(roleReply);
+      if (node !== undefined) masters?.observe(node, replicasOnline);
+      const decision = decideDurableWrite({
+        wanted: replicas,
+        mode: durability.mode ?? 'strict',
+        acknowledged,
+        replicasOnline,
+      });
+      if (decision.outcome === 'durable') return value as T;
+      if (decision.outcome === 'unreplicated') {
+        masters?.accepted(node ?? 'unknown');
+        return value as T;
+      }
+      // The script ran; only its replication is unknown: the caller must be able to tell, and to undo.
+      throw new NotReplicatedError(
+        typeof acknowledged === 'number' ? acknowledged : 0,
+        replicas,
+        timeoutMs,
+        value,
+        waitError ?? undefined,
+        decision.reason,
+      );
     }
-    if (results?.[0]?.[0]?.message.startsWith('NOSCRIPT')) results = await send(false);
-    if (!results || results.length !== 2) throw new Error(`${this.name}: the pipeline was not answered`);
-    const [[scriptError, value], [waitError, acknowledged]] = results;
-    if (scriptError) throw scriptError;
-    // The script ran; only its replication is unknown: the caller must be able to tell, and to undo.
-    if (waitError) throw new NotReplicatedError(0, replicas, timeoutMs, value, waitError);
-    if (Number(acknowledged) < replicas) throw new NotReplicatedError(Number(acknowledged), replicas, timeoutMs, value);
-    return value as T;
+  }
+
+  /** One round trip: [ASKING,] the script, [WAIT,] ROLE; the results of all but ASKING, each answered. */
+  private async sendDurably(
+    target: RedisClient,
+    asking: boolean,
+    evalsha: boolean,
+    keys: readonly string[],
+    args: readonly ScriptArg[],
+    wait: readonly [replicas: number, timeoutMs: number] | undefined,
+  ): Promise<[Error | null, unknown][]> {
+    const pipeline = target.pipeline();
+    // ASKING lets the next command alone reach a slot being imported; a pipeline is one write: nothing comes between.
+    if (asking) pipeline.call('ASKING');
+    if (evalsha) pipeline.evalsha(this.sha, keys.length, ...keys, ...args);
+    else pipeline.eval(this.lua, keys.length, ...keys, ...args);
+    if (wait) pipeline.call('WAIT', ...wait);
+    pipeline.call('ROLE');
+    const results = await pipeline.exec();
+    const expected = (asking ? 1 : 0) + (wait ? 3 : 2);
+    if (!results || results.length !== expected) throw new Error(`${this.name}: the pipeline was not answered`);
+    return asking ? results.slice(1) : results;
   }
 }
 
-function isRedirect(err: Error | null | undefined): boolean {
-  return !!err && /^(MOVED|ASK) /.test(err.message);
+/** Redirections (MOVED, ASK) followed at most, as ioredis's own maxRedirections for one command. */
+const MAX_HOPS = 16;
+/**
+ * TRYAGAIN: a migration has split the script's keys between two nodes; it ends when the slot is handed over, which
+ * for a slot of a few thousand keys takes well under a second. Equal jitter: the retries of many requests spread out,
+ * and none comes back at once.
+ */
+const TRY_AGAIN_BACKOFF = { baseMs: 20, capMs: 500, jitter: 'equal' } as const;
+const TRY_AGAIN_BUDGET_MS = 5000;
+
+/** `host:port`, as a Cluster client names its nodes (its slot map, MOVED and ASK). */
+function nodeKeyOf(node: Redis): string {
+  return `${node.options.host}:${node.options.port}`;
+}
+
+/** The master the client would send the slot's commands to, as its slot map says (undefined before it has one). */
+function masterKeyOf(client: RedisClient, slot: number): string | undefined {
+  return client instanceof Cluster ? client.slots[slot]?.[0] : nodeKeyOf(client);
+}
+
+/** The client's connection to a node an ASK named, the slot map read again once if the node is new to it. */
+async function nodeNamed(client: Cluster, key: string | undefined): Promise<Redis | undefined> {
+  if (key === undefined) return undefined;
+  const find = () => client.nodes('master').find((n) => nodeKeyOf(n) === key);
+  const found = find();
+  if (found) return found;
+  await refreshSlots(client);
+  return find();
+}
+
+/** ROLE's replicas on a master: it lists only those online (synced and streaming). Unknown on anything else. */
+function onlineReplicasOf(role: unknown): number | undefined {
+  if (!Array.isArray(role) || role[0] !== 'master' || !Array.isArray(role[2])) return undefined;
+  return role[2].length;
 }
 
 /** The cluster's slot map read again (CLUSTER SLOTS), resolved once the client has it. */

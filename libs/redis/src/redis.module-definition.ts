@@ -1,4 +1,5 @@
 import type { RedisClusterConfig } from '@app/config';
+import type { DurabilityMode } from './durable-write-decision';
 import type { Durability } from './redis-script';
 import { ConfigurableModuleBuilder } from '@nestjs/common';
 
@@ -15,6 +16,11 @@ export interface RedisModuleOptions {
    * cluster, none on one Redis.
    */
   readonly durability?: Durability;
+  /**
+   * REDIS_DURABILITY, for the default durability on a cluster: `replica` (the default) lets a write stand on a
+   * master with no replica online, counted in `redis_unreplicated_writes_total`; `strict` refuses it.
+   */
+  readonly durabilityMode?: DurabilityMode;
   /** Shown in CLIENT LIST, so an operator can tell the apps apart. */
   readonly connectionName: string;
   /**

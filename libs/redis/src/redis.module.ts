@@ -1,13 +1,24 @@
-import { Inject, Logger, Module, OnApplicationShutdown, OnModuleInit } from '@nestjs/common';
+import { Inject, Logger, Module, OnApplicationShutdown, OnModuleInit, Optional } from '@nestjs/common';
+import { Registry } from 'prom-client';
 import { connectOrContinue, createRedisClient, type RedisClient } from './create-redis-client';
+import type { Durability } from './redis-script';
 import { REDIS_CLIENT, REDIS_DURABILITY } from './redis.constants';
 import { ConfigurableModuleClass, REDIS_MODULE_OPTIONS, type RedisModuleOptions } from './redis.module-definition';
+import { MasterReplicas } from './master-replicas';
 
 /**
- * On a cluster a 202 must survive the loss of a master (INTERFACE.md): its writes wait for one replica. 1 s bounds
- * the wait when replication lags; a replica that does not answer by then gets the client a 503, not a hang.
+ * On a cluster a 202 must survive the loss of a master (INTERFACE.md): its writes wait for one replica, when the
+ * master has one. 1 s bounds the wait when replication lags; a replica that does not answer by then gets the client a
+ * 503, not a hang.
  */
-const CLUSTER_DURABILITY = { replicas: 1, timeoutMs: 1000 } as const;
+function clusterDurability(options: RedisModuleOptions, registry: Registry | undefined): Durability {
+  return {
+    replicas: 1,
+    timeoutMs: 1000,
+    mode: options.durabilityMode ?? 'replica',
+    masters: new MasterReplicas(registry),
+  };
+}
 
 @Module({
   providers: [
@@ -18,9 +29,10 @@ const CLUSTER_DURABILITY = { replicas: 1, timeoutMs: 1000 } as const;
     },
     {
       provide: REDIS_DURABILITY,
-      inject: [REDIS_MODULE_OPTIONS],
-      useFactory: (options: RedisModuleOptions) =>
-        options.durability ?? (options.clusterNodes?.nodes.length ? CLUSTER_DURABILITY : undefined),
+      // The app's metrics registry (MetricsModule), where it has one: redis_unreplicated_writes_total.
+      inject: [REDIS_MODULE_OPTIONS, { token: Registry, optional: true }],
+      useFactory: (options: RedisModuleOptions, registry?: Registry) =>
+        options.durability ?? (options.clusterNodes?.nodes.length ? clusterDurability(options, registry) : undefined),
     },
   ],
   exports: [REDIS_CLIENT, REDIS_DURABILITY],
@@ -31,6 +43,7 @@ export class RedisModule extends ConfigurableModuleClass implements OnModuleInit
   constructor(
     @Inject(REDIS_CLIENT) private readonly client: RedisClient,
     @Inject(REDIS_MODULE_OPTIONS) private readonly options: RedisModuleOptions,
+    @Optional() @Inject(REDIS_DURABILITY) private readonly durability?: Durability,
   ) {
     super();
     // Without a listener ioredis prints every reconnect failure to stderr. An
@@ -53,6 +66,7 @@ export class RedisModule extends ConfigurableModuleClass implements OnModuleInit
   }
 
   async onApplicationShutdown(): Promise<void> {
+    this.durability?.masters?.close();
     if (this.client.status === 'ready') {
       await this.client.quit().catch(() => this.client.disconnect());
     } else {
