@@ -617,6 +617,30 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       expect(await rows(refundIdOf(key))).toEqual([]);
     });
 
+    it('a refusal of a send a later send superseded (the mark moved on): not stored, 503, the key abandoned, the mark of the later send standing', async () => {
+      const key = newKey();
+      const body = newBody();
+      const refundId = refundIdOf(key);
+      let refuse!: () => void;
+      fake.nextPayouts({ kind: 'gate', pay: false, gate: new Promise<void>((r) => (refuse = r)) });
+      const pending = post(key, body).then((r) => r);
+      await fake.arrivals(1);
+      // Another send of the refund left while this one was held (a takeover once the window passed): its outcome is
+      // nobody's yet, so the refusal of the first must not settle the refund.
+      await db.query(`UPDATE refund_attempts SET sends = sends + 1, last_sent_at = now() WHERE refund_id = $1`, [
+        refundId,
+      ]);
+      refuse();
+      const res = await pending;
+
+      expectOutcomeUnknown(res);
+      expect(res.body.detail).toMatch(/another payout/i);
+      await abandoned(key);
+      expect((await oneMarkFor(key, body)).sends).toBe(2);
+      expect(await rows(refundId)).toEqual([]);
+      expect(payoutPostsFor(fake, refundId)).toHaveLength(1);
+    });
+
     it('a key whose request died before sending anything (a dead record, no mark): the takeover pays with no lookup, once', async () => {
       const body = newBody();
       // The fingerprint the api gives this body (it depends on the body only): from a completed record of it under

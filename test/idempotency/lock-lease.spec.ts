@@ -69,12 +69,25 @@ describe('LockLease on Redis', () => {
       () => lost.push('lost'),
       (err) => errors.push(err),
     );
+    // What Redis holds says which renewals took: the record's expiry is pushed far out before each one, so only a
+    // renewal that worked brings it back within the TTL.
+    const record = `idem:${key}`;
+    const FAR = 60_000;
+    const pushedOut = async () => expect(await redis.pexpire(record, FAR)).toBe(1);
+    const renewedInRedis = async () => {
+      const pttl = await redis.pttl(record);
+      expect(pttl).toBeGreaterThan(0);
+      expect(pttl).toBeLessThanOrEqual(ttlMs);
+    };
     try {
+      await pushedOut();
       const first = renewalAnswered(1);
       await jest.advanceTimersByTimeAsync(133 + 150);
       expect(sent).toEqual([133]);
       await first;
       expect(errors).toHaveLength(1);
+      // The failed renewal changed nothing.
+      expect(await redis.pttl(record)).toBeGreaterThan(ttlMs);
 
       const retry = renewalAnswered(2);
       await jest.advanceTimersByTimeAsync(50);
@@ -85,13 +98,16 @@ describe('LockLease on Redis', () => {
         { at: 333, result: true },
       ]);
       expect(renewals[1].at).toBeLessThan(ttlMs);
+      await renewedInRedis();
 
       // Back to a third of the TTL after a renewal that worked: 466, inside the 733 it bought.
+      await pushedOut();
       const next = renewalAnswered(3);
       await jest.advanceTimersByTimeAsync(133);
       expect(sent).toEqual([133, 333, 466]);
       await next;
       expect(renewals[2]).toEqual({ at: 466, result: true });
+      await renewedInRedis();
 
       expect(errors).toHaveLength(1);
       expect(lost).toEqual([]);

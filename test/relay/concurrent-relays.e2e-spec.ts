@@ -51,10 +51,14 @@ describe('relay: several relays side by side', () => {
     const b = await compileRelay({ env });
     try {
       await insertOutboxRows(ds, 10, 'slow', false);
-      provider.answer = () => ({ status: 200, delayMs: 2000 });
+      // A's sends are held until the test lets them go; B's are answered at once.
+      let answerA!: () => void;
+      const heldA = new Promise<void>((resolve) => (answerA = resolve));
+      let received = 0;
+      provider.answer = () => (++received <= 5 ? { status: 200, after: heldA } : { status: 200 });
 
       const passA = a.relay.runOnce();
-      await eventually(() => (provider.deliveries.length === 5 ? true : undefined), 1500, 'relay A’s five sends');
+      await eventually(() => (provider.deliveries.length === 5 ? true : undefined), 5000, 'relay A’s five sends');
       const keysA = provider.deliveries.map((d) => d.idempotencyKey);
 
       // A's rows are not locked while it waits: a NOWAIT lock on them succeeds at once.
@@ -72,15 +76,15 @@ describe('relay: several relays side by side', () => {
         });
 
       const passB = b.relay.runOnce();
-      await eventually(() => (provider.deliveries.length === 10 ? true : undefined), 1500, 'relay B’s five sends');
+      await eventually(() => (provider.deliveries.length === 10 ? true : undefined), 5000, 'relay B’s five sends');
       const keysB = provider.deliveries.slice(5).map((d) => d.idempotencyKey);
       expect(keysB.filter((k) => keysA.includes(k))).toEqual([]);
-      // B's sends reached the provider before A had its first answer.
-      const firstAnswerToA = Math.min(...provider.deliveries.slice(0, 5).map((d) => d.answeredAt ?? Infinity));
-      expect(Math.max(...provider.deliveries.slice(5).map((d) => d.receivedAt))).toBeLessThan(firstAnswerToA);
+      // B claimed and sent while every send of A still waited for its answer.
+      expect(provider.deliveries.slice(0, 5).map((d) => d.answeredAt)).toEqual(Array(5).fill(undefined));
+      await expect(passB).resolves.toMatchObject({ claimed: 5, sent: 5 });
+      answerA();
 
       await expect(passA).resolves.toMatchObject({ claimed: 5, sent: 5 });
-      await expect(passB).resolves.toMatchObject({ claimed: 5, sent: 5 });
       expect(await ds.query('SELECT count(*)::int AS n FROM outbox WHERE sent_at IS NOT NULL')).toEqual([{ n: 10 }]);
       expect(provider.countsByKey().size).toBe(10);
     } finally {

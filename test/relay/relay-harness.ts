@@ -26,8 +26,8 @@ export interface Delivery {
   answeredAt?: number;
 }
 
-/** How the provider answers a request: the status, after an optional delay. */
-export type Answer = { readonly status: number; readonly delayMs?: number } | 'hang';
+/** How the provider answers a request: the status, after an optional delay, or once `after` settles. */
+export type Answer = { readonly status: number; readonly delayMs?: number; readonly after?: Promise<unknown> } | 'hang';
 
 /**
  * The email provider, out of our walls: a real HTTP server on a loopback port
@@ -120,6 +120,10 @@ export class FakeProvider {
         delivery.answeredAt = Date.now();
         res.writeHead(answer.status, { 'Content-Type': 'application/json' }).end('{"ok":true}');
       };
+      if (answer.after) {
+        void answer.after.then(respond, respond);
+        return;
+      }
       if (!answer.delayMs) return respond();
       const timer = setTimeout(() => {
         this.timers.delete(timer);

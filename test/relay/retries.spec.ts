@@ -93,6 +93,8 @@ describe('relay: the webhook contract, a provider that is down, backoff and park
       const [key] = await insertOutboxRows(ds, 1, 'down');
       provider.answer = () => ({ status: 503 });
 
+      // PostgreSQL's clock before the failure: the backoff starts no earlier.
+      const [{ before }] = await ds.query<{ before: Date }[]>('SELECT now() AS before');
       await expect(down.relay.runOnce()).resolves.toMatchObject({ claimed: 1, failed: 1, sent: 0 });
       const failed = await rowByKey(ds, key);
       expect(failed).toMatchObject({
@@ -104,6 +106,8 @@ describe('relay: the webhook contract, a provider that is down, backoff and park
       });
       expect(failed.due_in_ms).toBeGreaterThan(0);
       expect(failed.due_in_ms).toBeLessThanOrEqual(60_000);
+      // Equal jitter: at least half the capped backoff, counted from a failure no earlier than `before`.
+      expect(failed.next_attempt_at.getTime() - before.getTime()).toBeGreaterThanOrEqual(30_000);
 
       // Not due yet: not claimed, not sent.
       await expect(down.relay.runOnce()).resolves.toMatchObject({ claimed: 0 });

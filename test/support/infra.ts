@@ -17,11 +17,21 @@ import { DataSource } from 'typeorm';
  * default, as the benches' do.
  */
 
-/** The Redis server the tests use: TEST_REDIS_URL, else REDIS_URL, else local; any database number in it is dropped. */
-export const BASE_REDIS_URL = (process.env.TEST_REDIS_URL || process.env.REDIS_URL || 'redis://127.0.0.1:6379').replace(
-  /\/\d*$/,
-  '',
+/**
+ * The Redis server the tests use: TEST_REDIS_URL, else REDIS_URL, else local; any database number in it is dropped
+ * (its options, `?family=6`, kept).
+ */
+export const BASE_REDIS_URL = redisUrlWithDatabase(
+  process.env.TEST_REDIS_URL || process.env.REDIS_URL || 'redis://127.0.0.1:6379',
+  undefined,
 );
+
+/** `url` on database `db` (none: the URL's own path dropped), its credentials and options as they were. */
+function redisUrlWithDatabase(url: string, db: number | undefined): string {
+  const parsed = new URL(url);
+  parsed.pathname = db === undefined ? '' : `/${db}`;
+  return parsed.toString();
+}
 /**
  * The PostgreSQL server the tests use, as a URL of a database on it they may connect to (not one they write):
  * TEST_DATABASE_URL, else DATABASE_URL, else local.
@@ -50,7 +60,7 @@ export function testSlot(): number {
 export function testRedisUrl(): string {
   const worker = workerId();
   if (worker > 3) throw new Error(`jest worker ${worker}: the test slots have Redis databases for three workers`);
-  return `${BASE_REDIS_URL}/${1 + testSlot() * 3 + (worker - 1)}`;
+  return redisUrlWithDatabase(BASE_REDIS_URL, 1 + testSlot() * 3 + (worker - 1));
 }
 
 export function testDatabaseName(id = workerId()): string {

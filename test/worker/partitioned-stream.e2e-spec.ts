@@ -177,6 +177,8 @@ describeOnEachRedis('the partitioned job stream (JOB_STREAM_PARTITIONS=3)', (bac
     // Refreshed every third of CLAIM_IDLE_MS (1 s). The model holds the job
     // until the test has seen four refreshes (each resets the entry's idle
     // time in Redis): pending longer than CLAIM_IDLE_MS, never idle that long.
+    // The bound is Redis's own: another worker tries to reclaim at every poll,
+    // so an entry left idle past CLAIM_IDLE_MS would be taken, and the test fail.
     const [a, b] = [await worker({ CLAIM_IDLE_MS: '3000' }), await worker({ CLAIM_IDLE_MS: '3000' })];
     let release!: () => void;
     const held = new Promise<void>((resolve) => (release = resolve));
@@ -193,6 +195,7 @@ describeOnEachRedis('the partitioned job stream (JOB_STREAM_PARTITIONS=3)', (bac
     let lastIdle = (await entry())[2];
     await eventually(
       async () => {
+        expect(await b.consumer.runOnce()).toEqual([]);
         const [, owner, idleMs] = await entry();
         expect(owner).toBe(a.consumer.consumerName);
         if (idleMs < lastIdle) refreshes++;

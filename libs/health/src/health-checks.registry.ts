@@ -1,4 +1,4 @@
-import { Injectable } from '@nestjs/common';
+import { Inject, Injectable, Optional } from '@nestjs/common';
 
 interface Loop {
   lastBeat: number;
@@ -6,6 +6,9 @@ interface Loop {
 }
 
 export type ReadinessCheck = () => Promise<void>;
+
+/** The monotonic clock loops' silences are measured on (milliseconds); tests provide their own. */
+export const HEALTH_CLOCK = 'health:clock';
 
 /**
  * What an app adds to the standard checks: long-running loops report each
@@ -18,13 +21,15 @@ export class HealthChecksRegistry {
   private readonly loops = new Map<string, Loop>();
   private readonly readiness = new Map<string, ReadinessCheck>();
 
+  constructor(@Optional() @Inject(HEALTH_CLOCK) private readonly now: () => number = () => performance.now()) {}
+
   registerLoop(name: string, maxSilenceMs: number): void {
-    this.loops.set(name, { lastBeat: performance.now(), maxSilenceMs });
+    this.loops.set(name, { lastBeat: this.now(), maxSilenceMs });
   }
 
   beat(name: string): void {
     const loop = this.loops.get(name);
-    if (loop) loop.lastBeat = performance.now();
+    if (loop) loop.lastBeat = this.now();
   }
 
   unregisterLoop(name: string): void {
@@ -32,7 +37,7 @@ export class HealthChecksRegistry {
   }
 
   /** Loops that have been silent too long, with how long. */
-  staleLoops(now = performance.now()): { name: string; silentMs: number }[] {
+  staleLoops(now = this.now()): { name: string; silentMs: number }[] {
     return [...this.loops]
       .map(([name, loop]) => ({ name, silentMs: Math.round(now - loop.lastBeat), max: loop.maxSilenceMs }))
       .filter((l) => l.silentMs > l.max)

@@ -412,4 +412,28 @@ describe('pickHeaders and jsonAnswer', () => {
     });
     expect(jsonAnswer({ status: 204, body: undefined }, allow).body).toEqual(Buffer.alloc(0));
   });
+
+  // The body is JSON.stringify's, stored as UTF-8: a JSON type the answer names is kept with that charset.
+  it.each<[string, Record<string, string> | undefined, string]>([
+    ['no Content-Type', undefined, JSON_TYPE],
+    ['problem+json kept', { 'content-type': PROBLEM_TYPE }, `${PROBLEM_TYPE}; charset=utf-8`],
+    ['Content-Type in another case', { 'Content-Type': PROBLEM_TYPE }, `${PROBLEM_TYPE}; charset=utf-8`],
+    [
+      'CONTENT-TYPE upper case',
+      { 'CONTENT-TYPE': 'application/vnd.shop+json' },
+      'application/vnd.shop+json; charset=utf-8',
+    ],
+    ['a media type in capitals', { 'content-type': 'Application/Problem+JSON' }, `${PROBLEM_TYPE}; charset=utf-8`],
+    ['text/plain replaced', { 'content-type': 'text/plain' }, JSON_TYPE],
+    ['a type merely starting like JSON replaced', { 'content-type': 'application/jsonx' }, JSON_TYPE],
+    ['latin1 charset normalised', { 'content-type': 'application/json; charset=latin1' }, JSON_TYPE],
+    [
+      'charset normalised, other parameters kept',
+      { 'content-type': 'application/problem+json; charset=ISO-8859-1; profile="x"' },
+      `${PROBLEM_TYPE}; charset=utf-8; profile=x`,
+    ],
+    ['an unparseable type replaced', { 'content-type': 'application/json; ;;=' }, JSON_TYPE],
+  ])('content type: %s', (_, headers, expected) => {
+    expect(jsonAnswer({ status: 422, body: { a: 'é' }, headers }, allow).headers).toEqual({ 'content-type': expected });
+  });
 });

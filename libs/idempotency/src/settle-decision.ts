@@ -210,16 +210,30 @@ export function pickHeaders(all: HeaderValues, allowlist: ReadonlySet<string>): 
  * transaction), as it is stored: JSON, allowlisted headers.
  */
 export function jsonAnswer(answer: RecoveredAnswer, allowlist: ReadonlySet<string>): StoredResponse {
-  // A JSON media type the answer names (a problem+json refusal) is kept: its replays must say what it is.
-  const named = answer.headers?.['content-type'];
+  // A JSON media type the answer names (a problem+json refusal) is kept: its replays must say what it is. The
+  // header's name in any case (pickHeaders lowers them all); its charset is the one the body is encoded in.
+  const named = Object.entries(answer.headers ?? {}).find(([name]) => name.toLowerCase() === 'content-type')?.[1];
   const headers = {
     ...pickHeaders(answer.headers ?? {}, allowlist),
-    'content-type': named && JSON_MEDIA_TYPE.test(named) ? named : 'application/json; charset=utf-8',
+    'content-type': jsonMediaType(named) ?? 'application/json; charset=utf-8',
   };
   return { status: answer.status, headers, body: Buffer.from(JSON.stringify(answer.body) ?? '') };
 }
 
-const JSON_MEDIA_TYPE = /^application\/(?:[\w.-]+\+)?json\s*(?:;|$)/i;
+/** A JSON media type (application/json, application/<x>+json) with its charset made utf-8; anything else undefined. */
+function jsonMediaType(type: string | undefined): string | undefined {
+  if (type === undefined) return undefined;
+  try {
+    const parsed = parseContentType(type);
+    if (!JSON_MEDIA_TYPE.test(parsed.type)) return undefined;
+    parsed.parameters.charset = 'utf-8';
+    return formatContentType(parsed);
+  } catch {
+    return undefined;
+  }
+}
+
+const JSON_MEDIA_TYPE = /^application\/(?:[\w.-]+\+)?json$/;
 
 /** The bytes Express will send for a handler's return value, or undefined if it is not storable. */
 function serialiseBody(body: unknown): { text: string; contentType: string } | undefined {

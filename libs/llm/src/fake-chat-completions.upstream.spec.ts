@@ -21,6 +21,29 @@ async function text(body: AsyncIterable<Buffer>): Promise<string> {
   return Buffer.concat(chunks).toString();
 }
 
+/** Fakes Date alone, still at `now`: the server and the client keep jest's real timers. */
+function fakeDateOnly(now: number): void {
+  jest.useFakeTimers({
+    now,
+    doNotFake: [
+      'hrtime',
+      'nextTick',
+      'performance',
+      'queueMicrotask',
+      'requestAnimationFrame',
+      'cancelAnimationFrame',
+      'requestIdleCallback',
+      'cancelIdleCallback',
+      'setImmediate',
+      'clearImmediate',
+      'setInterval',
+      'clearInterval',
+      'setTimeout',
+      'clearTimeout',
+    ],
+  });
+}
+
 /** The fake behind a local HTTP server, as the gateway would relay it, so the real openai SDK reads it. */
 describe('the built-in fake model, read by the openai SDK', () => {
   let server: Server;
@@ -47,10 +70,12 @@ describe('the built-in fake model, read by the openai SDK', () => {
     openai = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'x', maxRetries: 0 });
   });
   afterAll(() => new Promise<void>((resolve) => server.close(() => resolve())));
+  afterEach(() => jest.useRealTimers());
 
   it('streams the answer word by word, then the usage, in OpenAI’s chunks', async () => {
-    // `created` is in whole seconds: between the second the call was sent in and the one it was read in.
-    const sentAt = Math.floor(Date.now() / 1000);
+    // `created` is the whole second of the answer: with only Date faked (and still), it is known exactly.
+    const now = Date.UTC(2026, 0, 2, 3, 4, 5, 678);
+    fakeDateOnly(now);
     const stream = await openai.chat.completions.create({
       model: 'gpt-4.1-mini',
       messages: [
@@ -85,8 +110,7 @@ describe('the built-in fake model, read by the openai SDK', () => {
       new Set([`${chunks[0].id} ${chunks[0].created} gpt-4.1-mini chat.completion.chunk`]),
     );
     expect(chunks[0].id).toMatch(/^chatcmpl-\w+$/);
-    expect(chunks[0].created).toBeGreaterThanOrEqual(sentAt);
-    expect(chunks[0].created).toBeLessThanOrEqual(Math.ceil(Date.now() / 1000));
+    expect(chunks[0].created).toBe(Math.floor(now / 1000));
   });
 
   it('streams without usage unless asked for it', async () => {

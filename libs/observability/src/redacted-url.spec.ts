@@ -12,6 +12,11 @@ describe('redactedUrl', () => {
     ['/v1/x?token=secret#frag', '/v1/x?token=[redacted]'],
     ['/v1/x#secret', '/v1/x'],
     ['*', '*'],
+    ['http://user:secret@example.com/v1/x?key=k', 'http://example.com/v1/x?key=[redacted]'],
+    ['http://user:p@ss@example.com:8080/v1', 'http://example.com:8080/v1'],
+    ['HTTPS://token@example.com', 'HTTPS://example.com'],
+    ['http://example.com/v1/a@b?c=d', 'http://example.com/v1/a@b?c=[redacted]'],
+    ['/v1/x@y', '/v1/x@y'],
     [undefined, undefined],
   ])('%s is logged as %s', (url, logged) => {
     expect(redactedUrl(url)).toBe(logged);

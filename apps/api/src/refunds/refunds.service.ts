@@ -79,6 +79,13 @@ export class PaymentRefusedException extends ProblemException {
   }
 }
 
+/** The mark a refusal would settle belongs to a later send (its `sends` moved on): the refusal settles nothing. */
+class RefusalSupersededError extends Error {
+  constructor() {
+    super('a later payout was sent after the refused one');
+  }
+}
+
 /**
  * What a refund request comes to: paid, or refused with the refusal already
  * stored as the key's answer (the interceptor sends what was stored).
@@ -319,7 +326,9 @@ export class RefundsService {
    * a mark never goes without its refusal stored. Not stored (another
    * request holds the key now, the database failed): the refusal is thrown
    * for the interceptor to store or release, and the mark stays for the
-   * next request to look up, which finds nothing and sends again.
+   * next request to look up, which finds nothing and sends again. A later
+   * send since (the mark's `sends` moved on): nothing is stored, the mark
+   * stays, and the outcome is unknown (503, the key abandoned).
    */
   private async recordRefusal(
     facts: RefundFacts,
@@ -329,7 +338,7 @@ export class RefundsService {
     const { refusal } = refused;
     try {
       await this.dataSource.transaction(async (em) => {
-        await this.rows.settleRefused(em, facts.refundId, refused.sends);
+        if (!(await this.rows.settleRefused(em, facts.refundId, refused.sends))) throw new RefusalSupersededError();
         await pending.completeWithin(em, {
           status: refusal.getStatus(),
           body: refusal.problem,
@@ -337,6 +346,16 @@ export class RefundsService {
         });
       });
     } catch (err) {
+      if (err instanceof RefusalSupersededError) {
+        // Another payout with the reference left after this one (a takeover once the resend window passed): the
+        // refund is what that one does, which nobody knows yet. The key is abandoned, so its next request looks up.
+        this.logger.warn(`refund ${facts.refundId}: payout refused, but a later one was sent; its outcome is unknown`);
+        this.metrics.refund('unknown');
+        throw new IdempotencyOutcomeUnknownException(
+          'The payment provider refused this payout, but another payout for the refund was sent since and its outcome is not known yet. Retry with the same Idempotency-Key: nothing is paid again before it is known.',
+          Math.ceil(this.resendAfterMs / 1000),
+        );
+      }
       const why = err instanceof IdempotencyLockLostError ? 'another request holds the key now' : errorText(err);
       this.logger.warn(`refund ${facts.refundId}: payout refused, refusal not stored with its mark (${why})`);
       throw refusal;

@@ -176,11 +176,12 @@ export class RefundRepository {
    * its mark still standing nor the mark gone with no refusal stored.
    */
   async settleRefused(em: EntityManager, refundId: string, sends: number): Promise<boolean> {
-    const deleted: unknown[] = await em.query(
-      `DELETE FROM refund_attempts WHERE refund_id = $1 AND sends = $2 RETURNING refund_id`,
+    // TypeORM answers a DELETE with [rows, rowCount], not with the rows alone.
+    const [, deleted] = await em.query<[unknown[], number]>(
+      `DELETE FROM refund_attempts WHERE refund_id = $1 AND sends = $2`,
       [refundId, sends],
     );
-    return deleted.length === 1;
+    return deleted === 1;
   }
 
   async find(em: EntityManager, refundId: string): Promise<StoredRefund | undefined> {
