@@ -583,6 +583,41 @@ describe('the gateway: POST /v1/chat/completions', () => {
       await expect(tokens()).resolves.toBe(tokensBefore + 4 * 1000);
       measured('four 50 MB answers', loop, rss);
     });
+
+    it('holds the key of a too-large whole answer while it is relayed: a duplicate gets 409, no second call', async () => {
+      // Timeline: a keyed 50 MB answer passes the 4 MiB cap, so it is relayed
+      // as it arrives and cannot be stored; 8 MiB in, the provider waits. A
+      // duplicate then must get 409 (before: the key was freed at the first
+      // frame, so the duplicate called the provider again, or attached and got
+      // a 200 holding the broken-stream event). Once the answer ends, the key is free.
+      const size = 50 * 1000 * 1000;
+      const reached = signal();
+      const resume = signal();
+      const k = key();
+      const text = `huge answer held ${k}`;
+      replies.set(text, {
+        kind: 'huge',
+        contentType: 'application/json',
+        bytes: size,
+        prefix: '{"id":"chatcmpl-held","object":"chat.completion","choices":[{"index":0,"message":{"content":"',
+        suffix: '"}}]}',
+        pause: { afterBytes: 8 * MiB, reached: reached.resolve, until: resume.promise },
+      });
+      const first = await post(ask(text), { 'idempotency-key': k });
+      expect(first.status).toBe(200);
+      const firstBody = drain(first);
+      await reached.promise;
+      const duplicate = await post(ask(text), { 'idempotency-key': k });
+      expect(duplicate.status).toBe(409);
+      expect(Number(duplicate.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+      expect(await duplicate.json()).toMatchObject({ error: { type: expect.any(String) } });
+      expect(provider.requests.filter((r) => r.userText === text)).toHaveLength(1);
+      await expect(recordOf(k)).resolves.toBe(1);
+      resume.resolve();
+      await expect(firstBody).resolves.toMatchObject({ bytes: size });
+      await expect(recordOf(k)).resolves.toBe(0);
+      expect(provider.requests.filter((r) => r.userText === text)).toHaveLength(1);
+    });
   });
 
   describe('across api processes', () => {

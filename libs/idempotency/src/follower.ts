@@ -87,6 +87,11 @@ export class Follower {
           if (gone.signal.aborted) return answer(undefined); // nobody to answer
           return this.outcomes.inProgress(req, claim, attempt);
         }
+        if (firstEvent.value.kind === 'head' && firstEvent.value.head.storable === false) {
+          // Relayed to its caller only: nothing to attach to, and the key is not free until it ends.
+          await events.return?.();
+          return this.outcomes.inProgress(req, claim, attempt);
+        }
         if (firstEvent.value.kind === 'head') {
           this.outcomes.set(req, 'attached');
           handedOver = true;

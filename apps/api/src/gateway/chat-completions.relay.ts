@@ -240,6 +240,7 @@ export class ChatCompletionsRelay {
         upstream.status,
         relayed(upstream.headers),
         this.relayLargeAnswer(head.chunks, body, tenant, keyed, end, call),
+        { storable: false },
       );
     }
     end();
@@ -273,9 +274,9 @@ export class ChatCompletionsRelay {
   /**
    * A whole answer too large to hold, relayed as it arrives: the part read so
    * far, then each chunk at its caller's pace (the provider's socket waits
-   * for it). It goes out as a streamed answer, which nothing stores past
-   * the route's cap: the key is freed, and a break ends the caller's answer
-   * with the broken-stream event after the bytes already sent.
+   * for it). It goes out as a streamed answer that cannot be stored: the
+   * key is held while it is relayed (a duplicate gets 409, never a second
+   * upstream call) and freed at its end.
    */
   private async *relayLargeAnswer(
     head: Buffer[],
