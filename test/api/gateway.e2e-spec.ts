@@ -584,6 +584,40 @@ describe('the gateway: POST /v1/chat/completions', () => {
       measured('four 50 MB answers', loop, rss);
     });
 
+    it.each([
+      ['without a key', undefined],
+      ['with a key', 'key'],
+    ])('cuts the connection of a too-large whole answer the provider breaks off mid-body (%s)', async (how, keyed) => {
+      // Before: the caller got a clean 200 whose JSON body ended with the
+      // stream_broken SSE event, which looks like a complete answer.
+      const size = 50 * 1000 * 1000;
+      const k = keyed === undefined ? undefined : key();
+      const text = `huge answer broken ${how} ${k ?? ''}`;
+      replies.set(text, {
+        kind: 'huge',
+        contentType: 'application/json',
+        bytes: size,
+        prefix: '{"id":"chatcmpl-broken","object":"chat.completion","choices":[{"index":0,"message":{"content":"',
+        breakAfterBytes: 8 * MiB,
+      });
+      const res = await post(ask(text), k === undefined ? {} : { 'idempotency-key': k });
+      expect(res.status).toBe(200);
+      let received = 0;
+      let tail = '';
+      const read = (async () => {
+        for await (const chunk of res.body as AsyncIterable<Uint8Array>) {
+          received += chunk.length;
+          tail = (tail + Buffer.from(chunk.subarray(-512)).toString('latin1')).slice(-512);
+        }
+      })();
+      await expect(read).rejects.toThrow();
+      expect(tail).not.toContain('stream_broken');
+      expect(received).toBeLessThan(size);
+      expect(provider.requests.filter((r) => r.userText === text)).toHaveLength(1);
+      if (k !== undefined)
+        await eventually(async () => ((await recordOf(k)) === 0 ? true : undefined), 5000, 'the key freed');
+    });
+
     it('holds the key of a too-large whole answer while it is relayed: a duplicate gets 409, no second call', async () => {
       // Timeline: a keyed 50 MB answer passes the 4 MiB cap, so it is relayed
       // as it arrives and cannot be stored; 8 MiB in, the provider waits. A

@@ -339,7 +339,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
         yield* framesAsBytes(answer.frames);
       } catch (err) {
         logger.warn(`a streamed answer broke before its end: ${errorText(err)}`);
-        if (!settings.errors) throw err;
+        // One body in pieces: cut, so its caller sees a truncated transfer rather than a frame appended to it.
+        if (!settings.errors || !answer.framed) throw err;
         yield* brokenEnd(settings);
       }
     }

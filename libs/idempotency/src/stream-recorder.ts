@@ -160,8 +160,8 @@ export class StreamRecorder {
         this.logger.warn(
           `idempotency: a streamed answer broke before its end (key ${attempt.keyHash}): ${errorText(broken)}`,
         );
-        for (const frame of brokenEnd(settings)) await channel.push(frame);
-        if (!settings.errors) {
+        if (answer.framed) for (const frame of brokenEnd(settings)) await channel.push(frame);
+        if (!settings.errors || !answer.framed) {
           channel.fail(broken);
           return;
         }

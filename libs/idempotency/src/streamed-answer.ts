@@ -25,6 +25,11 @@ export class StreamedAnswer {
   get storable(): boolean {
     return this.options.storable !== false;
   }
+
+  /** False for one body sent in pieces (see StreamedAnswerOptions). */
+  get framed(): boolean {
+    return this.options.framed !== false;
+  }
 }
 
 export interface StreamedAnswerOptions {
@@ -38,6 +43,13 @@ export interface StreamedAnswerOptions {
    * while this answer is still relayed.
    */
   readonly storable?: false;
+  /**
+   * False: the frames are pieces of one body (a JSON document), not events.
+   * A break then cuts the caller's connection, so the transfer is visibly
+   * truncated; the route's broken-stream frame appended to it would turn a
+   * partial document into what looks like a complete 200.
+   */
+  readonly framed?: false;
 }
 
 /** A frame or a body as the bytes that are sent and stored: a string as its UTF-8, bytes as they are (not copied). */

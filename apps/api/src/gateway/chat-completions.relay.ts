@@ -240,7 +240,7 @@ export class ChatCompletionsRelay {
         upstream.status,
         relayed(upstream.headers),
         this.relayLargeAnswer(head.chunks, body, tenant, keyed, end, call),
-        { storable: false },
+        { storable: false, framed: false },
       );
     }
     end();
@@ -276,7 +276,8 @@ export class ChatCompletionsRelay {
    * far, then each chunk at its caller's pace (the provider's socket waits
    * for it). It goes out as a streamed answer that cannot be stored: the
    * key is held while it is relayed (a duplicate gets 409, never a second
-   * upstream call) and freed at its end.
+   * upstream call) and freed at its end. A break cuts the caller's
+   * connection: a partial JSON body must not end like a complete 200.
    */
   private async *relayLargeAnswer(
     head: Buffer[],
