@@ -3,6 +3,7 @@ import OpenAI, { APIError } from 'openai';
 import { randomUUID } from 'node:crypto';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { AddressInfo } from 'node:net';
+import { legacyFingerprint, RedisIdempotencyStore } from '@app/idempotency';
 import { BROKEN_STREAM_EVENT } from '../../apps/api/src/gateway/openai-errors';
 import { bearer, type ApiHarness, startApi, TENANT_A, TENANT_B } from '../support/api-harness';
 import { type AppProcess, startAppProcess } from '../support/app-process';
@@ -823,6 +824,38 @@ describe('the gateway: POST /v1/chat/completions', () => {
       expect(same.status).toBe(200);
       expect(same.headers.get('idempotent-replayed')).toBe('true');
       expect(provider.requests.filter((r) => r.userText === 'big seed')).toHaveLength(1);
+    });
+
+    it('replays a record stored before fingerprints were versioned, for a body that writes 1.0', async () => {
+      // A record of the version before: its fingerprint is the bare SHA-256 of
+      // the parsed body (1.0 read as 1). The same body retried against it, as a
+      // Python client's would be during a rollout, must replay it, not get 422.
+      const k = key();
+      const text = `legacy record ${k}`;
+      const body = (temperature: string) =>
+        `{"model":"gpt-test","messages":[{"role":"user","content":"${text}"}],"temperature":${temperature}}`;
+      const operation = `${TENANT_A.tenant}:POST:/v1/chat/completions:${k}`;
+      const store = new RedisIdempotencyStore(redis);
+      const legacy = legacyFingerprint(JSON.parse(body('1.0')));
+      const stored = '{"id":"chatcmpl-before-the-upgrade","object":"chat.completion","choices":[]}';
+      await store.claim(operation, 'the-version-before', legacy, 10_000);
+      await expect(
+        store.complete(
+          operation,
+          'the-version-before',
+          legacy,
+          { status: 200, headers: { 'content-type': 'application/json' }, body: Buffer.from(stored) },
+          60_000,
+        ),
+      ).resolves.toBe(true);
+      const replay = await post(body('1.0'), { 'idempotency-key': k });
+      expect(replay.status).toBe(200);
+      expect(replay.headers.get('idempotent-replayed')).toBe('true');
+      expect(await replay.text()).toBe(stored);
+      // Another body is still another body against an old record.
+      const other = await post(body('0.5'), { 'idempotency-key': k });
+      expect(other.status).toBe(422);
+      expect(provider.requests.filter((r) => r.userText === text)).toHaveLength(0);
     });
 
     it('400 for a malformed Idempotency-Key', async () => {

@@ -316,15 +316,57 @@ export function canonicalJsonText(bytes: Uint8Array): string | undefined {
 }
 
 /**
- * SHA-256 of the canonical JSON of a request body, hex: from its bytes as
- * sent when they are given (numbers as written; see canonicalJsonBytes),
- * else from the parsed value. The two are the same for a body whose
- * numbers are written as JavaScript writes them, which is how most clients
- * write them, so records made before the bytes were used still match.
+ * The prefix of a fingerprint made with numbers as written. Records stored
+ * before it have a bare SHA-256 hex of canonicalJson(JSON.parse(body)), which
+ * reads `1.0` as `1`: a versioned fingerprint is compared with a versioned
+ * one, a bare one with the request's legacy fingerprint (sameFingerprint).
+ */
+export const FINGERPRINT_VERSION = 'v2:';
+
+/**
+ * The fingerprint of a request body: FINGERPRINT_VERSION and the SHA-256 hex
+ * of its canonical JSON, from its bytes as sent when they are given (numbers
+ * as written; see canonicalJsonBytes), else from the parsed value. The two
+ * are the same for a body whose numbers are written as JavaScript writes
+ * them, which is how most clients write them.
  */
 export function fingerprintBody(body: unknown, raw?: Uint8Array): string {
   const bytes = raw === undefined || raw.length === 0 ? undefined : canonicalJsonBytes(raw);
-  return createHash('sha256')
-    .update(bytes ?? canonicalJson(body))
-    .digest('hex');
+  return (
+    FINGERPRINT_VERSION +
+    createHash('sha256')
+      .update(bytes ?? canonicalJson(body))
+      .digest('hex')
+  );
+}
+
+/**
+ * The fingerprint records had before numbers were fingerprinted as written:
+ * the SHA-256 hex of the canonical JSON of the parsed body, unversioned.
+ * Only for comparing with such a record; never stored again.
+ */
+export function legacyFingerprint(body: unknown): string {
+  return createHash('sha256').update(canonicalJson(body)).digest('hex');
+}
+
+/**
+ * Whether a stored fingerprint names the request's body: a versioned one
+ * equals the request's `fingerprint`; an unversioned one (a record written
+ * before the version, during a rollout or within its result TTL) equals the
+ * request's legacy fingerprint, computed only then. No fallback from one to
+ * the other: a new record never matches a body by its legacy fingerprint,
+ * whose doubles let two bodies past 2^53 share one.
+ */
+export function sameFingerprint(stored: string, fingerprint: string, legacy: () => string): boolean {
+  return stored.startsWith(FINGERPRINT_VERSION) ? stored === fingerprint : stored === legacy();
+}
+
+/**
+ * The SHA-256 hex of a fingerprint, without its version: what identifiers
+ * derived from it (the gateway's upstream Idempotency-Key) are made of, so
+ * that they are the same as before the version for every body whose numbers
+ * are written as JavaScript writes them.
+ */
+export function fingerprintDigest(fingerprint: string): string {
+  return fingerprint.startsWith(FINGERPRINT_VERSION) ? fingerprint.slice(FINGERPRINT_VERSION.length) : fingerprint;
 }

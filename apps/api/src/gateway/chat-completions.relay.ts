@@ -1,5 +1,5 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { type IdempotencyRequestContext, StreamedAnswer } from '@app/idempotency';
+import { fingerprintDigest, type IdempotencyRequestContext, StreamedAnswer } from '@app/idempotency';
 import { uuidV5 } from '@app/ids';
 import {
   type ChatCompletionsUpstream,
@@ -108,7 +108,13 @@ function usageOfTail(tail: string): TokenUsage | undefined {
  * nor for another body under a key whose record expired.
  */
 function upstreamKeyOf(idempotency: IdempotencyRequestContext): string {
-  return uuidV5(`${idempotency.operation}\n${idempotency.fingerprint}`, UPSTREAM_KEY_NAMESPACE);
+  // The digest, not the versioned fingerprint: the same key as before the
+  // version for every body whose numbers are written as JavaScript writes
+  // them. A body with other literals (`1.0`) gets another key than the
+  // unversioned fingerprint gave it; only a call made to the provider again
+  // (its record freed or expired) could meet that, and the gateway never
+  // relies on the provider's deduplication.
+  return uuidV5(`${idempotency.operation}\n${fingerprintDigest(idempotency.fingerprint)}`, UPSTREAM_KEY_NAMESPACE);
 }
 
 /**
