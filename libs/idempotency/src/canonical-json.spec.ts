@@ -65,6 +65,26 @@ describe('canonicalJsonText', () => {
     expect(text('{"\\u006b":"a"}')).toBe(text('{"k":"a"}'));
   });
 
+  it.each([
+    ['\\/ and upper-case hex', '"a\\/b\\u00E9\\u00e9\\u0041\\u002F"'],
+    ['every short escape as \\u', '"\\u0008\\u0009\\u000a\\u000C\\u000d\\u0022\\u005c\\u005C"'],
+    ['other controls, any case', '"\\u0000\\u001F\\u001f\\u0007\\u007f\\/"'],
+    ['a surrogate pair, lone surrogates', '"\\uD83D\\uDE00 \\ud83d x \\udc00 \\uDBFF\\/ \\ud83d\\ud83d\\ude00"'],
+    ['three-byte characters and raw non-ASCII', '"\\u2028\\uFFFF\\u0800 héllo 🙂 \\/"'],
+    ['escapes JSON.stringify writes among them', '"\\\\\\/\\\\u0041 \\"\\/\\" \\n\\t\\\\"'],
+    ['a string that ends in an escaped backslash', '"x\\/\\\\"'],
+  ])('writes a string escaped otherwise as JSON.stringify would (%s)', (_what, string) => {
+    const json = `{"k":${string},"m":[${string}]}`;
+    expect(text(json)).toBe(canonicalJson(JSON.parse(json)));
+  });
+
+  it.each(['"\\/\\x"', '"\\/\\u12"', '"\\/\\u12G4"', '"\\/\u0001"', '"\\/\\'])(
+    'is undefined for a string escaped otherwise that is not JSON: %j',
+    (string) => {
+      expect(text(`{"k":${string}}`)).toBeUndefined();
+    },
+  );
+
   it('keeps a name given twice twice, in order, so the body differs from either reading', () => {
     expect(text('{"b":2,"a":1,"b":3}')).toBe('{"a":1,"b":2,"b":3}');
     expect(text('{"a":1,"b":3}')).not.toBe(text('{"b":2,"a":1,"b":3}'));
