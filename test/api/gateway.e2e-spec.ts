@@ -905,6 +905,22 @@ describe('the gateway: POST /v1/chat/completions', () => {
           code: 'upstream_timeout',
         });
         await expect(redis.exists(`idem:${TENANT_A.tenant}:POST:/v1/chat/completions:${k}`)).resolves.toBe(0);
+        // Out of time in the middle of a large answer: counted as a timeout, not as a broken stream.
+        const outcome = (o: string) => metricValue(slow.server, 'gateway_calls_total', { outcome: o });
+        let resume!: () => void;
+        const stalled = new Promise<void>((r) => (resume = r));
+        replies.set('stalls mid-answer', {
+          kind: 'huge',
+          contentType: 'application/json',
+          bytes: 50 * 1000 * 1000,
+          pause: { afterBytes: 8 * 1024 * 1024, reached: () => undefined, until: stalled },
+        });
+        const large = await post(ask('stalls mid-answer'), { 'idempotency-key': key() }, TENANT_A, url);
+        expect(large.status).toBe(200);
+        await expect(large.arrayBuffer()).rejects.toThrow();
+        resume();
+        await expect(outcome('upstream_timeout')).resolves.toBe(2);
+        await expect(outcome('broken_stream')).resolves.toBe(0);
       } finally {
         await slow.close();
       }

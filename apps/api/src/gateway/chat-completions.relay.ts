@@ -63,6 +63,8 @@ interface CallState {
   answered: boolean;
   /** Aborted when a caller without a key went away before that. */
   readonly gone: AbortSignal;
+  /** Aborted when the call ran out of GATEWAY_TIMEOUT_S. */
+  readonly timeout: AbortSignal;
 }
 
 function shuttingDown(): OpenAiErrorException {
@@ -172,7 +174,7 @@ export class ChatCompletionsRelay {
     );
     timer.unref();
     const gone = new AbortController();
-    const call: CallState = { answered: false, gone: gone.signal };
+    const call: CallState = { answered: false, gone: gone.signal, timeout: timeout.signal };
     if (!keyed) {
       // Until the answer is whole: after it, the rest of the provider's body
       // is read on (drainAfterDone) to keep its connection.
@@ -315,9 +317,7 @@ export class ChatCompletionsRelay {
       settled = true;
     } catch (err) {
       settled = true;
-      this.metrics.call(
-        call.gone.aborted ? 'caller_gone' : this.calls.signal.aborted ? 'cut_by_shutdown' : 'broken_stream',
-      );
+      this.metrics.call(this.brokenBy(call));
       throw err;
     } finally {
       // Left before its end (its caller went away): counted as such, and the provider's socket let go.
@@ -375,9 +375,7 @@ export class ChatCompletionsRelay {
         yield event;
       }
     } catch (err) {
-      this.metrics.call(
-        call.gone.aborted ? 'caller_gone' : this.calls.signal.aborted ? 'cut_by_shutdown' : 'broken_stream',
-      );
+      this.metrics.call(this.brokenBy(call));
       await events.return?.().catch(() => undefined);
       end();
       throw err;
@@ -466,6 +464,13 @@ export class ChatCompletionsRelay {
       return shuttingDown();
     }
     return undefined;
+  }
+
+  /** Why an answer already under way stopped: its keyless caller left, a shutdown, the time limit, or the provider. */
+  private brokenBy(call: CallState): 'caller_gone' | 'cut_by_shutdown' | 'upstream_timeout' | 'broken_stream' {
+    if (call.gone.aborted) return 'caller_gone';
+    if (this.calls.signal.aborted) return 'cut_by_shutdown';
+    return call.timeout.aborted ? 'upstream_timeout' : 'broken_stream';
   }
 
   private timeoutMessage(): string {
