@@ -38,9 +38,11 @@ describe('the gateway: POST /v1/chat/completions', () => {
     headers: Record<string, string> = {},
     tenant: { key: string } = TENANT_A,
     url = apiUrl,
+    signal?: AbortSignal,
   ): Promise<globalThis.Response> {
     return fetch(`${url}/v1/chat/completions`, {
       method: 'POST',
+      signal,
       headers: { authorization: bearer(tenant), 'content-type': 'application/json', ...headers },
       body: typeof body === 'string' ? body : JSON.stringify(body),
     });
@@ -617,6 +619,28 @@ describe('the gateway: POST /v1/chat/completions', () => {
       expect(provider.requests.filter((r) => r.userText === text)).toHaveLength(1);
       if (k !== undefined)
         await eventually(async () => ((await recordOf(k)) === 0 ? true : undefined), 5000, 'the key freed');
+    });
+
+    it('stops reading a too-large keyed answer whose caller went away: nothing is kept for a retry', async () => {
+      const k = key();
+      const text = `huge answer abandoned ${k}`;
+      const size = 50 * 1000 * 1000;
+      replies.set(text, {
+        kind: 'huge',
+        contentType: 'application/json',
+        bytes: size,
+        prefix: '{"id":"chatcmpl-abandoned","object":"chat.completion","choices":[{"index":0,"message":{"content":"',
+      });
+      const caller = new AbortController();
+      const res = await post(ask(text), { 'idempotency-key': k }, TENANT_A, apiUrl, caller.signal);
+      expect(res.status).toBe(200);
+      const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+      await reader.read();
+      caller.abort();
+      const [seen] = provider.requests.filter((r) => r.userText === text);
+      await until(() => seen.closedEarly, 'the provider’s connection closed by the gateway');
+      expect(seen.bytesSent).toBeLessThan(size);
+      await eventually(async () => ((await recordOf(k)) === 0 ? true : undefined), 5000, 'the key freed');
     });
 
     it('holds the key of a too-large whole answer while it is relayed: a duplicate gets 409, no second call', async () => {
