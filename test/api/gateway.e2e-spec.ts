@@ -3,6 +3,7 @@ import OpenAI, { APIError } from 'openai';
 import { randomUUID } from 'node:crypto';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { AddressInfo } from 'node:net';
+import { legacyFingerprint, RedisIdempotencyStore } from '@app/idempotency';
 import { BROKEN_STREAM_EVENT } from '../../apps/api/src/gateway/openai-errors';
 import { bearer, type ApiHarness, startApi, TENANT_A, TENANT_B } from '../support/api-harness';
 import { type AppProcess, startAppProcess } from '../support/app-process';
@@ -37,9 +38,11 @@ describe('the gateway: POST /v1/chat/completions', () => {
     headers: Record<string, string> = {},
     tenant: { key: string } = TENANT_A,
     url = apiUrl,
+    signal?: AbortSignal,
   ): Promise<globalThis.Response> {
     return fetch(`${url}/v1/chat/completions`, {
       method: 'POST',
+      signal,
       headers: { authorization: bearer(tenant), 'content-type': 'application/json', ...headers },
       body: typeof body === 'string' ? body : JSON.stringify(body),
     });
@@ -583,6 +586,97 @@ describe('the gateway: POST /v1/chat/completions', () => {
       await expect(tokens()).resolves.toBe(tokensBefore + 4 * 1000);
       measured('four 50 MB answers', loop, rss);
     });
+
+    it.each([
+      ['without a key', undefined],
+      ['with a key', 'key'],
+    ])('cuts the connection of a too-large whole answer the provider breaks off mid-body (%s)', async (how, keyed) => {
+      // Before: the caller got a clean 200 whose JSON body ended with the
+      // stream_broken SSE event, which looks like a complete answer.
+      const size = 50 * 1000 * 1000;
+      const k = keyed === undefined ? undefined : key();
+      const text = `huge answer broken ${how} ${k ?? ''}`;
+      replies.set(text, {
+        kind: 'huge',
+        contentType: 'application/json',
+        bytes: size,
+        prefix: '{"id":"chatcmpl-broken","object":"chat.completion","choices":[{"index":0,"message":{"content":"',
+        breakAfterBytes: 8 * MiB,
+      });
+      const res = await post(ask(text), k === undefined ? {} : { 'idempotency-key': k });
+      expect(res.status).toBe(200);
+      let received = 0;
+      let tail = '';
+      const read = (async () => {
+        for await (const chunk of res.body as AsyncIterable<Uint8Array>) {
+          received += chunk.length;
+          tail = (tail + Buffer.from(chunk.subarray(-512)).toString('latin1')).slice(-512);
+        }
+      })();
+      await expect(read).rejects.toThrow();
+      expect(tail).not.toContain('stream_broken');
+      expect(received).toBeLessThan(size);
+      expect(provider.requests.filter((r) => r.userText === text)).toHaveLength(1);
+      if (k !== undefined)
+        await eventually(async () => ((await recordOf(k)) === 0 ? true : undefined), 5000, 'the key freed');
+    });
+
+    it('stops reading a too-large keyed answer whose caller went away: nothing is kept for a retry', async () => {
+      const k = key();
+      const text = `huge answer abandoned ${k}`;
+      const size = 50 * 1000 * 1000;
+      replies.set(text, {
+        kind: 'huge',
+        contentType: 'application/json',
+        bytes: size,
+        prefix: '{"id":"chatcmpl-abandoned","object":"chat.completion","choices":[{"index":0,"message":{"content":"',
+      });
+      const caller = new AbortController();
+      const res = await post(ask(text), { 'idempotency-key': k }, TENANT_A, apiUrl, caller.signal);
+      expect(res.status).toBe(200);
+      const reader = (res.body as ReadableStream<Uint8Array>).getReader();
+      await reader.read();
+      caller.abort();
+      const [seen] = provider.requests.filter((r) => r.userText === text);
+      await until(() => seen.closedEarly, 'the provider’s connection closed by the gateway');
+      expect(seen.bytesSent).toBeLessThan(size);
+      await eventually(async () => ((await recordOf(k)) === 0 ? true : undefined), 5000, 'the key freed');
+    });
+
+    it('holds the key of a too-large whole answer while it is relayed: a duplicate gets 409, no second call', async () => {
+      // Timeline: a keyed 50 MB answer passes the 4 MiB cap, so it is relayed
+      // as it arrives and cannot be stored; 8 MiB in, the provider waits. A
+      // duplicate then must get 409 (before: the key was freed at the first
+      // frame, so the duplicate called the provider again, or attached and got
+      // a 200 holding the broken-stream event). Once the answer ends, the key is free.
+      const size = 50 * 1000 * 1000;
+      const reached = signal();
+      const resume = signal();
+      const k = key();
+      const text = `huge answer held ${k}`;
+      replies.set(text, {
+        kind: 'huge',
+        contentType: 'application/json',
+        bytes: size,
+        prefix: '{"id":"chatcmpl-held","object":"chat.completion","choices":[{"index":0,"message":{"content":"',
+        suffix: '"}}]}',
+        pause: { afterBytes: 8 * MiB, reached: reached.resolve, until: resume.promise },
+      });
+      const first = await post(ask(text), { 'idempotency-key': k });
+      expect(first.status).toBe(200);
+      const firstBody = drain(first);
+      await reached.promise;
+      const duplicate = await post(ask(text), { 'idempotency-key': k });
+      expect(duplicate.status).toBe(409);
+      expect(Number(duplicate.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+      expect(await duplicate.json()).toMatchObject({ error: { type: expect.any(String) } });
+      expect(provider.requests.filter((r) => r.userText === text)).toHaveLength(1);
+      await expect(recordOf(k)).resolves.toBe(1);
+      resume.resolve();
+      await expect(firstBody).resolves.toMatchObject({ bytes: size });
+      await expect(recordOf(k)).resolves.toBe(0);
+      expect(provider.requests.filter((r) => r.userText === text)).toHaveLength(1);
+    });
   });
 
   describe('across api processes', () => {
@@ -756,6 +850,38 @@ describe('the gateway: POST /v1/chat/completions', () => {
       expect(provider.requests.filter((r) => r.userText === 'big seed')).toHaveLength(1);
     });
 
+    it('replays a record stored before fingerprints were versioned, for a body that writes 1.0', async () => {
+      // A record of the version before: its fingerprint is the bare SHA-256 of
+      // the parsed body (1.0 read as 1). The same body retried against it, as a
+      // Python client's would be during a rollout, must replay it, not get 422.
+      const k = key();
+      const text = `legacy record ${k}`;
+      const body = (temperature: string) =>
+        `{"model":"gpt-test","messages":[{"role":"user","content":"${text}"}],"temperature":${temperature}}`;
+      const operation = `${TENANT_A.tenant}:POST:/v1/chat/completions:${k}`;
+      const store = new RedisIdempotencyStore(redis);
+      const legacy = legacyFingerprint(JSON.parse(body('1.0')));
+      const stored = '{"id":"chatcmpl-before-the-upgrade","object":"chat.completion","choices":[]}';
+      await store.claim(operation, 'the-version-before', legacy, 10_000);
+      await expect(
+        store.complete(
+          operation,
+          'the-version-before',
+          legacy,
+          { status: 200, headers: { 'content-type': 'application/json' }, body: Buffer.from(stored) },
+          60_000,
+        ),
+      ).resolves.toBe(true);
+      const replay = await post(body('1.0'), { 'idempotency-key': k });
+      expect(replay.status).toBe(200);
+      expect(replay.headers.get('idempotent-replayed')).toBe('true');
+      expect(await replay.text()).toBe(stored);
+      // Another body is still another body against an old record.
+      const other = await post(body('0.5'), { 'idempotency-key': k });
+      expect(other.status).toBe(422);
+      expect(provider.requests.filter((r) => r.userText === text)).toHaveLength(0);
+    });
+
     it('400 for a malformed Idempotency-Key', async () => {
       const res = await post(ask('bad key'), { 'idempotency-key': 'short' });
       expect(res.status).toBe(400);
@@ -803,6 +929,22 @@ describe('the gateway: POST /v1/chat/completions', () => {
           code: 'upstream_timeout',
         });
         await expect(redis.exists(`idem:${TENANT_A.tenant}:POST:/v1/chat/completions:${k}`)).resolves.toBe(0);
+        // Out of time in the middle of a large answer: counted as a timeout, not as a broken stream.
+        const outcome = (o: string) => metricValue(slow.server, 'gateway_calls_total', { outcome: o });
+        let resume!: () => void;
+        const stalled = new Promise<void>((r) => (resume = r));
+        replies.set('stalls mid-answer', {
+          kind: 'huge',
+          contentType: 'application/json',
+          bytes: 50 * 1000 * 1000,
+          pause: { afterBytes: 8 * 1024 * 1024, reached: () => undefined, until: stalled },
+        });
+        const large = await post(ask('stalls mid-answer'), { 'idempotency-key': key() }, TENANT_A, url);
+        expect(large.status).toBe(200);
+        await expect(large.arrayBuffer()).rejects.toThrow();
+        resume();
+        await expect(outcome('upstream_timeout')).resolves.toBe(2);
+        await expect(outcome('broken_stream')).resolves.toBe(0);
       } finally {
         await slow.close();
       }

@@ -1,4 +1,4 @@
-import { fingerprintBody, IdempotencyProblemTypes } from '@app/idempotency';
+import { fingerprintBody, IdempotencyProblemTypes, legacyFingerprint } from '@app/idempotency';
 import { JOBS_STREAM } from '@app/summary-queue';
 import { PostgresIdempotencyStore } from '@app/persistence';
 import type { Redis } from 'ioredis';
@@ -93,6 +93,32 @@ describe('the api on the PostgreSQL idempotency store', () => {
       streamed: false,
     });
     expect(JSON.parse(row.body)).toEqual(first.body);
+  });
+
+  it('replays a record stored before fingerprints were versioned (a bare SHA-256), and enqueues nothing', async () => {
+    const key = `key-${randomUUID()}`;
+    const operation = `${TENANT_A.tenant}:POST:/v1/summaries:${key}`;
+    const old = new PostgresIdempotencyStore(ds);
+    const stored = { job_id: 'job-from-the-version-before', status: 'queued' };
+    try {
+      await old.claim(operation, 'the-version-before', legacyFingerprint(summary), 10_000);
+      await expect(
+        old.complete(
+          operation,
+          'the-version-before',
+          legacyFingerprint(summary),
+          { status: 202, headers: { 'content-type': 'application/json' }, body: Buffer.from(JSON.stringify(stored)) },
+          60_000,
+        ),
+      ).resolves.toBe(true);
+      const before = await redis.xlen(JOBS_STREAM);
+      const replay = await postSummary(key).expect(202);
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(replay.body).toEqual(stored);
+      expect(await redis.xlen(JOBS_STREAM)).toBe(before);
+    } finally {
+      await old.close();
+    }
   });
 
   it('answers 409 with Retry-After while another request holds the key, and enqueues nothing', async () => {

@@ -48,6 +48,8 @@ export type ModelReply =
       readonly prefix?: string;
       readonly suffix?: string;
       readonly pause?: { readonly afterBytes: number; readonly reached: () => void; readonly until: Promise<void> };
+      /** Destroys the connection once this many bytes are written: a provider that dies mid-body. */
+      readonly breakAfterBytes?: number;
       readonly onWrite?: () => void;
     }
   /** Reads the whole request, then destroys the connection without a byte of answer. */
@@ -239,6 +241,10 @@ export class FakeOpenAiServer {
               };
               res.on('drain', go).on('close', go);
             });
+          }
+          if (reply.breakAfterBytes !== undefined && seen.bytesSent >= reply.breakAfterBytes) {
+            res.destroy();
+            return false;
           }
           if (!paused && seen.bytesSent >= reply.pause!.afterBytes) {
             paused = true;

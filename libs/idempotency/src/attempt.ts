@@ -45,6 +45,8 @@ export interface Attempt {
   readonly keyHash: string;
   /** The route's handler: whose run times tell a duplicate when to come back. */
   readonly handler: object;
+  /** Whether a record's stored fingerprint names this request's body, whichever version wrote it (sameFingerprint). */
+  readonly sameBody: (storedFingerprint: string) => boolean;
 }
 
 /** The headers a stored answer keeps: the module's allowlist, lower-cased, never a credential or a cookie. */

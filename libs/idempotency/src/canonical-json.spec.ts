@@ -1,4 +1,11 @@
-import { canonicalJson, canonicalJsonText, fingerprintBody } from './canonical-json';
+import {
+  canonicalJson,
+  canonicalJsonText,
+  fingerprintBody,
+  fingerprintDigest,
+  legacyFingerprint,
+  sameFingerprint,
+} from './canonical-json';
 
 describe('canonicalJson', () => {
   it('sorts object keys at every depth and keeps array order', () => {
@@ -58,6 +65,26 @@ describe('canonicalJsonText', () => {
     expect(text('{"\\u006b":"a"}')).toBe(text('{"k":"a"}'));
   });
 
+  it.each([
+    ['\\/ and upper-case hex', '"a\\/b\\u00E9\\u00e9\\u0041\\u002F"'],
+    ['every short escape as \\u', '"\\u0008\\u0009\\u000a\\u000C\\u000d\\u0022\\u005c\\u005C"'],
+    ['other controls, any case', '"\\u0000\\u001F\\u001f\\u0007\\u007f\\/"'],
+    ['a surrogate pair, lone surrogates', '"\\uD83D\\uDE00 \\ud83d x \\udc00 \\uDBFF\\/ \\ud83d\\ud83d\\ude00"'],
+    ['three-byte characters and raw non-ASCII', '"\\u2028\\uFFFF\\u0800 héllo 🙂 \\/"'],
+    ['escapes JSON.stringify writes among them', '"\\\\\\/\\\\u0041 \\"\\/\\" \\n\\t\\\\"'],
+    ['a string that ends in an escaped backslash', '"x\\/\\\\"'],
+  ])('writes a string escaped otherwise as JSON.stringify would (%s)', (_what, string) => {
+    const json = `{"k":${string},"m":[${string}]}`;
+    expect(text(json)).toBe(canonicalJson(JSON.parse(json)));
+  });
+
+  it.each(['"\\/\\x"', '"\\/\\u12"', '"\\/\\u12G4"', '"\\/\u0001"', '"\\/\\'])(
+    'is undefined for a string escaped otherwise that is not JSON: %j',
+    (string) => {
+      expect(text(`{"k":${string}}`)).toBeUndefined();
+    },
+  );
+
   it('keeps a name given twice twice, in order, so the body differs from either reading', () => {
     expect(text('{"b":2,"a":1,"b":3}')).toBe('{"a":1,"b":2,"b":3}');
     expect(text('{"a":1,"b":3}')).not.toBe(text('{"b":2,"a":1,"b":3}'));
@@ -110,7 +137,45 @@ describe('fingerprintBody', () => {
     expect(fingerprintBody({ a: '1,2' })).not.toBe(base);
   });
 
-  it('is a SHA-256 hex digest', () => {
-    expect(fingerprintBody({})).toBe('44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a');
+  it('is a SHA-256 hex digest, versioned', () => {
+    expect(fingerprintBody({})).toBe('v2:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a');
+  });
+});
+
+describe('sameFingerprint', () => {
+  const json = '{"temperature":1.0,"seed":9007199254740993}';
+  const fingerprint = fingerprintBody(JSON.parse(json), Buffer.from(json));
+  const legacyOf = (text: string) => () => legacyFingerprint(JSON.parse(text));
+
+  it.each([
+    ['a versioned record of the same body', fingerprint, json, true],
+    [
+      'a versioned record of a body JavaScript reads the same',
+      fingerprintBody({ temperature: 1, seed: 9007199254740992 }),
+      json,
+      false,
+    ],
+    [
+      'an unversioned record of the same body (1.0 read as 1)',
+      legacyFingerprint({ temperature: 1, seed: 9007199254740992 }),
+      json,
+      true,
+    ],
+    ['an unversioned record of another body', legacyFingerprint({ temperature: 0.5 }), json, false],
+  ])('%s', (_what, stored, request, same) => {
+    expect(sameFingerprint(stored, fingerprint, legacyOf(request))).toBe(same);
+  });
+
+  it('never falls back to the legacy fingerprint for a versioned record', () => {
+    const legacy = jest.fn(() => legacyFingerprint(JSON.parse(json)));
+    expect(sameFingerprint(fingerprintBody({ other: true }), fingerprint, legacy)).toBe(false);
+    expect(legacy).not.toHaveBeenCalled();
+  });
+
+  it('derives the same digest as the unversioned fingerprint for numbers written as JavaScript writes them', () => {
+    const body = { model: 'm', temperature: 0.5, n: 2 };
+    const raw = Buffer.from(JSON.stringify(body));
+    expect(fingerprintDigest(fingerprintBody(body, raw))).toBe(legacyFingerprint(body));
+    expect(fingerprintBody(body, raw).startsWith('v2:')).toBe(true);
   });
 });

@@ -133,24 +133,157 @@ function escapeLength(buf: Buffer, at: number): number {
  * From the first backslash of a string: 1 + the index of its closing quote,
  * negated when an escape is not the one JSON.stringify writes; the buffer's
  * length + 1 when it has none.
+ *
+ * A tight loop over the bytes, not a native search per escape: a call to
+ * Buffer#indexOf costs what some fifty bytes of this loop do, and strings
+ * that have escapes at all have them every few dozen bytes (measured in
+ * docs/benchmarks.md). Once an escape is found that is not canonical the
+ * rest is only walked to its end (the string is written again anyway).
  */
 function escapedStringEnd(buf: Buffer, from: number): number {
   const n = buf.length;
-  let canonical = true;
   let j = from;
   while (j < n) {
     const c = buf[j];
-    if (c === QUOTE) break;
+    if (c === QUOTE) return j + 1;
     if (c !== BACKSLASH) {
       j++;
       continue;
     }
+    const e = buf[j + 1];
+    // " \ b f n r t: as JSON.stringify writes them.
+    if (e === 0x22 || e === 0x5c || e === 0x62 || e === 0x66 || e === 0x6e || e === 0x72 || e === 0x74) {
+      j += 2;
+      continue;
+    }
     const length = escapeLength(buf, j);
-    if (length < 0) canonical = false;
-    j += length < 0 ? -length : length;
+    if (length < 0) return -(skipToQuote(buf, j) + 1);
+    j += length;
   }
-  return canonical ? j + 1 : -(j + 1);
+  return n + 1;
 }
+
+/** The index of the closing quote of a string, from a place inside it (at an escape or between them); n when none. */
+function skipToQuote(buf: Buffer, from: number): number {
+  const n = buf.length;
+  let j = from;
+  while (j < n) {
+    const c = buf[j];
+    if (c === QUOTE) return j;
+    j += c === BACKSLASH ? 2 : 1;
+  }
+  return n;
+}
+
+/** The value of a hex digit's byte, -1 for any other byte. */
+function hexValue(c: number): number {
+  if (c >= 0x30 && c <= 0x39) return c - 0x30;
+  if (c >= 0x61 && c <= 0x66) return c - 0x57;
+  if (c >= 0x41 && c <= 0x46) return c - 0x37;
+  return -1;
+}
+
+/** The code unit of `\uXXXX` at `at` (its backslash), -1 when it is not one. */
+function unicodeEscapeAt(buf: Buffer, at: number): number {
+  if (buf[at] !== BACKSLASH || buf[at + 1] !== 0x75) return -1;
+  let code = 0;
+  for (let k = 2; k < 6; k++) {
+    const digit = hexValue(buf[at + k]);
+    if (digit < 0) return -1;
+    code = code * 16 + digit;
+  }
+  return code;
+}
+
+const HEX = '0123456789abcdef';
+
+/**
+ * A string whose escapes are not all JSON.stringify's, written as
+ * JSON.stringify writes its value: `buf[start]` and `buf[end]` are its
+ * quotes. Byte by byte into one buffer (the text never grows: every escape
+ * it rewrites is at least as long as what replaces it), with no decoding of
+ * the bytes between escapes and no JSON.parse and JSON.stringify of the
+ * whole string, which cost as much again. Undefined when it is not a JSON
+ * string (a raw control character, an unknown or short escape).
+ */
+function rewrittenString(buf: Buffer, start: number, end: number): Buffer | undefined {
+  const out = Buffer.allocUnsafe(end - start + 1);
+  let o = 0;
+  const putUnicodeEscape = (code: number): void => {
+    out[o++] = BACKSLASH;
+    out[o++] = 0x75;
+    for (let shift = 12; shift >= 0; shift -= 4) out[o++] = HEX.charCodeAt((code >> shift) & 15);
+  };
+  out[o++] = QUOTE;
+  let j = start + 1;
+  while (j < end) {
+    const c = buf[j];
+    if (c < 0x20) return undefined;
+    if (c !== BACKSLASH) {
+      out[o++] = c;
+      j++;
+      continue;
+    }
+    const e = buf[j + 1];
+    if (e === 0x22 || e === 0x5c || e === 0x62 || e === 0x66 || e === 0x6e || e === 0x72 || e === 0x74) {
+      out[o++] = BACKSLASH;
+      out[o++] = e;
+      j += 2;
+      continue;
+    }
+    if (e === 0x2f) {
+      out[o++] = 0x2f;
+      j += 2;
+      continue;
+    }
+    let code = unicodeEscapeAt(buf, j);
+    if (code < 0 || j + 6 > end) return undefined;
+    j += 6;
+    if (code >= 0xd800 && code <= 0xdbff) {
+      const low = j + 6 <= end ? unicodeEscapeAt(buf, j) : -1;
+      if (low >= 0xdc00 && low <= 0xdfff) {
+        j += 6;
+        code = 0x10000 + ((code - 0xd800) << 10) + (low - 0xdc00);
+        out[o++] = 0xf0 | (code >> 18);
+        out[o++] = 0x80 | ((code >> 12) & 0x3f);
+        out[o++] = 0x80 | ((code >> 6) & 0x3f);
+        out[o++] = 0x80 | (code & 0x3f);
+      } else putUnicodeEscape(code);
+      continue;
+    }
+    if (code >= 0xdc00 && code <= 0xdfff) putUnicodeEscape(code);
+    else if (code === 0x22 || code === 0x5c) {
+      out[o++] = BACKSLASH;
+      out[o++] = code;
+    } else if (code < 0x20) {
+      const short = SHORT_CONTROL_ESCAPES.get(code);
+      if (short === undefined) putUnicodeEscape(code);
+      else {
+        out[o++] = BACKSLASH;
+        out[o++] = short;
+      }
+    } else if (code < 0x80) out[o++] = code;
+    else if (code < 0x800) {
+      out[o++] = 0xc0 | (code >> 6);
+      out[o++] = 0x80 | (code & 0x3f);
+    } else {
+      out[o++] = 0xe0 | (code >> 12);
+      out[o++] = 0x80 | ((code >> 6) & 0x3f);
+      out[o++] = 0x80 | (code & 0x3f);
+    }
+  }
+  out[o++] = QUOTE;
+  return out.subarray(0, o);
+}
+
+/** The control characters JSON.stringify writes with a short escape: \b \t \n \f \r. */
+const SHORT_CONTROL_ESCAPES = new Map([
+  [0x08, 0x62],
+  [0x09, 0x74],
+  [0x0a, 0x6e],
+  [0x0c, 0x66],
+  [0x0d, 0x72],
+]);
 
 /** A member name as a string, from its canonical text (short, and nearly always ASCII without escapes). */
 function nameOf(text: Buffer): string {
@@ -233,19 +366,14 @@ export function canonicalJsonBytes(bytes: Uint8Array): Buffer | undefined {
       i = close + 1;
       return buf.subarray(start, i);
     }
-    // Escapes inside: read on byte by byte from the first (few native
-    // searches beat a loop here, but not one per escaped quote).
+    // Escapes inside: read on byte by byte from the first (see escapedStringEnd).
     const scanned = escapedStringEnd(buf, nextBackslash);
     const j = Math.abs(scanned) - 1;
     const canonical = scanned > 0;
     if (j >= n) return undefined;
     i = j + 1;
     if (canonical) return buf.subarray(start, i);
-    try {
-      return Buffer.from(JSON.stringify(JSON.parse(buf.toString('utf8', start, i)) as string));
-    } catch {
-      return undefined;
-    }
+    return rewrittenString(buf, start, j);
   };
   const skipSpace = (): void => {
     while (i < n && isSpace(buf[i])) i++;
@@ -316,15 +444,57 @@ export function canonicalJsonText(bytes: Uint8Array): string | undefined {
 }
 
 /**
- * SHA-256 of the canonical JSON of a request body, hex: from its bytes as
- * sent when they are given (numbers as written; see canonicalJsonBytes),
- * else from the parsed value. The two are the same for a body whose
- * numbers are written as JavaScript writes them, which is how most clients
- * write them, so records made before the bytes were used still match.
+ * The prefix of a fingerprint made with numbers as written. Records stored
+ * before it have a bare SHA-256 hex of canonicalJson(JSON.parse(body)), which
+ * reads `1.0` as `1`: a versioned fingerprint is compared with a versioned
+ * one, a bare one with the request's legacy fingerprint (sameFingerprint).
+ */
+export const FINGERPRINT_VERSION = 'v2:';
+
+/**
+ * The fingerprint of a request body: FINGERPRINT_VERSION and the SHA-256 hex
+ * of its canonical JSON, from its bytes as sent when they are given (numbers
+ * as written; see canonicalJsonBytes), else from the parsed value. The two
+ * are the same for a body whose numbers are written as JavaScript writes
+ * them, which is how most clients write them.
  */
 export function fingerprintBody(body: unknown, raw?: Uint8Array): string {
   const bytes = raw === undefined || raw.length === 0 ? undefined : canonicalJsonBytes(raw);
-  return createHash('sha256')
-    .update(bytes ?? canonicalJson(body))
-    .digest('hex');
+  return (
+    FINGERPRINT_VERSION +
+    createHash('sha256')
+      .update(bytes ?? canonicalJson(body))
+      .digest('hex')
+  );
+}
+
+/**
+ * The fingerprint records had before numbers were fingerprinted as written:
+ * the SHA-256 hex of the canonical JSON of the parsed body, unversioned.
+ * Only for comparing with such a record; never stored again.
+ */
+export function legacyFingerprint(body: unknown): string {
+  return createHash('sha256').update(canonicalJson(body)).digest('hex');
+}
+
+/**
+ * Whether a stored fingerprint names the request's body: a versioned one
+ * equals the request's `fingerprint`; an unversioned one (a record written
+ * before the version, during a rollout or within its result TTL) equals the
+ * request's legacy fingerprint, computed only then. No fallback from one to
+ * the other: a new record never matches a body by its legacy fingerprint,
+ * whose doubles let two bodies past 2^53 share one.
+ */
+export function sameFingerprint(stored: string, fingerprint: string, legacy: () => string): boolean {
+  return stored.startsWith(FINGERPRINT_VERSION) ? stored === fingerprint : stored === legacy();
+}
+
+/**
+ * The SHA-256 hex of a fingerprint, without its version: what identifiers
+ * derived from it (the gateway's upstream Idempotency-Key) are made of, so
+ * that they are the same as before the version for every body whose numbers
+ * are written as JavaScript writes them.
+ */
+export function fingerprintDigest(fingerprint: string): string {
+  return fingerprint.startsWith(FINGERPRINT_VERSION) ? fingerprint.slice(FINGERPRINT_VERSION.length) : fingerprint;
 }

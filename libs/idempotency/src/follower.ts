@@ -65,13 +65,13 @@ export class Follower {
       let claim: ClaimResult = first;
       for (let round = 0; round < MAX_FOLLOW_ROUNDS; round++) {
         if (claim.outcome === 'completed') {
-          if (claim.fingerprint !== ctx.fingerprint) return this.outcomes.mismatch(req);
+          if (!attempt.sameBody(claim.fingerprint)) return this.outcomes.mismatch(req);
           this.outcomes.set(req, 'attached');
           return answer(this.replays.stored(claim.response, log, settings));
         }
         // The key was freed while this one followed: it runs, as a first request would.
         if (claim.outcome === 'claimed') return { kind: 'run', tookOver: claim.tookOver === true };
-        if (claim.fingerprint !== ctx.fingerprint) return this.outcomes.mismatch(req);
+        if (!attempt.sameBody(claim.fingerprint)) return this.outcomes.mismatch(req);
         if (!claim.frames) return this.outcomes.inProgress(req, claim, attempt);
         // A timer of its own, not AbortSignal.timeout(): the wait ends when the answer starts, the following does not.
         const waiting = new AbortController();
@@ -85,6 +85,11 @@ export class Follower {
         }
         if (firstEvent.done) {
           if (gone.signal.aborted) return answer(undefined); // nobody to answer
+          return this.outcomes.inProgress(req, claim, attempt);
+        }
+        if (firstEvent.value.kind === 'head' && firstEvent.value.head.storable === false) {
+          // Relayed to its caller only: nothing to attach to, and the key is not free until it ends.
+          await events.return?.();
           return this.outcomes.inProgress(req, claim, attempt);
         }
         if (firstEvent.value.kind === 'head') {

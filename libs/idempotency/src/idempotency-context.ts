@@ -6,7 +6,7 @@ export interface IdempotencyRequestContext {
   readonly scope: string;
   readonly method: string;
   readonly path: string;
-  /** SHA-256 of the canonical JSON body. */
+  /** `v2:` and the SHA-256 hex of the canonical JSON body, numbers as written (fingerprintBody). */
   readonly fingerprint: string;
   /**
    * `<scope>:<METHOD>:<path>:<key>`: names the operation. Stable across

@@ -21,6 +21,12 @@ export interface StoredResponse {
 export interface StoredHead {
   readonly status: number;
   readonly headers: Readonly<Record<string, string>>;
+  /**
+   * False for an answer relayed to its caller only (too large to store): its
+   * frames are never logged, and a follower that reads this head answers 409
+   * instead of attaching. The key is freed when it ends.
+   */
+  readonly storable?: false;
 }
 
 /** Names one request's frame log in a store. Opaque to callers. */

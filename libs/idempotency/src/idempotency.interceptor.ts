@@ -14,7 +14,7 @@ import {
   routeSettings,
 } from './attempt';
 import { AttemptSettler } from './attempt-settler';
-import { fingerprintBody } from './canonical-json';
+import { fingerprintBody, legacyFingerprint, sameFingerprint } from './canonical-json';
 import { Follower } from './follower';
 import { IdempotencyRequestContext, setIdempotencyContext, setPendingRecord } from './idempotency-context';
 import { IDEMPOTENCY_KEY_HEADER, parseIdempotencyKey } from './idempotency-key';
@@ -137,6 +137,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
       operation: `${scope}:${method}:${path}:${key}`,
     };
     setIdempotencyContext(req, ctx);
+    // Computed only for a record written before fingerprints were versioned.
+    let legacy: string | undefined;
     const attempt: Attempt = {
       context: ctx,
       token: randomUUID(),
@@ -146,6 +148,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
         return createHash('sha256').update(ctx.operation).digest('hex').slice(0, 16);
       },
       handler: context.getHandler(),
+      sameBody: (stored) => sameFingerprint(stored, ctx.fingerprint, () => (legacy ??= legacyFingerprint(req.body))),
     };
 
     let claim: ClaimResult;
@@ -159,11 +162,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
     switch (claim.outcome) {
       case 'completed':
-        if (claim.fingerprint !== ctx.fingerprint) return this.outcomes.mismatch(req);
+        if (!attempt.sameBody(claim.fingerprint)) return this.outcomes.mismatch(req);
         this.outcomes.set(req, 'replayed');
         return of(withNativeContentType(res, this.replays.stored(claim.response, settings.store.frames, settings)));
       case 'in-progress':
-        if (claim.fingerprint !== ctx.fingerprint) return this.outcomes.mismatch(req);
+        if (!attempt.sameBody(claim.fingerprint)) return this.outcomes.mismatch(req);
         if (settings.attachWaitMs !== undefined && settings.store.frames && claim.frames && this.follower.hasRoom) {
           return from(this.followThenRun(settings.store.frames, claim, next, req, res, attempt)).pipe(
             map((v) => withNativeContentType(res, v)),
@@ -339,7 +342,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
         yield* framesAsBytes(answer.frames);
       } catch (err) {
         logger.warn(`a streamed answer broke before its end: ${errorText(err)}`);
-        if (!settings.errors) throw err;
+        // One body in pieces: cut, so its caller sees a truncated transfer rather than a frame appended to it.
+        if (!settings.errors || !answer.framed) throw err;
         yield* brokenEnd(settings);
       }
     }

@@ -10,5 +10,5 @@ export * from './idempotency-key';
 export * from './idempotency.errors';
 export * from './canonical-json';
 export * from './idempotency.metrics';
-export { bytesOf, onceClosed, StreamedAnswer } from './streamed-answer';
+export { bytesOf, onceClosed, StreamedAnswer, type StreamedAnswerOptions } from './streamed-answer';
 export { DirectAnswer, DirectAnswerExpressAdapter } from './direct-answer';

@@ -387,7 +387,11 @@ export class RedisFrameLog implements IdempotencyFrameLog {
 
   async begin(key: string, token: string, head: StoredHead): Promise<boolean> {
     const r = this.recordKey(key);
-    const json = JSON.stringify({ status: head.status, headers: head.headers });
+    const json = JSON.stringify({
+      status: head.status,
+      headers: head.headers,
+      ...(head.storable === false ? { storable: false } : {}),
+    });
     return (await BEGIN_FRAMES.run<number>(this.redis, [r, this.framesKey(r, token)], [token, json])) === 1;
   }
 

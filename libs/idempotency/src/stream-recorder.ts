@@ -42,7 +42,8 @@ export class StreamRecorder {
     });
     onceClosed(res, () => channel.detach());
     const log = settings.store.frames;
-    let storing = settings.storesStatus(answer.status) && log !== undefined;
+    const { storable } = answer;
+    let storing = storable && settings.storesStatus(answer.status) && log !== undefined;
     let settled = false;
     let pending: Buffer[] = [];
     let inFlight: Promise<void> | undefined;
@@ -89,7 +90,21 @@ export class StreamRecorder {
       while (inFlight) await inFlight;
     };
 
-    if (!log && settings.storesStatus(answer.status)) {
+    if (!storable) {
+      // Nothing to log, but the key stays ours (the lease renews it) until the
+      // answer ends: a duplicate meanwhile gets 409, not a second upstream
+      // call. The head alone tells followers on any instance not to wait for
+      // frames that will never come.
+      this.metrics.count('not_stored');
+      void log
+        ?.begin(ctx.operation, attempt.token, { status: answer.status, headers, storable: false })
+        .catch((err: unknown) => {
+          this.metrics.count('store_unavailable');
+          this.logger.error(
+            `idempotency: could not mark an answer as not stored (key ${attempt.keyHash}): ${errorText(err)}`,
+          );
+        });
+    } else if (!log && settings.storesStatus(answer.status)) {
       this.logger.warn(
         `idempotency: the store keeps no frames, so a streamed answer is not stored; key ${attempt.keyHash} released`,
       );
@@ -118,6 +133,8 @@ export class StreamRecorder {
             }
           }
           await channel.push(frame);
+          // Nothing is stored for a retry: a caller that went away leaves nobody to read it for.
+          if (!storable && channel.isDetached) break;
         }
       } catch (err) {
         broken = err ?? new Error('the stream broke');
@@ -143,8 +160,8 @@ export class StreamRecorder {
         this.logger.warn(
           `idempotency: a streamed answer broke before its end (key ${attempt.keyHash}): ${errorText(broken)}`,
         );
-        for (const frame of brokenEnd(settings)) await channel.push(frame);
-        if (!settings.errors) {
+        if (answer.framed) for (const frame of brokenEnd(settings)) await channel.push(frame);
+        if (!settings.errors || !answer.framed) {
           channel.fail(broken);
           return;
         }

@@ -18,7 +18,38 @@ export class StreamedAnswer {
     readonly status: number,
     readonly headers: Readonly<Record<string, string>>,
     readonly frames: AsyncIterable<Uint8Array | string>,
+    readonly options: StreamedAnswerOptions = {},
   ) {}
+
+  /** False for an answer known from its start to be too large to store (see StreamedAnswerOptions). */
+  get storable(): boolean {
+    return this.options.storable !== false;
+  }
+
+  /** False for one body sent in pieces (see StreamedAnswerOptions). */
+  get framed(): boolean {
+    return this.options.framed !== false;
+  }
+}
+
+export interface StreamedAnswerOptions {
+  /**
+   * False: the answer is known from its start to be too large to store (a
+   * whole answer past the store's cap, relayed as it arrives). Its frames
+   * are not logged, so no duplicate could attach to it whole: the lock is
+   * kept while it is relayed, duplicates get 409 with Retry-After, and the
+   * key is freed when it ends. Without this, the recording would free the
+   * key at its first frame and a duplicate would call the provider again
+   * while this answer is still relayed.
+   */
+  readonly storable?: false;
+  /**
+   * False: the frames are pieces of one body (a JSON document), not events.
+   * A break then cuts the caller's connection, so the transfer is visibly
+   * truncated; the route's broken-stream frame appended to it would turn a
+   * partial document into what looks like a complete 200.
+   */
+  readonly framed?: false;
 }
 
 /** A frame or a body as the bytes that are sent and stored: a string as its UTF-8, bytes as they are (not copied). */
@@ -80,6 +111,11 @@ export class FrameChannel implements AsyncIterable<Buffer> {
     } finally {
       clearTimeout(stalled);
     }
+  }
+
+  /** The caller went away (or was cut): nobody reads what is pushed. */
+  get isDetached(): boolean {
+    return this.detached;
   }
 
   end(): void {

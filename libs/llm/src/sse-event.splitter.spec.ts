@@ -138,6 +138,28 @@ describe('sseEvents with maxEventBytes', () => {
     }
   });
 
+  it.each([
+    ['CR only', `data: ${'x'.repeat(10)}\r\r`, 'data: [DONE]\r\r'],
+    ['CRLF', `data: ${'x'.repeat(8)}\r\n\r\n`, 'data: [DONE]\r\n\r\n'],
+    ['a CR line, then a CRLF blank line', `data: ${'x'.repeat(9)}\r\r\n`, 'data: [DONE]\n\n'],
+  ])(
+    'takes an event of exactly the cap ended by %s, cut at any byte; a byte more is past it',
+    async (_how, event, done) => {
+      expect(Buffer.byteLength(event)).toBe(18);
+      const body = Buffer.from(event + done);
+      for (let cut = 0; cut <= body.length; cut++) {
+        const result = await collect(chunksOf(body.subarray(0, cut), body.subarray(cut)), 18);
+        expect({ cut, ...result }).toEqual({ cut, events: [event, done] });
+      }
+      const longer = Buffer.from(`data: x${event.slice('data: '.length)}${done}`);
+      for (let cut = 0; cut <= longer.length; cut++) {
+        const { events, error } = await collect(chunksOf(longer.subarray(0, cut), longer.subarray(cut)), 18);
+        expect({ cut, events }).toEqual({ cut, events: [] });
+        expect(error).toBeInstanceOf(SseEventTooLargeError);
+      }
+    },
+  );
+
   it('throws as soon as an open event passes the cap, without waiting for its end or the body’s', async () => {
     let read = 0;
     // 64 KiB if read to its end (what the cap must not wait for).

@@ -1,5 +1,5 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { type IdempotencyRequestContext, StreamedAnswer } from '@app/idempotency';
+import { fingerprintDigest, type IdempotencyRequestContext, StreamedAnswer } from '@app/idempotency';
 import { uuidV5 } from '@app/ids';
 import {
   type ChatCompletionsUpstream,
@@ -63,6 +63,8 @@ interface CallState {
   answered: boolean;
   /** Aborted when a caller without a key went away before that. */
   readonly gone: AbortSignal;
+  /** Aborted when the call ran out of GATEWAY_TIMEOUT_S. */
+  readonly timeout: AbortSignal;
 }
 
 function shuttingDown(): OpenAiErrorException {
@@ -108,7 +110,13 @@ function usageOfTail(tail: string): TokenUsage | undefined {
  * nor for another body under a key whose record expired.
  */
 function upstreamKeyOf(idempotency: IdempotencyRequestContext): string {
-  return uuidV5(`${idempotency.operation}\n${idempotency.fingerprint}`, UPSTREAM_KEY_NAMESPACE);
+  // The digest, not the versioned fingerprint: the same key as before the
+  // version for every body whose numbers are written as JavaScript writes
+  // them. A body with other literals (`1.0`) gets another key than the
+  // unversioned fingerprint gave it; only a call made to the provider again
+  // (its record freed or expired) could meet that, and the gateway never
+  // relies on the provider's deduplication.
+  return uuidV5(`${idempotency.operation}\n${fingerprintDigest(idempotency.fingerprint)}`, UPSTREAM_KEY_NAMESPACE);
 }
 
 /**
@@ -166,7 +174,7 @@ export class ChatCompletionsRelay {
     );
     timer.unref();
     const gone = new AbortController();
-    const call: CallState = { answered: false, gone: gone.signal };
+    const call: CallState = { answered: false, gone: gone.signal, timeout: timeout.signal };
     if (!keyed) {
       // Until the answer is whole: after it, the rest of the provider's body
       // is read on (drainAfterDone) to keep its connection.
@@ -240,6 +248,7 @@ export class ChatCompletionsRelay {
         upstream.status,
         relayed(upstream.headers),
         this.relayLargeAnswer(head.chunks, body, tenant, keyed, end, call),
+        { storable: false, framed: false },
       );
     }
     end();
@@ -273,9 +282,10 @@ export class ChatCompletionsRelay {
   /**
    * A whole answer too large to hold, relayed as it arrives: the part read so
    * far, then each chunk at its caller's pace (the provider's socket waits
-   * for it). It goes out as a streamed answer, which nothing stores past
-   * the route's cap: the key is freed, and a break ends the caller's answer
-   * with the broken-stream event after the bytes already sent.
+   * for it). It goes out as a streamed answer that cannot be stored: the
+   * key is held while it is relayed (a duplicate gets 409, never a second
+   * upstream call) and freed at its end. A break cuts the caller's
+   * connection: a partial JSON body must not end like a complete 200.
    */
   private async *relayLargeAnswer(
     head: Buffer[],
@@ -307,9 +317,7 @@ export class ChatCompletionsRelay {
       settled = true;
     } catch (err) {
       settled = true;
-      this.metrics.call(
-        call.gone.aborted ? 'caller_gone' : this.calls.signal.aborted ? 'cut_by_shutdown' : 'broken_stream',
-      );
+      this.metrics.call(this.brokenBy(call));
       throw err;
     } finally {
       // Left before its end (its caller went away): counted as such, and the provider's socket let go.
@@ -367,9 +375,7 @@ export class ChatCompletionsRelay {
         yield event;
       }
     } catch (err) {
-      this.metrics.call(
-        call.gone.aborted ? 'caller_gone' : this.calls.signal.aborted ? 'cut_by_shutdown' : 'broken_stream',
-      );
+      this.metrics.call(this.brokenBy(call));
       await events.return?.().catch(() => undefined);
       end();
       throw err;
@@ -458,6 +464,13 @@ export class ChatCompletionsRelay {
       return shuttingDown();
     }
     return undefined;
+  }
+
+  /** Why an answer already under way stopped: its keyless caller left, a shutdown, the time limit, or the provider. */
+  private brokenBy(call: CallState): 'caller_gone' | 'cut_by_shutdown' | 'upstream_timeout' | 'broken_stream' {
+    if (call.gone.aborted) return 'caller_gone';
+    if (this.calls.signal.aborted) return 'cut_by_shutdown';
+    return call.timeout.aborted ? 'upstream_timeout' : 'broken_stream';
   }
 
   private timeoutMessage(): string {

@@ -283,6 +283,19 @@ export function describeIdempotencyStoreContract(name: string, setup: () => Prom
         expect((await followed).map((e) => e.kind)).toEqual(['head', 'frame', 'frame', 'frame', 'frame', 'end']);
       });
 
+      it('tells a follower that an answer is relayed only (not storable), and frees the key at its release', async () => {
+        const k = key();
+        await store.claim(k, 't1', 'fp', 10_000);
+        await log.begin(k, 't1', { ...head, storable: false });
+        const followed = collect(log, framesOf(await store.claim(k, 't2', 'fp', 10_000)));
+        await store.release(k, 't1');
+        expect(await followed).toEqual([
+          { kind: 'head', head: { ...head, storable: false } },
+          { kind: 'end', outcome: 'aborted' },
+        ]);
+        await expect(store.claim(k, 't3', 'fp', 10_000)).resolves.toEqual({ outcome: 'claimed' });
+      });
+
       it('ends followers with aborted when the holder frees the key, and keeps the next attempt apart', async () => {
         const k = key();
         await store.claim(k, 't1', 'fp', 10_000);

@@ -19,7 +19,11 @@ export class PostgresFrameLog implements IdempotencyFrameLog {
   ) {}
 
   async begin(key: string, token: string, head: StoredHead): Promise<boolean> {
-    const json = JSON.stringify({ status: head.status, headers: head.headers });
+    const json = JSON.stringify({
+      status: head.status,
+      headers: head.headers,
+      ...(head.storable === false ? { storable: false } : {}),
+    });
     return (await this.query(IdempotencySql.begin, [key, token, json])).length === 1;
   }
 
