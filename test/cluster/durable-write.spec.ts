@@ -12,6 +12,12 @@ import { startRedisCluster, type RedisCluster } from '../support/redis-cluster';
 
 const SET_IT = new RedisScript('test-durable-set', `redis.call('SET', KEYS[1], ARGV[1]) return ARGV[1]`);
 
+/** Whether `done()` became true while the event loop turned a few thousand times (a bound, not a timing). */
+async function until(done: () => boolean, turns = 5000): Promise<boolean> {
+  for (let i = 0; i < turns && !done(); i++) await new Promise((r) => setImmediate(r));
+  return done();
+}
+
 describe('RedisScript.runDurably', () => {
   let cluster: RedisCluster;
   let client: Cluster;
@@ -78,6 +84,41 @@ describe('RedisScript.runDurably', () => {
       expect(err).toMatchObject({ acknowledged: 0, reason: 'not-confirmed' });
     } finally {
       process.kill(pid, 'SIGCONT');
+    }
+  });
+
+  it('a user denied ROLE: concurrent writes are all sent at once, each waiting for the replica, which confirms them', async () => {
+    const key = '{role-denied}:durable';
+    const master = await cluster.masterOf(keySlot(key));
+    const { pid } = await replicaOf(keySlot(key));
+    const masters = new MasterReplicas();
+    const durability = { replicas: 1, timeoutMs: 60_000, mode: 'replica' as const, masters };
+    await cluster.command(master, 'ACL', 'SETUSER', 'default', '-role');
+    let paused = false;
+    try {
+      // One write first: it finds the master will not say, which the writes after it must not wait to learn again.
+      await expect(SET_IT.runDurably(client, [key], ['first'], durability)).resolves.toBe('first');
+      expect(masters.replicasOf(`127.0.0.1:${master}`)).toBe('unknown');
+      const connection = client.nodes('master').find((n) => n.options.port === master);
+      if (!connection) throw new Error(`no connection to ${master}`);
+      const queuedBefore = connection.commandQueue.length;
+      process.kill(pid, 'SIGSTOP');
+      paused = true;
+      // The replica is stopped: the first WAIT blocks the connection, so each write is either sent (its script, WAIT
+      // and ROLE queued on that connection) or held back in this process waiting for another write.
+      const values = Array.from({ length: 40 }, (_, i) => `w${i}`);
+      const writes = values.map((v) => SET_IT.runDurably(client, [key], [v], durability));
+      const allSent = await until(() => connection.commandQueue.length - queuedBefore >= values.length * 3);
+      expect(connection.commandQueue.length - queuedBefore).toBe(values.length * 3);
+      expect(allSent).toBe(true);
+      process.kill(pid, 'SIGCONT');
+      paused = false;
+      await expect(Promise.all(writes)).resolves.toEqual(values);
+      expect(await client.get(key)).toBe('w39');
+    } finally {
+      if (paused) process.kill(pid, 'SIGCONT');
+      await cluster.command(master, 'ACL', 'SETUSER', 'default', '+role');
+      masters.close();
     }
   });
 

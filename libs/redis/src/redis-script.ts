@@ -192,7 +192,8 @@ export class RedisScript {
       const [roleError, roleReply] = replies[waits ? 1 : 0];
       const acknowledged = !waits ? 'not-sent' : waitError ? 'failed' : Number(waitReply);
       const replicasOnline = roleError ? undefined : onlineReplicasOf(roleReply);
-      if (node !== undefined) masters?.observe(node, replicasOnline);
+      if (node !== undefined && roleError?.message.startsWith('NOPERM')) masters?.roleDenied(node);
+      else if (node !== undefined) masters?.observe(node, replicasOnline);
       const decision = decideDurableWrite({
         wanted: replicas,
         mode: durability.mode ?? 'strict',
