@@ -122,6 +122,36 @@ describe('RedisScript.runDurably', () => {
     }
   });
 
+  it('a slot moved while the slot map read is stale: the write follows the node MOVED names', async () => {
+    const key = '{moved}:durable';
+    const slot = keySlot(key);
+    await expect(SET_IT.runDurably(client, [key], ['before'], { replicas: 1, timeoutMs: 1000 })).resolves.toBe(
+      'before',
+    );
+    const from = await cluster.masterOf(slot);
+    const to = (await cluster.masters()).find((m) => m.port !== from);
+    if (!to) throw new Error('no other master');
+    // Every node asked for the slot map (CLUSTER SLOTS) still answers the old one: gossip has not told it yet.
+    const refresh = client.refreshSlotsCache;
+    let refreshes = 0;
+    client.refreshSlotsCache = (callback) => {
+      refreshes++;
+      callback?.();
+    };
+    try {
+      await cluster.moveSlot(slot, to.port);
+      expect(client.slots[slot]).toEqual([`127.0.0.1:${from}`]);
+      await expect(SET_IT.runDurably(client, [key], ['after'], { replicas: 1, timeoutMs: 1000 })).resolves.toBe(
+        'after',
+      );
+      expect(await cluster.command(to.port, 'GET', key)).toBe('after');
+      expect(client.slots[slot]).toEqual([`127.0.0.1:${to.port}`]);
+      expect(refreshes).toBeGreaterThan(0);
+    } finally {
+      client.refreshSlotsCache = refresh;
+    }
+  });
+
   it('a master left without a replica: replica mode writes and counts, strict refuses saying why', async () => {
     const key = '{alone}:durable';
     await cluster.killMaster(await cluster.masterOf(keySlot(key)));

@@ -1,5 +1,5 @@
 import { backoffDelay } from '@app/config';
-import { Cluster, type Redis } from 'ioredis';
+import { Cluster, type Redis, type RedisOptions } from 'ioredis';
 import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { RedisClient } from './create-redis-client';
@@ -116,8 +116,9 @@ export class RedisScript {
    * with 0 replicas, it is `run`.
    *
    * On a cluster it follows what a moving slot answers, which ioredis does not
-   * for a pipeline whose other commands succeeded: MOVED (read the slot map,
-   * send again), ASK (the same to the node named, after ASKING), TRYAGAIN (a
+   * for a pipeline whose other commands succeeded: MOVED (again to the node
+   * named, now the slot's in the client's map, the map read again meanwhile),
+   * ASK (to the node named, after ASKING, the map unchanged), TRYAGAIN (a
    * script whose keys a migration has split: again after a backoff, for a few
    * seconds). Each means the script did not run, so sending it again is safe.
    */
@@ -170,9 +171,14 @@ export class RedisScript {
         }
         if (!(client instanceof Cluster) || hops >= MAX_HOPS) throw scriptError;
         if (code === 'MOVED') {
+          // The node answering names the slot's owner: sent there next, as ioredis does for one command. The slot map
+          // read meanwhile may come from a node gossip has not told yet; a MOVED that keeps coming (two nodes that
+          // each name the other) is sent again after a backoff, not 16 times in a few round trips.
+          if (hops > 0) await sleep(backoffDelay(hops - 1, MOVED_BACKOFF));
           hops++;
           askTarget = undefined;
-          await refreshSlots(client);
+          if (to !== undefined) slotMovedTo(client, slot, to);
+          client.refreshSlotsCache();
           continue;
         }
         if (code === 'ASK') {
@@ -249,6 +255,30 @@ const MAX_HOPS = 16;
  */
 const TRY_AGAIN_BACKOFF = { baseMs: 20, capMs: 500, jitter: 'equal' } as const;
 const TRY_AGAIN_BUDGET_MS = 5000;
+/** MOVED again after following one: the nodes disagree until gossip settles (a few hundred ms); 16 hops cover ~3 s. */
+const MOVED_BACKOFF = { baseMs: 10, capMs: 250, jitter: 'equal' } as const;
+
+/** What ioredis's Cluster keeps private and does itself with a redirection of one command (cluster/index.js). */
+interface ClusterInternals {
+  readonly connectionPool: { findOrCreate(node: RedisOptions, readOnly?: boolean): Redis };
+  natMapper(key: string): RedisOptions;
+  readonly _groupsBySlot: (number | undefined)[];
+  readonly _groupsIds: Record<string, number | undefined>;
+}
+
+/** The client's connection to `key` (`host:port` as the cluster names it, mapped by natMap), made if it has none. */
+function connectionTo(client: Cluster, key: string): Redis {
+  const internals = client as unknown as ClusterInternals;
+  return internals.connectionPool.findOrCreate(internals.natMapper(key));
+}
+
+/** The slot map told that `slot` is on `key` now, as ioredis's MOVED handler does: the next send goes there. */
+function slotMovedTo(client: Cluster, slot: number, key: string): void {
+  const connection = connectionTo(client, key);
+  const internals = client as unknown as ClusterInternals;
+  client.slots[slot] = [nodeKeyOf(connection)];
+  internals._groupsBySlot[slot] = internals._groupsIds[client.slots[slot].join(';')];
+}
 
 /** `host:port`, as a Cluster client names its nodes (its slot map, MOVED and ASK). */
 function nodeKeyOf(node: Redis): string {
