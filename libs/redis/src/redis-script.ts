@@ -137,20 +137,24 @@ export class RedisScript {
     let hops = 0;
     let tryAgains = 0;
     for (;;) {
-      const node = askTarget ? nodeKeyOf(askTarget) : masterKeyOf(client, slot);
+      const target = (): string | undefined => (askTarget ? nodeKeyOf(askTarget) : masterKeyOf(client, slot));
+      let node = target();
       // WAIT blocks the connection it is sent on, shared by every command to that master: sent to a master with no
       // replica, each would hold the others up for its whole timeout, and a queue of them times out the lot. So a
       // master whose replicas are not known yet (just promoted, or idle a while) learns them from one write, while
       // the writes that come meanwhile wait for that one.
       let replicasKnown = node === undefined ? undefined : masters?.replicasOf(node);
-      // A write that found nothing (its ROLE timed out too) leaves the next one to try: one at a time still.
+      // A write that found nothing (its ROLE timed out too) leaves the next one to try: one at a time still. The
+      // node is looked up again after each wait: a failover meanwhile moves the slot, and what the new master says
+      // must not be kept under the old one's address.
       for (
         let learning = node === undefined ? undefined : masters?.learning(node);
         node !== undefined && replicasKnown === undefined && learning;
-        learning = masters?.learning(node)
+        learning = node === undefined ? undefined : masters?.learning(node)
       ) {
         await learning;
-        replicasKnown = masters?.replicasOf(node);
+        node = target();
+        replicasKnown = node === undefined ? undefined : masters?.replicasOf(node);
       }
       const waits = replicasKnown !== 'none';
       const sent = this.sendDurably(
