@@ -179,6 +179,38 @@ describe('RedisScript.runDurably', () => {
     expect(masters.replicasOf(`127.0.0.1:${to.port}`)).toBe('some');
   });
 
+  it('ASK naming a master the slot map does not list (no slot yet): the write goes there on a connection of its own', async () => {
+    const key = '{ask-unlisted}:durable';
+    const slot = keySlot(key);
+    const from = await cluster.masterOf(slot);
+    const to = (await cluster.masters()).find((m) => m.port !== from);
+    if (!to) throw new Error('no other master');
+    await SET_IT.runDurably(client, ['{ask-unlisted}:warm'], ['w'], { replicas: 1, timeoutMs: 1000 });
+    // The client forgets `to`, and every slot map it reads is the one it has: as for a master added with no slot.
+    const refresh = client.refreshSlotsCache;
+    client.refreshSlotsCache = (callback) => callback?.();
+    const connection = client.nodes('master').find((n) => n.options.port === to.port);
+    if (!connection) throw new Error(`no connection to ${to.port}`);
+    const forgotten = new Promise((resolve) => client.once('-node', resolve));
+    connection.disconnect();
+    await forgotten;
+    expect(client.nodes('master').map((n) => n.options.port)).not.toContain(to.port);
+    try {
+      let written: unknown;
+      await cluster.moveSlot(slot, to.port, async (step) => {
+        // The key is on neither node yet: the source answers ASK, naming `to`.
+        if (step === 'marked')
+          written = await SET_IT.runDurably(client, [key], ['asked'], { replicas: 1, timeoutMs: 1000 });
+      });
+      expect(written).toBe('asked');
+      expect(await cluster.command(to.port, 'GET', key)).toBe('asked');
+      expect(client.nodes('master').map((n) => n.options.port)).toContain(to.port);
+    } finally {
+      client.refreshSlotsCache = refresh;
+      await new Promise<void>((resolve) => client.refreshSlotsCache(() => resolve()));
+    }
+  });
+
   it('a master left without a replica: replica mode writes and counts, strict refuses saying why', async () => {
     const key = '{alone}:durable';
     await cluster.killMaster(await cluster.masterOf(keySlot(key)));

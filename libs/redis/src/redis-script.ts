@@ -187,7 +187,7 @@ export class RedisScript {
         }
         if (code === 'ASK') {
           hops++;
-          askTarget = await nodeNamed(client, to);
+          askTarget = nodeNamed(client, to);
           if (askTarget) continue;
           throw scriptError;
         }
@@ -294,23 +294,17 @@ function masterKeyOf(client: RedisClient, slot: number): string | undefined {
   return client instanceof Cluster ? client.slots[slot]?.[0] : nodeKeyOf(client);
 }
 
-/** The client's connection to a node an ASK named, the slot map read again once if the node is new to it. */
-async function nodeNamed(client: Cluster, key: string | undefined): Promise<Redis | undefined> {
-  if (key === undefined) return undefined;
-  const find = () => client.nodes('master').find((n) => nodeKeyOf(n) === key);
-  const found = find();
-  if (found) return found;
-  await refreshSlots(client);
-  return find();
+/**
+ * The client's connection to the node an ASK named, made if it has none, as ioredis does for one command: the node
+ * may be a master with no slot yet (added to the cluster, the first slot being moved onto it), which the slot map
+ * (CLUSTER SLOTS) does not list and a read of it would not find.
+ */
+function nodeNamed(client: Cluster, key: string | undefined): Redis | undefined {
+  return key === undefined ? undefined : connectionTo(client, key);
 }
 
 /** ROLE's replicas on a master: it lists only those online (synced and streaming). Unknown on anything else. */
 function onlineReplicasOf(role: unknown): number | undefined {
   if (!Array.isArray(role) || role[0] !== 'master' || !Array.isArray(role[2])) return undefined;
   return role[2].length;
-}
-
-/** The cluster's slot map read again (CLUSTER SLOTS), resolved once the client has it. */
-function refreshSlots(client: Cluster): Promise<void> {
-  return new Promise((resolve) => client.refreshSlotsCache(() => resolve()));
 }
