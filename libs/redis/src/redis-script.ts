@@ -3,7 +3,7 @@ import { Cluster, type Redis, type RedisOptions } from 'ioredis';
 import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { RedisClient } from './create-redis-client';
-import { decideDurableWrite, type DurabilityMode, type RefusalReason } from './durable-write-decision';
+import { decideDurableWrite, type RefusalReason } from './durable-write-decision';
 import { keySlot } from './partition-tags';
 import type { MasterReplicas } from './master-replicas';
 
@@ -11,17 +11,22 @@ import type { MasterReplicas } from './master-replicas';
  * How many replicas must hold a write before it is acknowledged, and how long
  * to wait for them (Redis's WAIT). None: the master's own acknowledgement.
  */
-export interface Durability {
+export type Durability = DurabilityWait & DurabilityOfMasters;
+
+interface DurabilityWait {
   readonly replicas: number;
   readonly timeoutMs: number;
-  /** What a write does on a master with no replica online (REDIS_DURABILITY); absent: `strict`, it is refused. */
-  readonly mode?: DurabilityMode;
-  /**
-   * What this process knows of its masters' replicas (a master without one is written without WAIT), and the count
-   * and log of the writes accepted without one. Absent: every write sends WAIT, and nothing is counted.
-   */
-  readonly masters?: MasterReplicas;
 }
+
+/**
+ * What a write does on a master with no replica online (REDIS_DURABILITY); absent: `strict`, it is refused. And what
+ * this process knows of its masters' replicas (a master without one is written without WAIT), and the count and log
+ * of the writes accepted without one: required in `replica` mode, whose accepted writes must be counted; absent
+ * otherwise, every write sends WAIT.
+ */
+type DurabilityOfMasters =
+  | { readonly mode?: 'strict'; readonly masters?: MasterReplicas }
+  | { readonly mode: 'replica'; readonly masters: MasterReplicas };
 
 const REFUSALS: Record<RefusalReason, string> = {
   'not-confirmed': 'its master has a replica that did not confirm in time',
