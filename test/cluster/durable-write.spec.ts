@@ -211,6 +211,32 @@ describe('RedisScript.runDurably', () => {
     }
   });
 
+  it('a replica back online on a master written without WAIT: the write waits for it then, and is not refused', async () => {
+    const key = '{replica-returned}:durable';
+    const master = await cluster.masterOf(keySlot(key));
+    await SET_IT.runDurably(client, [key], ['warm'], { replicas: 1, timeoutMs: 1000 });
+    const registry = new Registry();
+    const masters = new MasterReplicas(registry);
+    // What a write found a moment ago, before the replica (re)synced: none.
+    masters.observe(`127.0.0.1:${master}`, 0);
+    const durability = { replicas: 1, timeoutMs: 1000, mode: 'replica' as const, masters };
+    await expect(SET_IT.runDurably(client, [key], ['returned'], durability)).resolves.toBe('returned');
+    expect(masters.replicasOf(`127.0.0.1:${master}`)).toBe('some');
+    const { port } = await replicaOf(keySlot(key));
+    const replica = new Redis({ host: '127.0.0.1', port, lazyConnect: true });
+    await replica.connect();
+    try {
+      await replica.call('READONLY');
+      expect(await replica.get(key)).toBe('returned');
+    } finally {
+      replica.disconnect();
+    }
+    expect(await registry.getSingleMetricAsString('redis_unreplicated_writes_total')).toMatch(
+      /^redis_unreplicated_writes_total 0$/m,
+    );
+    masters.close();
+  });
+
   it('a master left without a replica: replica mode writes and counts, strict refuses saying why', async () => {
     const key = '{alone}:durable';
     await cluster.killMaster(await cluster.masterOf(keySlot(key)));

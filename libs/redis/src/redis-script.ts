@@ -3,7 +3,7 @@ import { Cluster, type Redis, type RedisOptions } from 'ioredis';
 import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { RedisClient } from './create-redis-client';
-import { decideDurableWrite, type RefusalReason } from './durable-write-decision';
+import { decideDurableWrite, type DurableWriteFacts, type RefusalReason } from './durable-write-decision';
 import { keySlot } from './partition-tags';
 import type { MasterReplicas } from './master-replicas';
 
@@ -205,16 +205,24 @@ export class RedisScript {
       }
       const [waitError, waitReply] = waits ? replies[0] : [null, undefined];
       const [roleError, roleReply] = replies[waits ? 1 : 0];
-      const acknowledged = !waits ? 'not-sent' : waitError ? 'failed' : Number(waitReply);
+      let acknowledged: DurableWriteFacts['acknowledged'] = !waits
+        ? 'not-sent'
+        : waitError
+          ? 'failed'
+          : Number(waitReply);
       const replicasOnline = roleError ? undefined : onlineReplicasOf(roleReply);
       if (node !== undefined && roleError?.message.startsWith('NOPERM')) masters?.roleDenied(node);
       else if (node !== undefined) masters?.observe(node, replicasOnline);
-      const decision = decideDurableWrite({
-        wanted: replicas,
-        mode: durability.mode ?? 'strict',
-        acknowledged,
-        replicasOnline,
-      });
+      const facts = { wanted: replicas, mode: durability.mode ?? 'strict', replicasOnline } as const;
+      let decision = decideDurableWrite({ ...facts, acknowledged });
+      if (decision.outcome === 'refused' && decision.reason === 'replica-returned') {
+        // Sent without WAIT to a master that has a replica again: WAIT now, on the connection the script ran on,
+        // covers it (WAIT counts every write that connection made), instead of refusing what may well be replicated.
+        const ranOn =
+          askTarget ?? (client instanceof Cluster && node !== undefined ? connectionTo(client, node) : client);
+        acknowledged = await ranOn.wait(replicas, timeoutMs).then(Number, () => 'failed' as const);
+        decision = decideDurableWrite({ ...facts, acknowledged });
+      }
       if (decision.outcome === 'durable') return value as T;
       if (decision.outcome === 'unreplicated') {
         masters?.accepted(node ?? 'unknown');
