@@ -1,6 +1,6 @@
 import { RedisIdempotencyStore } from '@app/idempotency';
 import { describeIdempotencyStoreContract } from '@app/idempotency/testing/idempotency-store.contract';
-import { createRedisClient } from '@app/redis';
+import { createRedisClient, NotReplicatedError } from '@app/redis';
 import type { Redis } from 'ioredis';
 import { freePort, freshRedis, startRedisServer } from '../support/infra';
 
@@ -36,8 +36,55 @@ describe('RedisIdempotencyStore on Redis', () => {
       status: '202',
       headers: '{}',
       body: '{}',
+      by: 'tok',
     });
     expect(await redis.pttl(`idem:${key}`)).toBeGreaterThan(86_000_000);
+  });
+
+  // ioredis sends a pipeline again when the connection closed before any reply came, though its script may have run.
+  it('a claim and a completion sent twice by the same attempt answer as the first send did, writing nothing twice', async () => {
+    const store = new RedisIdempotencyStore(redis);
+    const key = 'tenant-a:POST:/v1/things:sent-twice-plain';
+    const answer = { status: 202, headers: {}, body: Buffer.from('{"id":1}') };
+    await expect(store.claim(key, 'tok', 'fp', 30_000)).resolves.toEqual({ outcome: 'claimed' });
+    await expect(store.claim(key, 'tok', 'fp', 30_000)).resolves.toEqual({ outcome: 'claimed' });
+    await expect(store.complete(key, 'tok', 'fp', answer, 86_400_000)).resolves.toBe(true);
+    const stored = await redis.hgetall(`idem:${key}`);
+    await expect(store.complete(key, 'tok', 'fp', answer, 86_400_000)).resolves.toBe(true);
+    expect(await redis.hgetall(`idem:${key}`)).toEqual(stored);
+    // Another attempt's token, or another fingerprint, is not this completion sent again.
+    await expect(store.complete(key, 'other', 'fp', answer, 86_400_000)).resolves.toBe(false);
+    await expect(store.complete(key, 'tok', 'fp2', answer, 86_400_000)).resolves.toBe(false);
+    await expect(store.complete(key, 'tok', 'fp', { ...answer, body: Buffer.from('{}') }, 86_400_000)).resolves.toBe(
+      false,
+    );
+    expect(await redis.hgetall(`idem:${key}`)).toEqual(stored);
+    await expect(store.claim(key, 'other', 'fp', 30_000)).resolves.toMatchObject({ outcome: 'completed' });
+  });
+
+  it('a streamed answer completed twice by the same attempt: success both times, one end marker', async () => {
+    const store = new RedisIdempotencyStore(redis);
+    const key = 'tenant-a:POST:/v1/things:frames-sent-twice';
+    await store.claim(key, 'tok', 'fp', 30_000);
+    await store.frames.begin(key, 'tok', { status: 200, headers: {} });
+    await store.frames.append(key, 'tok', [Buffer.from('data: 1\n\n')]);
+    await expect(store.frames.complete(key, 'tok', 'fp', 60_000)).resolves.toBe(true);
+    const stored = await redis.hgetall(`idem:${key}`);
+    await expect(store.frames.complete(key, 'tok', 'fp', 60_000)).resolves.toBe(true);
+    expect(await redis.hgetall(`idem:${key}`)).toEqual(stored);
+    const entries = await redis.xrange(stored.frames, '-', '+');
+    expect(entries.filter(([, fields]) => fields[0] === 'e')).toHaveLength(1);
+    await expect(store.frames.complete(key, 'other', 'fp', 60_000)).resolves.toBe(false);
+    await store.close();
+  });
+
+  it('a durable claim sent twice whose second WAIT no replica confirms is refused and freed, not claimed', async () => {
+    const key = 'tenant-a:POST:/v1/things:sent-twice-durable';
+    // The first send ran (it is on the master); its replies were lost with the connection.
+    await new RedisIdempotencyStore(redis).claim(key, 'tok', 'fp', 30_000);
+    const durable = new RedisIdempotencyStore(redis, { durability: { replicas: 1, timeoutMs: 50 } });
+    await expect(durable.claim(key, 'tok', 'fp', 30_000)).rejects.toBeInstanceOf(NotReplicatedError);
+    expect(await redis.exists(`idem:${key}`)).toBe(0);
   });
 
   it('reloads its scripts after SCRIPT FLUSH (a restarted or failed-over server)', async () => {

@@ -62,15 +62,35 @@ if #rec == 0 then
   redis.call('PEXPIRE', KEYS[1], ARGV[3])
   return {'claimed'}
 end
+-- Our own claim, made by this very call's first send: the connection closed after the script ran and ioredis sent
+-- the pipeline again. The token is this attempt's alone, and the answer must be the first one's.
+if redis.call('HGET', KEYS[1], 'state') == 'running' and redis.call('HGET', KEYS[1], 'token') == ARGV[1] then
+  return {'claimed'}
+end
 return {'existing', redis.call('PTTL', KEYS[1]), now, unpack(rec)}`,
 );
+
+/**
+ * A completion sent again (ioredis resends a pipeline whose every reply the closed connection lost, though the script
+ * ran): the record is completed by this very attempt (`by`, its token) with the same answer, so the reply is the first
+ * send's, success, and nothing is written twice (no second end marker). Another answer from the same holder is not a
+ * resend: refused, as before. ARGV[1]: token; `fields` are compared with `values` (Lua expressions).
+ */
+function alreadyCompleted(fields: readonly string[], values: readonly string[]): string {
+  const read = ['state', 'by', ...fields].map((f) => `'${f}'`).join(', ');
+  const same = values.map((v, i) => ` and done[${i + 3}] == ${v}`).join('');
+  return `local done = redis.call('HMGET', KEYS[1], ${read})
+if done[1] == 'completed' and done[2] == ARGV[1]${same} then return 1 end`;
+}
 
 /** KEYS: R, F. The end marker goes to F only if someone follows (F exists). */
 const COMPLETE = new RedisScript(
   'idempotency-complete',
-  `if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+  `${alreadyCompleted(['fp', 'status', 'headers', 'body'], ['ARGV[2]', 'ARGV[3]', 'ARGV[4]', 'ARGV[5]'])}
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], 'state', 'completed', 'fp', ARGV[2], 'status', ARGV[3], 'headers', ARGV[4], 'body', ARGV[5])
+redis.call('HSET', KEYS[1], 'state', 'completed', 'fp', ARGV[2], 'status', ARGV[3], 'headers', ARGV[4], 'body', ARGV[5],
+  'by', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
 if redis.call('EXISTS', KEYS[2]) == 1 then
   redis.call('XADD', KEYS[2], '*', 'e', 'completed')
@@ -116,11 +136,12 @@ return 1`,
 
 const COMPLETE_FRAMES = new RedisScript(
   'idempotency-frames-complete',
-  `if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+  `${alreadyCompleted(['fp', 'frames'], ['ARGV[2]', 'KEYS[2]'])}
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
 local head = cjson.decode(redis.call('HGET', KEYS[1], 'head') or '{}')
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'state', 'completed', 'fp', ARGV[2], 'status', head.status or 200,
-  'headers', cjson.encode(head.headers or {}), 'body', '', 'frames', KEYS[2])
+  'headers', cjson.encode(head.headers or {}), 'body', '', 'frames', KEYS[2], 'by', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 redis.call('XADD', KEYS[2], '*', 'e', 'completed')
 redis.call('PEXPIRE', KEYS[2], ARGV[3])
@@ -269,9 +290,6 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     // A record written before `started` existed has run for an unknown time: 0.
     const started = Number(record.get('started')?.toString() ?? now);
     const holder = record.get('token')?.toString();
-    // Our own claim, made by this very call's first send: the connection closed after the script ran and ioredis
-    // sent it again. The token is this attempt's alone.
-    if (holder === token) return { outcome: 'claimed' };
     return {
       outcome: 'in-progress',
       fingerprint: fp,

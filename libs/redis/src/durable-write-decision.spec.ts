@@ -1,4 +1,6 @@
 import { decideDurableWrite, type DurableWriteDecision, type DurableWriteFacts } from './durable-write-decision';
+import { MasterReplicas } from './master-replicas';
+import type { Durability } from './redis-script';
 
 const durable: DurableWriteDecision = { outcome: 'durable' };
 const unreplicated: DurableWriteDecision = { outcome: 'unreplicated' };
@@ -30,5 +32,16 @@ describe('decideDurableWrite', () => {
 
   it.each(table)('%s, WAIT %s, %s online → %j', (mode, acknowledged, replicasOnline, expected) => {
     expect(decideDurableWrite({ wanted: 1, mode, acknowledged, replicasOnline })).toEqual(expected);
+  });
+});
+
+describe('Durability', () => {
+  it('requires what counts the writes accepted without a replica in replica mode (a type error otherwise)', () => {
+    const masters = new MasterReplicas();
+    const counted: Durability = { replicas: 1, timeoutMs: 1000, mode: 'replica', masters };
+    // @ts-expect-error: replica mode accepts writes without a replica, which must be counted and logged.
+    const uncounted: Durability = { replicas: 1, timeoutMs: 1000, mode: 'replica' };
+    const strict: Durability = { replicas: 1, timeoutMs: 1000, mode: 'strict' };
+    expect([counted.masters, uncounted.mode, strict.masters]).toEqual([masters, 'replica', undefined]);
   });
 });

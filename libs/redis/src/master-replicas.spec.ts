@@ -42,6 +42,19 @@ describe('MasterReplicas', () => {
     expect(masters.replicasOf('a:1')).toBe('some');
   });
 
+  it('a master that denies ROLE is unknown for a while, not unasked, and the warning is given once', () => {
+    const masters = new MasterReplicas(undefined, clock);
+    masters.roleDenied('a:1');
+    masters.roleDenied('b:2');
+    expect([masters.replicasOf('a:1'), masters.replicasOf('b:2')]).toEqual(['unknown', 'unknown']);
+    expect(warnings).toHaveLength(1);
+    expect(warnings[0]).toMatch(/denied ROLE on a:1.*\+role/);
+    advance(5000);
+    expect(masters.replicasOf('a:1')).toBeUndefined();
+    masters.roleDenied('a:1');
+    expect(warnings).toHaveLength(1);
+  });
+
   it('lets one write find out what a master has, the others waiting for it, failed or not', async () => {
     const masters = new MasterReplicas(undefined, clock);
     expect(masters.learning('a:1')).toBeUndefined();

@@ -9,6 +9,9 @@ const KNOWN_FOR_MS = 5000;
 /** INTERFACE.md: writes accepted without a replica are logged once a minute while they go on. */
 const LOG_EVERY_MS = 60_000;
 
+/** What a master's last durable write found: replicas online or none, or `unknown` when the master denied ROLE. */
+export type ReplicasKnown = 'none' | 'some' | 'unknown';
+
 /**
  * What this process knows of its cluster masters' replicas, as their last durable write found them, and the writes
  * accepted on a master with none (REDIS_DURABILITY=replica): `redis_unreplicated_writes_total`, and one warning a
@@ -17,7 +20,9 @@ const LOG_EVERY_MS = 60_000;
  */
 export class MasterReplicas {
   private readonly logger = new Logger('RedisDurability');
-  private readonly known = new Map<string, { readonly replicas: 'none' | 'some'; readonly until: number }>();
+  private readonly known = new Map<string, { readonly replicas: ReplicasKnown; readonly until: number }>();
+  /** Whether the warning that ROLE is denied was given: once per process, the ACL is not about to change. */
+  private roleDeniedWarned = false;
   /** The write, one per master, that is finding out what that master has. */
   private readonly finding = new Map<string, Promise<unknown>>();
   private readonly counter: Counter;
@@ -42,8 +47,11 @@ export class MasterReplicas {
       });
   }
 
-  /** Whether `node` (`host:port`) had replicas online when a write last asked; undefined when not known lately. */
-  replicasOf(node: string): 'none' | 'some' | undefined {
+  /**
+   * Whether `node` (`host:port`) had replicas online when a write last asked; `unknown` when it refused to say (ROLE
+   * denied); undefined when not asked lately.
+   */
+  replicasOf(node: string): ReplicasKnown | undefined {
     const entry = this.known.get(node);
     if (entry === undefined) return undefined;
     if (entry.until > this.now()) return entry.replicas;
@@ -55,6 +63,22 @@ export class MasterReplicas {
   observe(node: string, replicasOnline: number | undefined): void {
     if (replicasOnline === undefined) return;
     this.known.set(node, { replicas: replicasOnline === 0 ? 'none' : 'some', until: this.now() + KNOWN_FOR_MS });
+  }
+
+  /**
+   * `node` refused ROLE (NOPERM: the user lacks `@admin`, as `+@all -@dangerous` does). Its writes cannot learn
+   * anything, so they must not wait for one another to: each sends WAIT, as to a master known to have replicas, and
+   * stands only if a replica confirms it.
+   */
+  roleDenied(node: string): void {
+    this.known.set(node, { replicas: 'unknown', until: this.now() + KNOWN_FOR_MS });
+    if (this.roleDeniedWarned) return;
+    this.roleDeniedWarned = true;
+    this.logger.warn(
+      `Redis denied ROLE on ${node}: the Redis user lacks it (@admin). Every durable write waits for a replica ` +
+        'to confirm it (WAIT); a master with no replica online has its writes refused after the whole wait, in ' +
+        'both REDIS_DURABILITY modes. Grant the user +role to have replica mode and writes without WAIT there',
+    );
   }
 
   /** The write finding out `node`'s replicas now, settled (never rejected) once it has its answer; if one is. */

@@ -1,9 +1,9 @@
 import { backoffDelay } from '@app/config';
-import { Cluster, type Redis } from 'ioredis';
+import { Cluster, type Redis, type RedisOptions } from 'ioredis';
 import { createHash } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { RedisClient } from './create-redis-client';
-import { decideDurableWrite, type DurabilityMode, type RefusalReason } from './durable-write-decision';
+import { decideDurableWrite, type DurableWriteFacts, type RefusalReason } from './durable-write-decision';
 import { keySlot } from './partition-tags';
 import type { MasterReplicas } from './master-replicas';
 
@@ -11,17 +11,22 @@ import type { MasterReplicas } from './master-replicas';
  * How many replicas must hold a write before it is acknowledged, and how long
  * to wait for them (Redis's WAIT). None: the master's own acknowledgement.
  */
-export interface Durability {
+export type Durability = DurabilityWait & DurabilityOfMasters;
+
+interface DurabilityWait {
   readonly replicas: number;
   readonly timeoutMs: number;
-  /** What a write does on a master with no replica online (REDIS_DURABILITY); absent: `strict`, it is refused. */
-  readonly mode?: DurabilityMode;
-  /**
-   * What this process knows of its masters' replicas (a master without one is written without WAIT), and the count
-   * and log of the writes accepted without one. Absent: every write sends WAIT, and nothing is counted.
-   */
-  readonly masters?: MasterReplicas;
 }
+
+/**
+ * What a write does on a master with no replica online (REDIS_DURABILITY); absent: `strict`, it is refused. And what
+ * this process knows of its masters' replicas (a master without one is written without WAIT), and the count and log
+ * of the writes accepted without one: required in `replica` mode, whose accepted writes must be counted; absent
+ * otherwise, every write sends WAIT.
+ */
+type DurabilityOfMasters =
+  | { readonly mode?: 'strict'; readonly masters?: MasterReplicas }
+  | { readonly mode: 'replica'; readonly masters: MasterReplicas };
 
 const REFUSALS: Record<RefusalReason, string> = {
   'not-confirmed': 'its master has a replica that did not confirm in time',
@@ -116,8 +121,9 @@ export class RedisScript {
    * with 0 replicas, it is `run`.
    *
    * On a cluster it follows what a moving slot answers, which ioredis does not
-   * for a pipeline whose other commands succeeded: MOVED (read the slot map,
-   * send again), ASK (the same to the node named, after ASKING), TRYAGAIN (a
+   * for a pipeline whose other commands succeeded: MOVED (again to the node
+   * named, now the slot's in the client's map, the map read again meanwhile),
+   * ASK (to the node named, after ASKING, the map unchanged), TRYAGAIN (a
    * script whose keys a migration has split: again after a backoff, for a few
    * seconds). Each means the script did not run, so sending it again is safe.
    */
@@ -136,20 +142,24 @@ export class RedisScript {
     let hops = 0;
     let tryAgains = 0;
     for (;;) {
-      const node = askTarget ? nodeKeyOf(askTarget) : masterKeyOf(client, slot);
+      const target = (): string | undefined => (askTarget ? nodeKeyOf(askTarget) : masterKeyOf(client, slot));
+      let node = target();
       // WAIT blocks the connection it is sent on, shared by every command to that master: sent to a master with no
       // replica, each would hold the others up for its whole timeout, and a queue of them times out the lot. So a
       // master whose replicas are not known yet (just promoted, or idle a while) learns them from one write, while
       // the writes that come meanwhile wait for that one.
       let replicasKnown = node === undefined ? undefined : masters?.replicasOf(node);
-      // A write that found nothing (its ROLE timed out too) leaves the next one to try: one at a time still.
+      // A write that found nothing (its ROLE timed out too) leaves the next one to try: one at a time still. The
+      // node is looked up again after each wait: a failover meanwhile moves the slot, and what the new master says
+      // must not be kept under the old one's address.
       for (
         let learning = node === undefined ? undefined : masters?.learning(node);
         node !== undefined && replicasKnown === undefined && learning;
-        learning = masters?.learning(node)
+        learning = node === undefined ? undefined : masters?.learning(node)
       ) {
         await learning;
-        replicasKnown = masters?.replicasOf(node);
+        node = target();
+        replicasKnown = node === undefined ? undefined : masters?.replicasOf(node);
       }
       const waits = replicasKnown !== 'none';
       const sent = this.sendDurably(
@@ -170,14 +180,19 @@ export class RedisScript {
         }
         if (!(client instanceof Cluster) || hops >= MAX_HOPS) throw scriptError;
         if (code === 'MOVED') {
+          // The node answering names the slot's owner: sent there next, as ioredis does for one command. The slot map
+          // read meanwhile may come from a node gossip has not told yet; a MOVED that keeps coming (two nodes that
+          // each name the other) is sent again after a backoff, not 16 times in a few round trips.
+          if (hops > 0) await sleep(backoffDelay(hops - 1, MOVED_BACKOFF));
           hops++;
           askTarget = undefined;
-          await refreshSlots(client);
+          if (to !== undefined) slotMovedTo(client, slot, to);
+          client.refreshSlotsCache();
           continue;
         }
         if (code === 'ASK') {
           hops++;
-          askTarget = await nodeNamed(client, to);
+          askTarget = nodeNamed(client, to);
           if (askTarget) continue;
           throw scriptError;
         }
@@ -190,15 +205,24 @@ export class RedisScript {
       }
       const [waitError, waitReply] = waits ? replies[0] : [null, undefined];
       const [roleError, roleReply] = replies[waits ? 1 : 0];
-      const acknowledged = !waits ? 'not-sent' : waitError ? 'failed' : Number(waitReply);
+      let acknowledged: DurableWriteFacts['acknowledged'] = !waits
+        ? 'not-sent'
+        : waitError
+          ? 'failed'
+          : Number(waitReply);
       const replicasOnline = roleError ? undefined : onlineReplicasOf(roleReply);
-      if (node !== undefined) masters?.observe(node, replicasOnline);
-      const decision = decideDurableWrite({
-        wanted: replicas,
-        mode: durability.mode ?? 'strict',
-        acknowledged,
-        replicasOnline,
-      });
+      if (node !== undefined && roleError?.message.startsWith('NOPERM')) masters?.roleDenied(node);
+      else if (node !== undefined) masters?.observe(node, replicasOnline);
+      const facts = { wanted: replicas, mode: durability.mode ?? 'strict', replicasOnline } as const;
+      let decision = decideDurableWrite({ ...facts, acknowledged });
+      if (decision.outcome === 'refused' && decision.reason === 'replica-returned') {
+        // Sent without WAIT to a master that has a replica again: WAIT now, on the connection the script ran on,
+        // covers it (WAIT counts every write that connection made), instead of refusing what may well be replicated.
+        const ranOn =
+          askTarget ?? (client instanceof Cluster && node !== undefined ? connectionTo(client, node) : client);
+        acknowledged = await ranOn.wait(replicas, timeoutMs).then(Number, () => 'failed' as const);
+        decision = decideDurableWrite({ ...facts, acknowledged });
+      }
       if (decision.outcome === 'durable') return value as T;
       if (decision.outcome === 'unreplicated') {
         masters?.accepted(node ?? 'unknown');
@@ -248,6 +272,30 @@ const MAX_HOPS = 16;
  */
 const TRY_AGAIN_BACKOFF = { baseMs: 20, capMs: 500, jitter: 'equal' } as const;
 const TRY_AGAIN_BUDGET_MS = 5000;
+/** MOVED again after following one: the nodes disagree until gossip settles (a few hundred ms); 16 hops cover ~3 s. */
+const MOVED_BACKOFF = { baseMs: 10, capMs: 250, jitter: 'equal' } as const;
+
+/** What ioredis's Cluster keeps private and does itself with a redirection of one command (cluster/index.js). */
+interface ClusterInternals {
+  readonly connectionPool: { findOrCreate(node: RedisOptions, readOnly?: boolean): Redis };
+  natMapper(key: string): RedisOptions;
+  readonly _groupsBySlot: (number | undefined)[];
+  readonly _groupsIds: Record<string, number | undefined>;
+}
+
+/** The client's connection to `key` (`host:port` as the cluster names it, mapped by natMap), made if it has none. */
+function connectionTo(client: Cluster, key: string): Redis {
+  const internals = client as unknown as ClusterInternals;
+  return internals.connectionPool.findOrCreate(internals.natMapper(key));
+}
+
+/** The slot map told that `slot` is on `key` now, as ioredis's MOVED handler does: the next send goes there. */
+function slotMovedTo(client: Cluster, slot: number, key: string): void {
+  const connection = connectionTo(client, key);
+  const internals = client as unknown as ClusterInternals;
+  client.slots[slot] = [nodeKeyOf(connection)];
+  internals._groupsBySlot[slot] = internals._groupsIds[client.slots[slot].join(';')];
+}
 
 /** `host:port`, as a Cluster client names its nodes (its slot map, MOVED and ASK). */
 function nodeKeyOf(node: Redis): string {
@@ -259,23 +307,17 @@ function masterKeyOf(client: RedisClient, slot: number): string | undefined {
   return client instanceof Cluster ? client.slots[slot]?.[0] : nodeKeyOf(client);
 }
 
-/** The client's connection to a node an ASK named, the slot map read again once if the node is new to it. */
-async function nodeNamed(client: Cluster, key: string | undefined): Promise<Redis | undefined> {
-  if (key === undefined) return undefined;
-  const find = () => client.nodes('master').find((n) => nodeKeyOf(n) === key);
-  const found = find();
-  if (found) return found;
-  await refreshSlots(client);
-  return find();
+/**
+ * The client's connection to the node an ASK named, made if it has none, as ioredis does for one command: the node
+ * may be a master with no slot yet (added to the cluster, the first slot being moved onto it), which the slot map
+ * (CLUSTER SLOTS) does not list and a read of it would not find.
+ */
+function nodeNamed(client: Cluster, key: string | undefined): Redis | undefined {
+  return key === undefined ? undefined : connectionTo(client, key);
 }
 
 /** ROLE's replicas on a master: it lists only those online (synced and streaming). Unknown on anything else. */
 function onlineReplicasOf(role: unknown): number | undefined {
   if (!Array.isArray(role) || role[0] !== 'master' || !Array.isArray(role[2])) return undefined;
   return role[2].length;
-}
-
-/** The cluster's slot map read again (CLUSTER SLOTS), resolved once the client has it. */
-function refreshSlots(client: Cluster): Promise<void> {
-  return new Promise((resolve) => client.refreshSlotsCache(() => resolve()));
 }
