@@ -23,8 +23,8 @@ import { SummariesModule } from './summaries/summaries.module';
  * store runs on the api's own DataSource: its pool, timeouts and readiness
  * check already cover PostgreSQL, so the store adds one connection per
  * process (its LISTEN, opened when a duplicate first follows a running
- * request), not a second pool. Its sweep starts here and stops with the store
- * (IdempotencyModule closes every store).
+ * request), not a second pool. Its sweep starts with the application and stops
+ * with it (IdempotencyModule starts and closes every store).
  */
 function idempotencyStores(
   config: ApiConfig,
@@ -37,7 +37,6 @@ function idempotencyStores(
     redis: new RedisIdempotencyStore(redis, { durability }),
     postgres: new PostgresIdempotencyStore(dataSource, { listenApplicationName: 'api-idempotency-listen' }),
   };
-  stores.postgres.startSweeping();
   return { store: stores[config.idempotencyStore], stores };
 }
 

@@ -1,4 +1,4 @@
-import { BeforeApplicationShutdown, Inject, Module, Provider } from '@nestjs/common';
+import { BeforeApplicationShutdown, Inject, Module, OnApplicationBootstrap, Provider } from '@nestjs/common';
 import { APP_INTERCEPTOR, DiscoveryModule } from '@nestjs/core';
 import { IdempotencyInterceptor } from './idempotency.interceptor';
 import { IdempotencyMetrics } from './idempotency.metrics';
@@ -9,6 +9,9 @@ import {
 } from './idempotency.module-definition';
 import { IdempotencyStore } from './idempotency-store.interface';
 import { IdempotentRoutesValidator } from './idempotent-routes.validator';
+
+/** What a store may do beside the contract: background work that starts and stops with the application. */
+type StoreWithLifecycle = IdempotencyStore & { startSweeping?: () => void; close?: () => Promise<void> };
 
 const storeProvider: Provider = {
   provide: IdempotencyStore,
@@ -36,12 +39,25 @@ const storeProvider: Provider = {
   ],
   exports: [IdempotencyStore, IdempotencyInterceptor],
 })
-export class IdempotencyModule extends ConfigurableModuleClass implements BeforeApplicationShutdown {
+export class IdempotencyModule
+  extends ConfigurableModuleClass
+  implements OnApplicationBootstrap, BeforeApplicationShutdown
+{
   constructor(
-    @Inject(IdempotencyStore) private readonly store: IdempotencyStore & { close?: () => Promise<void> },
+    @Inject(IdempotencyStore) private readonly store: StoreWithLifecycle,
     @Inject(IDEMPOTENCY_MODULE_OPTIONS) private readonly options: IdempotencyModuleOptions,
   ) {
     super();
+  }
+
+  /**
+   * A store's sweep of expired records (the PostgreSQL store's) starts once
+   * the application has started, not when the store is made: an application
+   * whose start fails (a route naming a store it lacks) is never closed, and
+   * a sweep begun in its factory would run on, holding a connection open.
+   */
+  onApplicationBootstrap(): void {
+    for (const store of this.allStores()) store.startSweeping?.();
   }
 
   /**
@@ -53,10 +69,10 @@ export class IdempotencyModule extends ConfigurableModuleClass implements Before
    * instance write on through the store's own client.
    */
   async beforeApplicationShutdown(): Promise<void> {
-    const stores = new Set<IdempotencyStore & { close?: () => Promise<void> }>([
-      this.store,
-      ...Object.values(this.options.stores ?? {}),
-    ]);
-    await Promise.all([...stores].map((store) => store.close?.() ?? Promise.resolve()));
+    await Promise.all(this.allStores().map((store) => store.close?.() ?? Promise.resolve()));
+  }
+
+  private allStores(): StoreWithLifecycle[] {
+    return [...new Set<StoreWithLifecycle>([this.store, ...Object.values(this.options.stores ?? {})])];
   }
 }
