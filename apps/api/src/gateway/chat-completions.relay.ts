@@ -222,7 +222,7 @@ export class ChatCompletionsRelay {
     call: CallState,
   ): Promise<Response | StreamedAnswer> {
     if (!is2xx(upstream.status)) {
-      const bytes = await this.readWhole(upstream, MAX_ERROR_BODY_BYTES, sent, stream).catch(() => Buffer.alloc(0));
+      const bytes = await this.readCut(upstream, MAX_ERROR_BODY_BYTES, sent, stream).catch(() => Buffer.alloc(0));
       call.answered = true;
       end();
       this.metrics.call('upstream_error');
@@ -396,21 +396,12 @@ export class ChatCompletionsRelay {
     void drainAfterDone(events, upstream.body).finally(end);
   }
 
-  private async readWhole(
-    upstream: UpstreamResponse,
-    maxBytes: number,
-    sent: number,
-    stream: boolean,
-  ): Promise<Buffer> {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    for await (const chunk of upstream.body) {
-      if (size === 0) this.metrics.firstByteAt('upstream', stream, (performance.now() - sent) / 1000);
-      size += chunk.length;
-      if (size > maxBytes) break;
-      chunks.push(chunk);
-    }
-    return Buffer.concat(chunks);
+  /** An error body, cut after `maxBytes` (and the chunk that passed it): the rest is not read, its socket let go. */
+  private async readCut(upstream: UpstreamResponse, maxBytes: number, sent: number, stream: boolean): Promise<Buffer> {
+    const body = upstream.body[Symbol.asyncIterator]();
+    const head = await this.readHead(body, maxBytes, sent, stream);
+    if (!head.whole) await body.return?.();
+    return Buffer.concat(head.chunks);
   }
 
   /** A whole answer that stopped arriving: by the timeout, a shutdown, its caller leaving, or the provider. */
