@@ -1,13 +1,29 @@
 import { Inject } from '@nestjs/common';
+import type { ChatCompletion, ChatCompletionCreateParamsNonStreaming } from 'openai/resources/chat/completions';
 
 export interface SummarizeOptions {
   /** Aborts the call: the wall-clock limit of the attempt, or shutdown. */
   readonly signal: AbortSignal;
 }
 
-/** The model, behind the one operation the worker needs. */
+/** One chat completion's request; `model` defaults to the configured OPENAI_MODEL. */
+export type ChatRequest = Omit<ChatCompletionCreateParamsNonStreaming, 'model' | 'stream'> & { readonly model?: string };
+
+export interface ChatOptions extends SummarizeOptions {
+  /**
+   * Sent as `Idempotency-Key`: the same key for every attempt of one call, so
+   * a gateway that recorded the call answers a retry from its record.
+   */
+  readonly idempotencyKey?: string;
+  /** The tenant the call is made for: `X-Tenant` on the gateway path (only the internal key may send it). */
+  readonly tenant?: string;
+}
+
+/** The model, behind the operations the worker needs. */
 export interface LlmClient {
   summarize(text: string, options: SummarizeOptions): Promise<string>;
+  /** One non-streaming chat completion, no retries of its own (RetryPolicy is the one layer that retries). */
+  chat(request: ChatRequest, options: ChatOptions): Promise<ChatCompletion>;
 }
 
 export const LlmClient = Symbol('LlmClient');

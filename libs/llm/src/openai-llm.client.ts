@@ -1,6 +1,7 @@
 import { Logger } from '@nestjs/common';
 import OpenAI, { type ClientOptions } from 'openai';
-import type { LlmClient, SummarizeOptions } from './llm-client.interface';
+import type { ChatCompletion } from 'openai/resources/chat/completions';
+import type { ChatOptions, ChatRequest, LlmClient, SummarizeOptions } from './llm-client.interface';
 import { sanitizeSummary } from './summary.sanitizer';
 
 export interface OpenAiLlmOptions {
@@ -9,6 +10,8 @@ export interface OpenAiLlmOptions {
   readonly model: string;
   /** The SDK's own per-request timeout: a backstop behind RetryPolicy's wall-clock limit. */
   readonly requestTimeoutMs: number;
+  /** The gateway path: each chat call names its tenant in `X-Tenant` (the api takes it from the internal key only). */
+  readonly sendTenant?: boolean;
 }
 
 const SYSTEM_PROMPT =
@@ -75,5 +78,15 @@ export class OpenAiLlmClient implements LlmClient {
       { signal },
     );
     return sanitizeSummary(completion.choices[0]?.message?.content);
+  }
+
+  chat(request: ChatRequest, { signal, idempotencyKey, tenant }: ChatOptions): Promise<ChatCompletion> {
+    const headers: Record<string, string> = {};
+    if (idempotencyKey !== undefined) headers['Idempotency-Key'] = idempotencyKey;
+    if (tenant !== undefined && this.options.sendTenant) headers['X-Tenant'] = tenant;
+    return this.client.chat.completions.create(
+      { ...request, model: request.model ?? this.options.model, stream: false },
+      { signal, headers },
+    );
   }
 }
