@@ -7,7 +7,9 @@ export interface SummarizeOptions {
 }
 
 /** One chat completion's request; `model` defaults to the configured OPENAI_MODEL. */
-export type ChatRequest = Omit<ChatCompletionCreateParamsNonStreaming, 'model' | 'stream'> & { readonly model?: string };
+export type ChatRequest = Omit<ChatCompletionCreateParamsNonStreaming, 'model' | 'stream'> & {
+  readonly model?: string;
+};
 
 export interface ChatOptions extends SummarizeOptions {
   /**

@@ -1,5 +1,5 @@
 import { env } from '@app/config';
-import { partitionTags } from '@app/redis';
+import { partitionOf, type QueuePartition, QueueLayout } from '@app/workflows';
 
 /** What every partition's hash tag starts with; with one partition it is the whole tag (`{summaries}:jobs`). */
 export const STREAM_TAG_PREFIX = 'summaries';
@@ -28,62 +28,20 @@ export const jobStreamPartitionsEnv = {
   ),
 };
 
-/** One partition of the job stream: the keys that live under its hash tag, so a script or MULTI may touch them all. */
-export interface StreamPartition {
-  readonly index: number;
-  /** The text between the braces: what puts every key below on one cluster slot. */
-  readonly tag: string;
-  readonly jobs: string;
-  readonly dead: string;
-  /** Re-drives counted by the re-drive script itself, in the partition's slot. */
-  readonly adminActions: string;
-  jobRecordKey(jobId: string): string;
-}
+/** One partition of the job stream (a queue's partition: libs/workflows owns the layout). */
+export type StreamPartition = QueuePartition;
+
+export { partitionOf };
 
 /**
- * The partition a job id belongs to: its first 8 hex digits as an unsigned
- * 32-bit number, modulo the partition count. Stable (a job's id never
- * changes, so neither does its partition, for a given count) and uniform: job
- * ids are v5 UUIDs, whose leading bits are SHA-1 output.
+ * The job stream's layout for JOB_STREAM_PARTITIONS: the summaries queue,
+ * which keeps today's names for one partition and spreads the partitions
+ * over a cluster's masters otherwise. Every app builds it from the same
+ * count (SummaryQueueModule.forRoot).
  */
-export function partitionOf(jobId: string, count: number): number {
-  if (!/^[0-9a-f]{8}/i.test(jobId)) throw new RangeError('partitionOf needs a UUID');
-  return Number.parseInt(jobId.slice(0, 8).toLowerCase(), 16) % count;
-}
-
-function partition(index: number, tag: string): StreamPartition {
-  const braced = `{${tag}}`;
-  return {
-    index,
-    tag,
-    jobs: `${braced}:jobs`,
-    dead: `${braced}:dead`,
-    adminActions: `${braced}:admin_actions`,
-    jobRecordKey: (jobId) => `${braced}:job:${jobId}`,
-  };
-}
-
-/**
- * The job stream's layout for JOB_STREAM_PARTITIONS: partition i's keys under
- * `partitionTags('summaries', count)[i]`, which keeps today's names for one
- * partition and spreads the partitions over a cluster's masters otherwise.
- * Every app builds it from the same count (SummaryQueueModule.forRoot).
- */
-export class SummaryStreams {
-  readonly partitions: readonly StreamPartition[];
-
-  constructor(readonly count = 1) {
-    this.partitions = partitionTags(STREAM_TAG_PREFIX, count).map((tag, i) => partition(i, tag));
-  }
-
-  /** The partition of job `jobId` (a UUID, any case). */
-  of(jobId: string): StreamPartition {
-    return this.partitions[partitionOf(jobId.toLowerCase(), this.count)];
-  }
-
-  /** Partition `index`, or undefined when there is no such partition. */
-  at(index: number): StreamPartition | undefined {
-    return this.partitions[index];
+export class SummaryStreams extends QueueLayout {
+  constructor(count = 1) {
+    super(STREAM_TAG_PREFIX, count);
   }
 }
 

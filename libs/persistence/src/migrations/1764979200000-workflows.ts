@@ -29,8 +29,12 @@ export class Workflows1764979200000 implements MigrationInterface {
         updated_at  timestamptz NOT NULL DEFAULT now(),
         finished_at timestamptz
       )`);
-    await q.query(`CREATE INDEX workflow_runs_finished_at_idx ON workflow_runs (finished_at) WHERE finished_at IS NOT NULL`);
-    await q.query(`CREATE INDEX workflow_runs_failed_idx ON workflow_runs (workflow, updated_at) WHERE status = 'failed'`);
+    await q.query(
+      `CREATE INDEX workflow_runs_finished_at_idx ON workflow_runs (finished_at) WHERE finished_at IS NOT NULL`,
+    );
+    await q.query(
+      `CREATE INDEX workflow_runs_failed_idx ON workflow_runs (workflow, updated_at) WHERE status = 'failed'`,
+    );
     await q.query(`
       CREATE TABLE workflow_steps (
         run_id      uuid NOT NULL REFERENCES workflow_runs (run_id) ON DELETE CASCADE,
