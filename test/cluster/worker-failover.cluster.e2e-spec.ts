@@ -4,7 +4,7 @@ import { Cluster } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
-import { WorkerMetrics } from '../../apps/worker/src/worker.metrics';
+import { WorkerMetrics } from '../../libs/workflows/src/worker.metrics';
 import { bearer, startApi, TENANT_A, type ApiHarness } from '../support/api-harness';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
 import { eventually, sleep, testDataSource, truncateAll } from '../support/infra';

@@ -1,6 +1,6 @@
 import type { LoggerService } from '@nestjs/common';
 import { Redis } from 'ioredis';
-import { LeaseManager } from '../../apps/worker/src/consumer/lease-manager';
+import { LeaseManager } from '../../libs/workflows/src/consumer/lease-manager';
 import { eventually, freshRedis, sleep } from '../support/infra';
 
 const options = { stream: 'lease-test:jobs', group: 'workers', consumer: 'me', refreshIntervalMs: 20 };

@@ -1,7 +1,7 @@
 import { classifyLlmError, OpenAiLlmClient } from '@app/llm';
-import { DeadlineExceededError, NonRetryableError, RetryError } from '../../apps/worker/src/retry/retry.errors';
-import { RetryPolicy } from '../../apps/worker/src/retry/retry-policy.service';
-import { monotonicClock, realSleep, type RetryPolicyOptions } from '../../apps/worker/src/retry/retry-policy.tokens';
+import { DeadlineExceededError, NonRetryableError, RetryError } from '../../libs/workflows/src/retry/retry.errors';
+import { RetryPolicy } from '../../libs/workflows/src/retry/retry-policy.service';
+import { monotonicClock, realSleep, type RetryPolicyOptions } from '../../libs/workflows/src/retry/retry-policy.tokens';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
 import { eventually } from '../support/infra';
 

@@ -13,8 +13,8 @@ import { type ChainableCommander, Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import type { DataSource } from 'typeorm';
 import { Logger } from '@nestjs/common';
-import { ConsumerGroup } from '../../apps/worker/src/consumer/consumer-group';
-import { ACK } from '../../apps/worker/src/consumer/stream-scripts';
+import { ConsumerGroup } from '../../libs/workflows/src/consumer/consumer-group';
+import { ACK } from '../../libs/workflows/src/consumer/stream-scripts';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
 import {
   eventually,

@@ -9,23 +9,24 @@ import { ProblemDetailsFilter } from '@app/problem';
 import { RedisModule } from '@app/redis';
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import { JOB_HANDLER } from './consumer/job-handler';
-import { QueueGauges } from './consumer/queue.gauges';
-import { StreamsConsumer } from './consumer/streams.consumer';
-import { STREAMS_CONSUMER_OPTIONS, type StreamsConsumerOptions } from './consumer/streams-consumer.options';
-import { SummaryJobHandler } from './jobs/summary-job.handler';
-import { RetryPolicy } from './retry/retry-policy.service';
 import {
+  JOB_HANDLER,
   monotonicClock,
   realSleep,
   RETRY_CLOCK,
   RETRY_POLICY_OPTIONS,
   RETRY_RANDOM,
   RETRY_SLEEP,
+  RetryPolicy,
   type RetryPolicyOptions,
-} from './retry/retry-policy.tokens';
+  STREAMS_CONSUMER_OPTIONS,
+  StreamsConsumer,
+  type StreamsConsumerOptions,
+  WorkerMetrics,
+} from '@app/workflows';
+import { QueueGauges } from './consumer/queue.gauges';
+import { SummaryJobHandler } from './jobs/summary-job.handler';
 import type { WorkerConfig } from './worker.config';
-import { WorkerMetrics } from './worker.metrics';
 
 /** `streams`: the layout SummaryQueueModule builds from JOB_STREAM_PARTITIONS; the consumer works every partition. */
 export function consumerOptionsFrom(

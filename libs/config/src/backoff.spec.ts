@@ -5,7 +5,7 @@ import { backoffDelay, type Backoff } from './backoff';
  * proving that every caller waits exactly what it waited before.
  */
 const before = {
-  /** apps/worker/src/retry/backoff.ts: backoffDelay(retry, { baseMs, capMs }, random?). */
+  /** libs/workflows/src/retry/backoff.ts: backoffDelay(retry, { baseMs, capMs }, random?). */
   worker(retry: number, { baseMs, capMs }: { baseMs: number; capMs: number }, random?: () => number): number {
     const step = Math.min(capMs, baseMs * 2 ** Math.max(0, retry));
     return random ? Math.floor(random() * step) : step;

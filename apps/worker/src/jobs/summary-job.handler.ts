@@ -11,11 +11,17 @@ import {
 import { isUuid } from '@app/ids';
 import { classifyLlmError, InjectLlmClient, type LlmClient } from '@app/llm';
 import type { ChainableCommander } from 'ioredis';
-import type { JobHandler, JobRunContext, StreamMessage } from '../consumer/job-handler';
-import { RetryError } from '../retry/retry.errors';
-import { RetryPolicy } from '../retry/retry-policy.service';
-import { JobError, MALFORMED, UNEXPECTED } from './job.errors';
-import { WorkerMetrics } from '../worker.metrics';
+import {
+  JobError,
+  type JobHandler,
+  type JobRunContext,
+  MALFORMED,
+  RetryError,
+  RetryPolicy,
+  type StreamMessage,
+  UNEXPECTED,
+  WorkerMetrics,
+} from '@app/workflows';
 
 /**
  * One delivery of a summary job. Safe to run any number of times for one job:

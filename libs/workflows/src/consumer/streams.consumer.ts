@@ -4,7 +4,7 @@ import { HealthChecksRegistry } from '@app/health';
 import { InjectRedis, type RedisClient } from '@app/redis';
 import { PinoLogger } from 'nestjs-pino';
 import { setTimeout as delay } from 'node:timers/promises';
-import { failureOf } from '../jobs/job.errors';
+import { failureOf } from './job.errors';
 import { WorkerMetrics } from '../worker.metrics';
 import { ConsumerGroup } from './consumer-group';
 import { InjectJobHandler, type JobHandler, type StreamMessage } from './job-handler';

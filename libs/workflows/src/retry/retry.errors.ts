@@ -1,5 +1,5 @@
 import type { ErrorClass } from '@app/llm';
-import { JobError } from '../jobs/job.errors';
+import { JobError } from '../consumer/job.errors';
 
 /**
  * What RetryPolicy throws: how many attempts were made and how the last one
