@@ -9,6 +9,10 @@ import { MigrationInterface, QueryRunner } from 'typeorm';
  * its writes, its outbox rows and the run's next state, so however often it
  * is delivered it commits once.
  *
+ * `steps` names the workflow's steps in order, as the worker that started
+ * the run declared them: what GET /v1/runs lists as pending before a step
+ * has a row (the api does not load the workflows' classes).
+ *
  * `finished_at` is set when a run ends (done or failed); the retention sweep
  * deletes finished runs past WORKFLOW_RUN_RETENTION_DAYS by it, their steps
  * with them.
@@ -23,6 +27,7 @@ export class Workflows1764979200000 implements MigrationInterface {
         workflow    text NOT NULL,
         tenant      text NOT NULL,
         status      text NOT NULL CHECK (status IN ('running', 'done', 'failed')),
+        steps       text[] NOT NULL,
         output      jsonb,
         error       text,
         created_at  timestamptz NOT NULL DEFAULT now(),
