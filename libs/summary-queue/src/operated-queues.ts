@@ -24,10 +24,16 @@ export interface OperatedQueue {
 export class OperatedQueues {
   readonly all: readonly OperatedQueue[];
 
-  constructor(summaries: QueueLayout = SINGLE_STREAM) {
+  /** `others`: the queues after summaries; a workflow that names a queue of its own adds it here. */
+  constructor(
+    summaries: QueueLayout = SINGLE_STREAM,
+    others: readonly { readonly name: string; readonly group: string }[] = [
+      { name: WORKFLOWS_QUEUE, group: WORKFLOWS_GROUP },
+    ],
+  ) {
     this.all = [
       { name: STREAM_TAG_PREFIX, layout: summaries, group: CONSUMER_GROUP },
-      { name: WORKFLOWS_QUEUE, layout: new QueueLayout(WORKFLOWS_QUEUE, summaries.count), group: WORKFLOWS_GROUP },
+      ...others.map((q) => ({ name: q.name, layout: new QueueLayout(q.name, summaries.count), group: q.group })),
     ];
   }
 
