@@ -11,3 +11,4 @@ export * from './consumer/stream-scripts';
 export * from './retry/retry.errors';
 export * from './retry/retry-policy.tokens';
 export * from './retry/retry-policy.service';
+export * from './retention/workflow-run-retention.service';
