@@ -38,7 +38,6 @@ export class TriageController {
     description: 'Queued; Location names the run. A replay carries Idempotent-Replayed: true.',
   })
   @ApiProblemResponse(413, 'The body is over 1 MiB. Nothing was done.')
-  @ApiProblemResponse(503, 'The run could not be queued (durably); retry with the same Idempotency-Key')
   async create(
     @Body() body: CreateTriageDto,
     @Tenant() tenant: string,
