@@ -294,6 +294,23 @@ describe('GET /v1/runs/:runId', () => {
       await server.stop();
     }
   });
+  it('documents POST /v1/triage and GET /v1/runs/{runId} in OpenAPI: tenant key, answer schemas, problems', async () => {
+    type Op = { security?: unknown; responses: Record<string, { content?: Record<string, { schema?: unknown }> }> };
+    const doc = (await request(api.server).get('/docs/openapi.json').expect(200)).body as {
+      paths: Record<string, Record<string, Op>>;
+    };
+    const post = doc.paths['/v1/triage'].post;
+    expect(post.security).toEqual([{ 'tenant-key': [] }]);
+    expect(Object.keys(post.responses)).toEqual(
+      expect.arrayContaining(['202', '400', '401', '409', '413', '422', '503']),
+    );
+    expect(post.responses['202'].content?.['application/json']?.schema).toBeDefined();
+    const read = doc.paths['/v1/runs/{runId}'].get;
+    expect(read.security).toEqual([{ 'tenant-key': [] }]);
+    expect(Object.keys(read.responses)).toEqual(expect.arrayContaining(['200', '401', '404', '503']));
+    expect(read.responses['404'].content?.['application/problem+json']).toBeDefined();
+    expect(read.responses['200'].content?.['application/json']?.schema).toBeDefined();
+  });
 });
 
 describe('GET /v1/runs/:runId with JOB_STREAM_PARTITIONS=4', () => {

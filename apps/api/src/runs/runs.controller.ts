@@ -1,7 +1,7 @@
 import { Controller, Get, NotFoundException, Param, UseGuards } from '@nestjs/common';
 import { ApiBearerAuth, ApiOkResponse, ApiTags } from '@nestjs/swagger';
 import { ApiProblemResponse, serviceUnavailable } from '@app/problem';
-import { RunStateUnavailableError, type RunStatus, WorkflowClient } from '@app/workflows';
+import { RunStateUnavailableError, type RunSnapshot, WorkflowClient } from '@app/workflows';
 import { ApiKeyGuard } from '../auth/api-key.guard';
 import { Tenant } from '../auth/principal';
 import { TENANT_KEY_AUTH } from '../openapi';
@@ -23,8 +23,8 @@ export class RunsController {
   @ApiOkResponse({ type: RunStatusDto })
   @ApiProblemResponse(404, 'No such run for this tenant')
   @ApiProblemResponse(503, 'Where the run stands cannot be read right now; retry')
-  async read(@Param('runId') runId: string, @Tenant() tenant: string): Promise<RunStatus> {
-    let run: RunStatus | undefined;
+  async read(@Param('runId') runId: string, @Tenant() tenant: string): Promise<RunSnapshot> {
+    let run: RunSnapshot | undefined;
     try {
       run = await this.workflows.find(runId, tenant);
     } catch (err) {

@@ -3,7 +3,7 @@ import { ApiAcceptedResponse, ApiBearerAuth, ApiTags } from '@nestjs/swagger';
 import { IdempotencyContext, Idempotent, type IdempotencyRequestContext } from '@app/idempotency';
 import { ApiProblemResponse, serviceUnavailable } from '@app/problem';
 import { NotReplicatedError } from '@app/redis';
-import { UnknownWorkflowError, WorkflowClient } from '@app/workflows';
+import { UnregisteredWorkflowError, WorkflowClient } from '@app/workflows';
 import type { Response } from 'express';
 import { ApiKeyGuard } from '../auth/api-key.guard';
 import { Tenant } from '../auth/principal';
@@ -49,7 +49,7 @@ export class TriageController {
     try {
       ({ runId } = await this.workflows.start('triage', input, { tenant, key: idempotency.operation }));
     } catch (err) {
-      if (err instanceof UnknownWorkflowError) throw err; // ApiModule's registration is missing: a bug, not Redis
+      if (err instanceof UnregisteredWorkflowError) throw err; // ApiModule's registration is missing: a bug, not Redis
       // Written on a master that no replica confirmed in time: not acknowledged, since losing that master would
       // lose the run. A retry starts the same run id, which runs once.
       if (err instanceof NotReplicatedError)

@@ -1,17 +1,17 @@
 /** What GET /v1/runs/<run_id> answers (INTERFACE.md, "Workflows"): the wire names, snake_case. */
-export interface RunStatus {
+export interface RunSnapshot {
   readonly run_id: string;
   readonly workflow: string;
   readonly status: 'queued' | 'running' | 'done' | 'failed';
   /** In the workflow's order; empty while the run is queued (the api does not load the workflows' classes). */
-  readonly steps: readonly RunStepStatus[];
+  readonly steps: readonly RunStepSnapshot[];
   /** When done: the steps' outputs merged in order. */
   readonly output?: unknown;
   /** When failed: why (the dead-letter reason, or the step's error). */
   readonly error?: string;
 }
 
-export interface RunStepStatus {
+export interface RunStepSnapshot {
   readonly name: string;
   readonly status: 'pending' | 'running' | 'done' | 'failed';
   /** Deliveries that began the step; 0 while pending. */
@@ -65,7 +65,7 @@ export interface RunFacts {
 }
 
 export type RunAnswer =
-  | { readonly kind: 'found'; readonly run: RunStatus }
+  | { readonly kind: 'found'; readonly run: RunSnapshot }
   | { readonly kind: 'not_found' }
   | { readonly kind: 'unavailable' };
 
@@ -116,7 +116,7 @@ export function runAnswer(facts: RunFacts): RunAnswer {
     const workflow = record.workflow ?? soleWorkflow;
     // A record on the shared queue that does not name its workflow was not written by a start: nothing to show.
     if (workflow === undefined) continue;
-    const run: RunStatus =
+    const run: RunSnapshot =
       record.status === 'failed'
         ? { run_id: runId, workflow, status: 'failed', steps: [], error: record.error ?? 'failed' }
         : { run_id: runId, workflow, status: 'queued', steps: [] };
@@ -128,15 +128,15 @@ export function runAnswer(facts: RunFacts): RunAnswer {
 }
 
 /** The workflow's steps in order (a step without a row is pending), then any row of a step no longer declared. */
-function stepsOf(names: readonly string[], rows: readonly StepRow[]): RunStepStatus[] {
+function stepsOf(names: readonly string[], rows: readonly StepRow[]): RunStepSnapshot[] {
   const byName = new Map(rows.map((r) => [r.step, r]));
-  const view = (r: StepRow): RunStepStatus => ({
+  const view = (r: StepRow): RunStepSnapshot => ({
     name: r.step,
     status: r.status,
     attempts: r.attempts,
     ...(r.output != null ? { output: r.output } : {}),
   });
-  const declared = names.map((name): RunStepStatus => {
+  const declared = names.map((name): RunStepSnapshot => {
     const r = byName.get(name);
     return r ? view(r) : { name, status: 'pending', attempts: 0 };
   });

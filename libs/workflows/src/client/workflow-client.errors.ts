@@ -1,5 +1,5 @@
 /** `start` named a workflow this app did not register (WorkflowClientModule.forClient): a bug in the caller. */
-export class UnknownWorkflowError extends Error {
+export class UnregisteredWorkflowError extends Error {
   constructor(readonly workflow: string) {
     super(`no workflow "${workflow}" is registered with this client`);
     this.name = new.target.name;

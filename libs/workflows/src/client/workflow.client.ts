@@ -4,8 +4,8 @@ import { isUuid } from '@app/ids';
 import { jobIdFor, JOB_RECORD_TTL_MS } from '@app/summary-queue';
 import { DataSource } from 'typeorm';
 import { ClientQueues } from './client-queues';
-import { type RecordFact, type RunRecord, type RunStatus, runAnswer } from './run-status';
-import { RunStateUnavailableError, UnknownWorkflowError } from './workflow-client.errors';
+import { type RecordFact, type RunRecord, type RunSnapshot, runAnswer } from './run-status';
+import { RunStateUnavailableError, UnregisteredWorkflowError } from './workflow-client.errors';
 import { WorkflowRunsReader } from './workflow-runs.reader';
 
 /*
@@ -83,11 +83,11 @@ export class WorkflowClient {
    * once a replica holds both (WAIT, RedisModule's durability), as a summaries
    * job does: NotReplicatedError when none confirms in time (the run may still
    * be on the master; a retry with the same key starts the same run, once).
-   * UnknownWorkflowError for a workflow not registered with forClient.
+   * UnregisteredWorkflowError for a workflow not registered with forClient.
    */
   async start(name: string, input: unknown, { tenant, key }: StartOptions): Promise<StartedRun> {
     const workflow = this.queues.workflows.get(name);
-    if (!workflow) throw new UnknownWorkflowError(name);
+    if (!workflow) throw new UnregisteredWorkflowError(name);
     const runId = this.runIdFor(key);
     const partition = workflow.layout.of(runId);
     const entryId = await START.runDurably<string>(
@@ -106,7 +106,7 @@ export class WorkflowClient {
    * reads while Redis is down. RunStateUnavailableError when what did not
    * answer might have held the run.
    */
-  async find(runId: string, tenant: string): Promise<RunStatus | undefined> {
+  async find(runId: string, tenant: string): Promise<RunSnapshot | undefined> {
     if (!isUuid(runId)) return undefined;
     const id = runId.toLowerCase();
     const [stored, ...records] = await Promise.allSettled([
