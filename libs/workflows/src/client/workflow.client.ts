@@ -1,6 +1,8 @@
 import { Injectable, Optional } from '@nestjs/common';
 import { type Durability, InjectRedis, InjectRedisDurability, RedisScript, type RedisClient } from '@app/redis';
 import { isUuid } from '@app/ids';
+// @app/summary-queue imports this lib (QueueLayout): only values read at call time come from it (the job ids'
+// namespace, the record TTL), so the cycle is harmless whichever index loads first. Keep it that way.
 import { jobIdFor, JOB_RECORD_TTL_MS } from '@app/summary-queue';
 import { DataSource } from 'typeorm';
 import { ClientQueues } from './client-queues';
