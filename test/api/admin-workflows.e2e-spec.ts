@@ -252,6 +252,30 @@ describe('operating the dead letters of every queue: summaries and workflows', (
       expect(await redis.xlen(WF_DEAD)).toBe(3);
     });
 
+    it('takes a summaries dead letter’s id with a summaries/ prefix, and answers with the id as listed', async () => {
+      expect((await admin('get', '/admin/dead-letters/summaries/6-0').expect(200)).body).toMatchObject({
+        id: '6-0',
+        jobId: summary,
+      });
+      const res = (await admin('post', '/admin/dead-letters/summaries%2F6-0/redrive').expect(200)).body;
+      expect(res).toMatchObject({ dead_letter: '6-0', job_id: summary, workflow: 'summaries' });
+      expect(await redis.xlen(JOBS_STREAM)).toBe(1);
+      expect(ids(await list())).toEqual(['workflows/5-0', '7-0', 'workflows/7-0', 'workflows/8-0']);
+    });
+
+    it('answers a queue this system does not have with a problem type of its own', async () => {
+      const res = await admin('post', '/admin/dead-letters/nope/5-0/redrive').expect(404);
+      expect(res.body).toMatchObject({ type: 'urn:llm-workflows:problem:no-such-queue', title: 'No such queue' });
+      expect(await redis.xlen(WF_DEAD)).toBe(3);
+    });
+
+    it('pages a filtered listing with next while more may follow', async () => {
+      const page = (await admin('get', '/admin/dead-letters?workflow=summaries&count=1').expect(200)).body;
+      expect(page).toMatchObject({ dead_letters: [{ id: '6-0' }], next: '6-0' });
+      const last = (await admin('get', '/admin/dead-letters?workflow=summaries&after=6-0').expect(200)).body;
+      expect(last).toEqual({ dead_letters: [expect.objectContaining({ id: '7-0' })] });
+    });
+
     describe('the admin CLI', () => {
       const cli = adminCli();
 
