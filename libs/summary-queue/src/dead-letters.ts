@@ -299,7 +299,9 @@ export class DeadLetterQueue {
    * those bounds were read (a re-drive that failed again at once) is not
    * walked. `examine`, when known, keeps the first reads as small as the walk.
    */
-  walk(options: { readonly after?: string; readonly until?: DeadLetterBounds; readonly examine?: number } = {}) {
+  walk(
+    options: { readonly after?: string; readonly until?: DeadLetterBounds; readonly examine?: number } = {},
+  ): DeadLetterWalk {
     const from = options.after === undefined ? undefined : this.locate(options.after);
     const batch = Math.max(1, Math.min(this.batch, (options.examine ?? this.batch) + 1));
     const cursors = this.streams().map((s): StreamCursor => {
