@@ -1,4 +1,5 @@
 import { CanActivate, ExecutionContext, HttpStatus, Inject, Injectable, Optional } from '@nestjs/common';
+import { Reflector } from '@nestjs/core';
 import { ProblemException, ProblemTypes } from '@app/problem';
 import type { Request } from 'express';
 import { createHash, timingSafeEqual } from 'node:crypto';
@@ -12,6 +13,14 @@ export const INTERNAL_API_KEY = 'auth:internal-api-key';
 
 /** The header naming the tenant of an internal-key request (lower case: Node's header names). */
 export const X_TENANT = 'x-tenant';
+
+/**
+ * Marks the routes (a controller or a handler) that take INTERNAL_API_KEY:
+ * the gateway's, which the worker's model calls use. Every other route
+ * refuses it: the key names any tenant, and nothing but model calls needs
+ * that (a refund or a run started for any tenant would be its misuse).
+ */
+export const AcceptsInternalKey = Reflector.createDecorator<void, true>({ transform: () => true });
 
 const digest = (value: string): Buffer => createHash('sha256').update(value).digest();
 
@@ -35,7 +44,8 @@ export type Authentication = { readonly tenant: string } | { readonly refused: s
  * will. X-Tenant must name a tenant of API_KEYS: a run's tenant always is one
  * (runs are started with a tenant key), so any other name is a bug or a
  * forgery, and accepting it would create records, token counts and metric
- * series for a tenant the api does not have.
+ * series for a tenant the api does not have. The internal key is taken only
+ * where @AcceptsInternalKey() says so (the gateway); elsewhere it is a 401.
  */
 @Injectable()
 export class ApiKeyGuard implements CanActivate {
@@ -43,6 +53,7 @@ export class ApiKeyGuard implements CanActivate {
   private readonly tenants: ReadonlySet<string>;
 
   constructor(
+    private readonly reflector: Reflector,
     @Inject(API_KEYS) entries: readonly ApiKeyEntry[],
     @Optional() @Inject(INTERNAL_API_KEY) internalKey?: string,
   ) {
@@ -56,20 +67,25 @@ export class ApiKeyGuard implements CanActivate {
 
   canActivate(context: ExecutionContext): boolean {
     const req = context.switchToHttp().getRequest<Request>();
-    const auth = this.authenticate(req);
+    const internalKey =
+      this.reflector.getAllAndOverride(AcceptsInternalKey, [context.getHandler(), context.getClass()]) === true;
+    const auth = this.authenticate(req, { internalKey });
     if ('refused' in auth) throw unauthorized(auth.refused);
     setPrincipal(req, { tenant: auth.tenant });
     return true;
   }
 
-  /** The tenant the request is authenticated for, or undefined; for what must know before the guards run. */
-  tenantOf(req: IncomingMessage): string | undefined {
-    const auth = this.authenticate(req);
+  /**
+   * The tenant the request is authenticated for, or undefined; for what must
+   * know before the guards run. `internalKey`: whether the route takes it.
+   */
+  tenantOf(req: IncomingMessage, options: { readonly internalKey: boolean }): string | undefined {
+    const auth = this.authenticate(req, options);
     return 'tenant' in auth ? auth.tenant : undefined;
   }
 
-  /** The one decision, from the request's Authorization and X-Tenant headers. */
-  authenticate(req: IncomingMessage): Authentication {
+  /** The one decision: the request's Authorization and X-Tenant, and whether the route takes the internal key. */
+  authenticate(req: IncomingMessage, { internalKey }: { readonly internalKey: boolean }): Authentication {
     const presented = bearerToken(req);
     if (presented === undefined) return { refused: 'Send one Authorization: Bearer <api key> header.' };
     const match = this.match(presented);
@@ -80,6 +96,7 @@ export class ApiKeyGuard implements CanActivate {
         ? { tenant: match.tenant }
         : { refused: 'X-Tenant is accepted only with the internal key; a tenant key names its own tenant.' };
     }
+    if (!internalKey) return { refused: 'The internal key is accepted on the model gateway only.' };
     if (claimed === undefined) return { refused: 'The internal key must name the tenant in one X-Tenant header.' };
     if (claimed.length !== 1) return { refused: 'Send one X-Tenant header.' };
     const tenant = claimed[0].trim();

@@ -9,7 +9,7 @@ import {
 } from '@app/idempotency';
 import { rawBodyOf } from '@app/problem';
 import type { Request, Response as ExpressResponse } from 'express';
-import { ApiKeyGuard } from '../auth/api-key.guard';
+import { AcceptsInternalKey, ApiKeyGuard } from '../auth/api-key.guard';
 import { Tenant } from '../auth/principal';
 import { TENANT_KEY_AUTH } from '../openapi';
 import { type ChatCompletionRequest, ChatCompletionRequestPipe } from './chat-completion-request.pipe';
@@ -39,6 +39,7 @@ export const GATEWAY_ATTACH_WAIT_MS = 30_000;
 @ApiBearerAuth(TENANT_KEY_AUTH)
 @Controller(GATEWAY_PATH)
 @UseGuards(ApiKeyGuard)
+@AcceptsInternalKey()
 @UseFilters(OpenAiErrorFilter)
 export class ChatCompletionsController {
   constructor(
