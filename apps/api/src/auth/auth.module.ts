@@ -16,7 +16,8 @@ export class AuthModule {
         { provide: INTERNAL_API_KEY, useFactory: () => internalKey },
         ApiKeyGuard,
       ],
-      exports: [ApiKeyGuard, API_KEYS],
+      // Exported with the keys: @UseGuards(ApiKeyGuard) builds the guard in each controller's own module.
+      exports: [ApiKeyGuard, API_KEYS, INTERNAL_API_KEY],
     };
   }
 }
