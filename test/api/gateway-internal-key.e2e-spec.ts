@@ -5,7 +5,8 @@ import type { AddressInfo } from 'node:net';
 import { classifyLlmError, type LlmClient, llmClientFor } from '@app/llm';
 import { bearer, type ApiHarness, startApi, TENANT_A, TENANT_B } from '../support/api-harness';
 import { FakeOpenAiServer, type ModelReply } from '../support/fake-openai-server';
-import { eventually, freshRedis } from '../support/infra';
+import { eventually, freshRedis, testDataSource } from '../support/infra';
+import { startWorker } from '../support/worker-harness';
 
 const INTERNAL_KEY = 'internal-key-0123456789abcdef';
 const GATEWAY = '/v1/chat/completions';
@@ -322,6 +323,45 @@ describe('the worker’s model calls through the gateway (INTERNAL_API_KEY, X-Te
       expect(upstreamCalls(text)).toHaveLength(1);
       resume.resolve();
       expect((await drained).byteLength).toBe(6 * MiB);
+    });
+  });
+
+  describe('the worker app in gateway mode', () => {
+    it('summarises a job through the gateway as the job’s tenant: one upstream call, the provider never called directly', async () => {
+      // The worker's own provider settings point elsewhere: with INTERNAL_API_KEY and LLM_GATEWAY_URL they are unused.
+      const direct = await new FakeOpenAiServer(() => ({ kind: 'complete', content: 'called directly' })).start();
+      const worker = await startWorker({
+        modelUrl: direct.baseUrl,
+        env: { INTERNAL_API_KEY: INTERNAL_KEY, LLM_GATEWAY_URL: apiUrl, OPENAI_MODEL: 'gpt-test' },
+      });
+      const db = await testDataSource();
+      try {
+        const text = `A text for the worker through the gateway ${randomUUID()}.`;
+        replies.set(text, () => ({ kind: 'complete', content: 'Summarised through the gateway.' }));
+        const accepted = await post(
+          '/v1/summaries',
+          { text, notify: 'reader@example.com' },
+          { authorization: bearer(TENANT_A), 'idempotency-key': key() },
+        );
+        expect(accepted.status).toBe(202);
+        const { job_id: jobId } = (await accepted.json()) as { job_id: string };
+        const outcomes = await worker.consumer.runOnce();
+        expect(outcomes.map((o) => o.outcome)).not.toContain('dead_lettered');
+        const rows = await db.query<{ tenant: string; summary: string }[]>(
+          'SELECT tenant, summary FROM summaries WHERE job_id = $1',
+          [jobId],
+        );
+        expect(rows).toEqual([{ tenant: TENANT_A.tenant, summary: 'Summarised through the gateway.' }]);
+        expect(upstreamCalls(text)).toHaveLength(1);
+        expect(direct.calls).toBe(0);
+        const record = `idem:${TENANT_A.tenant}:POST:${GATEWAY}:summary:${jobId}`;
+        expect(await recordsOf(`summary:${jobId}`)).toEqual([record]);
+        expect(await redis.hget(record, 'state')).toBe('completed');
+      } finally {
+        await worker.close();
+        await db.destroy();
+        await direct.stop();
+      }
     });
   });
 });

@@ -26,7 +26,8 @@ export const internalApiKeyEnv = {
         "gateway, authenticated with this key and naming the run's tenant in `X-Tenant` (which no other key may " +
         "send), so a worker killed mid-call is answered from the gateway's record without a second upstream call. " +
         'The api refuses it without `X-Tenant`, and stops the start when it equals a tenant key or `ADMIN_API_KEY`. ' +
-        'Unset: the worker calls the provider directly',
+        'Unset: the worker calls the provider directly, and a call whose worker was killed is made (and paid) ' +
+        'again on redelivery',
     },
   ),
 };
