@@ -16,6 +16,7 @@ describe('worker configuration', () => {
       llmCallTimeoutMs: 20_000,
       llmMaxAttempts: 4,
       jobStreamPartitions: 1,
+      workflowRunRetentionDays: 30,
     });
   });
 
@@ -54,6 +55,10 @@ describe('worker configuration', () => {
     expect(() => loadWorkerConfig({ INTERNAL_API_KEY: key, LLM_GATEWAY_URL: url })).not.toThrow(key);
   });
 
+  it('keeps finished workflow runs for ever with WORKFLOW_RUN_RETENTION_DAYS=0', () => {
+    expect(loadWorkerConfig({ WORKFLOW_RUN_RETENTION_DAYS: '0' }).workflowRunRetentionDays).toBe(0);
+  });
+
   it('uses openai when OPENAI_API_KEY is set', () => {
     expect(loadWorkerConfig({ OPENAI_API_KEY: 'sk-x' }).llmProvider).toBe('openai');
   });
@@ -79,6 +84,9 @@ describe('worker configuration', () => {
     ['HEALTH_PORT', '99999'],
     ['JOB_STREAM_PARTITIONS', '0'],
     ['JOB_STREAM_PARTITIONS', '1025'],
+    ['WORKFLOW_RUN_RETENTION_DAYS', '-1'],
+    ['WORKFLOW_RUN_RETENTION_DAYS', 'a month'],
+    ['WORKFLOW_RUN_RETENTION_DAYS', '3651'],
   ])('rejects %s=%s, naming it', (variable, value) => {
     expect(problemsOf({ [variable]: value })).toEqual([variable]);
   });

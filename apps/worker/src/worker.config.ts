@@ -34,6 +34,12 @@ export const workerEnvSchema = {
     { describe: 'hard limit of one attempt; fractions allowed' },
   ),
   llmMaxAttempts: env.int('LLM_MAX_ATTEMPTS', 4, { min: 1, max: 20 }, { describe: 'total attempts per delivery' }),
+  workflowRunRetentionDays: env.int(
+    'WORKFLOW_RUN_RETENTION_DAYS',
+    30,
+    { min: 0, max: 3650 },
+    { describe: 'finished workflow runs older than this are deleted with their steps; 0 keeps them for ever' },
+  ),
 };
 
 export type WorkerConfig = ConfigOf<typeof workerEnvSchema>;

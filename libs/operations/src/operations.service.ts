@@ -2,18 +2,41 @@ import { Injectable, Logger, Optional } from '@nestjs/common';
 import {
   DeadLetterQueue,
   type DeadLetter,
+  type DeadLetterDetail,
+  type DeadLetterFilter,
+  OperatedQueues,
   type QueueFigures,
+  queueFigures,
   type RedriveResult,
   SummaryJobQueue,
 } from '@app/summary-queue';
+import { InjectRedis, type RedisClient } from '@app/redis';
 import { OutboxAdminRepository, type OutboxFigures, type ParkedMessage } from '@app/persistence';
 import { Counter, Registry } from 'prom-client';
 import { DataSource } from 'typeorm';
 import { ADMIN_ACTIONS, AdminActionCounts } from './admin-action-counts';
 
+export interface NamedQueueFigures extends QueueFigures {
+  /** `summaries`, `workflows`. */
+  readonly name: string;
+  readonly group: string;
+}
+
+/** One workflow's figures: its dead letters (in whichever queue) and its runs that failed (still kept). */
+export interface WorkflowFigures {
+  readonly name: string;
+  readonly deadLetters: number;
+  readonly failedRuns: number;
+}
+
 export interface SystemFigures {
+  /** The summaries queue, as it always was. */
   readonly queue: QueueFigures;
   readonly outbox: OutboxFigures;
+  /** Every queue, summaries included. */
+  readonly queues: readonly NamedQueueFigures[];
+  /** With a workflow filter: that workflow's own figures. */
+  readonly workflow?: WorkflowFigures;
 }
 
 /** Who asked, for the log line of every change an operator makes. */
@@ -49,43 +72,70 @@ export class OperationsService {
     private readonly outbox: OutboxAdminRepository,
     private readonly dataSource: DataSource,
     private readonly counts: AdminActionCounts,
+    private readonly queues: OperatedQueues,
+    @InjectRedis() private readonly redis: RedisClient,
     @Optional() registry?: Registry,
   ) {
     if (registry) this.registerMetric(registry);
   }
 
-  async figures(): Promise<SystemFigures> {
-    const [queue, outbox] = await Promise.all([this.queue.figures(), this.outbox.figures(this.dataSource.manager)]);
-    return { queue, outbox };
+  /**
+   * With a workflow, its own figures too: its dead letters are counted by
+   * reading every dead letter (a dead letter names its workflow inside).
+   */
+  async figures(filter: DeadLetterFilter = {}): Promise<SystemFigures> {
+    const [queue, outbox, queues, workflow] = await Promise.all([
+      this.queue.figures(),
+      this.outbox.figures(this.dataSource.manager),
+      Promise.all(
+        this.queues.all.map(async (q) => ({
+          name: q.name,
+          group: q.group,
+          ...(await queueFigures(this.redis, q.layout, q.group)),
+        })),
+      ),
+      filter.workflow === undefined ? undefined : this.workflowFigures(filter.workflow),
+    ]);
+    return workflow ? { queue, outbox, queues, workflow } : { queue, outbox, queues };
   }
 
-  listDeadLetters(count?: number, after?: string): Promise<DeadLetter[]> {
-    return this.deadLetters.list(count, after);
+  listDeadLetters(count?: number, after?: string, filter?: DeadLetterFilter): Promise<DeadLetter[]> {
+    return this.deadLetters.list(count, after, filter);
+  }
+
+  /** One dead letter with every field of its entry; undefined when there is none. */
+  inspectDeadLetter(id: string): Promise<DeadLetterDetail | undefined> {
+    return this.deadLetters.inspect(id);
   }
 
   /** Counted by the re-drive script itself, atomically with the re-drive. */
   async redrive(id: string, actor: Actor): Promise<RedriveResult> {
     const result = await this.deadLetters.redrive(id);
     if (result.outcome === 'redriven') {
-      this.logger.log({ actor, dead_letter: id, job_id: result.jobId, entry: result.entryId }, 'dead letter re-driven');
+      this.logger.log(
+        { actor, dead_letter: id, job_id: result.jobId, workflow: result.workflow, entry: result.entryId },
+        'dead letter re-driven',
+      );
     }
     return result;
   }
 
   /**
    * Every dead letter that can run again, oldest first, from after `after`,
-   * looking at `limit` dead letters at most; each re-drive is logged on its own.
+   * looking at `limit` dead letters at most (of the workflow, with one);
+   * each re-drive is logged on its own.
    */
   async redriveAll(
     actor: Actor,
-    { limit = REDRIVE_ALL_DEFAULT_LIMIT, after }: { limit?: number; after?: string } = {},
+    { limit = REDRIVE_ALL_DEFAULT_LIMIT, after, workflow }: { limit?: number; after?: string; workflow?: string } = {},
   ): Promise<RedriveAllResult> {
+    const filter: DeadLetterFilter = workflow === undefined ? {} : { workflow };
     let redriven = 0;
     let seen = 0;
     const notRedrivable: string[] = [];
     let cursor = after;
     while (seen < limit) {
-      const page = await this.deadLetters.list(Math.min(PAGE, limit - seen), cursor);
+      const page = await this.deadLetters.list(Math.min(PAGE, limit - seen), cursor, filter);
       if (page.length === 0) return { redriven, notRedrivable };
       for (const letter of page) {
         const result = await this.redrive(letter.id, actor);
@@ -95,8 +145,20 @@ export class OperationsService {
       seen += page.length;
       cursor = page[page.length - 1].id;
     }
-    const more = (await this.deadLetters.list(1, cursor)).length > 0;
+    const more = (await this.deadLetters.list(1, cursor, filter)).length > 0;
     return more ? { redriven, notRedrivable, next: cursor } : { redriven, notRedrivable };
+  }
+
+  private async workflowFigures(name: string): Promise<WorkflowFigures> {
+    const [deadLetters, [failed]] = await Promise.all([
+      this.deadLetters.length({ workflow: name }),
+      // workflow_runs_failed_idx: an index-only count, however many runs are kept.
+      this.dataSource.query<{ n: string }[]>(
+        `SELECT count(*) AS n FROM workflow_runs WHERE workflow = $1 AND status = 'failed'`,
+        [name],
+      ),
+    ]);
+    return { name, deadLetters, failedRuns: Number(failed.n) };
   }
 
   listParked(limit?: number): Promise<ParkedMessage[]> {

@@ -6,3 +6,5 @@ export * from './summary-job.queue';
 export * from './summary-queue.module-definition';
 export * from './summary-queue.module';
 export * from './dead-letters';
+export * from './operated-queues';
+export * from './queue-figures';

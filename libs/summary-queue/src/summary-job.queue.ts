@@ -2,6 +2,7 @@ import { Injectable, Optional } from '@nestjs/common';
 import { type Durability, InjectRedis, InjectRedisDurability, RedisScript, type RedisClient } from '@app/redis';
 import type { ChainableCommander } from 'ioredis';
 import { CONSUMER_GROUP, JOB_RECORD_TTL_MS, SummaryJob } from './summary-job';
+import { queueFigures } from './queue-figures';
 import { SINGLE_STREAM, type StreamPartition, SummaryStreams } from './summary-streams';
 import { isUuid } from '@app/ids';
 
@@ -100,40 +101,8 @@ export class SummaryJobQueue {
     };
   }
 
-  /**
-   * The queue's figures: one pipelined round trip per partition (a pipeline
-   * keeps to one hash slot, as a cluster requires), all partitions at once.
-   */
-  async figures(): Promise<QueueFigures> {
-    const partitions = await Promise.all(this.streams.partitions.map((p) => this.partitionFigures(p)));
-    const sum = (pick: (f: StreamFigures) => number) => partitions.reduce((n, f) => n + pick(f), 0);
-    return {
-      length: sum((f) => f.length),
-      pending: sum((f) => f.pending),
-      deadLetters: sum((f) => f.deadLetters),
-      partitions,
-    };
-  }
-
-  private async partitionFigures(partition: StreamPartition): Promise<PartitionFigures> {
-    const results = await this.redis
-      .pipeline()
-      .xlen(partition.jobs)
-      .xpending(partition.jobs, CONSUMER_GROUP)
-      .xlen(partition.dead)
-      .exec();
-    const value = (i: number): unknown => {
-      const [err, v] = results?.[i] ?? [new Error('no reply'), null];
-      // No group yet (no worker has started): nothing is pending.
-      if (err && i === 1 && err.message.includes('NOGROUP')) return [0];
-      if (err) throw err;
-      return v;
-    };
-    return {
-      partition: partition.index,
-      length: Number(value(0)),
-      pending: Number((value(1) as [number])[0]),
-      deadLetters: Number(value(2)),
-    };
+  /** The queue's figures, in total and by partition. */
+  figures(): Promise<QueueFigures> {
+    return queueFigures(this.redis, this.streams, CONSUMER_GROUP);
   }
 }

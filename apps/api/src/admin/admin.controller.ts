@@ -17,6 +17,7 @@ import {
   parseDeadLetterId,
   type ParsedId,
   parseOutboxRowId,
+  parseWorkflowName,
   REDRIVE_ALL_DEFAULT_LIMIT,
   type RedriveAllResult,
   type SystemFigures,
@@ -27,6 +28,7 @@ import { ADMIN_KEY_AUTH } from '../openapi';
 import { AdminKeyGuard } from './admin-key.guard';
 import { DependencyUnavailableInterceptor } from './dependency-unavailable.interceptor';
 import {
+  DeadLetterDetailDto,
   DeadLetterListDto,
   ParkedListDto,
   RedriveAllDto,
@@ -75,7 +77,27 @@ class IdParam implements PipeTransform<string | undefined, string | undefined> {
 
 const DEAD_LETTER_ID =
   '<ms>-<seq> (each part at most 18446744073709551615) with one job stream partition; ' +
-  '<partition>:<ms>-<seq> with JOB_STREAM_PARTITIONS above 1, as listed';
+  '<partition>:<ms>-<seq> with JOB_STREAM_PARTITIONS above 1, as listed; a queue other than summaries ' +
+  'comes first, workflows/<ms>-<seq> (the slash URL-encoded, %2F, or as a path segment of its own)';
+
+const WORKFLOW_QUERY = {
+  name: 'workflow',
+  required: false,
+  description: "Only this workflow's: a dead letter's workflow field, or its queue's name (summaries)",
+} as const;
+
+/** A workflow filter; an empty or absent one is none. */
+const workflowFilter = (name: string | undefined) => (name === undefined ? {} : { workflow: name });
+
+/** A dead-letter id given as two path segments, `<queue>/<id>`: the id without its slash encoded. */
+class QueuedIdParam implements PipeTransform<Record<string, string>, string> {
+  transform(params: Record<string, string>): string {
+    const id = `${params.queue}/${params.id}`;
+    const parsed = parseDeadLetterId(id);
+    if (!parsed.ok) throw validationProblem([{ field: 'id', messages: [parsed.message] }]);
+    return parsed.id;
+  }
+}
 
 /** A dead-letter id that names no partition of this system is a 404, as an id no dead letter has. */
 async function inSomePartition<T>(work: () => Promise<T>): Promise<T> {
@@ -104,26 +126,32 @@ export class AdminController {
   constructor(private readonly ops: OperationsService) {}
 
   @Get('stats')
-  @ApiOperation({ summary: 'Queue and outbox figures' })
+  @ApiOperation({ summary: "Queue and outbox figures; with ?workflow=, that workflow's dead letters and failed runs" })
+  @ApiQuery(WORKFLOW_QUERY)
   @ApiOkResponse({ type: SystemFiguresDto })
-  stats(): Promise<SystemFigures> {
-    return this.ops.figures();
+  @ApiProblemResponse(400, 'workflow is not a workflow name')
+  stats(@Query('workflow', new IdParam('workflow', parseWorkflowName)) workflow?: string): Promise<SystemFigures> {
+    return this.ops.figures(workflowFilter(workflow));
   }
 
   @Get('dead-letters')
   @ApiOperation({
-    summary: 'Dead letters of every partition, oldest first, with their reason; page with ?after=<last id>',
+    summary: 'Dead letters of every queue and partition, oldest first, with their reason; page with ?after=<last id>',
   })
   @ApiQuery({ name: 'count', required: false, description: `Page size, 1 to ${LIST_MAX}; default 50` })
   @ApiQuery({ name: 'after', required: false, description: 'The last id of the previous page' })
+  @ApiQuery(WORKFLOW_QUERY)
   @ApiOkResponse({ type: DeadLetterListDto })
-  @ApiProblemResponse(400, 'count is malformed, or after is not an id that can exist')
-  @ApiProblemResponse(404, 'after names a partition this system does not have')
+  @ApiProblemResponse(400, 'count or workflow is malformed, or after is not an id that can exist')
+  @ApiProblemResponse(404, 'after names a queue or partition this system does not have')
   async deadLetters(
     @Query('count', new IntQuery('count', 50, LIST_MAX)) count: number,
     @Query('after', new IdParam('after', parseDeadLetterId)) after?: string,
+    @Query('workflow', new IdParam('workflow', parseWorkflowName)) workflow?: string,
   ) {
-    return { dead_letters: await inSomePartition(() => this.ops.listDeadLetters(count, after)) };
+    return {
+      dead_letters: await inSomePartition(() => this.ops.listDeadLetters(count, after, workflowFilter(workflow))),
+    };
   }
 
   @Post('dead-letters/redrive')
@@ -142,27 +170,74 @@ export class AdminController {
     required: false,
     description: "Start after this dead-letter id (a previous answer's next)",
   })
+  @ApiQuery(WORKFLOW_QUERY)
   @ApiOkResponse({ type: RedriveAllDto })
-  @ApiProblemResponse(400, 'limit is malformed, or after is not an id that can exist')
-  @ApiProblemResponse(404, 'after names a partition this system does not have')
+  @ApiProblemResponse(400, 'limit or workflow is malformed, or after is not an id that can exist')
+  @ApiProblemResponse(404, 'after names a queue or partition this system does not have')
   redriveAll(
     @Query('limit', new IntQuery('limit', REDRIVE_ALL_DEFAULT_LIMIT, REDRIVE_ALL_MAX)) limit: number,
     @Query('after', new IdParam('after', parseDeadLetterId)) after?: string,
+    @Query('workflow', new IdParam('workflow', parseWorkflowName)) workflow?: string,
   ): Promise<RedriveAllResult> {
-    return inSomePartition(() => this.ops.redriveAll('admin-api', { limit, after }));
+    return inSomePartition(() => this.ops.redriveAll('admin-api', { limit, after, workflow }));
+  }
+
+  @Get('dead-letters/:id')
+  @ApiOperation({ summary: 'One dead letter with every field of its entry (workflow, step, state, payload, ...)' })
+  @ApiParam({ name: 'id', description: `The dead-letter id: ${DEAD_LETTER_ID}` })
+  @ApiOkResponse({ type: DeadLetterDetailDto })
+  @ApiProblemResponse(400, 'id is not a dead-letter id that can exist')
+  @ApiProblemResponse(404, 'No such dead letter, or no such queue or partition')
+  inspect(@Param('id', new IdParam('id', parseDeadLetterId)) id: string) {
+    return this.inspectOne(id);
+  }
+
+  @Get('dead-letters/:queue/:id')
+  @ApiOperation({ summary: 'The same, for a dead letter of another queue than summaries: workflows/<id>' })
+  @ApiParam({ name: 'queue', description: 'The queue, e.g. workflows' })
+  @ApiParam({ name: 'id', description: 'The rest of the dead-letter id, <ms>-<seq> or <partition>:<ms>-<seq>' })
+  @ApiOkResponse({ type: DeadLetterDetailDto })
+  @ApiProblemResponse(400, 'queue/id is not a dead-letter id that can exist')
+  @ApiProblemResponse(404, 'No such dead letter, or no such queue or partition')
+  inspectQueued(@Param(new QueuedIdParam()) id: string) {
+    return this.inspectOne(id);
   }
 
   @Post('dead-letters/:id/redrive')
   @HttpCode(HttpStatus.OK)
   @ApiOperation({
-    summary: "Re-drive one dead letter into its partition's job stream, keeping its job id",
+    summary:
+      "Re-drive one dead letter into its queue's and partition's job stream, keeping every field (job id, workflow, step, state)",
   })
   @ApiParam({ name: 'id', description: `The dead-letter id: ${DEAD_LETTER_ID}` })
   @ApiOkResponse({ type: RedrivenDto })
   @ApiProblemResponse(400, 'id is not a dead-letter id that can exist')
-  @ApiProblemResponse(404, 'No such dead letter, or no such partition')
+  @ApiProblemResponse(404, 'No such dead letter, or no such queue or partition')
   @ApiProblemResponse(409, 'The dead letter was recorded by id only; there is no job to run')
-  async redrive(@Param('id', new IdParam('id', parseDeadLetterId)) id: string) {
+  redrive(@Param('id', new IdParam('id', parseDeadLetterId)) id: string) {
+    return this.redriveOne(id);
+  }
+
+  @Post('dead-letters/:queue/:id/redrive')
+  @HttpCode(HttpStatus.OK)
+  @ApiOperation({ summary: 'The same, for a dead letter of another queue than summaries: workflows/<id>' })
+  @ApiParam({ name: 'queue', description: 'The queue, e.g. workflows' })
+  @ApiParam({ name: 'id', description: 'The rest of the dead-letter id, <ms>-<seq> or <partition>:<ms>-<seq>' })
+  @ApiOkResponse({ type: RedrivenDto })
+  @ApiProblemResponse(400, 'queue/id is not a dead-letter id that can exist')
+  @ApiProblemResponse(404, 'No such dead letter, or no such queue or partition')
+  @ApiProblemResponse(409, 'The dead letter was recorded by id only; there is no job to run')
+  redriveQueued(@Param(new QueuedIdParam()) id: string) {
+    return this.redriveOne(id);
+  }
+
+  private async inspectOne(id: string) {
+    const letter = await inSomePartition(() => this.ops.inspectDeadLetter(id));
+    if (!letter) throw new NotFoundException('No such dead letter.');
+    return letter;
+  }
+
+  private async redriveOne(id: string) {
     const result = await inSomePartition(() => this.ops.redrive(id, 'admin-api'));
     if (result.outcome === 'not_found') throw new NotFoundException('No such dead letter.');
     if (result.outcome === 'not_redrivable') {
@@ -173,7 +248,7 @@ export class AdminController {
         detail: `It was recorded by id only (reason ${result.reason ?? 'unknown'}); there is nothing to re-drive.`,
       });
     }
-    return { dead_letter: id, job_id: result.jobId, entry: result.entryId };
+    return { dead_letter: id, job_id: result.jobId, workflow: result.workflow, entry: result.entryId };
   }
 
   @Get('outbox/parked')
