@@ -108,7 +108,9 @@ export class SummaryJobHandler implements JobHandler {
   private async summarize(job: SummaryJob, ctx: JobRunContext): Promise<string> {
     try {
       const outcome = await this.retry.run(
-        (signal) => this.llm.summarize(job.payload.text, { signal }),
+        // On the gateway path the tenant is required and the key makes a redelivery reuse the first call.
+        (signal) =>
+          this.llm.summarize(job.payload.text, { signal, tenant: job.tenant, idempotencyKey: `summary:${job.jobId}` }),
         classifyLlmError,
         {
           deadline: ctx.deadline,
