@@ -162,5 +162,5 @@ export async function testDataSource(): Promise<DataSource> {
 }
 
 export async function truncateAll(ds: DataSource): Promise<void> {
-  await ds.query('TRUNCATE summaries, outbox RESTART IDENTITY');
+  await ds.query('TRUNCATE summaries, outbox, workflow_runs, workflow_steps RESTART IDENTITY');
 }
