@@ -1,6 +1,14 @@
 import { ProblemTypes } from '@app/problem';
 import { jobIdFor, jobRecordKey, JOBS_STREAM } from '@app/summary-queue';
-import { QueueLayout, WorkflowClient } from '@app/workflows';
+import { Controller, Module } from '@nestjs/common';
+import {
+  InjectWorkflow,
+  QueueLayout,
+  RunTenantMismatchError,
+  WorkflowClient,
+  WorkflowHandle,
+  WorkflowRunsReader,
+} from '@app/workflows';
 import type { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import request from 'supertest';
@@ -256,15 +264,53 @@ describe('GET /v1/runs/:runId', () => {
 
   it("the client's start on the summaries queue writes what the summaries route writes: no workflow field", async () => {
     const client = api.app.get(WorkflowClient);
-    const key = `${TENANT_A.tenant}:POST:/v1/summaries:key-${randomUUID()}`;
-    const { runId, entryId } = await client.start('summaries', summaryBody, { tenant: TENANT_A.tenant, key });
-    expect(runId).toBe(jobIdFor(key));
+    const operation = `${TENANT_A.tenant}:POST:/v1/summaries:key-${randomUUID()}`;
+    const { runId, entryId } = await client.start('summaries', summaryBody, {
+      tenant: TENANT_A.tenant,
+      idempotency: { operation },
+    });
+    expect(runId).toBe(jobIdFor(operation));
     const entries = await redis.xrange(JOBS_STREAM, '-', '+');
     expect(entries).toEqual([
       [entryId, ['job_id', runId, 'tenant', TENANT_A.tenant, 'payload', JSON.stringify(summaryBody)]],
     ]);
     expect(Object.keys(await redis.hgetall(jobRecordKey(runId))).sort()).toEqual(['accepted_at', 'tenant']);
     expect((await get(runId).expect(200)).body.workflow).toBe('summaries');
+  });
+
+  it("refuses a start whose operation is not the tenant's scope, before writing anything", async () => {
+    const client = api.app.get(WorkflowClient);
+    // Tenant B's operation (or a bare key) would name B's run: starting it as A would hand that run to A.
+    for (const operation of [
+      `${TENANT_B.tenant}:POST:/v1/triage:key-1`,
+      'key-1',
+      `${TENANT_A.tenant}-x:POST:/v1/triage:k`,
+    ])
+      await expect(
+        client.start('triage', triageBody, { tenant: TENANT_A.tenant, idempotency: { operation } }),
+      ).rejects.toBeInstanceOf(RunTenantMismatchError);
+    expect(await redis.keys('*')).toEqual([]);
+  });
+
+  it('503 problem while PostgreSQL is down, for a run Redis knows as queued too: not a guess from the record', async () => {
+    const runId = await start('/v1/triage');
+    const down = await testDataSource();
+    await down.destroy();
+    const lonely = await startApi({
+      override: (b) => b.overrideProvider(WorkflowRunsReader).useValue(new WorkflowRunsReader(down)),
+    });
+    try {
+      for (const id of [runId, randomUUID()]) {
+        const res = await get(id, TENANT_A, lonely.server).expect(503);
+        expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
+        expect(res.body).toMatchObject({ type: ProblemTypes.serviceUnavailable, status: 503 });
+        expect(res.headers['retry-after']).toBe('1');
+      }
+      // The api reading a live PostgreSQL answers queued from the record: the 503 was PostgreSQL's.
+      expect((await get(runId).expect(200)).body.status).toBe('queued');
+    } finally {
+      await lonely.close();
+    }
   });
 
   it('done from PostgreSQL while Redis is down; what only Redis knows is a 503, not a guess', async () => {
@@ -350,5 +396,36 @@ describe('GET /v1/runs/:runId with JOB_STREAM_PARTITIONS=4', () => {
     const lengths = await Promise.all(layout.partitions.map((p) => redis.xlen(p.jobs)));
     expect(lengths.reduce((a, b) => a + b, 0)).toBe(8);
     expect(await redis.exists('{workflows}:jobs')).toBe(0);
+  });
+});
+
+/** A route of a workflow the api did not register: a Nest app must refuse to start, not fail at the first request. */
+@Controller('v1/refund-review')
+class RefundReviewController {
+  constructor(@InjectWorkflow('refund_review') readonly handle: WorkflowHandle) {}
+}
+@Module({ controllers: [RefundReviewController] })
+class RefundReviewModule {}
+
+describe('@InjectWorkflow', () => {
+  it('stops the api at boot for a workflow WorkflowClientModule.forClient does not list', async () => {
+    await expect(startApi({ imports: [RefundReviewModule] })).rejects.toThrow(/workflows:handle:refund_review/);
+  });
+
+  it("gives a registered workflow's handle, whose start is the client's for that workflow", async () => {
+    const redis = await freshRedis();
+    const api = await startApi();
+    try {
+      const handle = api.app.get<WorkflowHandle>('workflows:handle:triage');
+      const operation = `${TENANT_A.tenant}:POST:/v1/triage:key-${randomUUID()}`;
+      const { runId } = await handle.start(triageBody, { tenant: TENANT_A.tenant, idempotency: { operation } });
+      expect(runId).toBe(jobIdFor(operation));
+      expect((await redis.xrange('{workflows}:jobs', '-', '+')).map(([, f]) => f)).toEqual([
+        ['job_id', runId, 'tenant', TENANT_A.tenant, 'payload', JSON.stringify(triageBody), 'workflow', 'triage'],
+      ]);
+    } finally {
+      await api.close();
+      redis.disconnect();
+    }
   });
 });

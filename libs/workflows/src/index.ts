@@ -1,4 +1,5 @@
 export * from './queue-layout';
+export * from './run-ids';
 export * from './worker.metrics';
 export * from './consumer/job-handler';
 export * from './consumer/job.errors';
@@ -18,3 +19,6 @@ export * from './client/workflow-client.errors';
 export { WORKFLOW_CLIENT_OPTIONS, type WorkflowClientModuleOptions } from './client/workflow-client.module-definition';
 export * from './client/workflow-client.module';
 export * from './client/workflow.client';
+export * from './client/workflow.handle';
+export { WorkflowRunsReader, type StoredRun } from './client/workflow-runs.reader';
+export { writeRunStart, type RunStartEntry } from './client/run-start';
