@@ -1,18 +1,21 @@
 import { ProblemTypes } from '@app/problem';
 import { jobIdFor, jobRecordKey, JOBS_STREAM } from '@app/summary-queue';
-import { Controller, Module } from '@nestjs/common';
+import { Controller, Global, Module, type Type } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import { REDIS_CLIENT } from '@app/redis';
 import {
   InjectWorkflow,
   QueueLayout,
   RunTenantMismatchError,
   WorkflowClient,
+  WorkflowClientModule,
   WorkflowHandle,
   WorkflowRunsReader,
 } from '@app/workflows';
 import type { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import request from 'supertest';
-import type { DataSource } from 'typeorm';
+import { DataSource } from 'typeorm';
 import { ApiHarness, bearer, startApi, TENANT_A, TENANT_B } from '../support/api-harness';
 import { freePort, freshRedis, startRedisServer, testDataSource, truncateAll } from '../support/infra';
 
@@ -341,7 +344,12 @@ describe('GET /v1/runs/:runId', () => {
     }
   });
   it('documents POST /v1/triage and GET /v1/runs/{runId} in OpenAPI: tenant key, answer schemas, problems', async () => {
-    type Op = { security?: unknown; responses: Record<string, { content?: Record<string, { schema?: unknown }> }> };
+    type Op = {
+      security?: unknown;
+      parameters?: unknown[];
+      responses: Record<string, { content?: Record<string, { schema?: unknown }> }>;
+    };
+    type Schema = { properties: Record<string, { description?: string }> };
     const doc = (await request(api.server).get('/docs/openapi.json').expect(200)).body as {
       paths: Record<string, Record<string, Op>>;
     };
@@ -356,6 +364,18 @@ describe('GET /v1/runs/:runId', () => {
     expect(Object.keys(read.responses)).toEqual(expect.arrayContaining(['200', '401', '404', '503']));
     expect(read.responses['404'].content?.['application/problem+json']).toBeDefined();
     expect(read.responses['200'].content?.['application/json']?.schema).toBeDefined();
+    expect(read.parameters).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({ name: 'runId', in: 'path', schema: expect.objectContaining({ format: 'uuid' }) }),
+      ]),
+    );
+    // text and notify: summaries' rules (one source), triage's own descriptions.
+    const schemas = (doc as unknown as { components: { schemas: Record<string, Schema> } }).components.schemas;
+    const triage = schemas.CreateTriageDto.properties;
+    expect(Object.keys(triage)).toEqual(['ticket_id', 'text', 'notify']);
+    expect(triage.text).toMatchObject({ description: "The ticket's text", minLength: 1, maxLength: 100_000 });
+    expect(triage.notify).toMatchObject({ description: 'Who is told when the triage is ready', format: 'email' });
+    expect(schemas.CreateSummaryDto.properties.text.description).toBe('The text to summarise');
   });
 });
 
@@ -404,12 +424,38 @@ describe('GET /v1/runs/:runId with JOB_STREAM_PARTITIONS=4', () => {
 class RefundReviewController {
   constructor(@InjectWorkflow('refund_review') readonly handle: WorkflowHandle) {}
 }
-@Module({ controllers: [RefundReviewController] })
-class RefundReviewModule {}
+@Controller('v1/triage-only')
+class TriageOnlyController {
+  constructor(@InjectWorkflow('triage') readonly handle: WorkflowHandle) {}
+}
 
 describe('@InjectWorkflow', () => {
-  it('stops the api at boot for a workflow WorkflowClientModule.forClient does not list', async () => {
-    await expect(startApi({ imports: [RefundReviewModule] })).rejects.toThrow(/workflows:handle:refund_review/);
+  it('stops an app at boot for a workflow WorkflowClientModule.forClient does not list', async () => {
+    // The client's own dependencies, real and closed here (a failed compile closes nothing it made).
+    const redis = await freshRedis();
+    const db = await testDataSource();
+    @Global()
+    @Module({
+      providers: [
+        { provide: REDIS_CLIENT, useValue: redis },
+        { provide: DataSource, useValue: db },
+      ],
+      exports: [REDIS_CLIENT, DataSource],
+    })
+    class Infra {}
+    try {
+      const app = (controllers: Type[]) =>
+        Test.createTestingModule({
+          imports: [Infra, WorkflowClientModule.forClient({ workflows: ['triage'] })],
+          controllers,
+        }).compile();
+      await expect(app([RefundReviewController])).rejects.toThrow(/workflows:handle:refund_review/);
+      // The same app with the registered workflow's handle starts.
+      await (await app([TriageOnlyController])).close();
+    } finally {
+      await db.destroy();
+      redis.disconnect();
+    }
   });
 
   it("gives a registered workflow's handle, whose start is the client's for that workflow", async () => {
