@@ -83,4 +83,19 @@ describe('docker-compose.yml', () => {
       expect({ app, grace: seconds(s.stop_grace_period) > drain }).toEqual({ app, grace: true });
     },
   );
+
+  it("sends the worker's model calls through the api's gateway, both apps with the same INTERNAL_API_KEY", () => {
+    const api = services.api.environment ?? {};
+    const worker = services.worker.environment ?? {};
+    expect(worker.LLM_GATEWAY_URL).toBe(`http://api:${loadApiConfig(api).port}`);
+    expect(worker.INTERNAL_API_KEY).toBeDefined();
+    expect(api.INTERNAL_API_KEY).toBe(worker.INTERNAL_API_KEY);
+    // Both loaders take it (16+ characters, none of the tenant or admin keys), and the worker is in gateway mode.
+    expect(loadApiConfig(api).internalApiKey).toBe(api.INTERNAL_API_KEY);
+    expect(loadWorkerConfig(worker)).toMatchObject({
+      internalApiKey: worker.INTERNAL_API_KEY,
+      llmGatewayUrl: worker.LLM_GATEWAY_URL,
+    });
+    expect(services.relay.environment?.INTERNAL_API_KEY).toBeUndefined();
+  });
 });

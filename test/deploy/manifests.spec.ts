@@ -59,6 +59,7 @@ const SECRET_PLACEHOLDERS: Readonly<Record<string, string>> = {
   API_KEYS: 'tenant-a:placeholder-key-0123456789',
   ADMIN_API_KEY: 'admin-placeholder-key-0123456789',
   OPENAI_API_KEY: 'sk-placeholder',
+  INTERNAL_API_KEY: 'internal-placeholder-0123456789',
   NOTIFY_WEBHOOK_URL: 'https://notify.invalid/hook',
   // KEDA's scaler of the example overlay reads Redis with these (no app does).
   REDIS_ADDRESS: 'redis:6379',
@@ -964,6 +965,71 @@ describe('deploy/k8s manifests', () => {
               `${describeManifest(r, svc)}: port ${p.port} targets ${String(p.targetPort ?? p.port)} (container port ${String(target)}), but the api listens on ${port}`,
             );
           }
+        }
+      }
+      expect(problems).toEqual([]);
+    });
+
+    it("the worker calls the model through the api's Service (LLM_GATEWAY_URL), both apps with INTERNAL_API_KEY from the Secret", () => {
+      const api = appView(r, 'api');
+      const worker = appView(r, 'worker');
+      const problems: string[] = [];
+      // Both apps read the same key, each by a secretKeyRef that is not optional: a pod without it must not start.
+      for (const view of [api, worker]) {
+        const entry = view.container.env?.find((e) => e.name === 'INTERNAL_API_KEY');
+        const ref = entry?.valueFrom?.secretKeyRef;
+        if (ref?.name !== SECRET_NAME || ref.key !== 'INTERNAL_API_KEY')
+          problems.push(
+            `${view.where}: INTERNAL_API_KEY is ${view.env.get('INTERNAL_API_KEY')?.from ?? 'unset'}, not a secretKeyRef to ${SECRET_NAME} key INTERNAL_API_KEY`,
+          );
+        else if (ref.optional) problems.push(`${view.where}: INTERNAL_API_KEY's secretKeyRef is optional`);
+      }
+      const apiKey = api.env.get('INTERNAL_API_KEY')?.value;
+      const workerKey = worker.env.get('INTERNAL_API_KEY')?.value;
+      if (apiKey === undefined || apiKey !== workerKey)
+        problems.push(`[${r.name}] the api and the worker do not get the same INTERNAL_API_KEY`);
+
+      // LLM_GATEWAY_URL names a Service that selects the api's pods, by a port it serves (that lands on the api's).
+      const gateway = worker.env.get('LLM_GATEWAY_URL');
+      let url: URL | undefined;
+      try {
+        url = new URL(gateway?.value ?? '');
+      } catch {
+        problems.push(
+          `${worker.where}: LLM_GATEWAY_URL is ${JSON.stringify(gateway?.value)} (${gateway?.from ?? 'unset'}), not a URL`,
+        );
+      }
+      if (url) {
+        const namespace = r.manifests.find((m) => m.kind === 'Namespace')?.metadata.name;
+        const [serviceName, ns, ...rest] = url.hostname.split('.');
+        const domain = rest.join('.');
+        if (ns !== undefined && (ns !== namespace || !['', 'svc', 'svc.cluster.local'].includes(domain)))
+          problems.push(
+            `${worker.where}: LLM_GATEWAY_URL's host ${url.hostname} is not a Service of this rendering's namespace (${namespace ?? 'none'})`,
+          );
+        const service = r.manifests.find((m) => m.kind === 'Service' && m.metadata.name === serviceName);
+        const spec = service?.spec as ServiceSpec | undefined;
+        const port = Number(url.port || (url.protocol === 'https:' ? 443 : 80));
+        const { port: apiPort } = appSettings(api, 'api');
+        if (url.protocol !== 'http:')
+          problems.push(`${worker.where}: LLM_GATEWAY_URL uses ${url.protocol}; the api serves plain HTTP`);
+        if (url.pathname !== '/' && url.pathname !== '')
+          problems.push(
+            `${worker.where}: LLM_GATEWAY_URL has the path ${url.pathname}; it is the api's base URL (the client adds /v1)`,
+          );
+        if (!service)
+          problems.push(`${worker.where}: LLM_GATEWAY_URL names ${serviceName}, which is no Service of the rendering`);
+        else if (!selects(spec?.selector, api.template.metadata?.labels))
+          problems.push(
+            `${describeManifest(r, service)}: named by the worker's LLM_GATEWAY_URL, but does not select the api's pods`,
+          );
+        else {
+          const servicePort = spec?.ports?.find((p) => p.port === port);
+          const target = servicePort && portNumber(api.container, servicePort.targetPort ?? servicePort.port);
+          if (target !== apiPort)
+            problems.push(
+              `${worker.where}: LLM_GATEWAY_URL's port ${port} ${servicePort ? `lands on container port ${String(target)}` : 'is not a port of the Service'}, but the api listens on ${apiPort}`,
+            );
         }
       }
       expect(problems).toEqual([]);

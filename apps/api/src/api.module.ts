@@ -60,7 +60,7 @@ export class ApiModule {
         }),
         PersistenceModule.forRoot({ url: config.databaseUrl, applicationName: 'api' }),
         HealthModule.forRoot({ readiness: [RedisHealthIndicator, PostgresHealthIndicator] }),
-        AuthModule.forRoot(config.apiKeys),
+        AuthModule.forRoot(config.apiKeys, config.internalApiKey),
         IdempotencyModule.forRootAsync({
           inject: [REDIS_CLIENT, { token: REDIS_DURABILITY, optional: true }, DataSource],
           useFactory: (redis: RedisClient, durability: Durability | undefined, dataSource: DataSource) => ({

@@ -20,6 +20,41 @@ describe('worker configuration', () => {
     });
   });
 
+  it('calls the provider directly by default: no gateway, no internal key', () => {
+    expect(loadWorkerConfig({})).toMatchObject({ internalApiKey: undefined, llmGatewayUrl: undefined });
+  });
+
+  it('takes INTERNAL_API_KEY and LLM_GATEWAY_URL together, the URL without a trailing slash', () => {
+    expect(
+      loadWorkerConfig({ INTERNAL_API_KEY: 'internal-0123456789', LLM_GATEWAY_URL: 'http://api:3000/' }),
+    ).toMatchObject({ internalApiKey: 'internal-0123456789', llmGatewayUrl: 'http://api:3000' });
+    expect(
+      loadWorkerConfig({ INTERNAL_API_KEY: 'internal-0123456789', LLM_GATEWAY_URL: 'https://api.example.com' })
+        .llmGatewayUrl,
+    ).toBe('https://api.example.com');
+  });
+
+  it('stops the start when only one of INTERNAL_API_KEY and LLM_GATEWAY_URL is set, naming LLM_GATEWAY_URL', () => {
+    expect(problemsOf({ INTERNAL_API_KEY: 'internal-0123456789' })).toEqual(['LLM_GATEWAY_URL']);
+    expect(() => loadWorkerConfig({ INTERNAL_API_KEY: 'internal-0123456789' })).toThrow(
+      /LLM_GATEWAY_URL.*INTERNAL_API_KEY is set: set both/,
+    );
+    expect(problemsOf({ LLM_GATEWAY_URL: 'http://api:3000' })).toEqual(['LLM_GATEWAY_URL']);
+    expect(() => loadWorkerConfig({ LLM_GATEWAY_URL: 'http://api:3000' })).toThrow(
+      /LLM_GATEWAY_URL.*INTERNAL_API_KEY is not: set both/,
+    );
+  });
+
+  it.each([
+    ['INTERNAL_API_KEY', 'too-short-key', 'http://api:3000'],
+    ['INTERNAL_API_KEY', 'with spaces 0123456789', 'http://api:3000'],
+    ['LLM_GATEWAY_URL', 'internal-0123456789', 'ftp://api'],
+    ['LLM_GATEWAY_URL', 'internal-0123456789', 'api:3000/v1 x'],
+  ])('rejects a bad %s, naming it and never echoing the key', (variable, key, url) => {
+    expect(problemsOf({ INTERNAL_API_KEY: key, LLM_GATEWAY_URL: url })).toEqual([variable]);
+    expect(() => loadWorkerConfig({ INTERNAL_API_KEY: key, LLM_GATEWAY_URL: url })).not.toThrow(key);
+  });
+
   it('keeps finished workflow runs for ever with WORKFLOW_RUN_RETENTION_DAYS=0', () => {
     expect(loadWorkerConfig({ WORKFLOW_RUN_RETENTION_DAYS: '0' }).workflowRunRetentionDays).toBe(0);
   });

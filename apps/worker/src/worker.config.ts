@@ -1,6 +1,6 @@
 import { httpServerEnv } from '@app/http';
 import { commonEnv, redisDurabilityEnv, ConfigOf, env, parseConfig, processEnv, type Env } from '@app/config';
-import { llmProviderEnv } from '@app/llm';
+import { internalApiKeyEnv, llmGatewayEnv, llmProviderEnv } from '@app/llm';
 import { jobStreamPartitionsEnv } from '@app/summary-queue';
 
 /** Every variable the worker reads (INTERFACE.md); the manifests are checked against it. */
@@ -25,6 +25,8 @@ export const workerEnvSchema = {
     { describe: "one delivery's deadline; fractions allowed" },
   ),
   ...llmProviderEnv,
+  ...internalApiKeyEnv,
+  ...llmGatewayEnv,
   llmCallTimeoutMs: env.secondsAsMs(
     'LLM_CALL_TIMEOUT_S',
     20,

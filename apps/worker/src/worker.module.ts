@@ -1,7 +1,7 @@
 import { DynamicModule, Module } from '@nestjs/common';
 import { APP_FILTER } from '@nestjs/core';
 import { HealthModule, PostgresHealthIndicator, RedisHealthIndicator } from '@app/health';
-import { CONSUMER_GROUP, SummaryQueueModule, SummaryStreams } from '@app/summary-queue';
+import { CONSUMER_GROUP, STREAM_TAG_PREFIX, SummaryQueueModule, SummaryStreams } from '@app/summary-queue';
 import { LlmModule } from '@app/llm';
 import { LoggingModule, MetricsModule } from '@app/observability';
 import { PersistenceModule } from '@app/persistence';
@@ -9,33 +9,15 @@ import { ProblemDetailsFilter } from '@app/problem';
 import { RedisModule } from '@app/redis';
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import {
-  JOB_HANDLER,
-  monotonicClock,
-  realSleep,
-  RETRY_CLOCK,
-  RETRY_POLICY_OPTIONS,
-  RETRY_RANDOM,
-  RETRY_SLEEP,
-  RetryPolicy,
-  type RetryPolicyOptions,
-  STREAMS_CONSUMER_OPTIONS,
-  StreamsConsumer,
-  type StreamsConsumerOptions,
-  WorkerMetrics,
-} from '@app/workflows';
+import { type RetryPolicyOptions, type StreamsConsumerOptions, WorkflowsModule } from '@app/workflows';
 import { QueueGauges } from './consumer/queue.gauges';
 import { SummaryJobHandler } from './jobs/summary-job.handler';
+import { TriageWorkflow } from './workflows/triage.workflow';
 import type { WorkerConfig } from './worker.config';
 
-/** `streams`: the layout SummaryQueueModule builds from JOB_STREAM_PARTITIONS; the consumer works every partition. */
-export function consumerOptionsFrom(
-  config: WorkerConfig,
-  streams = new SummaryStreams(config.jobStreamPartitions),
-): StreamsConsumerOptions {
+/** The consumer's settings; its queues are the workflows' (and summaries'), every partition of each. */
+export function consumerOptionsFrom(config: WorkerConfig): Omit<StreamsConsumerOptions, 'queues'> {
   return {
-    partitions: streams.partitions.map((p) => ({ index: p.index, stream: p.jobs, deadLetterStream: p.dead })),
-    group: CONSUMER_GROUP,
     consumer: `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`,
     concurrency: config.concurrency,
     claimIdleMs: config.claimIdleMs,
@@ -83,33 +65,34 @@ export class WorkerModule {
         }),
         HealthModule.forRoot({ readiness: [RedisHealthIndicator, PostgresHealthIndicator] }),
         SummaryQueueModule.forRoot({ partitions: config.jobStreamPartitions, isGlobal: true }),
-        LlmModule.forRoot({
-          provider: config.llmProvider,
-          apiKey: config.openaiApiKey,
-          baseUrl: config.openaiBaseUrl,
-          model: config.openaiModel,
-          callTimeoutMs: config.llmCallTimeoutMs,
+        WorkflowsModule.forWorker({
+          workflows: [TriageWorkflow],
+          partitions: config.jobStreamPartitions,
+          consumer: { ...consumerOptionsFrom(config), ...consumer },
+          retry: retryOptionsFrom(config),
+          imports: [
+            LlmModule.forRoot({
+              provider: config.llmProvider,
+              apiKey: config.openaiApiKey,
+              baseUrl: config.openaiBaseUrl,
+              model: config.openaiModel,
+              callTimeoutMs: config.llmCallTimeoutMs,
+              gatewayUrl: config.llmGatewayUrl,
+              internalApiKey: config.internalApiKey,
+            }),
+          ],
+          jobQueues: [
+            {
+              name: STREAM_TAG_PREFIX,
+              group: CONSUMER_GROUP,
+              layout: new SummaryStreams(config.jobStreamPartitions),
+              handler: SummaryJobHandler,
+            },
+          ],
         }),
       ],
-      providers: [
-        { provide: APP_FILTER, useClass: ProblemDetailsFilter },
-        {
-          provide: STREAMS_CONSUMER_OPTIONS,
-          inject: [SummaryStreams],
-          useFactory: (streams: SummaryStreams) => ({ ...consumerOptionsFrom(config, streams), ...consumer }),
-        },
-        { provide: RETRY_POLICY_OPTIONS, useValue: retryOptionsFrom(config) },
-        { provide: RETRY_CLOCK, useValue: monotonicClock },
-        { provide: RETRY_SLEEP, useValue: realSleep },
-        { provide: RETRY_RANDOM, useValue: Math.random },
-        RetryPolicy,
-        WorkerMetrics,
-        SummaryJobHandler,
-        { provide: JOB_HANDLER, useExisting: SummaryJobHandler },
-        StreamsConsumer,
-        QueueGauges,
-      ],
-      exports: [StreamsConsumer],
+      providers: [{ provide: APP_FILTER, useClass: ProblemDetailsFilter }, QueueGauges],
+      exports: [WorkflowsModule],
     };
   }
 }

@@ -68,4 +68,36 @@ describe('classifyLlmError', () => {
       retryAfterMs: 1500,
     });
   });
+
+  it('retries the gateway’s 409 (the same key still running elsewhere) after its Retry-After', () => {
+    // As the api's gateway answers it: OpenAI's envelope, Retry-After in seconds plus retry-after-ms.
+    const inProgress = APIError.generate(
+      409,
+      { error: { message: 'still running', type: 'invalid_request_error', code: 'idempotency_request_in_progress' } },
+      'still running',
+      new Headers({ 'retry-after': '2', 'retry-after-ms': '2000', 'content-type': 'application/json' }),
+    );
+    expect(classifyLlmError(inProgress)).toEqual({
+      kind: 'conflict',
+      retryable: true,
+      status: 409,
+      retryAfterMs: 2000,
+    });
+    expect(classifyLlmError(apiError(409, { 'retry-after': '5' }))).toEqual({
+      kind: 'conflict',
+      retryable: true,
+      status: 409,
+      retryAfterMs: 5000,
+    });
+    // The gateway's own errors may say x-should-retry: true on a 409; it agrees with the status.
+    expect(classifyLlmError(apiError(409, { 'x-should-retry': 'true', 'retry-after': '1' }))).toMatchObject({
+      retryable: true,
+      retryAfterMs: 1000,
+    });
+  });
+
+  it('does not retry the gateway’s refusals of the internal key (401) or of a reused key (422)', () => {
+    expect(classifyLlmError(apiError(401))).toMatchObject({ kind: 'client', retryable: false });
+    expect(classifyLlmError(apiError(422))).toMatchObject({ kind: 'client', retryable: false });
+  });
 });

@@ -10,6 +10,38 @@ export interface LlmModuleOptions {
   readonly baseUrl?: string;
   readonly model: string;
   readonly callTimeoutMs: number;
+  /**
+   * Gateway mode (LLM_GATEWAY_URL, the api's base URL, with INTERNAL_API_KEY): every call goes
+   * to the api's gateway with the internal key, naming its tenant, whatever
+   * `provider` says; the api holds the provider's credentials. What it buys:
+   * the gateway records each keyed call, so a call whose worker died is
+   * answered from the record (or attached to the running call) on retry.
+   */
+  readonly gatewayUrl?: string;
+  /** The key gateway mode authenticates with; both this and `gatewayUrl`, or neither (the config checks). */
+  readonly internalApiKey?: string;
+}
+
+/** The client forRoot builds: the gateway, the provider directly, or the built-in fake. */
+export function llmClientFor(options: LlmModuleOptions): LlmClient {
+  // A backstop only: RetryPolicy's wall clock cuts first.
+  const requestTimeoutMs = options.callTimeoutMs + 1000;
+  if (options.gatewayUrl !== undefined && options.internalApiKey !== undefined)
+    return new OpenAiLlmClient({
+      apiKey: options.internalApiKey,
+      baseUrl: `${options.gatewayUrl.replace(/\/+$/, '')}/v1`,
+      model: options.model,
+      requestTimeoutMs,
+      sendTenant: true,
+    });
+  if (options.provider === 'openai')
+    return new OpenAiLlmClient({
+      apiKey: options.apiKey ?? '',
+      baseUrl: options.baseUrl,
+      model: options.model,
+      requestTimeoutMs,
+    });
+  return new FakeLlmClient();
 }
 
 @Module({})
@@ -17,21 +49,7 @@ export class LlmModule {
   static forRoot(options: LlmModuleOptions): DynamicModule {
     return {
       module: LlmModule,
-      providers: [
-        {
-          provide: LlmClient,
-          useFactory: (): LlmClient =>
-            options.provider === 'openai'
-              ? new OpenAiLlmClient({
-                  apiKey: options.apiKey ?? '',
-                  baseUrl: options.baseUrl,
-                  model: options.model,
-                  // A backstop only: RetryPolicy's wall clock cuts first.
-                  requestTimeoutMs: options.callTimeoutMs + 1000,
-                })
-              : new FakeLlmClient(),
-        },
-      ],
+      providers: [{ provide: LlmClient, useFactory: (): LlmClient => llmClientFor(options) }],
       exports: [LlmClient],
     };
   }

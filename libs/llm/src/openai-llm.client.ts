@@ -1,7 +1,7 @@
 import { Logger } from '@nestjs/common';
 import OpenAI, { type ClientOptions } from 'openai';
 import type { ChatCompletion } from 'openai/resources/chat/completions';
-import type { ChatOptions, ChatRequest, LlmClient, SummarizeOptions } from './llm-client.interface';
+import type { ChatOptions, ChatRequest, LlmClient, ModelCallOptions, SummarizeOptions } from './llm-client.interface';
 import { sanitizeSummary } from './summary.sanitizer';
 
 export interface OpenAiLlmOptions {
@@ -66,7 +66,7 @@ export class OpenAiLlmClient implements LlmClient {
     });
   }
 
-  async summarize(text: string, { signal }: SummarizeOptions): Promise<string> {
+  async summarize(text: string, options: SummarizeOptions): Promise<string> {
     const completion = await this.client.chat.completions.create(
       {
         model: this.options.model,
@@ -75,18 +75,27 @@ export class OpenAiLlmClient implements LlmClient {
           { role: 'user', content: text },
         ],
       },
-      { signal },
+      // Direct calls send no headers of ours, as before the gateway existed.
+      this.options.sendTenant ? this.requestOptions(options) : { signal: options.signal },
     );
     return sanitizeSummary(completion.choices[0]?.message?.content);
   }
 
-  chat(request: ChatRequest, { signal, idempotencyKey, tenant }: ChatOptions): Promise<ChatCompletion> {
+  chat(request: ChatRequest, options: ChatOptions): Promise<ChatCompletion> {
+    return this.client.chat.completions.create(
+      { ...request, model: request.model ?? this.options.model, stream: false },
+      this.requestOptions(options),
+    );
+  }
+
+  /** Idempotency-Key when given; X-Tenant on the gateway path only (another endpoint has no use for it). */
+  private requestOptions({ signal, idempotencyKey, tenant }: ModelCallOptions): {
+    signal: AbortSignal;
+    headers: Record<string, string>;
+  } {
     const headers: Record<string, string> = {};
     if (idempotencyKey !== undefined) headers['Idempotency-Key'] = idempotencyKey;
     if (tenant !== undefined && this.options.sendTenant) headers['X-Tenant'] = tenant;
-    return this.client.chat.completions.create(
-      { ...request, model: request.model ?? this.options.model, stream: false },
-      { signal, headers },
-    );
+    return { signal, headers };
   }
 }

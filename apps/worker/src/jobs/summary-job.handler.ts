@@ -12,6 +12,7 @@ import { isUuid } from '@app/ids';
 import { classifyLlmError, InjectLlmClient, type LlmClient } from '@app/llm';
 import type { ChainableCommander } from 'ioredis';
 import {
+  type EntrySource,
   JobError,
   type JobHandler,
   type JobRunContext,
@@ -72,8 +73,8 @@ export class SummaryJobHandler implements JobHandler {
    * dead-letter MULTI: in the record of the entry's own partition, the one
    * MULTI's slot (where GET looks, as the job id names that partition).
    */
-  deadLettered(tx: ChainableCommander, message: StreamMessage, reason: string, partition = 0): void {
-    const own = this.streams.at(partition);
+  deadLettered(tx: ChainableCommander, message: StreamMessage, reason: string, source?: EntrySource): void {
+    const own = this.streams.at(source?.partition ?? 0);
     if (own) markSummaryJobFailed(tx, message.fields, reason, own);
   }
 
@@ -83,7 +84,11 @@ export class SummaryJobHandler implements JobHandler {
   }
 
   /** Throws a JobError: RetryError for the model call, `database` for PostgreSQL, `unexpected` for anything else. */
-  async handle(job: SummaryJob, ctx: JobRunContext, prechecked?: Promise<boolean | undefined>): Promise<WriteOutcome> {
+  async handle(
+    job: SummaryJob,
+    ctx: Pick<JobRunContext, 'deadline' | 'stopRetrying' | 'signal'>,
+    prechecked?: Promise<boolean | undefined>,
+  ): Promise<WriteOutcome> {
     const stored = (await prechecked) ?? (await this.database(() => this.writer.isStored(job.jobId)));
     if (stored) return 'duplicate';
     const summary = await this.summarize(job, ctx);
@@ -105,10 +110,15 @@ export class SummaryJobHandler implements JobHandler {
     }
   }
 
-  private async summarize(job: SummaryJob, ctx: JobRunContext): Promise<string> {
+  private async summarize(
+    job: SummaryJob,
+    ctx: Pick<JobRunContext, 'deadline' | 'stopRetrying' | 'signal'>,
+  ): Promise<string> {
     try {
       const outcome = await this.retry.run(
-        (signal) => this.llm.summarize(job.payload.text, { signal }),
+        // On the gateway path the tenant is required and the key makes a redelivery reuse the first call.
+        (signal) =>
+          this.llm.summarize(job.payload.text, { signal, tenant: job.tenant, idempotencyKey: `summary:${job.jobId}` }),
         classifyLlmError,
         {
           deadline: ctx.deadline,

@@ -5,7 +5,7 @@ import type { ChainableCommander } from 'ioredis';
 import { DEAD_LETTER_OWN_FIELDS } from '../dead-letter-fields';
 import type { StreamMessage } from './job-handler';
 import { ACK, FORGET_CONSUMER, RECLAIM } from './stream-scripts';
-import type { ConsumerPartition, StreamsConsumerOptions } from './streams-consumer.options';
+import type { ConsumerPartition, ConsumerQueue, StreamsConsumerOptions } from './streams-consumer.options';
 
 /** Dead letters are kept, but not without bound. */
 const DEAD_LETTER_MAXLEN = 100_000;
@@ -17,7 +17,8 @@ const DEAD_LETTER_COMMANDS = 3;
 type RawEntry = [string, string[]];
 
 export type GroupOptions = Pick<ConsumerPartition, 'stream' | 'deadLetterStream'> &
-  Pick<StreamsConsumerOptions, 'group' | 'consumer' | 'claimIdleMs' | 'blockMs'> & {
+  Pick<ConsumerQueue, 'group'> &
+  Pick<StreamsConsumerOptions, 'consumer' | 'claimIdleMs' | 'blockMs'> & {
     /** CLIENT SETNAME of the blocking connection; `<consumer>:blocking` unless given. */
     readonly blockingName?: string;
   };
@@ -110,6 +111,22 @@ export class ConsumerGroup {
    */
   ack(id: string): Promise<void> {
     return this.acks.submit(id);
+  }
+
+  /**
+   * Acknowledges and deletes the entry in one MULTI with the handler's own
+   * commands before them (the next step's XADD): all of them or none. Not
+   * batched: each such ack has its own commands. Throws when any command
+   * failed (the entry may then still be pending: it is redelivered).
+   */
+  async ackWith(id: string, alsoInTx: (tx: ChainableCommander) => void): Promise<void> {
+    const tx = this.redis.multi();
+    alsoInTx(tx);
+    tx.xack(this.options.stream, this.options.group, id).xdel(this.options.stream, id);
+    const results = await tx.exec();
+    if (!results) throw new Error('MULTI aborted');
+    const failed = results.find(([e]) => e);
+    if (failed) throw failed[0] ?? new Error('an ack command failed');
   }
 
   /**

@@ -7,8 +7,17 @@ export interface StreamMessage {
   readonly fields: Readonly<Record<string, string>>;
 }
 
+/** Where an entry was read: its queue (ConsumerQueue.name) and the partition whose stream held it. */
+export interface EntrySource {
+  readonly queue: string;
+  readonly partition: number;
+}
+
 /** What the consumer gives one delivery besides its entry. */
 export interface JobRunContext {
+  readonly source: EntrySource;
+  /** This delivery's number (1 first), as Redis counts it. */
+  readonly delivery: number;
   /** Monotonic deadline of this delivery (JOB_BUDGET_S from its start). */
   readonly deadline: number;
   /** Aborted when shutdown begins: no new attempt, backoff sleeps end at once. */
@@ -18,31 +27,44 @@ export interface JobRunContext {
 }
 
 /**
+ * A delivery's result when acking it takes more than XACK: `alsoInAck` adds
+ * commands (the next step's XADD) to the MULTI that acks and deletes the
+ * entry, so they happen together or not at all. They must only name keys in
+ * the entry's partition's hash slot. If that MULTI fails, the entry stays
+ * pending and is redelivered, as when a plain ack fails.
+ */
+export interface DeliveryResult {
+  readonly outcome: string;
+  readonly alsoInAck?: (tx: ChainableCommander) => void;
+}
+
+/**
  * The work the consumer runs for each entry, in the shape of @nestjs/bullmq's
  * `WorkerHost.process(job)`. It resolves with a name for what it did (the
- * `outcome` of the job metrics, logged as `result`), and the entry is acked;
+ * `outcome` of the job metrics, logged as `result`), or a DeliveryResult, and the entry is acked;
  * or it throws, and the error's class (failureOf) decides: retryable leaves
  * the entry pending for redelivery, anything else dead-letters it. It may run
  * more than once for one entry, so it must be idempotent.
  */
 export interface JobHandler {
-  process(message: StreamMessage, ctx: JobRunContext): Promise<string>;
+  process(message: StreamMessage, ctx: JobRunContext): Promise<string | DeliveryResult>;
   /**
    * Called when the consumer dead-letters an entry (a failure that is not
    * retryable, or one delivery too many), while it builds the MULTI that
    * copies the entry to the dead-letter stream, acks and deletes it: the
    * commands added to `tx` run in that same transaction, so they must only
-   * name keys in the stream's hash slot: that of partition `partition`, the
-   * one whose stream the entry was read from. Synchronous: it queues, never awaits.
+   * name keys in the stream's hash slot: that of `source.partition` of
+   * `source.queue`, whose stream the entry was read from. Synchronous: it
+   * queues, never awaits.
    */
-  deadLettered?(tx: ChainableCommander, message: StreamMessage, reason: string, partition: number): void;
+  deadLettered?(tx: ChainableCommander, message: StreamMessage, reason: string, source: EntrySource): void;
   /**
    * Called with each batch the consumer read or reclaimed, before it runs
    * them: where the handler can do for the batch at once what each delivery
    * would do alone (the summary job's pre-check: one query, not one each).
    * It must not throw, and a delivery must still run right without it.
    */
-  prepare?(messages: readonly StreamMessage[]): void;
+  prepare?(messages: readonly StreamMessage[], source: EntrySource): void;
   /** What every log line of a delivery carries besides its entry id (the summary job: its job id). */
   logFields?(message: StreamMessage): Readonly<Record<string, string | undefined>>;
 }

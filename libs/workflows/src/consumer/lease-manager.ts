@@ -1,11 +1,12 @@
 import type { RedisClient } from '@app/redis';
 import type { LoggerService } from '@nestjs/common';
 import { REFRESH } from './stream-scripts';
-import type { ConsumerPartition, StreamsConsumerOptions } from './streams-consumer.options';
+import type { ConsumerPartition, ConsumerQueue, StreamsConsumerOptions } from './streams-consumer.options';
 
 /** One partition's stream: each partition's in-flight entries are refreshed in their own stream. */
 export type LeaseOptions = Pick<ConsumerPartition, 'stream'> &
-  Pick<StreamsConsumerOptions, 'group' | 'consumer' | 'refreshIntervalMs'>;
+  Pick<ConsumerQueue, 'group'> &
+  Pick<StreamsConsumerOptions, 'consumer' | 'refreshIntervalMs'>;
 
 /**
  * Keeps this consumer's in-flight entries its own, as BullMQ's LockManager

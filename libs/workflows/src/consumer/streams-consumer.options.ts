@@ -7,13 +7,27 @@ export interface ConsumerPartition {
   readonly deadLetterStream: string;
 }
 
-export interface StreamsConsumerOptions {
+/** One queue the consumer works: its partitions and its consumer group. */
+export interface ConsumerQueue {
+  /** What the handler is told an entry came from (EntrySource.queue). */
+  readonly name: string;
+  readonly group: string;
   /** Every partition, each read by its own loop on its own blocking connection; never empty. */
   readonly partitions: readonly ConsumerPartition[];
-  readonly group: string;
+}
+
+export interface StreamsConsumerOptions {
+  /**
+   * Every queue, all worked by this one consumer within one `concurrency`
+   * (one SlotLimiter over all their partitions); never empty. The first
+   * queue's loops keep the names they had when it was the only one
+   * (`streams-consumer`, `streams-consumer:<i>`); another's are
+   * `streams-consumer:<queue>[:<i>]`.
+   */
+  readonly queues: readonly ConsumerQueue[];
   /** Unique per process: a restarted pod is a new consumer, its old entries are reclaimed. */
   readonly consumer: string;
-  /** Jobs in flight in this process, all partitions together. */
+  /** Jobs in flight in this process, all queues and partitions together. */
   readonly concurrency: number;
   /** An entry idle this long belongs to a consumer that stopped refreshing it (dead). */
   readonly claimIdleMs: number;

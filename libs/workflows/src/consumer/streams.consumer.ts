@@ -7,10 +7,11 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { failureOf } from './job.errors';
 import { WorkerMetrics } from '../worker.metrics';
 import { ConsumerGroup } from './consumer-group';
-import { InjectJobHandler, type JobHandler, type StreamMessage } from './job-handler';
+import { type EntrySource, InjectJobHandler, type JobHandler, type StreamMessage } from './job-handler';
 import { LeaseManager } from './lease-manager';
 import { SlotLimiter, type SlotReservation } from './slot-limiter';
 import { InjectStreamsConsumerOptions, type StreamsConsumerOptions } from './streams-consumer.options';
+import type { DeliveryResult } from './job-handler';
 
 /**
  * The handler's result (for the summary job, `done` or `duplicate`), or what
@@ -31,6 +32,8 @@ const TURN_BACKOFF = { baseMs: 100, capMs: 5000, jitter: 'none' } as const;
 
 /** One partition's stream as this consumer works it: its group, leases, reclaim cursor and loop. */
 interface PartitionState {
+  /** Its queue's name and its index there: what the handler is told (EntrySource). */
+  readonly source: EntrySource;
   readonly index: number;
   /** Its loop's name for the liveness check. */
   readonly loopName: string;
@@ -87,34 +90,42 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     private readonly metrics: WorkerMetrics,
     private readonly pino: PinoLogger,
   ) {
-    if (options.partitions.length === 0) throw new RangeError('the consumer needs at least one partition');
+    const total = options.queues.reduce((n, q) => n + q.partitions.length, 0);
+    if (total === 0 || options.queues.some((q) => q.partitions.length === 0))
+      throw new RangeError('the consumer needs at least one queue, each with at least one partition');
     this.slots = new SlotLimiter(options.concurrency);
-    const single = options.partitions.length === 1;
-    this.share = Math.ceil(options.concurrency / options.partitions.length);
-    this.partitions = options.partitions.map((partition) => {
-      const inFlight = new Set<string>();
-      const { group: name, consumer, claimIdleMs, blockMs, refreshIntervalMs } = options;
-      const lease = { stream: partition.stream, group: name, consumer, refreshIntervalMs };
-      const group = {
-        stream: partition.stream,
-        deadLetterStream: partition.deadLetterStream,
-        group: name,
-        consumer,
-        claimIdleMs,
-        blockMs,
-        ...(single ? {} : { blockingName: `${consumer}:blocking:${partition.index}` }),
-      };
-      return {
-        index: partition.index,
-        loopName: single ? LOOP : `${LOOP}:${partition.index}`,
-        group: new ConsumerGroup(redis, group, this.logger),
-        leases: new LeaseManager(redis, lease, () => [...inFlight], this.logger),
-        inFlight,
-        cursor: '0-0',
-        nextReclaimAt: 0,
-        idle: false,
-      };
-    });
+    this.share = Math.ceil(options.concurrency / total);
+    this.partitions = options.queues.flatMap((queue, q) =>
+      queue.partitions.map((partition) => {
+        const inFlight = new Set<string>();
+        const { consumer, claimIdleMs, blockMs, refreshIntervalMs } = options;
+        // The first queue's names stay as they were when it was the only one.
+        const named = q === 0 ? '' : `:${queue.name}`;
+        const numbered = queue.partitions.length === 1 ? '' : `:${partition.index}`;
+        const lease = { stream: partition.stream, group: queue.group, consumer, refreshIntervalMs };
+        const group = {
+          stream: partition.stream,
+          deadLetterStream: partition.deadLetterStream,
+          group: queue.group,
+          consumer,
+          claimIdleMs,
+          blockMs,
+          // CLIENT SETNAME: `<consumer>:blocking[:<i>]` for the first queue, `<consumer>:<queue>:blocking[:<i>]` else.
+          blockingName: `${consumer}${named}:blocking${numbered}`,
+        };
+        return {
+          source: { queue: queue.name, partition: partition.index },
+          index: partition.index,
+          loopName: `${LOOP}${named}${numbered}`,
+          group: new ConsumerGroup(redis, group, this.logger),
+          leases: new LeaseManager(redis, lease, () => [...inFlight], this.logger),
+          inFlight,
+          cursor: '0-0',
+          nextReclaimAt: 0,
+          idle: false,
+        };
+      }),
+    );
   }
 
   get consumerName(): string {
@@ -147,8 +158,8 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
    */
   async runOnce(): Promise<{ id: string; deliveries: number; outcome: DeliveryOutcome }[]> {
     this.startLeases();
-    const started: Delivery[] = [];
-    for (const p of this.partitions) started.push(...(await this.turn(p, false)));
+    // Every partition's turn at once, as the loops would: one partition's read does not wait for another's jobs.
+    const started = (await Promise.all(this.partitions.map((p) => this.turn(p, false)))).flat();
     return Promise.all(started.map(async (d) => ({ id: d.id, deliveries: d.deliveries, outcome: await d.outcome })));
   }
 
@@ -209,9 +220,12 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     }
   }
 
-  /** ` in partition <i>` when there are several, for log lines. */
+  /** ` in partition <i>` (of queue <q>) when there are several, for log lines. */
   private where(p: PartitionState): string {
-    return this.partitions.length === 1 ? '' : ` in partition ${p.index}`;
+    if (this.partitions.length === 1) return '';
+    return this.options.queues.length === 1
+      ? ` in partition ${p.index}`
+      : ` in partition ${p.index} of queue ${p.source.queue}`;
   }
 
   private async run(p: PartitionState): Promise<void> {
@@ -249,8 +263,10 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
 
   private async turnOnce(p: PartitionState, block: boolean): Promise<Delivery[]> {
     await p.group.ensure();
-    // Reserved before the read, so that the partitions' reads together never exceed the slots.
-    const slots = this.slots.reserve(this.share, p);
+    // Reserved before the read, so that the partitions' reads together never exceed the slots. Turns are for the
+    // loops, which compete; runOnce visits the partitions one after the other, and a partition that found no slot
+    // there must not keep the next turn from the others.
+    const slots = this.slots.reserve(this.share, block ? p : undefined);
     if (slots.remaining <= 0) {
       await this.slots.slotFreed(1000);
       return [];
@@ -262,17 +278,21 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
         if (p.cursor === '0-0') p.nextReclaimAt = performance.now() + this.options.reclaimIntervalMs;
       }
       if (slots.remaining > 0 && !this.stopping) {
-        // Block only when there is nothing else to do: no reclaim scan under way. With several partitions, only
-        // one whose last read found nothing blocks, and for one entry, holding one slot: the others stay free for
-        // the busy partitions, and once it has an entry its next read (not blocking) takes its share.
+        // Block only when there is nothing else to do: no reclaim scan under way. With several partitions (of one
+        // queue or of several), only one whose last read found nothing blocks, for one entry, and without holding
+        // a slot: the slots stay free for the busy partitions however many partitions are idle, and once it has an
+        // entry its next read (not blocking) takes its share.
         const several = this.partitions.length > 1;
         const wait = block && started.length === 0 && p.cursor === '0-0' && (!several || p.idle);
-        // Kept, not given back and taken again: a loop that asked again would lose its turn to the others.
-        if (wait && several) slots.keep(1);
-        if (slots.remaining > 0) {
+        if (wait && several) {
+          slots.release();
+          const messages = await p.group.readNew(1, true);
+          p.idle = messages.length === 0;
+          started.push(...(await this.dispatchWhenFree(p, messages)));
+        } else {
           const messages = await p.group.readNew(slots.remaining, wait);
           p.idle = messages.length === 0;
-          this.prepare(messages);
+          this.prepare(p, messages);
           for (const message of messages) started.push(this.dispatch(p, slots, message, 1));
         }
       }
@@ -280,6 +300,32 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     } finally {
       slots.release();
     }
+  }
+
+  /**
+   * Runs what a blocking read returned without a slot held for it, each entry as soon as a slot is free (taking
+   * its turn among the partitions). Meanwhile its lease is refreshed, as a running entry's is. On shutdown an
+   * entry still waiting is left pending, and redelivered as a job cut off by the drain is.
+   */
+  private async dispatchWhenFree(p: PartitionState, messages: readonly StreamMessage[]): Promise<Delivery[]> {
+    if (messages.length === 0) return [];
+    for (const m of messages) p.inFlight.add(m.id);
+    this.prepare(p, messages);
+    const started: Delivery[] = [];
+    for (const message of messages) {
+      let slot = this.slots.reserve(1, p);
+      while (slot.remaining === 0 && !this.stopping) {
+        await this.slots.slotFreed(1000);
+        slot = this.slots.reserve(1, p);
+      }
+      if (slot.remaining === 0) {
+        p.inFlight.delete(message.id);
+        continue;
+      }
+      started.push(this.dispatch(p, slot, message, 1));
+      slot.release();
+    }
+    return started;
   }
 
   private async reclaim(p: PartitionState, slots: SlotReservation<DeliveryOutcome>): Promise<Delivery[]> {
@@ -295,7 +341,10 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       );
     }
     const started: Delivery[] = [];
-    this.prepare(entries.filter((e) => !p.inFlight.has(e.message.id)).map((e) => e.message));
+    this.prepare(
+      p,
+      entries.filter((e) => !p.inFlight.has(e.message.id)).map((e) => e.message),
+    );
     for (const { message, deliveries } of entries) {
       const { id } = message;
       // Still running here: its refresh came too late (a stalled event loop,
@@ -337,7 +386,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       .runInContext(() => this.process(p, message, deliveries), { bindings })
       .finally(() => p.inFlight.delete(message.id));
     // Stream ids are unique per stream only: the slot is named by partition and id.
-    const outcome = slots.hold(`${p.index}/${message.id}`, work);
+    const outcome = slots.hold(`${p.source.queue}/${p.index}/${message.id}`, work);
     return { id: message.id, deliveries, outcome };
   }
 
@@ -350,12 +399,17 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     };
     const named = { ...this.logFields(message), entry: message.id, deliveries };
     let result: DeliveryOutcome;
+    let alsoInAck: DeliveryResult['alsoInAck'];
     try {
-      result = await this.handler.process(message, {
+      const done = await this.handler.process(message, {
+        source: p.source,
+        delivery: deliveries,
         deadline: performance.now() + this.options.jobBudgetMs,
         stopRetrying: this.stopRetrying.signal,
         signal: this.hardStop.signal,
       });
+      if (typeof done === 'string') result = done;
+      else ({ outcome: result, alsoInAck } = done);
     } catch (err) {
       const { kind: reason, retryable } = failureOf(err);
       if (retryable) {
@@ -374,7 +428,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       return finish('dead_lettered');
     }
     try {
-      await p.group.ack(message.id);
+      await (alsoInAck ? p.group.ackWith(message.id, alsoInAck) : p.group.ack(message.id));
     } catch (err) {
       // The job is done and committed; only the ack is in doubt (a timeout
       // may even come after Redis ran it). Dead-lettering it would mark a
@@ -394,25 +448,26 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
   /** Dead-letters the entry in one MULTI, with the handler's own commands for it (deadLettered). */
   private async deadLetter(p: PartitionState, message: StreamMessage, reason: string, detail: string): Promise<void> {
     const hook = this.handler.deadLettered?.bind(this.handler);
-    await p.group.deadLetter(message, reason, detail, hook && ((tx) => hook(tx, message, reason, p.index)));
+    await p.group.deadLetter(message, reason, detail, hook && ((tx) => hook(tx, message, reason, p.source)));
     this.metrics.deadLetters.inc({ reason });
   }
 
   /**
    * Lets the handler prepare a batch before its deliveries run (JobHandler.prepare); a failure there is only logged.
    */
-  private prepare(messages: readonly StreamMessage[]): void {
+  private prepare(p: PartitionState, messages: readonly StreamMessage[]): void {
     if (messages.length === 0 || !this.handler.prepare) return;
     try {
-      this.handler.prepare(messages);
+      this.handler.prepare(messages, p.source);
     } catch (err) {
       this.logger.warn(`preparing a batch of ${messages.length} failed: ${(err as Error).message}`);
     }
   }
 
-  /** The partition a log line is about, when there are several. */
-  private partitionField(p: PartitionState): { partition?: number } {
-    return this.partitions.length === 1 ? {} : { partition: p.index };
+  /** The partition (and queue) a log line is about, when there are several. */
+  private partitionField(p: PartitionState): { partition?: number; queue?: string } {
+    if (this.partitions.length === 1) return {};
+    return this.options.queues.length === 1 ? { partition: p.index } : { queue: p.source.queue, partition: p.index };
   }
 
   /** What the handler names a delivery by in the logs (the summary job: its job id). */

@@ -1,0 +1,122 @@
+import { decideDelivery, decideFailure, type DeliveryFacts, type FailureFacts } from './decide';
+import {
+  DeadlineExceededError,
+  NonRetryableError,
+  RetriesExhaustedError,
+  RetryCancelledError,
+} from './retry/retry.errors';
+import { NonRetryableStepError } from './workflow.errors';
+
+describe('decideDelivery', () => {
+  const facts = (f: Partial<DeliveryFacts>): DeliveryFacts => ({
+    step: 'running',
+    delivery: 1,
+    maxDeliveries: 5,
+    runAgeMs: 0,
+    ...f,
+  });
+  it.each<[string, Partial<DeliveryFacts>, ReturnType<typeof decideDelivery>]>([
+    ['a first delivery, no deadline', {}, { action: 'run', timeLeftMs: Infinity }],
+    ['a first delivery within the deadline', { runAgeMs: 200, deadlineMs: 1000 }, { action: 'run', timeLeftMs: 800 }],
+    ['the last delivery allowed', { delivery: 5 }, { action: 'run', timeLeftMs: Infinity }],
+    [
+      'one delivery too many',
+      { delivery: 6 },
+      { action: 'fail', failure: { kind: 'max_deliveries', retryable: false } },
+    ],
+    [
+      'the deadline reached',
+      { runAgeMs: 1000, deadlineMs: 1000 },
+      { action: 'fail', failure: { kind: 'deadline', retryable: false } },
+    ],
+    [
+      'the deadline passed',
+      { runAgeMs: 5000, deadlineMs: 1000 },
+      { action: 'fail', failure: { kind: 'deadline', retryable: false } },
+    ],
+    ['a committed step', { step: 'done' }, { action: 'advance' }],
+    ['a committed step, redelivered past max deliveries', { step: 'done', delivery: 9 }, { action: 'advance' }],
+    [
+      'a committed step, the deadline passed',
+      { step: 'done', runAgeMs: 5000, deadlineMs: 1000 },
+      { action: 'advance' },
+    ],
+  ])('%s', (_, f, expected) => {
+    expect(decideDelivery(facts(f))).toEqual(expected);
+  });
+});
+
+describe('decideFailure', () => {
+  const facts = (f: Partial<FailureFacts> = {}): FailureFacts => ({
+    phase: 'step',
+    deadlinePassed: false,
+    aborted: false,
+    ...f,
+  });
+  const pgError = (code: string) => Object.assign(new Error(`pg ${code}`), { code });
+  const server = { kind: 'server', retryable: true, status: 503 };
+  const client = { kind: 'client', retryable: false, status: 400 };
+  it.each<[string, unknown, Partial<FailureFacts>, { kind: string; retryable: boolean }]>([
+    [
+      'a model 400 (NonRetryable)',
+      new NonRetryableError('400', 1, client),
+      {},
+      { kind: 'llm_client', retryable: false },
+    ],
+    [
+      '503s until the attempts ran out',
+      new RetriesExhaustedError('503', 4, server),
+      {},
+      { kind: 'llm_server', retryable: true },
+    ],
+    [
+      'the delivery budget left no room',
+      new DeadlineExceededError('budget', 2, server),
+      {},
+      { kind: 'llm_server', retryable: true },
+    ],
+    [
+      'a model call cut off by a drain',
+      new RetryCancelledError('cancelled', 1, undefined),
+      { aborted: true },
+      { kind: 'llm_cancelled', retryable: true },
+    ],
+    [
+      'a transient model failure past the run deadline',
+      new RetriesExhaustedError('503', 4, server),
+      { deadlinePassed: true },
+      { kind: 'deadline', retryable: false },
+    ],
+    ['the step says no', new NonRetryableStepError('no'), {}, { kind: 'step_failed', retryable: false }],
+    [
+      'the step says no, with its reason',
+      new NonRetryableStepError('no', 'ticket_closed'),
+      { deadlinePassed: true },
+      { kind: 'ticket_closed', retryable: false },
+    ],
+    ['PostgreSQL away (08006) in the step', pgError('08006'), {}, { kind: 'database', retryable: true }],
+    [
+      'PostgreSQL away (ECONNREFUSED) at the commit',
+      pgError('ECONNREFUSED'),
+      { phase: 'commit' },
+      { kind: 'database', retryable: true },
+    ],
+    ['a schema not migrated yet (42P01)', pgError('42P01'), { phase: 'commit' }, { kind: 'database', retryable: true }],
+    ['a bad row at the commit (23502)', pgError('23502'), { phase: 'commit' }, { kind: 'database', retryable: false }],
+    ['a bug in the step', new TypeError('x is undefined'), {}, { kind: 'unexpected', retryable: false }],
+    [
+      'a step cut off by its timeout',
+      new DOMException('aborted', 'AbortError'),
+      { aborted: true },
+      { kind: 'step_timeout', retryable: true },
+    ],
+    [
+      'a step cut off past the run deadline',
+      new DOMException('aborted', 'AbortError'),
+      { aborted: true, deadlinePassed: true },
+      { kind: 'deadline', retryable: false },
+    ],
+  ])('%s', (_, err, f, expected) => {
+    expect(decideFailure(err, facts(f))).toEqual(expected);
+  });
+});

@@ -1,0 +1,75 @@
+import type { ErrorClass } from '@app/llm';
+import { RetryError } from './retry/retry.errors';
+import { NonRetryableStepError } from './workflow.errors';
+import { isTransientDatabaseError } from './database-errors';
+
+/*
+ * The engine's decisions, as pure functions of the facts a delivery has
+ * (the step's row after `begin`, the delivery count, the run's age, the
+ * error's class): WorkflowHandler does the I/O around them once.
+ */
+
+/** A step's row as `begin` left it: `done` was committed by an earlier delivery; any other is now `running`. */
+export type StepRowStatus = 'running' | 'done';
+
+export interface DeliveryFacts {
+  readonly step: StepRowStatus;
+  /** This delivery's number (1 first), as Redis counts it. */
+  readonly delivery: number;
+  readonly maxDeliveries: number;
+  /** Since the run's row was created (its first delivery), by PostgreSQL's clock. */
+  readonly runAgeMs: number;
+  /** The workflow's deadline (`deadlineS`), if it has one. */
+  readonly deadlineMs?: number;
+}
+
+export type DeliveryDecision =
+  /** Run the step; `timeLeftMs`: what the run's deadline leaves it (Infinity: no deadline). */
+  | { readonly action: 'run'; readonly timeLeftMs: number }
+  /** Committed already: do not run it, go on with its recorded output (schedule the next step, ack). */
+  | { readonly action: 'advance' }
+  /** Fail the run and dead-letter the entry. */
+  | { readonly action: 'fail'; readonly failure: ErrorClass };
+
+export const DEADLINE: ErrorClass = { kind: 'deadline', retryable: false };
+export const MAX_DELIVERIES: ErrorClass = { kind: 'max_deliveries', retryable: false };
+
+/** What one delivery of a step does, given its row after `begin`. */
+export function decideDelivery(f: DeliveryFacts): DeliveryDecision {
+  // A committed step is never run again, whatever else holds: its redelivery only finishes what the crash cut short.
+  if (f.step === 'done') return { action: 'advance' };
+  if (f.delivery > f.maxDeliveries) return { action: 'fail', failure: MAX_DELIVERIES };
+  const timeLeftMs = f.deadlineMs === undefined ? Infinity : f.deadlineMs - f.runAgeMs;
+  if (timeLeftMs <= 0) return { action: 'fail', failure: DEADLINE };
+  return { action: 'run', timeLeftMs };
+}
+
+/** Where an error came from: the step's own code (its model calls included), or the engine's commit. */
+export type FailurePhase = 'step' | 'commit';
+
+export interface FailureFacts {
+  readonly phase: FailurePhase;
+  /** The run's deadline has passed. */
+  readonly deadlinePassed: boolean;
+  /** The step's signal fired: its timeout, or the worker's drain time over. */
+  readonly aborted: boolean;
+}
+
+/**
+ * What a failed delivery comes to: retryable leaves the entry pending for a
+ * redelivery, anything else fails the run and dead-letters the entry with
+ * `kind` as its reason. A step's own verdict (NonRetryableStepError) stands;
+ * past the run's deadline nothing is retried; a model call's RetryError
+ * keeps its class; PostgreSQL being away is worth a redelivery; a step cut
+ * off by its timeout (or a drain) is redelivered; anything else a step
+ * throws is a bug (`unexpected`), and the commit failing for another reason
+ * than PostgreSQL being away is `database`: neither gets better by retrying.
+ */
+export function decideFailure(err: unknown, f: FailureFacts): ErrorClass {
+  if (err instanceof NonRetryableStepError) return { kind: err.reason, retryable: false };
+  if (f.deadlinePassed) return DEADLINE;
+  if (err instanceof RetryError) return err.failure;
+  if (isTransientDatabaseError(err)) return { kind: 'database', retryable: true };
+  if (f.aborted) return { kind: 'step_timeout', retryable: true };
+  return f.phase === 'commit' ? { kind: 'database', retryable: false } : { kind: 'unexpected', retryable: false };
+}

@@ -1,0 +1,198 @@
+import type { Logger } from '@nestjs/common';
+import { classifyLlmError, EmptyCompletionError, type ChatRequest, type LlmClient } from '@app/llm';
+import type { NewOutboxMessage } from '@app/persistence';
+import type { ChatCompletion } from 'openai/resources/chat/completions';
+import type { EntityManager } from 'typeorm';
+import { RetryError } from './retry/retry.errors';
+import type { RetryPolicy } from './retry/retry-policy.service';
+import type { WorkerMetrics } from './worker.metrics';
+import type { StepTransaction } from './workflow-store';
+
+/** Model calls from a step: each call's every attempt carries the same Idempotency-Key, and the run's tenant. */
+export interface StepLlm {
+  /** One chat completion under the step's RetryPolicy; call n of the step is `wf:<run_id>:<step>:<n>`. */
+  chat(request: ChatRequest): Promise<ChatCompletion>;
+  /** The first choice's text (U+0000 removed; an answer of only whitespace is `llm_empty_answer`). */
+  text(prompt: string | ChatRequest['messages'], request?: Partial<ChatRequest>): Promise<string>;
+}
+
+/** What a step method is given. */
+export interface StepContext<I = unknown> {
+  readonly runId: string;
+  readonly tenant: string;
+  readonly workflow: string;
+  readonly step: string;
+  /** The run's input, validated against the workflow's `input` class. */
+  readonly input: I;
+  /** This delivery's number, 1 first. */
+  readonly delivery: number;
+  /** Aborted when the step's timeout, the run's deadline or the worker's drain time is over. */
+  readonly signal: AbortSignal;
+  /** What an earlier step of the run committed. */
+  output<T = unknown>(step: string): T | undefined;
+  readonly llm: StepLlm;
+  /** A row committed with the step (`INSERT ... ON CONFLICT DO NOTHING`), group-committed with other steps'. */
+  insert(table: string, row: Record<string, unknown>): void;
+  /** An outbox row committed with the step; the relay delivers it. */
+  outbox(message: NewOutboxMessage): void;
+  /**
+   * The step's own PostgreSQL transaction, for anything `insert` cannot say:
+   * opened on the first call (taking the step row's lock first), committed
+   * with the step's output, rows and outbox rows once the step returns, or
+   * rolled back if it throws or another delivery committed the step first.
+   */
+  transaction(): Promise<EntityManager>;
+}
+
+/** A table or column name `insert` takes: checked, since it goes into SQL text. */
+export const SQL_NAME = /^[a-z_][a-z0-9_]*$/;
+
+/** A row `insert` was given. */
+export interface StepInsert {
+  readonly table: string;
+  readonly row: Readonly<Record<string, unknown>>;
+}
+
+/** What a step asked to commit with it. */
+export interface StepWrites {
+  readonly inserts: readonly StepInsert[];
+  readonly outbox: readonly NewOutboxMessage[];
+}
+
+/** What the engine gives a step's context. */
+export interface StepRuntime<I> {
+  readonly runId: string;
+  readonly tenant: string;
+  readonly workflow: string;
+  readonly step: string;
+  readonly input: I;
+  readonly delivery: number;
+  readonly state: Readonly<Record<string, unknown>>;
+  readonly signal: AbortSignal;
+  /** Shutdown began: no new attempt, backoff sleeps end. */
+  readonly stopRetrying: AbortSignal;
+  /** Monotonic (performance.now) time by which the step's model calls must be done. */
+  readonly deadline: number;
+  readonly llm: LlmClient;
+  readonly retry: RetryPolicy;
+  readonly metrics: WorkerMetrics;
+  readonly logger: Logger;
+  readonly openTransaction: () => Promise<StepTransaction>;
+}
+
+/** The StepContext of one delivery of a step; the engine reads back what it collected. */
+export class StepContextImpl<I> implements StepContext<I> {
+  readonly llm: StepLlm;
+  private readonly inserts: StepInsert[] = [];
+  private readonly messages: NewOutboxMessage[] = [];
+  private tx: Promise<StepTransaction> | undefined;
+  /** The next model call's place in the step. */
+  private calls = 0;
+
+  constructor(private readonly rt: StepRuntime<I>) {
+    this.llm = {
+      chat: (request) => this.call(request, (c) => c),
+      text: (prompt, request = {}) => {
+        const messages = typeof prompt === 'string' ? [{ role: 'user' as const, content: prompt }] : prompt;
+        return this.call({ ...request, messages }, (c) => storableText(c.choices[0]?.message?.content));
+      },
+    };
+  }
+
+  get runId(): string {
+    return this.rt.runId;
+  }
+  get tenant(): string {
+    return this.rt.tenant;
+  }
+  get workflow(): string {
+    return this.rt.workflow;
+  }
+  get step(): string {
+    return this.rt.step;
+  }
+  get input(): I {
+    return this.rt.input;
+  }
+  get delivery(): number {
+    return this.rt.delivery;
+  }
+  get signal(): AbortSignal {
+    return this.rt.signal;
+  }
+
+  output<T = unknown>(step: string): T | undefined {
+    return this.rt.state[step] as T | undefined;
+  }
+
+  insert(table: string, row: Record<string, unknown>): void {
+    if (!SQL_NAME.test(table)) throw new Error(`insert: table name ${JSON.stringify(table)} must match ${SQL_NAME}`);
+    const bad = Object.keys(row).filter((c) => !SQL_NAME.test(c));
+    if (bad.length > 0 || Object.keys(row).length === 0)
+      throw new Error(`insert into ${table}: column names must match ${SQL_NAME} (${bad.join(', ') || 'no columns'})`);
+    this.inserts.push({ table, row: { ...row } });
+  }
+
+  outbox(message: NewOutboxMessage): void {
+    this.messages.push({ topic: message.topic, dedupeKey: message.dedupeKey, payload: { ...message.payload } });
+  }
+
+  transaction(): Promise<EntityManager> {
+    this.tx ??= this.rt.openTransaction();
+    return this.tx.then((t) => t.manager);
+  }
+
+  /** What the step asked to commit with it. */
+  writes(): StepWrites {
+    return { inserts: [...this.inserts], outbox: [...this.messages] };
+  }
+
+  /** The transaction `transaction()` opened, if the step called it. */
+  openedTransaction(): Promise<StepTransaction> | undefined {
+    return this.tx;
+  }
+
+  private async call<T>(request: ChatRequest, pick: (c: ChatCompletion) => T): Promise<T> {
+    const n = this.calls++;
+    const idempotencyKey = `wf:${this.rt.runId}:${this.rt.step}:${n}`;
+    const { retry, metrics, logger } = this.rt;
+    try {
+      const outcome = await retry.run(
+        async (signal) => pick(await this.rt.llm.chat(request, { signal, idempotencyKey, tenant: this.rt.tenant })),
+        classifyLlmError,
+        {
+          deadline: this.rt.deadline,
+          signal: this.rt.signal,
+          stopRetrying: this.rt.stopRetrying,
+          onAttemptFailed: (attempt, error) => {
+            metrics.llmCalls.inc({ outcome: 'failed', error_class: error.kind });
+            logger.warn(
+              {
+                run_id: this.rt.runId,
+                step: this.rt.step,
+                call: n,
+                attempt,
+                error_class: error.kind,
+                status: error.status,
+              },
+              'model call failed',
+            );
+          },
+        },
+      );
+      metrics.llmCalls.inc({ outcome: 'ok', error_class: 'none' });
+      metrics.llmAttempts.observe(outcome.attempts);
+      return outcome.value;
+    } catch (err) {
+      if (err instanceof RetryError) metrics.llmAttempts.observe(err.attempts);
+      throw err;
+    }
+  }
+}
+
+/** A model's text as jsonb stores it: no U+0000, no lone surrogate; only whitespace is no answer. */
+function storableText(content: string | null | undefined): string {
+  const text = typeof content === 'string' ? content.replaceAll('\u0000', '').toWellFormed() : '';
+  if (text.trim() === '') throw new EmptyCompletionError();
+  return text;
+}

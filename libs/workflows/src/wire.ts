@@ -1,0 +1,117 @@
+import { isUuid } from '@app/ids';
+
+/**
+ * The fields of a step entry on a queue's stream, written and read here and
+ * nowhere else. `job_id` is the run id (the name summaries' entries have
+ * always had); `payload` the run's input as JSON text, the same on every step
+ * of a run; `workflow` only on a shared queue (absent: the queue's one
+ * workflow); `step` absent on a run's first entry; `state` the outputs the
+ * earlier steps committed, by step name (absent: `{}`). An entry written by
+ * the api before workflows existed (`job_id`, `tenant`, `payload`) is a valid
+ * first-step entry of summaries.
+ */
+export const STEP_ENTRY_FIELDS = {
+  runId: 'job_id',
+  tenant: 'tenant',
+  payload: 'payload',
+  workflow: 'workflow',
+  step: 'step',
+  state: 'state',
+} as const;
+
+/** A step entry as the engine sees it. */
+export interface StepEntry {
+  readonly runId: string;
+  readonly tenant: string;
+  /** The run's input as written (JSON text): carried unchanged to every later step. */
+  readonly payload: string;
+  /** The run's input, parsed. */
+  readonly input: unknown;
+  readonly workflow?: string;
+  readonly step?: string;
+  /** What the earlier steps committed, by step name. */
+  readonly state: Readonly<Record<string, unknown>>;
+}
+
+/** An entry that is not a step entry, and never will be: dead-lettered `malformed`, never retried. */
+export class MalformedEntryError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/** The step entry `fields` carry, or a MalformedEntryError naming what is wrong. */
+export function parseStepEntry(fields: Readonly<Record<string, string>>): StepEntry {
+  const f = STEP_ENTRY_FIELDS;
+  const runId = fields[f.runId];
+  const tenant = fields[f.tenant];
+  const payload = fields[f.payload];
+  if (!runId || !isUuid(runId)) throw new MalformedEntryError(`${f.runId} is missing or not a UUID`);
+  if (!tenant) throw new MalformedEntryError(`${f.tenant} is missing`);
+  let input: unknown;
+  try {
+    input = JSON.parse(payload ?? '');
+  } catch {
+    throw new MalformedEntryError(`${f.payload} is not JSON`);
+  }
+  const workflow = fields[f.workflow];
+  const step = fields[f.step];
+  if (workflow === '') throw new MalformedEntryError(`${f.workflow} is empty`);
+  if (step === '') throw new MalformedEntryError(`${f.step} is empty`);
+  let state: unknown = {};
+  if (fields[f.state] !== undefined) {
+    try {
+      state = JSON.parse(fields[f.state]);
+    } catch {
+      throw new MalformedEntryError(`${f.state} is not JSON`);
+    }
+    if (!isPlainObject(state)) throw new MalformedEntryError(`${f.state} is not a JSON object`);
+  }
+  return {
+    runId,
+    tenant,
+    payload,
+    input,
+    ...(workflow === undefined ? {} : { workflow }),
+    ...(step === undefined ? {} : { step }),
+    state: state as Record<string, unknown>,
+  };
+}
+
+/** What a step entry is written from: `workflow` only on a shared queue; `step`, `state` only after the first step. */
+export interface NewStepEntry {
+  readonly runId: string;
+  readonly tenant: string;
+  readonly payload: string;
+  readonly workflow?: string;
+  readonly step?: string;
+  readonly state?: Readonly<Record<string, unknown>>;
+}
+
+/** An entry's flat field list for XADD. */
+export function stepEntryFields(entry: NewStepEntry): string[] {
+  const f = STEP_ENTRY_FIELDS;
+  const out = [f.runId, entry.runId, f.tenant, entry.tenant, f.payload, entry.payload];
+  if (entry.workflow !== undefined) out.push(f.workflow, entry.workflow);
+  if (entry.step !== undefined) out.push(f.step, entry.step);
+  if (entry.state !== undefined) out.push(f.state, JSON.stringify(entry.state));
+  return out;
+}
+
+/** The entry of the step after `entry`'s: same run, tenant, payload and workflow field; the state grown by `output`. */
+export function nextStepEntry(entry: StepEntry, step: string, stepName: string, output: unknown): NewStepEntry {
+  const state = output === undefined ? { ...entry.state } : { ...entry.state, [stepName]: output };
+  return {
+    runId: entry.runId,
+    tenant: entry.tenant,
+    payload: entry.payload,
+    ...(entry.workflow === undefined ? {} : { workflow: entry.workflow }),
+    step,
+    state,
+  };
+}

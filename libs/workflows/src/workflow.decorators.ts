@@ -1,0 +1,50 @@
+import type { Type } from '@nestjs/common';
+import { Reflector } from '@nestjs/core';
+
+/** A workflow's options, as `@Workflow(name, options)` declares them. */
+export interface WorkflowOptions {
+  /**
+   * The queue its runs go to (`{<queue>}:jobs`); default `workflows`, which
+   * workflows share (their entries then name the workflow).
+   */
+  readonly queue?: string;
+  /** The consumer group on that queue; default: the queue's name. */
+  readonly group?: string;
+  /** A class-validator DTO: a run whose input fails it is dead-lettered `invalid_input`, never run. */
+  readonly input?: Type<object>;
+  /** The run's deadline, from its first delivery: past it, the run fails (`deadline`). Default: none. */
+  readonly deadlineS?: number;
+}
+
+export interface WorkflowMetadata extends WorkflowOptions {
+  readonly name: string;
+}
+
+export interface StepOptions {
+  /** The step's name; default: the method's. */
+  readonly name?: string;
+  /** How long one delivery of the step may run; default: the worker's JOB_BUDGET_S. */
+  readonly timeoutS?: number;
+}
+
+/** Read by the explorer; the public decorators below are what a workflow class uses. */
+export const WorkflowMetadataDecorator = Reflector.createDecorator<WorkflowMetadata>();
+export const StepMetadataDecorator = Reflector.createDecorator<StepOptions>();
+
+/** The queue workflows share unless they name their own. */
+export const DEFAULT_QUEUE = 'workflows';
+
+/**
+ * Declares a provider class a workflow named `name`, whose `@Step()` methods,
+ * in declaration order, are its steps (the shape of @nestjs/bullmq's
+ * `@Processor`). The class must also be a provider (`@Injectable()`, listed in
+ * `WorkflowsModule.forWorker({ workflows })` or any module's providers).
+ */
+export function Workflow(name: string, options: WorkflowOptions = {}): ClassDecorator {
+  return WorkflowMetadataDecorator({ name, ...options });
+}
+
+/** Declares a method a step of its class's workflow. */
+export function Step(options: StepOptions = {}): MethodDecorator {
+  return StepMetadataDecorator(options);
+}

@@ -1,0 +1,318 @@
+import { Injectable, Logger } from '@nestjs/common';
+import { InjectLlmClient, type ErrorClass, type LlmClient } from '@app/llm';
+import { plainToInstance } from 'class-transformer';
+import { validate, type ValidationError } from 'class-validator';
+import type { ChainableCommander } from 'ioredis';
+import { decideDelivery, decideFailure, type FailurePhase } from './decide';
+import {
+  type DeliveryResult,
+  type EntrySource,
+  type JobHandler,
+  type JobRunContext,
+  type StreamMessage,
+} from './consumer/job-handler';
+import { JobError, MALFORMED } from './consumer/job.errors';
+import { InjectStreamsConsumerOptions, type StreamsConsumerOptions } from './consumer/streams-consumer.options';
+import type { QueuePartition } from './queue-layout';
+import { RetryPolicy } from './retry/retry-policy.service';
+import { RetryError } from './retry/retry.errors';
+import { markRunFailed } from './run-record';
+import { StepContextImpl } from './step-context';
+import { MalformedEntryError, nextStepEntry, parseStepEntry, type StepEntry, stepEntryFields } from './wire';
+import type { StepDefinition, WorkflowDefinition, WorkflowQueue } from './workflow.registry';
+import { WorkflowRegistry } from './workflow.registry';
+import { type CommitOutcome, type StepCommit, WorkflowStore } from './workflow-store';
+import { WorkerMetrics } from './worker.metrics';
+
+/** A delivery's step, resolved: its queue's partition, workflow and step, the entry and its validated input. */
+interface Resolved {
+  readonly partition: QueuePartition;
+  readonly workflow: WorkflowDefinition;
+  readonly step: StepDefinition;
+  readonly index: number;
+  readonly entry: StepEntry;
+  readonly input: unknown;
+}
+
+const UNKNOWN_WORKFLOW: ErrorClass = { kind: 'unknown_workflow', retryable: false };
+const UNKNOWN_STEP: ErrorClass = { kind: 'unknown_step', retryable: false };
+const INVALID_INPUT: ErrorClass = { kind: 'invalid_input', retryable: false };
+
+/** The step's timeout (or the run's deadline, or the delivery budget) ran out. */
+class StepTimeoutError extends Error {
+  constructor(ms: number) {
+    super(`the step ran out of its ${Math.round(ms)} ms`);
+    this.name = 'StepTimeoutError';
+  }
+}
+
+/** class-validator's messages, one per failed constraint, nested properties by their path. */
+function messagesOf(errors: readonly ValidationError[], path = ''): string[] {
+  return errors.flatMap((e) => {
+    const at = path ? `${path}.${e.property}` : e.property;
+    return [...Object.values(e.constraints ?? {}), ...messagesOf(e.children ?? [], at)];
+  });
+}
+
+function isPlainObject(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value);
+}
+
+/**
+ * One delivery of a workflow step (JobHandler): parse the entry (wire.ts),
+ * `begin` (batched), then by decideDelivery: run the step and commit it
+ * (group-committed), or take the recorded output of a step committed
+ * earlier; and resolve with the next step's XADD for the consumer's ack
+ * MULTI, so the next step is scheduled exactly when this entry leaves the
+ * stream. A failure is classified by decideFailure: retryable leaves the
+ * entry pending; anything else marks the step and run failed in PostgreSQL
+ * and the consumer dead-letters the entry (deadLettered marks the run's
+ * record failed in the same MULTI).
+ */
+@Injectable()
+export class WorkflowHandler implements JobHandler {
+  private readonly logger = new Logger(WorkflowHandler.name);
+  /** Entries whose run this handler marked failed in PostgreSQL already (the consumer's own dead letters are not). */
+  private readonly failedInStore = new WeakSet<StreamMessage>();
+
+  constructor(
+    private readonly registry: WorkflowRegistry,
+    private readonly store: WorkflowStore,
+    private readonly retry: RetryPolicy,
+    @InjectLlmClient() private readonly llm: LlmClient,
+    private readonly metrics: WorkerMetrics,
+    @InjectStreamsConsumerOptions() private readonly options: StreamsConsumerOptions,
+  ) {}
+
+  async process(message: StreamMessage, ctx: JobRunContext): Promise<DeliveryResult> {
+    const r = await this.resolve(message, ctx.source);
+    const begun = await this.guard(message, r, 'commit', () =>
+      this.store.begin({
+        runId: r.entry.runId,
+        workflow: r.workflow.name,
+        tenant: r.entry.tenant,
+        steps: r.workflow.steps.map((s) => s.name),
+        step: r.step.name,
+      }),
+    );
+    const decision = decideDelivery({
+      step: begun.status,
+      delivery: ctx.delivery,
+      maxDeliveries: this.options.maxDeliveries,
+      runAgeMs: begun.runAgeMs,
+      deadlineMs: r.workflow.deadlineMs,
+    });
+    if (decision.action === 'fail') {
+      await this.failRun(message, r, decision.failure.kind);
+      throw new JobError(`${decision.failure.kind}: step ${r.step.name} of run ${r.entry.runId}`, decision.failure);
+    }
+    if (decision.action === 'advance') return this.advance(r, begun.output, 'duplicate');
+    const startedAt = performance.now();
+    const { output, outcome } = await this.runAndCommit(message, r, ctx, decision.timeLeftMs);
+    this.logger.debug({ ms: Math.round(performance.now() - startedAt), outcome }, 'step finished');
+    return this.advance(r, output, outcome === 'won' ? 'done' : 'duplicate');
+  }
+
+  /** The run's record marked failed, in the consumer's dead-letter MULTI (the entry's own partition's record). */
+  deadLettered(tx: ChainableCommander, message: StreamMessage, reason: string, source: EntrySource): void {
+    const partition = this.registry.queue(source.queue)?.layout.at(source.partition);
+    if (!partition) return;
+    markRunFailed(tx, partition, message.fields, reason);
+    if (this.failedInStore.has(message)) return;
+    // Decided by the consumer (max_deliveries): PostgreSQL too, best effort, after the fact.
+    try {
+      const entry = parseStepEntry(message.fields);
+      const queue = this.registry.queue(source.queue);
+      const workflow = queue && this.workflowOf(queue, entry);
+      if (!workflow) return;
+      void this.store
+        .fail({
+          runId: entry.runId,
+          workflow: workflow.name,
+          tenant: entry.tenant,
+          steps: workflow.steps.map((s) => s.name),
+          step: entry.step ?? workflow.steps[0].name,
+          error: reason,
+        })
+        .catch((err: unknown) => this.logger.warn(`could not mark run ${entry.runId} failed: ${String(err)}`));
+    } catch {
+      // A malformed entry has no run to mark.
+    }
+  }
+
+  logFields(message: StreamMessage): Readonly<Record<string, string | undefined>> {
+    // The run id under its wire name, which summaries' log lines have always carried.
+    const { job_id: jobId, workflow, step } = message.fields;
+    return { job_id: jobId, ...(workflow === undefined ? {} : { workflow }), ...(step === undefined ? {} : { step }) };
+  }
+
+  /** The entry's workflow, step and input, or a JobError that dead-letters it (never retried: it cannot get better). */
+  private async resolve(message: StreamMessage, source: EntrySource): Promise<Resolved> {
+    const queue = this.registry.queue(source.queue);
+    const partition = queue?.layout.at(source.partition);
+    if (!queue || !partition) throw new JobError(`no workflow reads queue ${source.queue}`, UNKNOWN_WORKFLOW);
+    let entry: StepEntry;
+    try {
+      entry = parseStepEntry(message.fields);
+    } catch (err) {
+      if (err instanceof MalformedEntryError) throw new JobError(err.message, MALFORMED, { cause: err });
+      throw err;
+    }
+    const workflow = this.workflowOf(queue, entry);
+    if (!workflow) {
+      const named = entry.workflow === undefined ? 'no workflow named' : `workflow ${entry.workflow}`;
+      throw new JobError(`${named}: not one this worker runs on queue ${queue.name}`, UNKNOWN_WORKFLOW);
+    }
+    const index = entry.step === undefined ? 0 : workflow.steps.findIndex((s) => s.name === entry.step);
+    const fail = async (failure: ErrorClass, detail: string): Promise<never> => {
+      await this.failRun(message, { workflow, entry, step: workflow.steps[Math.max(index, 0)] }, failure.kind, detail);
+      throw new JobError(detail, failure);
+    };
+    if (index < 0) return fail(UNKNOWN_STEP, `workflow ${workflow.name} has no step ${entry.step}`);
+    let input: unknown = entry.input;
+    if (workflow.input) {
+      if (!isPlainObject(entry.input)) return fail(INVALID_INPUT, 'invalid input: not a JSON object');
+      input = plainToInstance(workflow.input, entry.input);
+      const errors = await validate(input as object, { forbidUnknownValues: true });
+      if (errors.length > 0) return fail(INVALID_INPUT, `invalid input: ${messagesOf(errors).join('; ')}`);
+    }
+    return { partition, workflow, step: workflow.steps[index], index, entry, input };
+  }
+
+  private workflowOf(queue: WorkflowQueue, entry: StepEntry): WorkflowDefinition | undefined {
+    if (entry.workflow !== undefined) return queue.workflows.get(entry.workflow);
+    return queue.workflows.size === 1 ? [...queue.workflows.values()][0] : undefined;
+  }
+
+  /** Runs the step with its context, then commits what it returned and asked for. */
+  private async runAndCommit(
+    message: StreamMessage,
+    r: Resolved,
+    ctx: JobRunContext,
+    runTimeLeftMs: number,
+  ): Promise<{ output: unknown; outcome: CommitOutcome }> {
+    const startedAt = performance.now();
+    const limitMs = Math.min(r.step.timeoutMs ?? Infinity, runTimeLeftMs, ctx.deadline - startedAt);
+    const timeout = new AbortController();
+    const timer = setTimeout(() => timeout.abort(new StepTimeoutError(limitMs)), Math.max(0, limitMs));
+    const signal = AbortSignal.any([timeout.signal, ctx.signal]);
+    const runDeadlinePassed = () =>
+      r.workflow.deadlineMs !== undefined && performance.now() - startedAt >= runTimeLeftMs;
+    const step = new StepContextImpl({
+      runId: r.entry.runId,
+      tenant: r.entry.tenant,
+      workflow: r.workflow.name,
+      step: r.step.name,
+      input: r.input,
+      delivery: ctx.delivery,
+      state: r.entry.state,
+      signal,
+      stopRetrying: ctx.stopRetrying,
+      deadline: startedAt + limitMs,
+      llm: this.llm,
+      retry: this.retry,
+      metrics: this.metrics,
+      logger: this.logger,
+      openTransaction: () => this.store.openTransaction(r.entry.runId, r.step.name),
+    });
+    try {
+      let output: unknown;
+      try {
+        const host = r.workflow.instance() as Record<string, (c: StepContextImpl<unknown>) => unknown>;
+        output = await host[r.step.method](step);
+      } catch (err) {
+        await this.failed(message, r, err, 'step', signal.aborted, runDeadlinePassed());
+      }
+      const writes = step.writes();
+      const commit: StepCommit = {
+        runId: r.entry.runId,
+        step: r.step.name,
+        output: output ?? null,
+        ...(r.index === r.workflow.steps.length - 1 ? { runOutput: this.runOutput(r, output) } : {}),
+        inserts: writes.inserts,
+        outbox: writes.outbox,
+      };
+      const opened = step.openedTransaction();
+      const outcome = await this.guard(message, r, 'commit', async () =>
+        opened ? (await opened).commit(commit) : this.store.commit(commit),
+      );
+      if (outcome === 'won') return { output, outcome };
+      return {
+        output: await this.guard(message, r, 'commit', () => this.store.recordedOutput(r.entry.runId, r.step.name)),
+        outcome,
+      };
+    } finally {
+      clearTimeout(timer);
+      const opened = step.openedTransaction();
+      if (opened) await opened.then((t) => t.rollback()).catch(() => undefined);
+    }
+  }
+
+  /** The run's output: the steps' outputs merged in order (plain objects, shallow), this last one included. */
+  private runOutput(r: Resolved, output: unknown): Record<string, unknown> {
+    const merged: Record<string, unknown> = {};
+    for (const s of r.workflow.steps.slice(0, r.index)) {
+      const earlier = r.entry.state[s.name];
+      if (isPlainObject(earlier)) Object.assign(merged, earlier);
+    }
+    if (isPlainObject(output)) Object.assign(merged, output);
+    return merged;
+  }
+
+  /** The ack's MULTI gets the next step's entry (none after the last step: a plain ack). */
+  private advance(r: Resolved, output: unknown, outcome: string): DeliveryResult {
+    const next = r.workflow.steps[r.index + 1];
+    if (!next) return { outcome };
+    const fields = stepEntryFields(nextStepEntry(r.entry, next.name, r.step.name, output ?? undefined));
+    const stream = r.partition.jobs;
+    return { outcome, alsoInAck: (tx) => void tx.xadd(stream, '*', ...fields) };
+  }
+
+  /** Runs a store call; its error becomes the JobError decideFailure says. */
+  private async guard<T>(message: StreamMessage, r: Resolved, phase: FailurePhase, op: () => Promise<T>): Promise<T> {
+    try {
+      return await op();
+    } catch (err) {
+      return this.failed(message, r, err, phase, false, false);
+    }
+  }
+
+  /** Classifies a failure; one that cannot get better fails the run in PostgreSQL first. Always throws. */
+  private async failed(
+    message: StreamMessage,
+    r: Resolved,
+    err: unknown,
+    phase: FailurePhase,
+    aborted: boolean,
+    deadlinePassed: boolean,
+  ): Promise<never> {
+    // Already decided (a failure of this delivery classified further in): as it is.
+    if (err instanceof JobError && !(err instanceof RetryError)) throw err;
+    const failure = decideFailure(err, { phase, aborted, deadlinePassed });
+    const detail = `${failure.kind}: ${err instanceof Error ? err.message : String(err)}`;
+    if (!failure.retryable) await this.failRun(message, r, failure.kind, detail);
+    throw new JobError(detail, failure, { cause: err });
+  }
+
+  /** Marks the step and run failed in PostgreSQL: best effort (the dead letter and the run record still say it). */
+  private async failRun(
+    message: StreamMessage,
+    r: Pick<Resolved, 'workflow' | 'entry' | 'step'>,
+    reason: string,
+    detail = reason,
+  ): Promise<void> {
+    this.failedInStore.add(message);
+    try {
+      await this.store.fail({
+        runId: r.entry.runId,
+        workflow: r.workflow.name,
+        tenant: r.entry.tenant,
+        steps: r.workflow.steps.map((s) => s.name),
+        step: r.step.name,
+        error: detail.slice(0, 1000),
+      });
+    } catch (err) {
+      this.logger.warn(`could not mark run ${r.entry.runId} failed (${reason}): ${String(err)}`);
+    }
+  }
+}
