@@ -1,9 +1,8 @@
 import { Injectable, Optional } from '@nestjs/common';
 import { type Durability, InjectRedis, InjectRedisDurability, type RedisClient } from '@app/redis';
-import { writeRunStart } from '@app/workflows';
+import { type QueueFigures, queueFigures, writeRunStart } from '@app/workflows';
 import type { ChainableCommander } from 'ioredis';
 import { CONSUMER_GROUP, JOB_RECORD_TTL_MS, SummaryJob } from './summary-job';
-import { type QueueFigures, queueFigures } from '@app/workflows';
 import { SINGLE_STREAM, type StreamPartition, SummaryStreams } from './summary-streams';
 import { isUuid } from '@app/ids';
 
