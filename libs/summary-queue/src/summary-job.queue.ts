@@ -1,9 +1,8 @@
 import { Injectable, Optional } from '@nestjs/common';
 import { type Durability, InjectRedis, InjectRedisDurability, type RedisClient } from '@app/redis';
-import { writeRunStart } from '@app/workflows';
+import { type QueueFigures, queueFigures, writeRunStart } from '@app/workflows';
 import type { ChainableCommander } from 'ioredis';
 import { CONSUMER_GROUP, JOB_RECORD_TTL_MS, SummaryJob } from './summary-job';
-import { queueFigures } from './queue-figures';
 import { SINGLE_STREAM, type StreamPartition, SummaryStreams } from './summary-streams';
 import { isUuid } from '@app/ids';
 
@@ -26,22 +25,8 @@ export function markSummaryJobFailed(
   tx.hset(key, 'tenant', tenant, 'status', 'failed', 'error', reason).pexpire(key, JOB_RECORD_TTL_MS);
 }
 
-export interface StreamFigures {
-  /** Entries not yet acknowledged (acknowledged entries are deleted). */
-  readonly length: number;
-  /** Of those, delivered to a consumer and not yet acknowledged. */
-  readonly pending: number;
-  readonly deadLetters: number;
-}
-
-export interface PartitionFigures extends StreamFigures {
-  readonly partition: number;
-}
-
-/** The sums over every partition, and each partition's own. */
-export interface QueueFigures extends StreamFigures {
-  readonly partitions: readonly PartitionFigures[];
-}
+/* A queue's figures are the workflows library's (every queue has them); re-exported under the names of old. */
+export type { PartitionFigures, QueueFigures, StreamFigures } from '@app/workflows';
 
 export interface JobRecord {
   readonly tenant: string;
