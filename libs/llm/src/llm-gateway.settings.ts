@@ -89,7 +89,8 @@ export const llmGatewayEnv = {
     doc: {
       default: 'unset',
       describe:
-        "the api's base URL (e.g. `http://api:3000`, without `/v1`), `http://` or `https://`: where the worker's " +
+        "the api's base URL (e.g. `http://api:3000`, without `/v1`: no path, query, fragment or credentials), " +
+        "`http://` or `https://`: where the worker's " +
         'model calls go with `INTERNAL_API_KEY`; set both or neither. With both, the worker ignores `LLM_PROVIDER`, ' +
         "`OPENAI_API_KEY` and `OPENAI_BASE_URL` (the api's gateway holds the provider); `OPENAI_MODEL` is still " +
         'the model it asks for',
