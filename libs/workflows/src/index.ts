@@ -1,4 +1,5 @@
 export * from './queue-layout';
+export * from './run-ids';
 export * from './worker.metrics';
 export * from './consumer/job-handler';
 export * from './consumer/job.errors';
@@ -32,3 +33,6 @@ export * from './workflow-store';
 export * from './workflow.handler';
 export * from './queue-handlers';
 export * from './workflows.module';
+export * from './client/workflow.handle';
+export { WorkflowRunsReader, type StoredRun } from './client/workflow-runs.reader';
+export { writeRunStart, type RunStartEntry } from './client/run-start';
