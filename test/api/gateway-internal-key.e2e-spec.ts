@@ -1,23 +1,22 @@
 import type { Redis } from 'ioredis';
 import { APIError, APIUserAbortError } from 'openai';
+import { PATH_METADATA } from '@nestjs/common/constants';
+import { DiscoveryService, MetadataScanner, Reflector } from '@nestjs/core';
 import { randomUUID } from 'node:crypto';
-import type { AddressInfo } from 'node:net';
-import { classifyLlmError, type LlmClient, llmClientFor } from '@app/llm';
-import { bearer, type ApiHarness, startApi, TENANT_A, TENANT_B } from '../support/api-harness';
-import { FakeOpenAiServer, type ModelReply } from '../support/fake-openai-server';
-import { eventually, freshRedis, testDataSource } from '../support/infra';
+import { classifyLlmError, GatewayAuthError, type LlmClient, llmClientFor } from '@app/llm';
+import { AcceptsInternalKey } from '../../apps/api/src/auth/api-key.guard';
+import { ChatCompletionsController } from '../../apps/api/src/gateway/chat-completions.controller';
+import { bearer, type ApiHarness, TENANT_A, TENANT_B } from '../support/api-harness';
+import { FakeOpenAiServer } from '../support/fake-openai-server';
+import { type GatewayHarness, type GatewayReply, startGateway } from '../support/gateway-harness';
+import { eventually, testDataSource } from '../support/infra';
 import { startWorker } from '../support/worker-harness';
 
 const INTERNAL_KEY = 'internal-key-0123456789abcdef';
+/** The key of a worker rolled out before the api knows it (or still holding it after a rotation). */
+const UNKNOWN_INTERNAL_KEY = 'internal-key-the-api-does-not-know';
 const GATEWAY = '/v1/chat/completions';
 const MiB = 1024 * 1024;
-
-/** A promise and the function that settles it: the tests' seam for "now". */
-function signal(): { promise: Promise<void>; resolve: () => void } {
-  let resolve!: () => void;
-  const promise = new Promise<void>((r) => (resolve = r));
-  return { promise, resolve };
-}
 
 /**
  * The worker's model calls through the api's gateway (issue 21, item 3): the
@@ -28,15 +27,15 @@ function signal(): { promise: Promise<void>; resolve: () => void } {
  * Redis, the job stream.
  */
 describe('the worker’s model calls through the gateway (INTERNAL_API_KEY, X-Tenant)', () => {
-  let provider: FakeOpenAiServer;
+  let gateway: GatewayHarness;
   let api: ApiHarness;
   let apiUrl: string;
   let redis: Redis;
   /** The provider's answer per user text, when not the echo. */
-  let replies: Map<string, () => ModelReply | Promise<ModelReply>>;
+  let replies: Map<string, GatewayReply>;
   const key = () => `gw-internal-${randomUUID()}`;
   const ask = (text: string) => ({ model: 'gpt-test', messages: [{ role: 'user' as const, content: text }] });
-  const upstreamCalls = (text: string) => provider.requests.filter((r) => r.userText === text);
+  const upstreamCalls = (text: string) => gateway.upstreamCalls(text);
   /** The idempotency records whose key ends in `k`, by tenant scope (`idem:<tenant>:POST:<path>:<k>`). */
   const recordsOf = async (k: string) => (await redis.keys(`idem:*${k}`)).sort();
 
@@ -70,29 +69,38 @@ describe('the worker’s model calls through the gateway (INTERNAL_API_KEY, X-Te
     tenant: TENANT_A.tenant,
   });
 
-  beforeAll(async () => {
-    redis = await freshRedis();
-    replies = new Map();
-    provider = await new FakeOpenAiServer(async (_n, text) => {
-      const reply = replies.get(text);
-      return reply ? reply() : { kind: 'complete', content: `Echo: ${text}` };
-    }).start();
-    api = await startApi({
-      env: {
-        LLM_PROVIDER: 'openai',
-        OPENAI_API_KEY: 'sk-upstream',
-        OPENAI_BASE_URL: provider.baseUrl,
-        INTERNAL_API_KEY: INTERNAL_KEY,
-      },
+  /**
+   * The worker killed mid-call: its call reaches the provider, which holds
+   * its answer; the worker goes away (its request aborted: the connection
+   * closes, as a SIGKILL closes it). Resolves once that happened, with the
+   * function that lets the provider answer `content`.
+   */
+  async function killedMidCall(text: string, k: string, content: string): Promise<{ answer: () => void }> {
+    const release = Promise.withResolvers<void>();
+    replies.set(text, async () => {
+      await release.promise;
+      return { kind: 'complete', content };
     });
-    await api.app.listen(0, '127.0.0.1');
-    apiUrl = `http://127.0.0.1:${(api.server.address() as AddressInfo).port}`;
+    const dying = new AbortController();
+    const firstCall = workerClient().chat({ messages: ask(text).messages }, chatOptions(k, dying.signal));
+    await eventually(() => (upstreamCalls(text).length === 1 ? true : undefined), 5000, 'the call upstream');
+    dying.abort();
+    await expect(firstCall).rejects.toBeInstanceOf(APIUserAbortError);
+    return { answer: () => release.resolve() };
+  }
+
+  /** What a call that failed threw. */
+  const failureOf = (call: Promise<unknown>): Promise<unknown> =>
+    call.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+
+  beforeAll(async () => {
+    gateway = await startGateway({ INTERNAL_API_KEY: INTERNAL_KEY });
+    ({ api, apiUrl, redis, replies } = gateway);
   });
-  afterAll(async () => {
-    await provider.stop();
-    await api.close();
-    redis.disconnect();
-  });
+  afterAll(() => gateway.close());
 
   describe('the guard', () => {
     it('takes the internal key with X-Tenant as that tenant: its own key replays the call, another tenant’s does not', async () => {
@@ -173,6 +181,28 @@ describe('the worker’s model calls through the gateway (INTERNAL_API_KEY, X-Te
       const ok = await post('/v1/summaries', body, { authorization: bearer(TENANT_A), 'idempotency-key': key() });
       expect(ok.status).toBe(202);
     });
+
+    it('is taken by the gateway’s routes only: no other route of the app carries @AcceptsInternalKey()', () => {
+      const reflector = api.app.get(Reflector);
+      const scanner = new MetadataScanner();
+      const taking: string[] = [];
+      let routes = 0;
+      for (const wrapper of api.app.get(DiscoveryService).getControllers()) {
+        const type = wrapper.metatype;
+        if (typeof type !== 'function') continue;
+        const prototype = type.prototype as Record<string, unknown>;
+        for (const name of scanner.getAllMethodNames(prototype)) {
+          const handler = prototype[name];
+          if (typeof handler !== 'function' || !Reflect.hasMetadata(PATH_METADATA, handler)) continue;
+          routes++;
+          if (reflector.getAllAndOverride(AcceptsInternalKey, [handler, type]) === true)
+            taking.push(`${type.name}.${name}`);
+        }
+      }
+      // The whole app was seen (summaries, refunds, triage, runs, admin, health, …), not only the gateway.
+      expect(routes).toBeGreaterThan(10);
+      expect(taking).toEqual([`${ChatCompletionsController.name}.create`]);
+    });
   });
 
   describe('the worker’s client in gateway mode', () => {
@@ -200,24 +230,53 @@ describe('the worker’s model calls through the gateway (INTERNAL_API_KEY, X-Te
       expect(await recordsOf(k)).toEqual([`idem:${TENANT_A.tenant}:POST:${GATEWAY}:${k}`]);
     });
 
-    it('fails a call without a tenant with a 401 that is not retried', async () => {
-      const text = `no tenant ${randomUUID()}`;
-      const err = await workerClient()
-        .chat({ messages: ask(text).messages }, { signal: new AbortController().signal, idempotencyKey: key() })
-        .then(
-          () => undefined,
-          (e: unknown) => e,
-        );
-      expect(err).toBeInstanceOf(APIError);
-      expect(classifyLlmError(err)).toMatchObject({ status: 401, retryable: false });
-      expect((err as APIError).message).toMatch(/must name the tenant in one X-Tenant header/);
+    it('gets the gateway’s 401 for a key the api does not know (a rollout, a rotation) as a redelivery, nothing upstream', async () => {
+      const text = `unknown key ${randomUUID()}`;
+      const err = await failureOf(
+        workerClient(UNKNOWN_INTERNAL_KEY).chat({ messages: ask(text).messages }, chatOptions(key())),
+      );
+      expect(err).toBeInstanceOf(GatewayAuthError);
+      expect((err as GatewayAuthError).cause).toBeInstanceOf(APIError);
+      expect(classifyLlmError(err)).toEqual({ kind: 'gateway_auth', retryable: true, status: 401 });
+      expect((err as Error).message).toMatch(/The API key is not valid/);
       expect(upstreamCalls(text)).toHaveLength(0);
     });
 
+    it('gets the gateway’s 401 for a call without a tenant the same way: the gateway refused the credentials', async () => {
+      const text = `no tenant ${randomUUID()}`;
+      const err = await failureOf(
+        workerClient().chat(
+          { messages: ask(text).messages },
+          { signal: new AbortController().signal, idempotencyKey: key() },
+        ),
+      );
+      expect(err).toBeInstanceOf(GatewayAuthError);
+      expect(classifyLlmError(err)).toMatchObject({ kind: 'gateway_auth', retryable: true, status: 401 });
+      expect((err as Error).message).toMatch(/must name the tenant in one X-Tenant header/);
+      expect(upstreamCalls(text)).toHaveLength(0);
+    });
+
+    it.each([401, 403])(
+      'keeps the provider’s own %i, relayed by the gateway, a permanent failure (as when called directly)',
+      async (status) => {
+        const text = `provider refuses ${randomUUID()}`;
+        // Even with WWW-Authenticate: the gateway relays a fixed list of provider headers, not that one.
+        replies.set(text, () => ({
+          kind: 'error',
+          status,
+          headers: { 'www-authenticate': 'Bearer realm="provider"' },
+        }));
+        const err = await failureOf(workerClient().chat({ messages: ask(text).messages }, chatOptions(key())));
+        expect(err).toBeInstanceOf(APIError);
+        expect(err).not.toBeInstanceOf(GatewayAuthError);
+        expect(classifyLlmError(err)).toMatchObject({ kind: 'client', retryable: false, status });
+        expect(upstreamCalls(text)).toHaveLength(1);
+      },
+    );
+
     /*
      * The "worker killed mid-call" guarantee. Timeline: the worker's call
-     * reaches the provider, which holds its answer; the worker goes away
-     * (its request aborted: the connection closes, as a SIGKILL closes it);
+     * reaches the provider, which holds its answer; the worker goes away;
      * its redelivery calls again with the same key while the provider still
      * holds the answer, and is attached to the running call; the provider
      * answers once, and the retry gets that completion. One upstream call.
@@ -225,16 +284,7 @@ describe('the worker’s model calls through the gateway (INTERNAL_API_KEY, X-Te
     it('answers the retry of a call whose caller went away mid-call from the running call: one upstream call', async () => {
       const k = `wf:${randomUUID()}:draft:0`;
       const text = `killed mid-call ${k}`;
-      const release = signal();
-      replies.set(text, async () => {
-        await release.promise;
-        return { kind: 'complete', content: 'answered once' };
-      });
-      const dying = new AbortController();
-      const firstCall = workerClient().chat({ messages: ask(text).messages }, chatOptions(k, dying.signal));
-      await eventually(() => (upstreamCalls(text).length === 1 ? true : undefined), 5000, 'the call upstream');
-      dying.abort();
-      await expect(firstCall).rejects.toBeInstanceOf(APIUserAbortError);
+      const { answer } = await killedMidCall(text, k, 'answered once');
       // The record is still running: the gateway keeps the upstream call going for a retry.
       const [record] = await recordsOf(k);
       expect(await redis.hget(record, 'state')).toBe('running');
@@ -249,7 +299,7 @@ describe('the worker’s model calls through the gateway (INTERNAL_API_KEY, X-Te
         'the retry attached to the running call',
       );
       // … and gets its completion once the provider answers.
-      release.resolve();
+      answer();
       const completion = await retry;
       expect(completion.choices[0].message.content).toBe('answered once');
       expect(upstreamCalls(text)).toHaveLength(1);
@@ -263,17 +313,8 @@ describe('the worker’s model calls through the gateway (INTERNAL_API_KEY, X-Te
     it('answers the retry from the record when the call finished after its caller went away: one upstream call', async () => {
       const k = `wf:${randomUUID()}:draft:0`;
       const text = `finished after the kill ${k}`;
-      const release = signal();
-      replies.set(text, async () => {
-        await release.promise;
-        return { kind: 'complete', content: 'stored for the retry' };
-      });
-      const dying = new AbortController();
-      const firstCall = workerClient().chat({ messages: ask(text).messages }, chatOptions(k, dying.signal));
-      await eventually(() => (upstreamCalls(text).length === 1 ? true : undefined), 5000, 'the call upstream');
-      dying.abort();
-      await expect(firstCall).rejects.toBeInstanceOf(APIUserAbortError);
-      release.resolve();
+      const { answer } = await killedMidCall(text, k, 'stored for the retry');
+      answer();
       const record = `idem:${TENANT_A.tenant}:POST:${GATEWAY}:${k}`;
       await eventually(
         async () => ((await redis.hget(record, 'state')) === 'completed' ? true : undefined),
@@ -290,8 +331,8 @@ describe('the worker’s model calls through the gateway (INTERNAL_API_KEY, X-Te
       // runs: a duplicate cannot be attached and gets 409 (gateway.e2e-spec's "too-large whole answer").
       const k = `wf:${randomUUID()}:classify:0`;
       const text = `held 409 ${k}`;
-      const reached = signal();
-      const resume = signal();
+      const reached = Promise.withResolvers<void>();
+      const resume = Promise.withResolvers<void>();
       replies.set(text, () => ({
         kind: 'huge',
         contentType: 'application/json',
@@ -310,12 +351,7 @@ describe('the worker’s model calls through the gateway (INTERNAL_API_KEY, X-Te
       const drained = first.arrayBuffer();
       await reached.promise;
 
-      const err = await workerClient()
-        .chat({ messages: ask(text).messages }, chatOptions(k))
-        .then(
-          () => undefined,
-          (e: unknown) => e,
-        );
+      const err = await failureOf(workerClient().chat({ messages: ask(text).messages }, chatOptions(k)));
       expect(err).toBeInstanceOf(APIError);
       const classified = classifyLlmError(err);
       expect(classified).toMatchObject({ kind: 'conflict', retryable: true, status: 409 });
@@ -359,6 +395,72 @@ describe('the worker’s model calls through the gateway (INTERNAL_API_KEY, X-Te
         expect(await redis.hget(record, 'state')).toBe('completed');
       } finally {
         await worker.close();
+        await db.destroy();
+        await direct.stop();
+      }
+    });
+
+    /*
+     * Rollout skew, as docs/operations.md's Upgrading tells it: a worker that
+     * has INTERNAL_API_KEY before the api does (or still the old one while
+     * the key rotates) is refused by the gateway. Timeline: the job is
+     * enqueued; worker A, whose key the api does not know, takes it and is
+     * refused (401): the delivery fails as transient, the entry stays pending,
+     * nothing is dead-lettered or marked failed, nothing goes upstream; worker
+     * B, with the api's key (the rollout done), takes the entry over once
+     * A left it idle and stores the summary with one upstream call.
+     */
+    it('leaves a job refused by the gateway (a key the api does not know yet) for a redelivery, which succeeds', async () => {
+      const direct = await new FakeOpenAiServer(() => ({ kind: 'complete', content: 'called directly' })).start();
+      const db = await testDataSource();
+      const workerEnv = { LLM_GATEWAY_URL: apiUrl, OPENAI_MODEL: 'gpt-test', LLM_MAX_ATTEMPTS: '1' };
+      const ahead = await startWorker({
+        modelUrl: direct.baseUrl,
+        env: { ...workerEnv, INTERNAL_API_KEY: UNKNOWN_INTERNAL_KEY },
+      });
+      let aheadRunning = true;
+      try {
+        const text = `A job while the key rolls out ${randomUUID()}.`;
+        replies.set(text, () => ({ kind: 'complete', content: 'Summarised after the rollout.' }));
+        const accepted = await post(
+          '/v1/summaries',
+          { text, notify: 'reader@example.com' },
+          { authorization: bearer(TENANT_A), 'idempotency-key': key() },
+        );
+        expect(accepted.status).toBe(202);
+        const { job_id: jobId } = (await accepted.json()) as { job_id: string };
+        const summaryOf = () =>
+          db.query<{ summary: string }[]>('SELECT summary FROM summaries WHERE job_id = $1', [jobId]);
+
+        const refused = await ahead.consumer.runOnce();
+        expect(refused.map((o) => o.outcome)).toEqual(['transient']);
+        expect(upstreamCalls(text)).toHaveLength(0);
+        expect(await summaryOf()).toEqual([]);
+        const status = await fetch(`${apiUrl}/v1/summaries/${jobId}`, { headers: { authorization: bearer(TENANT_A) } });
+        expect(((await status.json()) as { status: string }).status).not.toBe('failed');
+        await ahead.close();
+        aheadRunning = false;
+
+        const current = await startWorker({
+          modelUrl: direct.baseUrl,
+          env: { ...workerEnv, INTERNAL_API_KEY: INTERNAL_KEY, CLAIM_IDLE_MS: '100' },
+        });
+        try {
+          // Polled: the entry is taken over once it has been idle for CLAIM_IDLE_MS.
+          const redelivered = await eventually(
+            async () => (await current.consumer.runOnce()).find((o) => o.id === refused[0].id),
+            5000,
+            'the redelivery of the refused job',
+          );
+          expect(redelivered).toMatchObject({ deliveries: 2, outcome: 'done' });
+        } finally {
+          await current.close();
+        }
+        expect(await summaryOf()).toEqual([{ summary: 'Summarised after the rollout.' }]);
+        expect(upstreamCalls(text)).toHaveLength(1);
+        expect(direct.calls).toBe(0);
+      } finally {
+        if (aheadRunning) await ahead.close();
         await db.destroy();
         await direct.stop();
       }

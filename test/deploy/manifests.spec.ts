@@ -3,6 +3,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { configReferenceVariables } from '@app/config';
+import { GATEWAY_MODE_UNUSED_VARIABLES } from '@app/llm';
 import { apiDrainMs, apiEnvSchema, loadApiConfig } from '../../apps/api/src/api.config';
 import { loadRelayConfig, relayEnvSchema } from '../../apps/relay/src/relay.config';
 import { loadWorkerConfig, workerEnvSchema } from '../../apps/worker/src/worker.config';
@@ -674,6 +675,17 @@ function appView(r: Rendering, app: App): AppView {
   return { deployment, template, container, env, where, envProblems };
 }
 
+/**
+ * The variables an app's manifest need not give it although INTERFACE.md or
+ * the reference list them: the worker's provider settings when it is in
+ * gateway mode (LLM_GATEWAY_URL set), which it then does not read. They stay
+ * in INTERFACE.md for the direct mode; the manifests deploy gateway mode.
+ */
+function unusedIn(view: AppView, app: App): ReadonlySet<string> {
+  const gatewayMode = app === 'worker' && Boolean(view.env.get('LLM_GATEWAY_URL')?.value);
+  return new Set<string>(gatewayMode ? GATEWAY_MODE_UNUSED_VARIABLES : []);
+}
+
 function appSettings(view: AppView, app: App): AppSettings {
   const values: Env = Object.fromEntries([...view.env].map(([k, v]) => [k, v.value]));
   try {
@@ -825,17 +837,18 @@ describe('deploy/k8s manifests', () => {
         expect(() => appSettings(view, app)).not.toThrow();
       });
 
-      it(`gets every variable INTERFACE.md and ${CONFIGURATION_DOC} list for the ${app}, and NODE_ENV=production`, () => {
+      it(`gets every variable INTERFACE.md and ${CONFIGURATION_DOC} list for the ${app} (but what gateway mode leaves unused), and NODE_ENV=production`, () => {
         const view = appView(r, app);
         const problems: string[] = [];
+        const unused = unusedIn(view, app);
         for (const name of interfaceSource.env[app]) {
-          if (!view.env.has(name))
+          if (!view.env.has(name) && !unused.has(name))
             problems.push(
               `${view.where}: ${interfaceSource.from} lists ${name} for the ${app}, but neither env nor envFrom provides it`,
             );
         }
         for (const name of docsEnv[app]) {
-          if (!view.env.has(name))
+          if (!view.env.has(name) && !unused.has(name))
             problems.push(
               `${view.where}: ${CONFIGURATION_DOC} lists ${name} for the ${app}, but neither env nor envFrom provides it`,
             );
@@ -984,10 +997,7 @@ describe('deploy/k8s manifests', () => {
           );
         else if (ref.optional) problems.push(`${view.where}: INTERNAL_API_KEY's secretKeyRef is optional`);
       }
-      const apiKey = api.env.get('INTERNAL_API_KEY')?.value;
-      const workerKey = worker.env.get('INTERNAL_API_KEY')?.value;
-      if (apiKey === undefined || apiKey !== workerKey)
-        problems.push(`[${r.name}] the api and the worker do not get the same INTERNAL_API_KEY`);
+      // (The same Secret key for both is what makes it the same value: the check above is the one that can fail.)
 
       // LLM_GATEWAY_URL names a Service that selects the api's pods, by a port it serves (that lands on the api's).
       const gateway = worker.env.get('LLM_GATEWAY_URL');
@@ -1032,6 +1042,21 @@ describe('deploy/k8s manifests', () => {
             );
         }
       }
+      expect(problems).toEqual([]);
+    });
+
+    it("gives the worker in gateway mode no provider settings: no OPENAI_API_KEY (the api's secret), LLM_PROVIDER or OPENAI_BASE_URL", () => {
+      const worker = appView(r, 'worker');
+      const problems: string[] = [];
+      if (!worker.env.get('LLM_GATEWAY_URL')?.value) problems.push(`${worker.where}: not in gateway mode`);
+      for (const name of GATEWAY_MODE_UNUSED_VARIABLES) {
+        const given = worker.env.get(name);
+        if (given) problems.push(`${worker.where}: gets ${name} from ${given.from}, which gateway mode never reads`);
+      }
+      // The api, which calls the provider for both, still gets its key.
+      const apiKey = appView(r, 'api').container.env?.find((e) => e.name === 'OPENAI_API_KEY')?.valueFrom?.secretKeyRef;
+      if (apiKey?.name !== SECRET_NAME || apiKey.key !== 'OPENAI_API_KEY' || apiKey.optional)
+        problems.push(`[${r.name}] the api does not get OPENAI_API_KEY from ${SECRET_NAME} (not optional)`);
       expect(problems).toEqual([]);
     });
 

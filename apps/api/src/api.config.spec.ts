@@ -226,6 +226,18 @@ describe('api configuration', () => {
     );
   });
 
+  it('takes INTERNAL_API_KEY of 24+ characters only in production, as ADMIN_API_KEY', () => {
+    const production = { NODE_ENV: 'production', API_KEYS: 'acme:0123456789abcdef' };
+    const short = 'internal-01234567890123'; // 23: enough outside production
+    expect(loadApiConfig({ INTERNAL_API_KEY: short }).internalApiKey).toBe(short);
+    expect(problemsOf({ ...production, INTERNAL_API_KEY: short })).toEqual(['INTERNAL_API_KEY']);
+    expect(() => loadApiConfig({ ...production, INTERNAL_API_KEY: short })).toThrow(
+      /INTERNAL_API_KEY.*at least 24 characters in production/,
+    );
+    expect(() => loadApiConfig({ ...production, INTERNAL_API_KEY: short })).not.toThrow(short);
+    expect(loadApiConfig({ ...production, INTERNAL_API_KEY: `${short}4` }).internalApiKey).toBe(`${short}4`);
+  });
+
   it('keeps INTERNAL_API_KEY apart from every tenant key and the admin key', () => {
     const key = 'shared-0123456789abcdefgh';
     expect(problemsOf({ API_KEYS: `acme:${key}`, INTERNAL_API_KEY: key })).toEqual(['INTERNAL_API_KEY']);

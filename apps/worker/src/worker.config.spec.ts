@@ -24,6 +24,39 @@ describe('worker configuration', () => {
     expect(loadWorkerConfig({})).toMatchObject({ internalApiKey: undefined, llmGatewayUrl: undefined });
   });
 
+  it.each([
+    ['a path', 'http://api:3000/v1'],
+    ['a path', 'http://api:3000/api/'],
+    ['a query', 'http://api:3000/?x=1'],
+    ['a fragment', 'http://api:3000/#v1'],
+    ['credentials', 'http://user:hunter2@api:3000'],
+  ])('refuses an LLM_GATEWAY_URL with %s (%s): the api’s base URL only, the message naming /v1', (what, url) => {
+    const env = { INTERNAL_API_KEY: 'internal-0123456789', LLM_GATEWAY_URL: url };
+    expect(problemsOf(env)).toEqual(['LLM_GATEWAY_URL']);
+    expect(() => loadWorkerConfig(env)).toThrow(new RegExp(`LLM_GATEWAY_URL.*without /v1.*has ${what}`));
+    expect(() => loadWorkerConfig(env)).not.toThrow(/hunter2/);
+  });
+
+  it('skips the provider checks in gateway mode: LLM_PROVIDER=openai needs no OPENAI_API_KEY, and none is kept', () => {
+    const gateway = { INTERNAL_API_KEY: 'internal-0123456789', LLM_GATEWAY_URL: 'http://api:3000' };
+    // Direct, the same settings stop the start.
+    expect(problemsOf({ LLM_PROVIDER: 'openai', OPENAI_BASE_URL: 'not a url' })).toEqual([
+      'LLM_PROVIDER',
+      'OPENAI_BASE_URL',
+    ]);
+    expect(
+      loadWorkerConfig({ ...gateway, LLM_PROVIDER: 'openai', OPENAI_BASE_URL: 'not a url', OPENAI_MODEL: 'gpt-x' }),
+    ).toMatchObject({ llmGatewayUrl: 'http://api:3000', openaiApiKey: undefined, openaiModel: 'gpt-x' });
+    expect(loadWorkerConfig({ ...gateway, OPENAI_API_KEY: 'sk-unused' }).openaiApiKey).toBeUndefined();
+    expect(problemsOf({ ...gateway, LLM_PROVIDER: 'anthropic' })).toEqual([]);
+  });
+
+  it('takes INTERNAL_API_KEY of 24+ characters only in production', () => {
+    const env = { NODE_ENV: 'production', LLM_GATEWAY_URL: 'http://api:3000' };
+    expect(problemsOf({ ...env, INTERNAL_API_KEY: 'internal-01234567890123' })).toEqual(['INTERNAL_API_KEY']);
+    expect(problemsOf({ ...env, INTERNAL_API_KEY: 'internal-012345678901234' })).toEqual([]);
+  });
+
   it('takes INTERNAL_API_KEY and LLM_GATEWAY_URL together, the URL without a trailing slash', () => {
     expect(
       loadWorkerConfig({ INTERNAL_API_KEY: 'internal-0123456789', LLM_GATEWAY_URL: 'http://api:3000/' }),

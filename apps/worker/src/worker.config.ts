@@ -1,6 +1,6 @@
 import { httpServerEnv } from '@app/http';
 import { commonEnv, redisDurabilityEnv, ConfigOf, env, parseConfig, processEnv, type Env } from '@app/config';
-import { internalApiKeyEnv, llmGatewayEnv, llmProviderEnv } from '@app/llm';
+import { internalApiKeyEnv, llmGatewayEnv, llmProviderUnlessGatewayEnv } from '@app/llm';
 import { jobStreamPartitionsEnv } from '@app/summary-queue';
 
 /** Every variable the worker reads (INTERFACE.md); the manifests are checked against it. */
@@ -24,7 +24,8 @@ export const workerEnvSchema = {
     { max: 3600 },
     { describe: "one delivery's deadline; fractions allowed" },
   ),
-  ...llmProviderEnv,
+  // With LLM_GATEWAY_URL, LLM_PROVIDER and OPENAI_API_KEY / OPENAI_BASE_URL are not read: the api holds the provider.
+  ...llmProviderUnlessGatewayEnv,
   ...internalApiKeyEnv,
   ...llmGatewayEnv,
   llmCallTimeoutMs: env.secondsAsMs(

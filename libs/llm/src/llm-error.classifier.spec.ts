@@ -8,7 +8,7 @@ import {
   RateLimitError,
 } from 'openai';
 import { classifyLlmError } from './llm-error.classifier';
-import { CallTimeoutError, EmptyCompletionError } from './llm.errors';
+import { CallTimeoutError, EmptyCompletionError, GatewayAuthError } from './llm.errors';
 
 const apiError = (status: number, headers: Record<string, string> = {}) =>
   APIError.generate(status, { error: { message: 'x' } }, 'x', new Headers(headers));
@@ -96,8 +96,16 @@ describe('classifyLlmError', () => {
     });
   });
 
-  it('does not retry the gateway’s refusals of the internal key (401) or of a reused key (422)', () => {
+  it('does not retry a provider’s 401 or 403, nor a reused key (422)', () => {
     expect(classifyLlmError(apiError(401))).toMatchObject({ kind: 'client', retryable: false });
+    expect(classifyLlmError(apiError(403))).toMatchObject({ kind: 'client', retryable: false });
     expect(classifyLlmError(apiError(422))).toMatchObject({ kind: 'client', retryable: false });
+  });
+
+  it('retries the gateway refusing the internal key (a rollout or a rotation), so the job is redelivered', () => {
+    for (const status of [401, 403]) {
+      const refused = new GatewayAuthError(status, 'x', { cause: apiError(status, { 'www-authenticate': 'Bearer' }) });
+      expect(classifyLlmError(refused)).toEqual({ kind: 'gateway_auth', retryable: true, status });
+    }
   });
 });

@@ -18,18 +18,26 @@ export interface LlmModuleOptions {
    * answered from the record (or attached to the running call) on retry.
    */
   readonly gatewayUrl?: string;
-  /** The key gateway mode authenticates with; both this and `gatewayUrl`, or neither (the config checks). */
+  /** The key gateway mode authenticates with; both this and `gatewayUrl`, or neither. */
   readonly internalApiKey?: string;
 }
 
-/** The client forRoot builds: the gateway, the provider directly, or the built-in fake. */
+/**
+ * The client forRoot builds: the gateway, the provider directly, or the
+ * built-in fake. One of `gatewayUrl` and `internalApiKey` without the other
+ * throws: the config refuses that at boot, and a caller that got here
+ * otherwise would silently call the provider directly.
+ */
 export function llmClientFor(options: LlmModuleOptions): LlmClient {
   // A backstop only: RetryPolicy's wall clock cuts first.
   const requestTimeoutMs = options.callTimeoutMs + 1000;
+  if ((options.gatewayUrl === undefined) !== (options.internalApiKey === undefined))
+    throw new Error('LlmModule: gateway mode needs both gatewayUrl and internalApiKey, or neither');
   if (options.gatewayUrl !== undefined && options.internalApiKey !== undefined)
     return new OpenAiLlmClient({
       apiKey: options.internalApiKey,
-      baseUrl: `${options.gatewayUrl.replace(/\/+$/, '')}/v1`,
+      // The config gives the URL's origin (LLM_GATEWAY_URL is the api's base URL, nothing else).
+      baseUrl: `${options.gatewayUrl}/v1`,
       model: options.model,
       requestTimeoutMs,
       sendTenant: true,

@@ -122,4 +122,18 @@ describe('ApiKeyGuard.authenticate', () => {
       refused: 'The API key is not valid.',
     });
   });
+
+  it('refuses to be built with an internal key that is also a tenant key (the config stops that first)', () => {
+    expect(
+      () =>
+        new ApiKeyGuard(
+          new Reflector(),
+          [
+            { tenant: 'acme', key: 'acme-key-0123456789' },
+            { tenant: 'globex', key: INTERNAL },
+          ],
+          INTERNAL,
+        ),
+    ).toThrow(/INTERNAL_API_KEY must differ from every tenant key/);
+  });
 });

@@ -57,6 +57,10 @@ export class ApiKeyGuard implements CanActivate {
     @Inject(API_KEYS) entries: readonly ApiKeyEntry[],
     @Optional() @Inject(INTERNAL_API_KEY) internalKey?: string,
   ) {
+    // The config refuses this at boot; here too, as the guard is what it would break: a tenant key that were
+    // also the internal key would match that tenant first, and the internal key would never name another.
+    if (internalKey !== undefined && entries.some((e) => e.key === internalKey))
+      throw new Error('ApiKeyGuard: INTERNAL_API_KEY must differ from every tenant key');
     this.keys = [
       ...entries.map((e) => ({ digest: digest(e.key), tenant: e.tenant })),
       // tenant undefined: the internal key, whose tenant the request names.
