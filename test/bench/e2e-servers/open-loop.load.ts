@@ -1,13 +1,15 @@
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
+import { CHAINS, chainNamed, notifyAddress } from './chains';
 
 /*
- * The end-to-end bench's open-loop load: POST /v1/summaries `rate` times a
- * second for `seconds`, on a fixed schedule whatever the answers (a request
- * is sent when its time comes, however many are still unanswered), each with
- * a fresh Idempotency-Key and a unique `notify` (`<tag>-<i>@bench.example`)
- * that the notification carries back as payload.to. Run to completion in a
- * process of its own; prints one JSON line on stdout (LoadReport).
+ * The end-to-end benches' open-loop load: POSTs a chain's route (chains.ts:
+ * /v1/summaries, /v1/triage) `rate` times a second for `seconds`, on a fixed
+ * schedule whatever the answers (a request is sent when its time comes,
+ * however many are still unanswered), each with a fresh Idempotency-Key and a
+ * unique `notify` (`<tag>-<i>@bench.example`) that the notification carries
+ * back as payload.to. Run to completion in a process of its own; prints one
+ * JSON line on stdout (LoadReport).
  *
  * Times are ms since the epoch on the high-resolution clock
  * (performance.timeOrigin + performance.now()), as the webhook receiver
@@ -15,7 +17,7 @@ import { performance } from 'node:perf_hooks';
  * not from when it actually left: a sender that fell behind does not hide its
  * delay (no coordinated omission); lagMaxMs says how far behind it fell.
  *
- * Args: url, bearer key, rate, seconds, tag.
+ * Args: api origin, bearer key, chain, rate, seconds, tag.
  */
 export interface LoadReport {
   readonly sent: number;
@@ -34,11 +36,12 @@ export interface LoadReport {
   readonly answerP99Ms: number;
 }
 
-const [url, key, rateArg, secondsArg, tag] = process.argv.slice(2);
+const [origin, key, chainArg, rateArg, secondsArg, tag] = process.argv.slice(2);
+const chain = CHAINS[chainNamed(chainArg)];
+const url = origin + chain.path;
 const rate = Number(rateArg);
 const total = Math.round(rate * Number(secondsArg));
 const interval = 1000 / rate;
-const body = (to: string) => JSON.stringify({ text: 'Open-loop load measures the whole chain.', notify: to });
 const now = () => performance.timeOrigin + performance.now();
 
 const scheduled: Record<string, number> = {};
@@ -50,7 +53,7 @@ let lagMaxMs = 0;
 const inFlight: Promise<void>[] = [];
 
 function send(i: number, at: number): void {
-  const to = `${tag}-${i}@bench.example`;
+  const to = notifyAddress(tag, i);
   scheduled[to] = at;
   const t = now();
   sentAt[to] = t;
@@ -59,7 +62,7 @@ function send(i: number, at: number): void {
     fetch(url, {
       method: 'POST',
       headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'idempotency-key': randomUUID() },
-      body: body(to),
+      body: JSON.stringify(chain.body(to)),
     })
       .then(async (res) => {
         await res.arrayBuffer();
