@@ -131,7 +131,8 @@ export interface ClosedLoopWindow extends ChainWindow {
 }
 
 const mb = (bytes: number): number => +(bytes / 2 ** 20).toFixed(1);
-const ms = (x: number): number => +x.toFixed(1);
+/** Rounded to 0.1 ms; a percentile of no values (nothing arrived) is NaN. */
+const ms = (x: number | undefined): number => +(x ?? NaN).toFixed(1);
 
 /**
  * Starts the stack on a flushed Redis database and emptied tables, runs `use`

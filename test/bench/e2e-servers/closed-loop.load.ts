@@ -1,6 +1,4 @@
-import { randomUUID } from 'node:crypto';
-import { performance } from 'node:perf_hooks';
-import { CHAINS, chainNamed, notifyAddress } from './chains';
+import { chainNamed, notifyAddress, now, postRun, type SentRuns } from './chains';
 import type { Arrival } from './webhook-receiver.server';
 
 /*
@@ -13,21 +11,14 @@ import type { Arrival } from './webhook-receiver.server';
  * by the unique `notify` each run carries; the receiver also keeps every
  * arrival, from which the bench counts duplicates and strays itself.
  *
- * Times are ms since the epoch on the high-resolution clock, as the receiver
- * stamps arrivals. Run to completion in a process of its own; prints
+ * Times are chains.ts's `now()`, the clock the receiver stamps arrivals
+ * with. Run to completion in a process of its own; prints
  * `sending` on stderr when the clients start, and one JSON line on stdout
  * (ClosedLoopReport).
  *
  * Args: api origin, bearer key, chain, clients, seconds, tag, receiver origin.
  */
-export interface ClosedLoopReport {
-  readonly sent: number;
-  /** When each run's POST left, by its notify address. */
-  readonly sentAt: Record<string, number>;
-  /** Answers by status (0: no answer, a network error). */
-  readonly statuses: Record<string, number>;
-  /** Requests that got no answer, by error (its cause's code, or its message). */
-  readonly errors: Record<string, number>;
+export interface ClosedLoopReport extends SentRuns {
   /** Runs whose notification the client saw. */
   readonly completed: number;
   /** Accepted runs whose notification did not come within the wait (30 s): counted missing by the bench too. */
@@ -46,15 +37,12 @@ export interface ClosedLoopReport {
 const WAIT_MS = 30_000;
 
 const [origin, key, chainArg, clientsArg, secondsArg, tag, receiver] = process.argv.slice(2);
-const chain = CHAINS[chainNamed(chainArg)];
-const url = origin + chain.path;
+const chain = chainNamed(chainArg);
 const clients = Number(clientsArg);
-const now = () => performance.timeOrigin + performance.now();
 
 const waiting = new Map<string, (at: number) => void>();
 const sentAt: Record<string, number> = {};
-const statuses: Record<string, number> = {};
-const errors: Record<string, number> = {};
+const counts = { statuses: {} as Record<string, number>, errors: {} as Record<string, number> };
 const latencies: number[] = [];
 const answers: number[] = [];
 let timedOut = 0;
@@ -92,23 +80,8 @@ async function oneRun(i: number): Promise<void> {
   });
   const t0 = now();
   sentAt[to] = t0;
-  let accepted = false;
-  try {
-    const res = await fetch(url, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'idempotency-key': randomUUID() },
-      body: JSON.stringify(chain.body(to)),
-    });
-    await res.arrayBuffer();
-    statuses[res.status] = (statuses[res.status] ?? 0) + 1;
-    accepted = res.status === 202;
-    if (accepted) answers.push(now() - t0);
-  } catch (err) {
-    const cause = (err as Error & { cause?: { code?: string; message?: string } }).cause;
-    statuses['0'] = (statuses['0'] ?? 0) + 1;
-    const why = cause?.code ?? cause?.message ?? (err as Error).message;
-    errors[why] = (errors[why] ?? 0) + 1;
-  }
+  const accepted = await postRun(origin, key, chain, to, counts);
+  if (accepted) answers.push(now() - t0);
   const at = accepted ? await arrived : undefined;
   clearTimeout(timer);
   waiting.delete(to);
@@ -139,8 +112,7 @@ async function main(): Promise<void> {
   const report: ClosedLoopReport = {
     sent: next,
     sentAt,
-    statuses,
-    errors,
+    ...counts,
     completed: latencies.length,
     timedOut,
     firstSendAt,
