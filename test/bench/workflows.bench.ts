@@ -177,7 +177,7 @@ export function printWorkflows(results: WorkflowsBenchResults): void {
       ...processesOf(r),
     })),
   );
-  console.log('Medians of the rounds, and triage over summaries');
+  console.log('Medians of the rounds (CPU per run from the closed loop), and triage over summaries');
   const medians = (chain: ChainName) => {
     const closed = results.closed.filter((r) => r.chain === chain);
     const open = results.open.filter((r) => r.chain === chain);
