@@ -1,16 +1,14 @@
-import { DEAD_LETTER_STREAM, JOBS_STREAM, jobRecordKey } from '@app/summary-queue';
+import { DEAD_LETTER_STREAM, fieldsOf, JOBS_STREAM, jobRecordKey } from '@app/summary-queue';
 import type { Redis } from 'ioredis';
-import { spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { join } from 'node:path';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import { ApiHarness, bearer, startApi, TENANT_A } from '../support/api-harness';
-import { freshRedis, testDatabaseUrl, testDataSource, testRedisUrl } from '../support/infra';
+import { freshRedis, testDataSource } from '../support/infra';
+import { adminCli } from '../support/admin-cli';
 import { metricValue } from '../support/metrics';
 
 const ADMIN = { key: 'admin-key-0123456789abcdefghij' };
-const ROOT = join(__dirname, '..', '..');
 
 /** The shared workflows queue with one partition (JOB_STREAM_PARTITIONS=1): what QueueLayout('workflows', 1) names. */
 const WF_DEAD = '{workflows}:dead';
@@ -65,7 +63,6 @@ describe('operating the dead letters of every queue: summaries and workflows', (
 
   const admin = (method: 'get' | 'post', path: string) =>
     request(api.server)[method](path).set('Authorization', bearer(ADMIN));
-  const fieldsOf = (flat: string[]) => Object.fromEntries(flat.flatMap((v, i) => (i % 2 ? [] : [[v, flat[i + 1]]])));
 
   it('re-drive puts back every field of a workflow step (and an unknown one), in order, and nothing of the dead letter', async () => {
     const runId = randomUUID();
@@ -135,7 +132,6 @@ describe('operating the dead letters of every queue: summaries and workflows', (
         workflow: 'triage',
         step: 'classify',
         jobId: triage1,
-        runId: triage1,
         tenant: TENANT_A.tenant,
         reason: 'llm_client',
         detail: '400 Bad Request',
@@ -165,7 +161,7 @@ describe('operating the dead letters of every queue: summaries and workflows', (
         queue: 'workflows',
         workflow: 'triage',
         step: 'notify',
-        runId: triage2,
+        jobId: triage2,
         reason: 'llm_client',
         fields: fieldsOf([...stepFields(triage2, 'triage', 'notify'), ...deadFields]),
       });
@@ -256,14 +252,32 @@ describe('operating the dead letters of every queue: summaries and workflows', (
       expect(await redis.xlen(WF_DEAD)).toBe(3);
     });
 
+    it('takes a summaries dead letter’s id with a summaries/ prefix, and answers with the id as listed', async () => {
+      expect((await admin('get', '/admin/dead-letters/summaries/6-0').expect(200)).body).toMatchObject({
+        id: '6-0',
+        jobId: summary,
+      });
+      const res = (await admin('post', '/admin/dead-letters/summaries%2F6-0/redrive').expect(200)).body;
+      expect(res).toMatchObject({ dead_letter: '6-0', job_id: summary, workflow: 'summaries' });
+      expect(await redis.xlen(JOBS_STREAM)).toBe(1);
+      expect(ids(await list())).toEqual(['workflows/5-0', '7-0', 'workflows/7-0', 'workflows/8-0']);
+    });
+
+    it('answers a queue this system does not have with a problem type of its own', async () => {
+      const res = await admin('post', '/admin/dead-letters/nope/5-0/redrive').expect(404);
+      expect(res.body).toMatchObject({ type: 'urn:llm-workflows:problem:no-such-queue', title: 'No such queue' });
+      expect(await redis.xlen(WF_DEAD)).toBe(3);
+    });
+
+    it('pages a filtered listing with next while more may follow', async () => {
+      const page = (await admin('get', '/admin/dead-letters?workflow=summaries&count=1').expect(200)).body;
+      expect(page).toMatchObject({ dead_letters: [{ id: '6-0' }], next: '6-0' });
+      const last = (await admin('get', '/admin/dead-letters?workflow=summaries&after=6-0').expect(200)).body;
+      expect(last).toEqual({ dead_letters: [expect.objectContaining({ id: '7-0' })] });
+    });
+
     describe('the admin CLI', () => {
-      const cli = (...args: string[]) => {
-        const r = spawnSync(process.execPath, [join(ROOT, 'dist', 'apps', 'admin', 'main.js'), ...args], {
-          env: { PATH: process.env.PATH, REDIS_URL: testRedisUrl(), DATABASE_URL: testDatabaseUrl() },
-          encoding: 'utf8',
-        });
-        return { code: r.status, out: r.stdout, err: r.stderr };
-      };
+      const cli = adminCli();
 
       it('lists, shows, counts and re-drives one workflow’s dead letters', async () => {
         const listed = cli('dead-letters', 'list', '--workflow', 'triage');

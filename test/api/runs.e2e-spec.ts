@@ -1,10 +1,21 @@
 import { ProblemTypes } from '@app/problem';
 import { jobIdFor, jobRecordKey, JOBS_STREAM } from '@app/summary-queue';
-import { QueueLayout, WorkflowClient } from '@app/workflows';
+import { Controller, Global, Module, type Type } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import { REDIS_CLIENT } from '@app/redis';
+import {
+  InjectWorkflow,
+  QueueLayout,
+  RunTenantMismatchError,
+  WorkflowClient,
+  WorkflowClientModule,
+  WorkflowHandle,
+  WorkflowRunsReader,
+} from '@app/workflows';
 import type { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import request from 'supertest';
-import type { DataSource } from 'typeorm';
+import { DataSource } from 'typeorm';
 import { ApiHarness, bearer, startApi, TENANT_A, TENANT_B } from '../support/api-harness';
 import { freePort, freshRedis, startRedisServer, testDataSource, truncateAll } from '../support/infra';
 
@@ -256,15 +267,53 @@ describe('GET /v1/runs/:runId', () => {
 
   it("the client's start on the summaries queue writes what the summaries route writes: no workflow field", async () => {
     const client = api.app.get(WorkflowClient);
-    const key = `${TENANT_A.tenant}:POST:/v1/summaries:key-${randomUUID()}`;
-    const { runId, entryId } = await client.start('summaries', summaryBody, { tenant: TENANT_A.tenant, key });
-    expect(runId).toBe(jobIdFor(key));
+    const operation = `${TENANT_A.tenant}:POST:/v1/summaries:key-${randomUUID()}`;
+    const { runId, entryId } = await client.start('summaries', summaryBody, {
+      tenant: TENANT_A.tenant,
+      idempotency: { operation },
+    });
+    expect(runId).toBe(jobIdFor(operation));
     const entries = await redis.xrange(JOBS_STREAM, '-', '+');
     expect(entries).toEqual([
       [entryId, ['job_id', runId, 'tenant', TENANT_A.tenant, 'payload', JSON.stringify(summaryBody)]],
     ]);
     expect(Object.keys(await redis.hgetall(jobRecordKey(runId))).sort()).toEqual(['accepted_at', 'tenant']);
     expect((await get(runId).expect(200)).body.workflow).toBe('summaries');
+  });
+
+  it("refuses a start whose operation is not the tenant's scope, before writing anything", async () => {
+    const client = api.app.get(WorkflowClient);
+    // Tenant B's operation (or a bare key) would name B's run: starting it as A would hand that run to A.
+    for (const operation of [
+      `${TENANT_B.tenant}:POST:/v1/triage:key-1`,
+      'key-1',
+      `${TENANT_A.tenant}-x:POST:/v1/triage:k`,
+    ])
+      await expect(
+        client.start('triage', triageBody, { tenant: TENANT_A.tenant, idempotency: { operation } }),
+      ).rejects.toBeInstanceOf(RunTenantMismatchError);
+    expect(await redis.keys('*')).toEqual([]);
+  });
+
+  it('503 problem while PostgreSQL is down, for a run Redis knows as queued too: not a guess from the record', async () => {
+    const runId = await start('/v1/triage');
+    const down = await testDataSource();
+    await down.destroy();
+    const lonely = await startApi({
+      override: (b) => b.overrideProvider(WorkflowRunsReader).useValue(new WorkflowRunsReader(down)),
+    });
+    try {
+      for (const id of [runId, randomUUID()]) {
+        const res = await get(id, TENANT_A, lonely.server).expect(503);
+        expect(res.headers['content-type']).toMatch(/^application\/problem\+json/);
+        expect(res.body).toMatchObject({ type: ProblemTypes.serviceUnavailable, status: 503 });
+        expect(res.headers['retry-after']).toBe('1');
+      }
+      // The api reading a live PostgreSQL answers queued from the record: the 503 was PostgreSQL's.
+      expect((await get(runId).expect(200)).body.status).toBe('queued');
+    } finally {
+      await lonely.close();
+    }
   });
 
   it('done from PostgreSQL while Redis is down; what only Redis knows is a 503, not a guess', async () => {
@@ -295,7 +344,12 @@ describe('GET /v1/runs/:runId', () => {
     }
   });
   it('documents POST /v1/triage and GET /v1/runs/{runId} in OpenAPI: tenant key, answer schemas, problems', async () => {
-    type Op = { security?: unknown; responses: Record<string, { content?: Record<string, { schema?: unknown }> }> };
+    type Op = {
+      security?: unknown;
+      parameters?: unknown[];
+      responses: Record<string, { content?: Record<string, { schema?: unknown }> }>;
+    };
+    type Schema = { properties: Record<string, { description?: string }> };
     const doc = (await request(api.server).get('/docs/openapi.json').expect(200)).body as {
       paths: Record<string, Record<string, Op>>;
     };
@@ -310,6 +364,18 @@ describe('GET /v1/runs/:runId', () => {
     expect(Object.keys(read.responses)).toEqual(expect.arrayContaining(['200', '401', '404', '503']));
     expect(read.responses['404'].content?.['application/problem+json']).toBeDefined();
     expect(read.responses['200'].content?.['application/json']?.schema).toBeDefined();
+    expect(read.parameters).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({ name: 'runId', in: 'path', schema: expect.objectContaining({ format: 'uuid' }) }),
+      ]),
+    );
+    // text and notify: summaries' rules (one source), triage's own descriptions.
+    const schemas = (doc as unknown as { components: { schemas: Record<string, Schema> } }).components.schemas;
+    const triage = schemas.CreateTriageDto.properties;
+    expect(Object.keys(triage)).toEqual(['ticket_id', 'text', 'notify']);
+    expect(triage.text).toMatchObject({ description: "The ticket's text", minLength: 1, maxLength: 100_000 });
+    expect(triage.notify).toMatchObject({ description: 'Who is told when the triage is ready', format: 'email' });
+    expect(schemas.CreateSummaryDto.properties.text.description).toBe('The text to summarise');
   });
 });
 
@@ -350,5 +416,62 @@ describe('GET /v1/runs/:runId with JOB_STREAM_PARTITIONS=4', () => {
     const lengths = await Promise.all(layout.partitions.map((p) => redis.xlen(p.jobs)));
     expect(lengths.reduce((a, b) => a + b, 0)).toBe(8);
     expect(await redis.exists('{workflows}:jobs')).toBe(0);
+  });
+});
+
+/** A route of a workflow the api did not register: a Nest app must refuse to start, not fail at the first request. */
+@Controller('v1/refund-review')
+class RefundReviewController {
+  constructor(@InjectWorkflow('refund_review') readonly handle: WorkflowHandle) {}
+}
+@Controller('v1/triage-only')
+class TriageOnlyController {
+  constructor(@InjectWorkflow('triage') readonly handle: WorkflowHandle) {}
+}
+
+describe('@InjectWorkflow', () => {
+  it('stops an app at boot for a workflow WorkflowClientModule.forClient does not list', async () => {
+    // The client's own dependencies, real and closed here (a failed compile closes nothing it made).
+    const redis = await freshRedis();
+    const db = await testDataSource();
+    @Global()
+    @Module({
+      providers: [
+        { provide: REDIS_CLIENT, useValue: redis },
+        { provide: DataSource, useValue: db },
+      ],
+      exports: [REDIS_CLIENT, DataSource],
+    })
+    class Infra {}
+    try {
+      const app = (controllers: Type[]) =>
+        Test.createTestingModule({
+          imports: [Infra, WorkflowClientModule.forClient({ workflows: ['triage'] })],
+          controllers,
+        }).compile();
+      await expect(app([RefundReviewController])).rejects.toThrow(/workflows:handle:refund_review/);
+      // The same app with the registered workflow's handle starts.
+      await (await app([TriageOnlyController])).close();
+    } finally {
+      await db.destroy();
+      redis.disconnect();
+    }
+  });
+
+  it("gives a registered workflow's handle, whose start is the client's for that workflow", async () => {
+    const redis = await freshRedis();
+    const api = await startApi();
+    try {
+      const handle = api.app.get<WorkflowHandle>('workflows:handle:triage');
+      const operation = `${TENANT_A.tenant}:POST:/v1/triage:key-${randomUUID()}`;
+      const { runId } = await handle.start(triageBody, { tenant: TENANT_A.tenant, idempotency: { operation } });
+      expect(runId).toBe(jobIdFor(operation));
+      expect((await redis.xrange('{workflows}:jobs', '-', '+')).map(([, f]) => f)).toEqual([
+        ['job_id', runId, 'tenant', TENANT_A.tenant, 'payload', JSON.stringify(triageBody), 'workflow', 'triage'],
+      ]);
+    } finally {
+      await api.close();
+      redis.disconnect();
+    }
   });
 });

@@ -89,6 +89,65 @@ describe('retention of finished workflow runs (WORKFLOW_RUN_RETENTION_DAYS)', ()
     await expect(retention.runOnce()).resolves.toBe(0);
   });
 
+  it('deletes one batch per transaction: per-call counts of a small batch', async () => {
+    for (let i = 0; i < 5; i++) await run(`old-${i}`, i % 2 ? 'failed' : 'done', 31 + i);
+    await run('recent-done', 'done', 1);
+    const { retention } = await compile({ retentionDays: 30, batch: 2, pauseMs: 0, autoStart: false });
+    const counts = [];
+    for (let i = 0; i < 4; i++) counts.push(await retention.deleteBatch());
+    expect(counts).toEqual([2, 2, 1, 0]);
+    expect(await kept()).toEqual([{ error: 'recent-done', steps: 2 }]);
+  });
+
+  it('skips a run another transaction holds (SKIP LOCKED), deletes the rest, and takes it at the next sweep', async () => {
+    const held = await run('held', 'done', 40);
+    await run('old-a', 'done', 31);
+    await run('old-b', 'failed', 32);
+    const other = db.createQueryRunner();
+    await other.connect();
+    try {
+      await other.startTransaction();
+      await other.query(`SELECT run_id FROM workflow_runs WHERE run_id = $1 FOR UPDATE`, [held]);
+      const { retention } = await compile({ retentionDays: 30, batch: 1, pauseMs: 0, autoStart: false });
+      await expect(retention.runOnce()).resolves.toBe(2);
+      expect(await kept()).toEqual([{ error: 'held', steps: 2 }]);
+      await other.commitTransaction();
+      await expect(retention.runOnce()).resolves.toBe(1);
+      expect(await kept()).toEqual([]);
+    } finally {
+      await other.release();
+    }
+  });
+
+  it('gives a batch up past lock_timeout (a step row held): no error, nothing half done, the next sweep deletes it', async () => {
+    const held = await run('held', 'done', 40);
+    await run('old-a', 'done', 31);
+    const other = db.createQueryRunner();
+    await other.connect();
+    try {
+      await other.startTransaction();
+      // A step committing holds its row: the cascade from the run waits for it, up to lock_timeout.
+      await other.query(`SELECT step FROM workflow_steps WHERE run_id = $1 FOR UPDATE`, [held]);
+      const { retention } = await compile({
+        retentionDays: 30,
+        batch: 10,
+        pauseMs: 0,
+        lockTimeoutMs: 50,
+        autoStart: false,
+      });
+      await expect(retention.runOnce()).resolves.toBe(0);
+      expect(await kept()).toEqual([
+        { error: 'held', steps: 2 },
+        { error: 'old-a', steps: 2 },
+      ]);
+      await other.commitTransaction();
+      await expect(retention.runOnce()).resolves.toBe(2);
+      expect(await kept()).toEqual([]);
+    } finally {
+      await other.release();
+    }
+  });
+
   it('sweeps once as it starts, reports to liveness while it runs, and leaves liveness when stopped', async () => {
     await run('old-done', 'done', 31);
     await run('recent-done', 'done', 1);

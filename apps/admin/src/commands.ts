@@ -16,13 +16,14 @@ export const USAGE = `usage: admin <command>
                                    failed runs too
   dead-letters list [--count N] [--after ID] [--workflow NAME]
                                    dead letters of every queue and partition,
-                                   oldest first, with their reason
+                                   oldest first, with their reason; next (when
+                                   set) is the --after of the next page
   dead-letters show ID             one dead letter with every field of its entry
   dead-letters redrive ID          put one back into its partition's job stream
                                    (same job id, every field kept)
   dead-letters redrive --all [--workflow NAME]
                                    every dead letter (of the workflow) that can
-                                   run again
+                                   run again, up to the newest as it starts
   outbox parked [--count N]        outbox rows that ran out of attempts
   outbox requeue ID                give one parked row fresh attempts, due now
   outbox requeue --all             every parked row
@@ -95,7 +96,10 @@ export async function runCommand(ops: OperationsService, argv: readonly string[]
       const after = raw === undefined || raw === '' ? undefined : checkedId('--after', raw, parseDeadLetterId);
       const name = workflow(args);
       if (args.length) throw new UsageError(`unexpected ${args.join(' ')}`);
-      return done({ dead_letters: await ops.listDeadLetters(n, after, name === undefined ? {} : { workflow: name }) });
+      const page = await ops.listDeadLetters(n, after, name === undefined ? {} : { workflow: name });
+      return done(
+        page.next === undefined ? { dead_letters: page.letters } : { dead_letters: page.letters, next: page.next },
+      );
     }
     case 'dead-letters show': {
       if (args.length !== 1 || args[0].startsWith('--')) throw new UsageError('give one dead-letter id');
@@ -107,12 +111,14 @@ export async function runCommand(ops: OperationsService, argv: readonly string[]
       const id = target(args, parseDeadLetterId, 'dead-letter id');
       if (id !== undefined && name !== undefined) throw new UsageError('--workflow goes with --all');
       if (id === undefined) {
-        // The API bounds one call; the CLI has no time limit, so it walks to the end.
+        // The API bounds one call; the CLI has no time limit, so it walks to the end: the end as it starts,
+        // so that a dead letter that fails again at once, dead-lettered anew, is not re-driven again and again.
+        const until = await ops.deadLetterBounds();
         let redriven = 0;
         const notRedrivable: string[] = [];
         let after: string | undefined;
         do {
-          const part = await ops.redriveAll('admin-cli', { after, workflow: name });
+          const part = await ops.redriveAll('admin-cli', { after, workflow: name, until });
           redriven += part.redriven;
           notRedrivable.push(...part.notRedrivable);
           after = part.next;

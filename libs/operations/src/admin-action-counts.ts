@@ -1,5 +1,6 @@
 import { Injectable } from '@nestjs/common';
-import { ADMIN_ACTIONS_KEY, OperatedQueues } from '@app/summary-queue';
+import { ADMIN_ACTIONS_KEY } from '@app/summary-queue';
+import { OperatedQueues } from '@app/workflows';
 import { InjectRedis, type RedisClient } from '@app/redis';
 
 export type AdminAction = 'redrive' | 'requeue';

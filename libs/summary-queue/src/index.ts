@@ -7,4 +7,3 @@ export * from './summary-queue.module-definition';
 export * from './summary-queue.module';
 export * from './dead-letters';
 export * from './operated-queues';
-export * from './queue-figures';

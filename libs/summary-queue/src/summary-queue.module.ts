@@ -1,6 +1,7 @@
 import { Module } from '@nestjs/common';
 import { DeadLetterQueue } from './dead-letters';
-import { OperatedQueues } from './operated-queues';
+import { OperatedQueues } from '@app/workflows';
+import { operatedQueues } from './operated-queues';
 import { SummaryJobQueue } from './summary-job.queue';
 import {
   ConfigurableModuleClass,
@@ -27,7 +28,7 @@ import { SummaryStreams } from './summary-streams';
     {
       provide: OperatedQueues,
       inject: [SummaryStreams],
-      useFactory: (streams: SummaryStreams) => new OperatedQueues(streams),
+      useFactory: (streams: SummaryStreams) => operatedQueues(streams),
     },
     SummaryJobQueue,
     DeadLetterQueue,

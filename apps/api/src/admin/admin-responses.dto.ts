@@ -73,7 +73,11 @@ export class DeadLetterDto {
   queue!: string;
   @ApiProperty({ description: 'The job stream partition it was dead-lettered in (0 with one partition)' })
   partition!: number;
-  @ApiProperty({ description: "Its workflow field, or its queue's name when it has none (summaries)" })
+  @ApiProperty({
+    description:
+      "Its workflow field, else its queue's own workflow (summaries), else its queue's name (a record of the " +
+      'shared queue recorded by id only, deleted_from_stream, names no workflow: workflows)',
+  })
   workflow!: string;
   @ApiPropertyOptional({ description: "The step that failed; absent: the workflow's first step" })
   step?: string;
@@ -83,10 +87,8 @@ export class DeadLetterDto {
   reason?: string;
   @ApiPropertyOptional({ description: 'The last error, in a line' })
   detail?: string;
-  @ApiPropertyOptional({ format: 'uuid' })
+  @ApiPropertyOptional({ format: 'uuid', description: 'The job id; for a workflow step, its run id' })
   jobId?: string;
-  @ApiPropertyOptional({ format: 'uuid', description: 'The same as jobId: a run id is its job id' })
-  runId?: string;
   @ApiPropertyOptional()
   tenant?: string;
   @ApiProperty({ type: String, format: 'date-time' })
@@ -105,10 +107,16 @@ export class DeadLetterDetailDto extends DeadLetterDto {
 export class DeadLetterListDto {
   @ApiProperty({ type: [DeadLetterDto] })
   dead_letters!: DeadLetterDto[];
+  @ApiPropertyOptional({
+    description:
+      'Set when more may follow: the ?after= of the next page. With ?workflow= it may be a dead letter of another ' +
+      'workflow, the last one the page looked at',
+  })
+  next?: string;
 }
 
 export class RedrivenDto {
-  @ApiProperty()
+  @ApiProperty({ description: 'The dead letter re-driven, its id as listed (a summaries/ prefix dropped)' })
   dead_letter!: string;
   @ApiProperty({ format: 'uuid' })
   job_id!: string;

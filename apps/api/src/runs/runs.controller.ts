@@ -1,5 +1,5 @@
 import { Controller, Get, NotFoundException, Param, UseGuards } from '@nestjs/common';
-import { ApiBearerAuth, ApiOkResponse, ApiTags } from '@nestjs/swagger';
+import { ApiBearerAuth, ApiOkResponse, ApiParam, ApiTags } from '@nestjs/swagger';
 import { ApiProblemResponse, serviceUnavailable } from '@app/problem';
 import { RunStateUnavailableError, type RunSnapshot, WorkflowClient } from '@app/workflows';
 import { ApiKeyGuard } from '../auth/api-key.guard';
@@ -20,6 +20,7 @@ export class RunsController {
    * its output, or failed with the reason; 404 for any run that is not the tenant's.
    */
   @Get(':runId')
+  @ApiParam({ name: 'runId', format: 'uuid', description: "The run's id (a summaries job's id is its run id)" })
   @ApiOkResponse({ type: RunStatusDto })
   @ApiProblemResponse(404, 'No such run for this tenant')
   @ApiProblemResponse(503, 'Where the run stands cannot be read right now; retry')

@@ -1,37 +1,27 @@
-import { ApiProperty } from '@nestjs/swagger';
+import { ApiProperty, IntersectionType, PickType } from '@nestjs/swagger';
 import { IsStorableText } from '@app/problem';
-import { IsEmail, IsString, Length, Matches, MaxLength } from 'class-validator';
+import { IsString, Length, Matches } from 'class-validator';
+import { CreateSummaryDto } from '../summaries/create-summary.dto';
 
-/** The triage workflow's input, as it is queued (the worker's TriageWorkflow validates the same fields). */
-export class CreateTriageDto {
+class TriageTicketDto {
   @ApiProperty({ description: 'The ticket this triage is for', minLength: 1, maxLength: 64, example: 'T-1042' })
   @IsString()
   @Length(1, 64)
   @Matches(/\S/, { message: 'ticket_id must not be only whitespace' })
   @IsStorableText()
   ticket_id!: string;
+}
 
-  @ApiProperty({
-    description: "The ticket's text",
-    minLength: 1,
-    maxLength: 100_000,
-    example: 'My order arrived broken and I would like a replacement.',
-  })
-  @IsString()
-  @Length(1, 100_000)
-  @Matches(/\S/, { message: 'text must not be only whitespace' })
-  @IsStorableText()
-  text!: string;
+/**
+ * The triage workflow's input, as it is queued (the worker's TriageWorkflow
+ * validates the same fields). `text` and `notify` take their rules from
+ * POST /v1/summaries' body, so the two routes cannot come to accept different
+ * texts or addresses; only their descriptions are triage's own.
+ */
+export class CreateTriageDto extends IntersectionType(TriageTicketDto, PickType(CreateSummaryDto, ['text', 'notify'])) {
+  @ApiProperty({ description: "The ticket's text", example: 'My order arrived broken and I would like a replacement.' })
+  declare text: string;
 
-  @ApiProperty({
-    description: 'Who is told when the triage is ready',
-    format: 'email',
-    maxLength: 254,
-    example: 'support@example.com',
-  })
-  @IsString()
-  @MaxLength(254)
-  @IsEmail({}, { message: 'notify must be an email address' })
-  @IsStorableText()
-  notify!: string;
+  @ApiProperty({ description: 'Who is told when the triage is ready', example: 'support@example.com' })
+  declare notify: string;
 }

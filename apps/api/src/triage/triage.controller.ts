@@ -1,15 +1,22 @@
 import { Body, Controller, HttpCode, HttpStatus, Post, Res, UseGuards } from '@nestjs/common';
 import { ApiAcceptedResponse, ApiBearerAuth, ApiTags } from '@nestjs/swagger';
 import { IdempotencyContext, Idempotent, type IdempotencyRequestContext } from '@app/idempotency';
-import { ApiProblemResponse, serviceUnavailable } from '@app/problem';
-import { NotReplicatedError } from '@app/redis';
-import { UnregisteredWorkflowError, WorkflowClient } from '@app/workflows';
+import { ApiProblemResponse } from '@app/problem';
+import { InjectWorkflow, WorkflowHandle } from '@app/workflows';
 import type { Response } from 'express';
 import { ApiKeyGuard } from '../auth/api-key.guard';
 import { Tenant } from '../auth/principal';
 import { TENANT_KEY_AUTH } from '../openapi';
 import { RunAcceptedDto } from '../runs/run-responses.dto';
+import { rethrowNotQueued } from '../runs/run-not-queued.problem';
 import { CreateTriageDto } from './create-triage.dto';
+
+/** The run's input, in a fixed shape whatever order the body came in. */
+export interface TriageInput {
+  readonly ticket_id: string;
+  readonly text: string;
+  readonly notify: string;
+}
 
 export interface RunAccepted {
   readonly run_id: string;
@@ -23,7 +30,7 @@ export interface RunAccepted {
 @Controller('v1/triage')
 @UseGuards(ApiKeyGuard)
 export class TriageController {
-  constructor(private readonly workflows: WorkflowClient) {}
+  constructor(@InjectWorkflow('triage') private readonly triage: WorkflowHandle<TriageInput>) {}
 
   /**
    * Starts a triage run (classify, draft, notify). The run id derives from
@@ -44,25 +51,8 @@ export class TriageController {
     @IdempotencyContext() idempotency: IdempotencyRequestContext,
     @Res({ passthrough: true }) res: Response,
   ): Promise<RunAccepted> {
-    const input = { ticket_id: body.ticket_id, text: body.text, notify: body.notify };
-    let runId: string;
-    try {
-      ({ runId } = await this.workflows.start('triage', input, { tenant, key: idempotency.operation }));
-    } catch (err) {
-      if (err instanceof UnregisteredWorkflowError) throw err; // ApiModule's registration is missing: a bug, not Redis
-      // Written on a master that no replica confirmed in time: not acknowledged, since losing that master would
-      // lose the run. A retry starts the same run id, which runs once.
-      if (err instanceof NotReplicatedError)
-        throw serviceUnavailable(
-          'The run could not be queued durably',
-          'No replica of the workflow queue confirmed the run in time. Retry with the same Idempotency-Key; the ' +
-            'run happens once however often it was queued.',
-        );
-      throw serviceUnavailable(
-        'The run could not be queued',
-        'The workflow queue is unreachable; nothing was queued. Retry with the same Idempotency-Key.',
-      );
-    }
+    const input: TriageInput = { ticket_id: body.ticket_id, text: body.text, notify: body.notify };
+    const { runId } = await this.triage.start(input, { tenant, idempotency }).catch(rethrowNotQueued('run'));
     res.location(`/v1/runs/${runId}`);
     return { run_id: runId, status: 'queued' };
   }

@@ -1,7 +1,8 @@
+import { WORKFLOWS_QUEUE } from '../operations/operated-queues';
 import { QueueLayout } from '../queue-layout';
 
 /** The queue every workflow that does not name its own shares; its entries name their workflow. */
-export const SHARED_QUEUE = 'workflows';
+export const SHARED_QUEUE = WORKFLOWS_QUEUE;
 
 /** A queue name is a Redis hash tag's prefix and a key segment: kept to what needs no escaping. */
 const QUEUE_NAME = /^[a-z][a-z0-9_-]{0,63}$/;

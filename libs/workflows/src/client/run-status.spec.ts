@@ -64,6 +64,17 @@ describe('runAnswer: where a run stands, from its row, a summaries row and its r
       { kind: 'found', run: expect.objectContaining({ status: 'failed', error: 'max_deliveries' }) },
     ],
     [
+      'a done row beside a record marked failed (a late dead letter of a redelivery): done, the row wins',
+      {
+        row: row({ status: 'done', output: { category: 'billing', draft: 'Hi' } }),
+        records: [record('a', { workflow: 'triage', status: 'failed', error: 'max_deliveries' })],
+      },
+      {
+        kind: 'found',
+        run: expect.objectContaining({ status: 'done', output: { category: 'billing', draft: 'Hi' } }),
+      },
+    ],
+    [
       "another tenant's row: not found, whatever else says",
       { row: row({ tenant: 'b' }), records: [record('a')] },
       { kind: 'not_found' },

@@ -1,4 +1,5 @@
-import type { EntityManager } from 'typeorm';
+import { Injectable } from '@nestjs/common';
+import { DataSource, type EntityManager } from 'typeorm';
 import type { RunRow, StepRow } from './run-status';
 
 /** What PostgreSQL holds of one run: its row, its step rows, and a `summaries` row when asked for. */
@@ -26,9 +27,16 @@ const STEPS = `(SELECT json_agg(json_build_object('step', step, 'status', status
     ORDER BY started_at, step) FROM workflow_steps WHERE run_id = $1) AS steps`;
 const SUMMARY = `(SELECT row_to_json(s) FROM (SELECT tenant, summary FROM summaries WHERE job_id = $1) s) AS summary`;
 
-/** I/O only: reads in the EntityManager it is given. */
+/**
+ * I/O only: reads one run, outside any unit of work (a GET), in the app's
+ * DataSource unless given the EntityManager to read in. A provider of
+ * WorkflowClientModule, so a test can give it a DataSource that is down.
+ */
+@Injectable()
 export class WorkflowRunsReader {
-  async find(em: EntityManager, runId: string, withSummary: boolean): Promise<StoredRun> {
+  constructor(private readonly dataSource: DataSource) {}
+
+  async find(runId: string, withSummary: boolean, em: EntityManager = this.dataSource.manager): Promise<StoredRun> {
     const sql = `SELECT ${RUN}, ${STEPS}, ${withSummary ? SUMMARY : 'NULL::json AS summary'}`;
     const [answer] = await em.query<Answer[]>(sql, [runId]);
     return {

@@ -1,41 +1,13 @@
 import { Injectable, Optional } from '@nestjs/common';
-import { type Durability, InjectRedis, InjectRedisDurability, RedisScript, type RedisClient } from '@app/redis';
+import type { IdempotencyRequestContext } from '@app/idempotency';
+import { type Durability, InjectRedis, InjectRedisDurability, type RedisClient } from '@app/redis';
 import { isUuid } from '@app/ids';
-// @app/summary-queue imports this lib (QueueLayout): only values read at call time come from it (the job ids'
-// namespace, the record TTL), so the cycle is harmless whichever index loads first. Keep it that way.
-import { jobIdFor, JOB_RECORD_TTL_MS } from '@app/summary-queue';
-import { DataSource } from 'typeorm';
+import { jobIdFor } from '../run-ids';
 import { ClientQueues } from './client-queues';
+import { writeRunStart } from './run-start';
 import { type RecordFact, type RunRecord, type RunSnapshot, runAnswer } from './run-status';
-import { RunStateUnavailableError, UnregisteredWorkflowError } from './workflow-client.errors';
+import { RunStateUnavailableError, RunTenantMismatchError, UnregisteredWorkflowError } from './workflow-client.errors';
 import { WorkflowRunsReader } from './workflow-runs.reader';
-
-/*
- * A run's start, the summaries enqueue generalised: the run record and the
- * first step's entry in one script (one round trip, never one without the
- * other: both under the run's partition's tag). accepted_at keeps the first
- * time; a second start of the same run (a retry after a crash before the
- * idempotency record was finalised) adds a second entry with the same run id,
- * which the worker's step rows make run once. On the shared queue the record
- * and the entry name the workflow (ARGV[6]); on a queue of its own they do not,
- * so a summaries entry is exactly what the summaries route always wrote.
- * KEYS: the run record, the stream. ARGV: run id, tenant, payload, accepted_at
- * (ms), record TTL (ms), workflow or ''.
- */
-const START = new RedisScript(
-  'workflow-start',
-  `if ARGV[6] ~= '' then
-  redis.call('HSET', KEYS[1], 'tenant', ARGV[2], 'workflow', ARGV[6])
-else
-  redis.call('HSET', KEYS[1], 'tenant', ARGV[2])
-end
-redis.call('HSETNX', KEYS[1], 'accepted_at', ARGV[4])
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
-if ARGV[6] ~= '' then
-  return redis.call('XADD', KEYS[2], '*', 'job_id', ARGV[1], 'tenant', ARGV[2], 'payload', ARGV[3], 'workflow', ARGV[6])
-end
-return redis.call('XADD', KEYS[2], '*', 'job_id', ARGV[1], 'tenant', ARGV[2], 'payload', ARGV[3])`,
-);
 
 /**
  * The one workflow whose history predates the engine: a summaries job done
@@ -44,13 +16,16 @@ return redis.call('XADD', KEYS[2], '*', 'job_id', ARGV[1], 'tenant', ARGV[2], 'p
 const SUMMARIES = 'summaries';
 
 export interface StartOptions {
+  /** The tenant starting the run, who alone may read it. */
   readonly tenant: string;
   /**
-   * The idempotency operation that starts the run: `IdempotencyRequestContext.operation`
-   * (`<tenant>:<METHOD>:<path>:<key>`), not the bare Idempotency-Key. The run id
-   * is derived from it, so the same request always names the same run.
+   * The starting request's idempotency context (`@IdempotencyContext()` of an
+   * `@Idempotent()` route): the run id derives from its operation
+   * (`<tenant>:<METHOD>:<path>:<key>`), so the same request always names the
+   * same run and a bare key of one tenant can never name another's. The
+   * operation must be scoped to `tenant`.
    */
-  readonly key: string;
+  readonly idempotency: Pick<IdempotencyRequestContext, 'operation'>;
 }
 
 export interface StartedRun {
@@ -66,36 +41,38 @@ export interface StartedRun {
  */
 @Injectable()
 export class WorkflowClient {
-  private readonly reader = new WorkflowRunsReader();
-
   constructor(
     private readonly queues: ClientQueues,
     @InjectRedis() private readonly redis: RedisClient,
-    private readonly dataSource: DataSource,
+    private readonly reader: WorkflowRunsReader,
     @Optional() @InjectRedisDurability() private readonly durability?: Durability,
   ) {}
 
-  /** The id `start` gives the run of operation `key` (the idempotency operation, as in StartOptions). */
-  runIdFor(key: string): string {
-    return jobIdFor(key);
+  /** The id `start` gives the run of a request (its idempotency operation, as in StartOptions). */
+  runIdFor(idempotency: Pick<IdempotencyRequestContext, 'operation'>): string {
+    return jobIdFor(idempotency.operation);
   }
 
   /**
    * Records the run and queues its first step. On a cluster it resolves only
    * once a replica holds both (WAIT, RedisModule's durability), as a summaries
-   * job does: NotReplicatedError when none confirms in time (the run may still
-   * be on the master; a retry with the same key starts the same run, once).
-   * UnregisteredWorkflowError for a workflow not registered with forClient.
+   * job does. RunNotQueuedError when Redis did not take it or no replica
+   * confirmed it in time (the run may still be on the master; a retry with
+   * the same key starts the same run, once): the one error worth a retry.
+   * Bugs, thrown before anything is written: UnregisteredWorkflowError for a
+   * workflow not registered with forClient, RunTenantMismatchError for an
+   * operation not scoped to `tenant` or a run whose record is another
+   * tenant's (left as it was).
    */
-  async start(name: string, input: unknown, { tenant, key }: StartOptions): Promise<StartedRun> {
+  async start(name: string, input: unknown, { tenant, idempotency }: StartOptions): Promise<StartedRun> {
     const workflow = this.queues.workflows.get(name);
     if (!workflow) throw new UnregisteredWorkflowError(name);
-    const runId = this.runIdFor(key);
-    const partition = workflow.layout.of(runId);
-    const entryId = await START.runDurably<string>(
+    if (!idempotency.operation.startsWith(`${tenant}:`)) throw new RunTenantMismatchError(tenant, 'operation');
+    const runId = this.runIdFor(idempotency);
+    const entryId = await writeRunStart(
       this.redis,
-      [partition.jobRecordKey(runId), partition.jobs],
-      [runId, tenant, JSON.stringify(input), Date.now(), JOB_RECORD_TTL_MS, workflow.shared ? name : ''],
+      workflow.layout.of(runId),
+      { runId, tenant, input, ...(workflow.shared ? { workflow: name } : {}) },
       this.durability,
     );
     return { runId, entryId };
@@ -112,7 +89,7 @@ export class WorkflowClient {
     if (!isUuid(runId)) return undefined;
     const id = runId.toLowerCase();
     const [stored, ...records] = await Promise.allSettled([
-      this.reader.find(this.dataSource.manager, id, this.queues.workflows.has(SUMMARIES)),
+      this.reader.find(id, this.queues.workflows.has(SUMMARIES)),
       ...this.queues.queues.map((q) => this.record(q.layout.of(id).jobRecordKey(id))),
     ]);
     if (stored.status === 'rejected') throw new RunStateUnavailableError(stored.reason);

@@ -1,6 +1,22 @@
 import type { RedisClient } from '@app/redis';
-import type { QueueLayout, QueuePartition } from '@app/workflows';
-import type { PartitionFigures, QueueFigures, StreamFigures } from './summary-job.queue';
+import type { QueueLayout, QueuePartition } from '../queue-layout';
+
+export interface StreamFigures {
+  /** Entries not yet acknowledged (acknowledged entries are deleted). */
+  readonly length: number;
+  /** Of those, delivered to a consumer and not yet acknowledged. */
+  readonly pending: number;
+  readonly deadLetters: number;
+}
+
+export interface PartitionFigures extends StreamFigures {
+  readonly partition: number;
+}
+
+/** The sums over every partition, and each partition's own. */
+export interface QueueFigures extends StreamFigures {
+  readonly partitions: readonly PartitionFigures[];
+}
 
 /**
  * A queue's figures: one pipelined round trip per partition (a pipeline
