@@ -1,13 +1,23 @@
 import { jobIdFor } from '@app/summary-queue';
 import { QueueLayout } from '@app/workflows';
 import type { Redis } from 'ioredis';
+import { spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import type { DataSource, QueryRunner } from 'typeorm';
 import { type ApiHarness, bearer, startApi, TENANT_A } from '../support/api-harness';
 import { type AppProcess, startAppProcess } from '../support/app-process';
 import { FakeOpenAiServer, type ModelReply } from '../support/fake-openai-server';
-import { eventually, freePort, freshRedis, testDatabaseUrl, testDataSource, testRedisUrl, truncateAll } from '../support/infra';
+import {
+  eventually,
+  freePort,
+  freshRedis,
+  testDatabaseUrl,
+  testDataSource,
+  testRedisUrl,
+  truncateAll,
+} from '../support/infra';
 
 /*
  * The triage workflow (classify → draft → notify) run by the BUILT worker
@@ -24,6 +34,7 @@ import { eventually, freePort, freshRedis, testDatabaseUrl, testDataSource, test
  * in Redis. Events are ordered by waiting on real effects (a request at the
  * fake, a row's status, a backend waiting on a lock), never by sleeping.
  */
+const ROOT = join(__dirname, '..', '..');
 const QUEUE = new QueueLayout('workflows', 1);
 const [P] = QUEUE.partitions;
 const GROUP = 'workflows';
@@ -38,7 +49,7 @@ type StepName = (typeof STEPS)[number];
 /** Long enough for what it covers; a test waits on effects, and these only bound how long a broken run takes. */
 const WAIT_MS = 20_000;
 
-/** The fake model's request for `step`: the draft's user message starts with its category, the classification's is the ticket. */
+/** Which step a request at the fake model is for: the draft's user message starts with the category. */
 const stepOf = (userText: string): Exclude<StepName, 'notify'> =>
   userText.startsWith('Category:') ? 'draft' : 'classify';
 
@@ -159,15 +170,18 @@ describe('triage runs when the worker process is killed (SIGKILL)', () => {
   const calls = () => ({ classify: callsOf('classify').length, draft: callsOf('draft').length });
   const stepRows = async () =>
     (
-      (await db.query(
+      await db.query<{ step: string; status: string; attempts: number }[]>(
         `SELECT step, status, attempts FROM workflow_steps ORDER BY array_position($1::text[], step)`,
         [STEPS],
-      )) as { step: string; status: string; attempts: number }[]
+      )
     ).map((r) => [r.step, r.status, r.attempts]);
   const stepStatus = async (runId: string, step: StepName) =>
-    ((await db.query(`SELECT status FROM workflow_steps WHERE run_id = $1 AND step = $2`, [runId, step])) as {
-      status: string;
-    }[])[0]?.status;
+    (
+      await db.query<{ status: string }[]>(`SELECT status FROM workflow_steps WHERE run_id = $1 AND step = $2`, [
+        runId,
+        step,
+      ])
+    )[0]?.status;
   const outbox = () => db.query(`SELECT topic, dedupe_key, payload FROM outbox ORDER BY id`);
   /** The steps' entries on the stream, by their step (the first step's entry names none). */
   const entries = async () =>
@@ -194,6 +208,66 @@ describe('triage runs when the worker process is killed (SIGKILL)', () => {
     dedupe_key: `triage_ready:${runId}`,
     payload: { run_id: runId, to: INPUT.notify, category: 'billing' },
   });
+
+  /**
+   * The seam before the last step's commit: the test's own transaction holds an uncommitted outbox row of the
+   * run's dedupe key, so notify's commit (its INSERT ... ON CONFLICT) waits on it. Resolves with the transaction
+   * and the pid of the worker's backend once that commit is waiting.
+   */
+  const holdOutboxRow = async (runId: string): Promise<QueryRunner> => {
+    const lock = db.createQueryRunner();
+    await lock.connect();
+    await lock.startTransaction();
+    await lock.query(`INSERT INTO outbox (topic, dedupe_key, payload) VALUES ('test.lock', $1, '{}')`, [
+      `triage_ready:${runId}`,
+    ]);
+    return lock;
+  };
+  const commitWaitingOnLock = () =>
+    eventually(
+      async () =>
+        (
+          await db.query<{ pid: number }[]>(
+            `SELECT pid FROM pg_stat_activity
+              WHERE datname = current_database() AND application_name = 'worker'
+                AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO outbox%'`,
+          )
+        )[0]?.pid,
+      WAIT_MS,
+      'notify’s commit waiting on the lock',
+    );
+  /**
+   * The seam between a step's commit and its ack: from `CLIENT PAUSE WRITE` on, Redis holds every write (the
+   * ack's MULTI: XADD of the next step, XACK, XDEL) while reads go on. `release` lets the step go on to its
+   * commit; once the step's row is `done` the worker is killed, and Redis is unpaused only after it has dropped
+   * the dead worker's connections (`clients`, the ones it opened), so that MULTI never runs.
+   */
+  const killBetweenCommitAndAck = async (
+    dying: AppProcess,
+    clients: readonly string[],
+    runId: string,
+    step: StepName,
+    release: () => Promise<void>,
+  ): Promise<void> => {
+    expect(clients.length).toBeGreaterThan(0);
+    try {
+      await redis.client('PAUSE', 60_000, 'WRITE');
+      await release();
+      await eventually(
+        async () => ((await stepStatus(runId, step)) === 'done' ? true : undefined),
+        WAIT_MS,
+        `${step} committed`,
+      );
+      await kill(dying);
+      await eventually(
+        async () => ((await clientIds()).some((id) => clients.includes(id)) ? undefined : true),
+        WAIT_MS,
+        'the dead worker’s Redis connections closed',
+      );
+    } finally {
+      await redis.client('UNPAUSE');
+    }
+  };
 
   beforeAll(async () => {
     db = await testDataSource();
@@ -247,33 +321,17 @@ describe('triage runs when the worker process is killed (SIGKILL)', () => {
   it('killed before a step’s commit: nothing of it is left, it runs again, the run finishes once', async () => {
     const key = `crash-${randomUUID()}`;
     const runId = runIdOf(key);
-    const lock: QueryRunner = db.createQueryRunner();
-    await lock.connect();
+    const lock = await holdOutboxRow(runId);
     try {
-      await lock.startTransaction();
-      await lock.query(`INSERT INTO outbox (topic, dedupe_key, payload) VALUES ('test.lock', $1, '{}')`, [
-        `triage_ready:${runId}`,
-      ]);
       const checked = new URL(testDatabaseUrl());
       checked.searchParams.set('options', '-c client_connection_check_interval=100');
       const dying = await worker({ DATABASE_URL: checked.toString() });
       await start(key);
-      const backend = await eventually(
-        async () =>
-          (
-            (await db.query(
-              `SELECT pid FROM pg_stat_activity
-                WHERE datname = current_database() AND application_name = 'worker'
-                  AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO outbox%'`,
-            )) as { pid: number }[]
-          )[0]?.pid,
-        WAIT_MS,
-        'notify’s commit waiting on the lock',
-      );
+      const backend = await commitWaitingOnLock();
       await kill(dying);
       await eventually(
         async () =>
-          ((await db.query(`SELECT 1 FROM pg_stat_activity WHERE pid = $1`, [backend])) as unknown[]).length === 0
+          (await db.query<unknown[]>(`SELECT 1 FROM pg_stat_activity WHERE pid = $1`, [backend])).length === 0
             ? true
             : undefined,
         WAIT_MS,
@@ -327,24 +385,9 @@ describe('triage runs when the worker process is killed (SIGKILL)', () => {
     const runId = await start();
     await classify.reached;
     const dyingClients = (await clientIds()).filter((id) => !others.has(id));
-    expect(dyingClients.length).toBeGreaterThan(0);
-    try {
-      await redis.client('PAUSE', 60_000, 'WRITE');
-      classify.release(answers.classify());
-      await eventually(
-        async () => ((await stepStatus(runId, 'classify')) === 'done' ? true : undefined),
-        WAIT_MS,
-        'classify committed',
-      );
-      await kill(dying);
-      await eventually(
-        async () => ((await clientIds()).some((id) => dyingClients.includes(id)) ? undefined : true),
-        WAIT_MS,
-        'the dead worker’s Redis connections closed',
-      );
-    } finally {
-      await redis.client('UNPAUSE');
-    }
+    await killBetweenCommitAndAck(dying, dyingClients, runId, 'classify', async () =>
+      classify.release(answers.classify()),
+    );
     expect(await stepRows()).toEqual([['classify', 'done', 1]]);
     expect(await entries()).toEqual(['classify']);
     expect(await pending()).toBe(1);
@@ -353,6 +396,53 @@ describe('triage runs when the worker process is killed (SIGKILL)', () => {
     await worker();
     expect(await runWhen(runId, 'done')).toMatchObject({ output: OUTPUT });
     await streamDrained();
+    expect(calls()).toEqual({ classify: 1, draft: 1 });
+    expect(await stepRows()).toEqual([
+      ['classify', 'done', 1],
+      ['draft', 'done', 1],
+      ['notify', 'done', 1],
+    ]);
+    expect(await outbox()).toEqual([triageReady(runId)]);
+  }, 60_000);
+
+  /*
+   * The same crash after the last step's commit, the one that writes the
+   * outbox row. Both seams: notify's commit waits on the test's row lock
+   * (holdOutboxRow) until Redis is paused, then commits; its ack is held.
+   *   t0  classify and draft run; notify's commit waits on the lock
+   *   t1  CLIENT PAUSE WRITE; the test's transaction rolls back; notify commits (the
+   *       outbox row, the run done); its ack waits on the pause
+   *   t2  SIGKILL; the dead worker's connections dropped; CLIENT UNPAUSE
+   *   t3  a new worker reclaims notify's entry: done, so only acked
+   * The guarantee: the run's effects stay as the one commit wrote them: one
+   * outbox row, every step one attempt, the run done.
+   */
+  it('killed after the last step’s commit and before its ack: one outbox row, nothing run again', async () => {
+    const key = `crash-${randomUUID()}`;
+    const runId = runIdOf(key);
+    const lock = await holdOutboxRow(runId);
+    try {
+      const others = new Set(await clientIds());
+      const dying = await worker();
+      await start(key);
+      await commitWaitingOnLock();
+      const dyingClients = (await clientIds()).filter((id) => !others.has(id));
+      await killBetweenCommitAndAck(dying, dyingClients, runId, 'notify', () => lock.rollbackTransaction());
+    } finally {
+      await lock.release();
+    }
+    expect(await stepRows()).toEqual([
+      ['classify', 'done', 1],
+      ['draft', 'done', 1],
+      ['notify', 'done', 1],
+    ]);
+    expect(await outbox()).toEqual([triageReady(runId)]);
+    expect(await entries()).toEqual(['notify']);
+    expect(await pending()).toBe(1);
+
+    await worker();
+    await streamDrained();
+    expect(await runOf(runId)).toMatchObject({ status: 'done', output: OUTPUT });
     expect(calls()).toEqual({ classify: 1, draft: 1 });
     expect(await stepRows()).toEqual([
       ['classify', 'done', 1],
@@ -488,10 +578,21 @@ describe('triage runs when the worker process is killed (SIGKILL)', () => {
         { name: 'notify', status: 'pending' },
       ],
     });
-    const listed = (await admin('GET', '/admin/dead-letters?workflow=triage')).dead_letters as Record<string, unknown>[];
+    const listed = (await admin('GET', '/admin/dead-letters?workflow=triage')).dead_letters as Record<
+      string,
+      unknown
+    >[];
     expect(listed).toEqual([
       expect.objectContaining({ workflow: 'triage', step: 'draft', runId, reason: 'llm_client' }),
     ]);
+    // The admin CLI shows the same, for workflow triage.
+    const cli = spawnSync(
+      process.execPath,
+      [join(ROOT, 'dist', 'apps', 'admin', 'main.js'), 'dead-letters', 'list', '--workflow', 'triage'],
+      { env: { PATH: process.env.PATH, REDIS_URL: testRedisUrl(), DATABASE_URL: testDatabaseUrl() }, encoding: 'utf8' },
+    );
+    expect(cli.status).toBe(0);
+    expect(JSON.parse(cli.stdout).dead_letters).toEqual([expect.objectContaining({ id: listed[0].id, step: 'draft' })]);
     expect(calls()).toEqual({ classify: 1, draft: 1 });
     expect(await outbox()).toEqual([]);
     expect(await pending()).toBe(0);
