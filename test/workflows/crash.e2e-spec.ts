@@ -525,6 +525,40 @@ describe('triage runs when the worker process is killed (SIGKILL)', () => {
       ]);
       expect(await outbox()).toEqual([triageReady(runId)]);
     }, 60_000);
+
+    /*
+     * The upstream call ends while no worker is alive.
+     *   t0  classify's call is upstream at the fake, held; SIGKILL
+     *   t1  the fake answers; the gateway records the completion under the call's key
+     *   t2  a new worker reclaims classify's entry and calls with the same key:
+     *       answered from the record
+     * The guarantee: one upstream call for the step, the answer the dead worker never got.
+     */
+    it('with the gateway, the call answered after the worker died: the redelivery gets it from the record', async () => {
+      const classify = hold('classify');
+      const dying = await worker(gatewayEnv());
+      const runId = await start();
+      await classify.reached;
+      await kill(dying);
+      classify.release(answers.classify());
+      const record = `idem:${TENANT_A.tenant}:POST:/v1/chat/completions:wf:${runId}:classify:0`;
+      await eventually(
+        async () => ((await redis.hget(record, 'state')) === 'completed' ? true : undefined),
+        WAIT_MS,
+        'the gateway’s record of the call completed',
+      );
+
+      await worker(gatewayEnv());
+      expect(await runWhen(runId, 'done')).toMatchObject({ output: OUTPUT });
+      await streamDrained();
+      expect(calls()).toEqual({ classify: 1, draft: 1 });
+      expect(await stepRows()).toEqual([
+        ['classify', 'done', 2],
+        ['draft', 'done', 1],
+        ['notify', 'done', 1],
+      ]);
+      expect(await outbox()).toEqual([triageReady(runId)]);
+    }, 60_000);
   });
 
   /*
@@ -559,6 +593,59 @@ describe('triage runs when the worker process is killed (SIGKILL)', () => {
     ]);
     expect(await outbox()).toEqual([triageReady(runId)]);
   }, 60_000);
+
+  /*
+   * A step whose worker dies on every delivery. MAX_DELIVERIES=2.
+   *   t0  worker A: classify's first delivery, its model call never answered; SIGKILL
+   *   t1  worker B reclaims it (delivery 2): the same; SIGKILL
+   *   t2  worker C reclaims it (delivery 3, one too many): dead-lettered unrun
+   *   t3  the model is fixed; a re-drive through the admin API: the step runs once more, the run finishes
+   * The guarantee: one delivery too many fails the run and dead-letters the
+   * step, not a loop; a re-drive starts its count afresh.
+   */
+  it('a step killed on every delivery is dead-lettered past MAX_DELIVERIES, the run failed; a re-drive finishes it', async () => {
+    replies.classify = () => ({ kind: 'hang' });
+    const env = { MAX_DELIVERIES: '2' };
+    const runId = await start();
+    for (const n of [1, 2]) {
+      const dying = await worker(env);
+      await eventually(() => (callsOf('classify').length === n ? true : undefined), WAIT_MS, `classify’s call ${n}`);
+      await kill(dying);
+    }
+    expect(await stepRows()).toEqual([['classify', 'running', 2]]);
+
+    await worker(env);
+    expect(await runWhen(runId, 'failed')).toMatchObject({
+      status: 'failed',
+      error: expect.stringContaining('max_deliveries'),
+    });
+    const listed = (await admin('GET', '/admin/dead-letters?workflow=triage')).dead_letters as Record<
+      string,
+      unknown
+    >[];
+    // The first step's entry names no step (wire.ts: absent is the first), so neither does its dead letter.
+    expect(listed).toEqual([expect.objectContaining({ workflow: 'triage', runId, reason: 'max_deliveries' })]);
+    await eventually(
+      async () => ((await stepStatus(runId, 'classify')) === 'failed' ? true : undefined),
+      WAIT_MS,
+      'the step marked failed',
+    );
+    expect(await pending()).toBe(0);
+    expect(calls()).toEqual({ classify: 2, draft: 0 });
+
+    replies.classify = answers.classify;
+    await admin('POST', `/admin/dead-letters/${String(listed[0].id)}/redrive`);
+    expect(await runWhen(runId, 'done')).toMatchObject({ output: OUTPUT });
+    await streamDrained();
+    expect(calls()).toEqual({ classify: 3, draft: 1 });
+    expect(await stepRows()).toEqual([
+      ['classify', 'done', 3],
+      ['draft', 'done', 1],
+      ['notify', 'done', 1],
+    ]);
+    expect(await outbox()).toEqual([triageReady(runId)]);
+    expect(await redis.xlen(P.dead)).toBe(0);
+  }, 90_000);
 
   /*
    * A permanent failure: the model answers the draft with a 400, which no
