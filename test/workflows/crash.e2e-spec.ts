@@ -8,6 +8,7 @@ import type { AddressInfo } from 'node:net';
 import type { DataSource, QueryRunner } from 'typeorm';
 import { type ApiHarness, bearer, startApi, TENANT_A } from '../support/api-harness';
 import { type AppProcess, startAppProcess } from '../support/app-process';
+import { localPortsOf } from '../support/process-sockets';
 import { FakeOpenAiServer, type ModelReply } from '../support/fake-openai-server';
 import {
   eventually,
@@ -190,12 +191,24 @@ describe('triage runs when the worker process is killed (SIGKILL)', () => {
       return at < 0 ? 'classify' : f[at + 1];
     });
   const pending = async () => Number(((await redis.xpending(P.jobs, GROUP)) as [number])[0]);
-  /** The ids of the clients connected to this suite's Redis server (CLIENT LIST is a read: it answers while paused). */
-  const clientIds = async (): Promise<string[]> =>
+  /**
+   * The ids of the Redis clients that process `pid` holds: its sockets' local ports matched with CLIENT LIST's
+   * `addr` (CLIENT LIST is a read: it answers while writes are paused).
+   */
+  const redisClientsOf = async (pid: number): Promise<string[]> => {
+    const ports = await localPortsOf(pid);
+    return clientList()
+      .then((list) => list.filter((c) => ports.has(c.port)))
+      .then((list) => list.map((c) => c.id));
+  };
+  const clientList = async (): Promise<{ id: string; port: number }[]> =>
     ((await redis.client('LIST')) as string)
       .split('\n')
       .filter(Boolean)
-      .map((line) => /^id=(\d+)/.exec(line)?.[1] ?? '');
+      .map((line) => ({
+        id: /^id=(\d+)/.exec(line)?.[1] ?? '',
+        port: Number(/ addr=[^ ]*:(\d+) /.exec(line)?.[1] ?? -1),
+      }));
   /** Once the run is done: the stream is empty and nothing is pending. */
   const streamDrained = () =>
     eventually(
@@ -211,44 +224,47 @@ describe('triage runs when the worker process is killed (SIGKILL)', () => {
 
   /**
    * The seam before the last step's commit: the test's own transaction holds an uncommitted outbox row of the
-   * run's dedupe key, so notify's commit (its INSERT ... ON CONFLICT) waits on it. Resolves with the transaction
-   * and the pid of the worker's backend once that commit is waiting.
+   * run's dedupe key, so notify's commit (its INSERT ... ON CONFLICT) waits on it.
    */
-  const holdOutboxRow = async (runId: string): Promise<QueryRunner> => {
+  const holdOutboxRow = async (runId: string): Promise<{ lock: QueryRunner; pid: number }> => {
     const lock = db.createQueryRunner();
     await lock.connect();
     await lock.startTransaction();
     await lock.query(`INSERT INTO outbox (topic, dedupe_key, payload) VALUES ('test.lock', $1, '{}')`, [
       `triage_ready:${runId}`,
     ]);
-    return lock;
+    const [{ pid }] = (await lock.query('SELECT pg_backend_pid() AS pid')) as { pid: number }[];
+    return { lock, pid };
   };
-  const commitWaitingOnLock = () =>
+  /**
+   * The backend blocked by the test's transaction (`holder`): the worker's, and only a step's commit writes the
+   * outbox, so it is notify's commit, waiting.
+   */
+  const commitWaitingOn = (holder: number) =>
     eventually(
       async () =>
         (
           await db.query<{ pid: number }[]>(
-            `SELECT pid FROM pg_stat_activity
-              WHERE datname = current_database() AND application_name = 'worker'
-                AND wait_event_type = 'Lock' AND query LIKE '%INSERT INTO outbox%'`,
+            `SELECT pid FROM pg_stat_activity WHERE $1 = ANY(pg_blocking_pids(pid)) AND application_name = 'worker'`,
+            [holder],
           )
         )[0]?.pid,
       WAIT_MS,
-      'notify’s commit waiting on the lock',
+      'notify’s commit waiting on the test’s transaction',
     );
   /**
    * The seam between a step's commit and its ack: from `CLIENT PAUSE WRITE` on, Redis holds every write (the
    * ack's MULTI: XADD of the next step, XACK, XDEL) while reads go on. `release` lets the step go on to its
    * commit; once the step's row is `done` the worker is killed, and Redis is unpaused only after it has dropped
-   * the dead worker's connections (`clients`, the ones it opened), so that MULTI never runs.
+   * the dead worker's connections, so that MULTI never runs.
    */
   const killBetweenCommitAndAck = async (
     dying: AppProcess,
-    clients: readonly string[],
     runId: string,
     step: StepName,
     release: () => Promise<void>,
   ): Promise<void> => {
+    const clients = await redisClientsOf(dying.pid);
     expect(clients.length).toBeGreaterThan(0);
     try {
       await redis.client('PAUSE', 60_000, 'WRITE');
@@ -260,7 +276,7 @@ describe('triage runs when the worker process is killed (SIGKILL)', () => {
       );
       await kill(dying);
       await eventually(
-        async () => ((await clientIds()).some((id) => clients.includes(id)) ? undefined : true),
+        async () => ((await clientList()).some((c) => clients.includes(c.id)) ? undefined : true),
         WAIT_MS,
         'the dead worker’s Redis connections closed',
       );
@@ -321,13 +337,13 @@ describe('triage runs when the worker process is killed (SIGKILL)', () => {
   it('killed before a step’s commit: nothing of it is left, it runs again, the run finishes once', async () => {
     const key = `crash-${randomUUID()}`;
     const runId = runIdOf(key);
-    const lock = await holdOutboxRow(runId);
+    const { lock, pid: holder } = await holdOutboxRow(runId);
     try {
       const checked = new URL(testDatabaseUrl());
       checked.searchParams.set('options', '-c client_connection_check_interval=100');
       const dying = await worker({ DATABASE_URL: checked.toString() });
       await start(key);
-      const backend = await commitWaitingOnLock();
+      const backend = await commitWaitingOn(holder);
       await kill(dying);
       await eventually(
         async () =>
@@ -380,14 +396,10 @@ describe('triage runs when the worker process is killed (SIGKILL)', () => {
    */
   it('killed after a step’s commit and before its ack: the step is not run again, the next runs once', async () => {
     const classify = hold('classify');
-    const others = new Set(await clientIds());
     const dying = await worker();
     const runId = await start();
     await classify.reached;
-    const dyingClients = (await clientIds()).filter((id) => !others.has(id));
-    await killBetweenCommitAndAck(dying, dyingClients, runId, 'classify', async () =>
-      classify.release(answers.classify()),
-    );
+    await killBetweenCommitAndAck(dying, runId, 'classify', async () => classify.release(answers.classify()));
     expect(await stepRows()).toEqual([['classify', 'done', 1]]);
     expect(await entries()).toEqual(['classify']);
     expect(await pending()).toBe(1);
@@ -420,14 +432,12 @@ describe('triage runs when the worker process is killed (SIGKILL)', () => {
   it('killed after the last step’s commit and before its ack: one outbox row, nothing run again', async () => {
     const key = `crash-${randomUUID()}`;
     const runId = runIdOf(key);
-    const lock = await holdOutboxRow(runId);
+    const { lock, pid: holder } = await holdOutboxRow(runId);
     try {
-      const others = new Set(await clientIds());
       const dying = await worker();
       await start(key);
-      await commitWaitingOnLock();
-      const dyingClients = (await clientIds()).filter((id) => !others.has(id));
-      await killBetweenCommitAndAck(dying, dyingClients, runId, 'notify', () => lock.rollbackTransaction());
+      await commitWaitingOn(holder);
+      await killBetweenCommitAndAck(dying, runId, 'notify', () => lock.rollbackTransaction());
     } finally {
       await lock.release();
     }
