@@ -85,7 +85,7 @@ describe('triage runs when the worker process is killed (SIGKILL)', () => {
   let replies: Record<Exclude<StepName, 'notify'>, () => ModelReply | Promise<ModelReply>>;
   let workers: AppProcess[] = [];
   const holds: Held[] = [];
-  let port = 60;
+  let port = 0;
 
   const answers = {
     classify: (): ModelReply => ({ kind: 'complete', content: '  billing \n' }),
@@ -107,7 +107,8 @@ describe('triage runs when the worker process is killed (SIGKILL)', () => {
 
   /** The built worker on this suite's Redis and PostgreSQL, the fake model its provider unless `env` says else. */
   const worker = async (env: Record<string, string> = {}): Promise<AppProcess> => {
-    const w = await startAppProcess('worker', freePort(port++), {
+    // Ports 60 to 99 of this jest worker's block, in turn: a port comes back round only long after its worker exited.
+    const w = await startAppProcess('worker', freePort(60 + (port++ % 40)), {
       REDIS_URL: testRedisUrl(),
       DATABASE_URL: testDatabaseUrl(),
       LOG_LEVEL: 'info',
