@@ -1,4 +1,4 @@
-import type { INestApplication } from '@nestjs/common';
+import type { DynamicModule, INestApplication, Type } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { REDIS_CLIENT } from '@app/redis';
 import type { Redis } from 'ioredis';
@@ -41,6 +41,8 @@ export async function startWorker(options: {
   modelUrl: string;
   env?: Record<string, string>;
   consumer?: Partial<StreamsConsumerOptions>;
+  /** Modules beside the worker's (a test's own workflows, found by the explorer as the worker's are). */
+  imports?: readonly (Type<unknown> | DynamicModule)[];
 }): Promise<WorkerHarness> {
   const config = loadWorkerConfig({
     REDIS_URL: testRedisUrl(),
@@ -52,7 +54,7 @@ export async function startWorker(options: {
     ...options.env,
   });
   const moduleRef = await Test.createTestingModule({
-    imports: [WorkerModule.forRoot(config, { autoStart: false, ...options.consumer })],
+    imports: [WorkerModule.forRoot(config, { autoStart: false, ...options.consumer }), ...(options.imports ?? [])],
   }).compile();
   const app = moduleRef.createNestApplication({ bufferLogs: true });
   app.useLogger(false);

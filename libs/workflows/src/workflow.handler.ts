@@ -267,6 +267,8 @@ export class WorkflowHandler implements JobHandler {
         const host = r.workflow.instance() as Record<string, (c: StepContextImpl<unknown>) => unknown>;
         output = await host[r.step.method](step);
       } catch (err) {
+        // Its writes go first, and its lock on the step row with them: marking the step failed needs that row.
+        await this.rollback(step);
         await this.failed(message, r, err, 'step', signal.aborted, runDeadlinePassed());
       }
       const writes = step.writes();
@@ -289,9 +291,14 @@ export class WorkflowHandler implements JobHandler {
       };
     } finally {
       clearTimeout(timer);
-      const opened = step.openedTransaction();
-      if (opened) await opened.then((t) => t.rollback()).catch(() => undefined);
+      await this.rollback(step);
     }
+  }
+
+  /** Rolls back the step's own transaction, if it opened one and it is still open (idempotent). */
+  private async rollback(step: StepContextImpl<unknown>): Promise<void> {
+    const opened = step.openedTransaction();
+    if (opened) await opened.then((t) => t.rollback()).catch(() => undefined);
   }
 
   /** The run's output: the steps' outputs merged in order (plain objects, shallow), this last one included. */
