@@ -23,5 +23,4 @@ export * from './decide';
 export * from './step-context';
 export * from './workflow-store';
 export * from './workflow.handler';
-export * from './queue-handlers';
 export * from './workflows.module';
