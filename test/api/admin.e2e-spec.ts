@@ -1,26 +1,16 @@
 import { DEAD_LETTER_STREAM, JOBS_STREAM, SUMMARY_READY_TOPIC } from '@app/summary-queue';
 import type { Redis } from 'ioredis';
-import { spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { join } from 'node:path';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import { ApiHarness, bearer, startApi, TENANT_A, TENANT_B } from '../support/api-harness';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
-import {
-  freePort,
-  freshRedis,
-  startRedisServer,
-  testDatabaseUrl,
-  testDataSource,
-  testRedisUrl,
-  truncateAll,
-} from '../support/infra';
+import { freePort, freshRedis, startRedisServer, testDataSource, truncateAll } from '../support/infra';
+import { adminCli } from '../support/admin-cli';
 import { metricValue } from '../support/metrics';
 import { startWorker, type WorkerHarness } from '../support/worker-harness';
 
 const ADMIN = { key: 'admin-key-0123456789abcdefghij' };
-const ROOT = join(__dirname, '..', '..');
 
 // Ids that cannot exist: above Redis's 2^64−1 a stream id part, above bigint's 2^63−1 or 0 a row id, or malformed.
 const BAD_DEAD_LETTER_IDS = [
@@ -404,13 +394,7 @@ describe('operating the dead letters and the outbox', () => {
   });
 
   describe('the admin CLI (built by the test setup, as in the image)', () => {
-    const cli = (...args: string[]) => {
-      const r = spawnSync(process.execPath, [join(ROOT, 'dist', 'apps', 'admin', 'main.js'), ...args], {
-        env: { PATH: process.env.PATH, REDIS_URL: testRedisUrl(), DATABASE_URL: testDatabaseUrl() },
-        encoding: 'utf8',
-      });
-      return { code: r.status, out: r.stdout, err: r.stderr };
-    };
+    const cli = adminCli();
 
     it('lists and re-drives dead letters, logging each re-drive to stderr', async () => {
       model.reply = () => ({ kind: 'error', status: 400 });

@@ -1,63 +1,18 @@
-import { describeIdempotentRoute, type RouteHold } from '@app/idempotency/testing/idempotent-route.conformance';
-import { JOBS_STREAM, SummaryJobQueue, type SummaryJob } from '@app/summary-queue';
-import { REDIS_CLIENT } from '@app/redis';
-import type { Redis } from 'ioredis';
+import { describeIdempotentRoute } from '@app/idempotency/testing/idempotent-route.conformance';
+import { JOBS_STREAM } from '@app/summary-queue';
 import type { AddressInfo } from 'node:net';
 import { bearer, startApi, TENANT_A } from '../support/api-harness';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
 import { FakePaymentsServer } from '../support/fake-payments-server';
 import { freshRedis } from '../support/infra';
-
-/** A gate the next run waits at: `reached` when a run arrives, the run goes on at release(). */
-class NextRunGate {
-  private pending: { arrived: () => void; released: Promise<void> } | undefined;
-
-  hold(): RouteHold {
-    let arrived!: () => void;
-    let release!: () => void;
-    const reached = new Promise<void>((r) => (arrived = r));
-    const released = new Promise<void>((r) => (release = r));
-    this.pending = { arrived, released };
-    return { reached, release };
-  }
-
-  /** Called by the held dependency: waits if a hold is pending, once. */
-  async pass(): Promise<void> {
-    const held = this.pending;
-    if (!held) return;
-    this.pending = undefined;
-    held.arrived();
-    await held.released;
-  }
-}
-
-/**
- * The real queue, with a gate before the enqueue: the handler has claimed its
- * key and waits, as it would on a slow Redis, and then enqueues for real.
- */
-class GatedSummaryJobQueue extends SummaryJobQueue {
-  constructor(
-    redis: Redis,
-    private readonly gate: NextRunGate,
-  ) {
-    super(redis);
-  }
-
-  override async enqueue(job: SummaryJob): Promise<string> {
-    await this.gate.pass();
-    return super.enqueue(job);
-  }
-}
+import { NextRunGate } from '../support/next-run-gate';
+import { gatedWorkflowClient } from '../support/workflow-client';
 
 describeIdempotentRoute('POST /v1/summaries', async () => {
   const redis = await freshRedis();
   const gate = new NextRunGate();
-  const api = await startApi({
-    override: (b) =>
-      b
-        .overrideProvider(SummaryJobQueue)
-        .useFactory({ factory: (r: Redis) => new GatedSummaryJobQueue(r, gate), inject: [REDIS_CLIENT] }),
-  });
+  // The real start, with the gate before it: the handler has claimed its key and waits, as on a slow Redis.
+  const api = await startApi({ override: gatedWorkflowClient(gate) });
   return {
     server: api.server,
     method: 'POST',

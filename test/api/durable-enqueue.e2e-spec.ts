@@ -1,12 +1,13 @@
 import { IdempotencyProblemTypes } from '@app/idempotency';
 import { ProblemTypes } from '@app/problem';
-import { type Durability, REDIS_CLIENT, REDIS_DURABILITY, type RedisClient } from '@app/redis';
-import { JOBS_STREAM, jobIdFor, SummaryJobQueue, SummaryStreams } from '@app/summary-queue';
+import { type Durability, REDIS_DURABILITY } from '@app/redis';
+import { JOBS_STREAM, jobIdFor } from '@app/summary-queue';
 import type { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import request from 'supertest';
 import { ApiHarness, bearer, startApi, TENANT_A } from '../support/api-harness';
 import { freshRedis } from '../support/infra';
+import { durableWorkflowClient } from '../support/workflow-client';
 
 /*
  * A 202 only once a replica holds the job and the key's record (INTERFACE.md:
@@ -42,13 +43,7 @@ describe('POST /v1/summaries when no replica confirms what it wrote', () => {
 
   it('the job: 503 problem+json saying so, no answer stored, and a retry with the key runs again (same job id)', async () => {
     // Only the queue asks for a replica here: the key's record is written as on one Redis.
-    const api = await startApi({
-      override: (b) =>
-        b.overrideProvider(SummaryJobQueue).useFactory({
-          factory: (r: RedisClient) => new SummaryJobQueue(r, new SummaryStreams(1), NEVER_MET),
-          inject: [REDIS_CLIENT],
-        }),
-    });
+    const api = await startApi({ override: durableWorkflowClient(NEVER_MET) });
     apis.push(api);
     const key = `key-${randomUUID()}`;
     const first = await post(api, key).expect(503);

@@ -7,8 +7,9 @@ import { legacyFingerprint, RedisIdempotencyStore } from '@app/idempotency';
 import { BROKEN_STREAM_EVENT } from '../../apps/api/src/gateway/openai-errors';
 import { bearer, type ApiHarness, startApi, TENANT_A, TENANT_B } from '../support/api-harness';
 import { type AppProcess, startAppProcess } from '../support/app-process';
-import { completionEvents, FakeOpenAiServer, type ModelReply } from '../support/fake-openai-server';
-import { eventually, freePort, freshRedis, sleep, testDatabaseUrl, testRedisUrl } from '../support/infra';
+import { completionEvents, FakeOpenAiServer } from '../support/fake-openai-server';
+import { type GatewayHarness, type GatewayReply, startGateway } from '../support/gateway-harness';
+import { eventually, freePort, sleep, testDatabaseUrl, testRedisUrl } from '../support/infra';
 
 /** Polls until `condition` holds. */
 const until = (condition: () => boolean, what = 'the condition') =>
@@ -31,7 +32,8 @@ describe('the gateway: POST /v1/chat/completions', () => {
     new OpenAI({ apiKey: tenant.key, baseURL: `${url}/v1`, maxRetries: 0 });
   const ask = (text: string) => ({ model: 'gpt-test', messages: [{ role: 'user' as const, content: text }] });
   /** The provider's answer per user text; a stream by default for stream requests. */
-  let replies: Map<string, ModelReply | (() => ModelReply | Promise<ModelReply>)>;
+  let replies: Map<string, GatewayReply>;
+  let gateway: GatewayHarness;
 
   async function post(
     body: unknown,
@@ -49,24 +51,10 @@ describe('the gateway: POST /v1/chat/completions', () => {
   }
 
   beforeAll(async () => {
-    redis = await freshRedis();
-    replies = new Map();
-    provider = await new FakeOpenAiServer(async (_n, text) => {
-      const reply = replies.get(text);
-      if (reply === undefined) return { kind: 'complete', content: `Echo: ${text}` };
-      return typeof reply === 'function' ? reply() : reply;
-    }).start();
-    api = await startApi({
-      env: { LLM_PROVIDER: 'openai', OPENAI_API_KEY: 'sk-upstream', OPENAI_BASE_URL: provider.baseUrl },
-    });
-    await api.app.listen(0, '127.0.0.1');
-    apiUrl = `http://127.0.0.1:${(api.server.address() as AddressInfo).port}`;
+    gateway = await startGateway();
+    ({ provider, api, apiUrl, redis, replies } = gateway);
   });
-  afterAll(async () => {
-    await provider.stop();
-    await api.close();
-    redis.disconnect();
-  });
+  afterAll(() => gateway.close());
 
   describe('without streaming', () => {
     it('replays the stored answer byte for byte, with one upstream call that carried a key of its own', async () => {

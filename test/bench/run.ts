@@ -21,6 +21,7 @@ import { benchRefunds } from './refunds.bench';
 import { BASE_DATABASE_URL, BASE_REDIS_URL } from '../support/infra';
 import { benchDatabaseNamed } from './support';
 import { benchWorkerSideBySide, printWorkerSideBySide } from './worker-side-by-side.bench';
+import { benchWorkflows, deliveryProblems, printWorkflows } from './workflows.bench';
 
 // The tests' servers (TEST_REDIS_URL / TEST_DATABASE_URL, else REDIS_URL / DATABASE_URL).
 const redisBase = BASE_REDIS_URL;
@@ -29,10 +30,11 @@ const databaseUrl = BASE_DATABASE_URL;
 /**
  * BENCH=api,worker runs only those parts; unset, all:
  * api (side by side with the plain route and the peer), worker (side by side
- * with BullMQ), e2e (the chain, open loop), stores, refunds, hostile, gateway,
- * cluster (one Redis against a local Redis Cluster).
+ * with BullMQ), e2e (the chain, open loop), workflows (the triage workflow end
+ * to end beside the summaries chain, closed and open loop), stores, refunds,
+ * hostile, gateway, cluster (one Redis against a local Redis Cluster).
  */
-const PARTS = ['api', 'worker', 'e2e', 'stores', 'refunds', 'hostile', 'gateway', 'cluster'] as const;
+const PARTS = ['api', 'worker', 'e2e', 'workflows', 'stores', 'refunds', 'hostile', 'gateway', 'cluster'] as const;
 const chosen = (process.env.BENCH ?? '')
   .split(',')
   .map((p) => p.trim())
@@ -58,6 +60,8 @@ const load = (): string =>
     .join(' ');
 
 async function main(): Promise<void> {
+  /** A guarantee a part saw broken (a notification missing or sent twice): printed, written, then the run fails. */
+  const failures: string[] = [];
   const startedAt = new Date();
   const loadAtStart = load();
   console.log(
@@ -66,16 +70,22 @@ async function main(): Promise<void> {
   );
   const benchDb = await benchDatabaseNamed(databaseUrl, 'llmwf_bench');
   if (want('api')) printApiSideBySide(await benchApiSideBySide(`${redisBase}/14`, benchDb));
-  if (want('worker') || want('e2e') || want('cluster')) {
+  if (want('worker') || want('e2e') || want('workflows') || want('cluster')) {
     const workerDb = await benchDatabaseNamed(databaseUrl, 'llmwf_bench_worker');
     if (want('worker')) printWorkerSideBySide(await benchWorkerSideBySide(`${redisBase}/13`, workerDb));
     if (want('e2e')) printEndToEnd(await benchEndToEnd(`${redisBase}/13`, workerDb));
+    if (want('workflows')) {
+      const workflows = await benchWorkflows(`${redisBase}/13`, workerDb);
+      printWorkflows(workflows);
+      failures.push(...deliveryProblems(workflows));
+    }
     if (want('cluster')) printCluster(await benchCluster(`${redisBase}/13`, workerDb));
   }
   if (want('stores')) await printStores(benchDb);
   if (want('refunds')) await printRefunds(benchDb);
   if (want('hostile')) await printHostile(benchDb);
   if (want('gateway')) printGateway(await benchGateway(`${redisBase}/15`, benchDb));
+  for (const failure of failures) console.log(`FAILED: ${failure}`);
   const file = process.env.BENCH_RESULTS ?? (chosen.length === 0 ? 'docs/bench-results.md' : undefined);
   if (file) {
     const header = [
@@ -89,6 +99,7 @@ async function main(): Promise<void> {
     writeFileSync(file, [...header, '```', ...printed, '```', ''].join('\n'));
     log(`written to ${file}`);
   }
+  if (failures.length) throw new Error(failures.join('\n'));
 }
 
 async function printStores(benchDb: string): Promise<void> {

@@ -79,8 +79,28 @@ describe('docker-compose.yml', () => {
         redis: { condition: 'service_healthy' },
         postgres: { condition: 'service_healthy' },
         migrate: { condition: 'service_completed_successfully' },
+        // The worker's model calls go through the api's gateway.
+        ...(app === 'worker' ? { api: { condition: 'service_healthy' } } : {}),
       });
       expect({ app, grace: seconds(s.stop_grace_period) > drain }).toEqual({ app, grace: true });
     },
   );
+
+  it("sends the worker's model calls through the api's gateway, both apps with the same INTERNAL_API_KEY", () => {
+    const api = services.api.environment ?? {};
+    const worker = services.worker.environment ?? {};
+    expect(worker.LLM_GATEWAY_URL).toBe(`http://api:${loadApiConfig(api).port}`);
+    expect(worker.INTERNAL_API_KEY).toBeDefined();
+    expect(api.INTERNAL_API_KEY).toBe(worker.INTERNAL_API_KEY);
+    // Both loaders take it (in production 24+ characters, none of the tenant or admin keys), and the worker is in
+    // gateway mode, reading no provider settings.
+    expect(loadApiConfig(api).internalApiKey).toBe(api.INTERNAL_API_KEY);
+    expect(api.NODE_ENV).toBe('production');
+    expect(loadWorkerConfig(worker)).toMatchObject({
+      internalApiKey: worker.INTERNAL_API_KEY,
+      llmGatewayUrl: worker.LLM_GATEWAY_URL,
+      openaiApiKey: undefined,
+    });
+    expect(services.relay.environment?.INTERNAL_API_KEY).toBeUndefined();
+  });
 });

@@ -3,6 +3,7 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { parseAllDocuments } from 'yaml';
 import { configReferenceVariables } from '@app/config';
+import { GATEWAY_MODE_UNUSED_VARIABLES } from '@app/llm';
 import { apiDrainMs, apiEnvSchema, loadApiConfig } from '../../apps/api/src/api.config';
 import { loadRelayConfig, relayEnvSchema } from '../../apps/relay/src/relay.config';
 import { loadWorkerConfig, workerEnvSchema } from '../../apps/worker/src/worker.config';
@@ -59,6 +60,7 @@ const SECRET_PLACEHOLDERS: Readonly<Record<string, string>> = {
   API_KEYS: 'tenant-a:placeholder-key-0123456789',
   ADMIN_API_KEY: 'admin-placeholder-key-0123456789',
   OPENAI_API_KEY: 'sk-placeholder',
+  INTERNAL_API_KEY: 'internal-placeholder-0123456789',
   NOTIFY_WEBHOOK_URL: 'https://notify.invalid/hook',
   // KEDA's scaler of the example overlay reads Redis with these (no app does).
   REDIS_ADDRESS: 'redis:6379',
@@ -673,6 +675,17 @@ function appView(r: Rendering, app: App): AppView {
   return { deployment, template, container, env, where, envProblems };
 }
 
+/**
+ * The variables an app's manifest need not give it although INTERFACE.md or
+ * the reference list them: the worker's provider settings when it is in
+ * gateway mode (LLM_GATEWAY_URL set), which it then does not read. They stay
+ * in INTERFACE.md for the direct mode; the manifests deploy gateway mode.
+ */
+function unusedIn(view: AppView, app: App): ReadonlySet<string> {
+  const gatewayMode = app === 'worker' && Boolean(view.env.get('LLM_GATEWAY_URL')?.value);
+  return new Set<string>(gatewayMode ? GATEWAY_MODE_UNUSED_VARIABLES : []);
+}
+
 function appSettings(view: AppView, app: App): AppSettings {
   const values: Env = Object.fromEntries([...view.env].map(([k, v]) => [k, v.value]));
   try {
@@ -824,17 +837,18 @@ describe('deploy/k8s manifests', () => {
         expect(() => appSettings(view, app)).not.toThrow();
       });
 
-      it(`gets every variable INTERFACE.md and ${CONFIGURATION_DOC} list for the ${app}, and NODE_ENV=production`, () => {
+      it(`gets every variable INTERFACE.md and ${CONFIGURATION_DOC} list for the ${app} (but what gateway mode leaves unused), and NODE_ENV=production`, () => {
         const view = appView(r, app);
         const problems: string[] = [];
+        const unused = unusedIn(view, app);
         for (const name of interfaceSource.env[app]) {
-          if (!view.env.has(name))
+          if (!view.env.has(name) && !unused.has(name))
             problems.push(
               `${view.where}: ${interfaceSource.from} lists ${name} for the ${app}, but neither env nor envFrom provides it`,
             );
         }
         for (const name of docsEnv[app]) {
-          if (!view.env.has(name))
+          if (!view.env.has(name) && !unused.has(name))
             problems.push(
               `${view.where}: ${CONFIGURATION_DOC} lists ${name} for the ${app}, but neither env nor envFrom provides it`,
             );
@@ -966,6 +980,83 @@ describe('deploy/k8s manifests', () => {
           }
         }
       }
+      expect(problems).toEqual([]);
+    });
+
+    it("the worker calls the model through the api's Service (LLM_GATEWAY_URL), both apps with INTERNAL_API_KEY from the Secret", () => {
+      const api = appView(r, 'api');
+      const worker = appView(r, 'worker');
+      const problems: string[] = [];
+      // Both apps read the same key, each by a secretKeyRef that is not optional: a pod without it must not start.
+      for (const view of [api, worker]) {
+        const entry = view.container.env?.find((e) => e.name === 'INTERNAL_API_KEY');
+        const ref = entry?.valueFrom?.secretKeyRef;
+        if (ref?.name !== SECRET_NAME || ref.key !== 'INTERNAL_API_KEY')
+          problems.push(
+            `${view.where}: INTERNAL_API_KEY is ${view.env.get('INTERNAL_API_KEY')?.from ?? 'unset'}, not a secretKeyRef to ${SECRET_NAME} key INTERNAL_API_KEY`,
+          );
+        else if (ref.optional) problems.push(`${view.where}: INTERNAL_API_KEY's secretKeyRef is optional`);
+      }
+      // (The same Secret key for both is what makes it the same value: the check above is the one that can fail.)
+
+      // LLM_GATEWAY_URL names a Service that selects the api's pods, by a port it serves (that lands on the api's).
+      const gateway = worker.env.get('LLM_GATEWAY_URL');
+      let url: URL | undefined;
+      try {
+        url = new URL(gateway?.value ?? '');
+      } catch {
+        problems.push(
+          `${worker.where}: LLM_GATEWAY_URL is ${JSON.stringify(gateway?.value)} (${gateway?.from ?? 'unset'}), not a URL`,
+        );
+      }
+      if (url) {
+        const namespace = r.manifests.find((m) => m.kind === 'Namespace')?.metadata.name;
+        const [serviceName, ns, ...rest] = url.hostname.split('.');
+        const domain = rest.join('.');
+        if (ns !== undefined && (ns !== namespace || !['', 'svc', 'svc.cluster.local'].includes(domain)))
+          problems.push(
+            `${worker.where}: LLM_GATEWAY_URL's host ${url.hostname} is not a Service of this rendering's namespace (${namespace ?? 'none'})`,
+          );
+        const service = r.manifests.find((m) => m.kind === 'Service' && m.metadata.name === serviceName);
+        const spec = service?.spec as ServiceSpec | undefined;
+        const port = Number(url.port || (url.protocol === 'https:' ? 443 : 80));
+        const { port: apiPort } = appSettings(api, 'api');
+        if (url.protocol !== 'http:')
+          problems.push(`${worker.where}: LLM_GATEWAY_URL uses ${url.protocol}; the api serves plain HTTP`);
+        if (url.pathname !== '/' && url.pathname !== '')
+          problems.push(
+            `${worker.where}: LLM_GATEWAY_URL has the path ${url.pathname}; it is the api's base URL (the client adds /v1)`,
+          );
+        if (!service)
+          problems.push(`${worker.where}: LLM_GATEWAY_URL names ${serviceName}, which is no Service of the rendering`);
+        else if (!selects(spec?.selector, api.template.metadata?.labels))
+          problems.push(
+            `${describeManifest(r, service)}: named by the worker's LLM_GATEWAY_URL, but does not select the api's pods`,
+          );
+        else {
+          const servicePort = spec?.ports?.find((p) => p.port === port);
+          const target = servicePort && portNumber(api.container, servicePort.targetPort ?? servicePort.port);
+          if (target !== apiPort)
+            problems.push(
+              `${worker.where}: LLM_GATEWAY_URL's port ${port} ${servicePort ? `lands on container port ${String(target)}` : 'is not a port of the Service'}, but the api listens on ${apiPort}`,
+            );
+        }
+      }
+      expect(problems).toEqual([]);
+    });
+
+    it("gives the worker in gateway mode no provider settings: no OPENAI_API_KEY (the api's secret), LLM_PROVIDER or OPENAI_BASE_URL", () => {
+      const worker = appView(r, 'worker');
+      const problems: string[] = [];
+      if (!worker.env.get('LLM_GATEWAY_URL')?.value) problems.push(`${worker.where}: not in gateway mode`);
+      for (const name of GATEWAY_MODE_UNUSED_VARIABLES) {
+        const given = worker.env.get(name);
+        if (given) problems.push(`${worker.where}: gets ${name} from ${given.from}, which gateway mode never reads`);
+      }
+      // The api, which calls the provider for both, still gets its key.
+      const apiKey = appView(r, 'api').container.env?.find((e) => e.name === 'OPENAI_API_KEY')?.valueFrom?.secretKeyRef;
+      if (apiKey?.name !== SECRET_NAME || apiKey.key !== 'OPENAI_API_KEY' || apiKey.optional)
+        problems.push(`[${r.name}] the api does not get OPENAI_API_KEY from ${SECRET_NAME} (not optional)`);
       expect(problems).toEqual([]);
     });
 

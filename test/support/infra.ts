@@ -44,12 +44,15 @@ export function workerId(): number {
 }
 
 /**
- * TEST_SLOT (0 to 3, default 0) lets several test runs share one machine:
+ * TEST_SLOT (0 to 7, default 0) lets several test runs share one machine:
  * each slot has its own Redis databases, PostgreSQL databases and ports.
+ * Slots 4 to 7 reuse the Redis databases and PostgreSQL database names of
+ * slots 0 to 3, so they need servers of their own (TEST_REDIS_URL,
+ * TEST_DATABASE_URL); their ports are their own.
  */
 export function testSlot(): number {
   const slot = Number(process.env.TEST_SLOT ?? '0');
-  if (!Number.isInteger(slot) || slot < 0 || slot > 3) throw new Error('TEST_SLOT must be 0 to 3');
+  if (!Number.isInteger(slot) || slot < 0 || slot > 7) throw new Error('TEST_SLOT must be 0 to 7');
   return slot;
 }
 
@@ -60,11 +63,11 @@ export function testSlot(): number {
 export function testRedisUrl(): string {
   const worker = workerId();
   if (worker > 3) throw new Error(`jest worker ${worker}: the test slots have Redis databases for three workers`);
-  return redisUrlWithDatabase(BASE_REDIS_URL, 1 + testSlot() * 3 + (worker - 1));
+  return redisUrlWithDatabase(BASE_REDIS_URL, 1 + (testSlot() % 4) * 3 + (worker - 1));
 }
 
 export function testDatabaseName(id = workerId()): string {
-  return `llmwf_test_s${testSlot()}_w${id}`;
+  return `llmwf_test_s${testSlot() % 4}_w${id}`;
 }
 
 export function testDatabaseUrl(): string {

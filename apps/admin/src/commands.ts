@@ -1,24 +1,38 @@
-import { type OperationsService, parseDeadLetterId, type ParsedId, parseOutboxRowId } from '@app/operations';
+import {
+  type OperationsService,
+  parseDeadLetterId,
+  type ParsedId,
+  parseOutboxRowId,
+  parseWorkflowName,
+} from '@app/operations';
 
 export class UsageError extends Error {}
 
 export const USAGE = `usage: admin <command>
 
   migrate                          apply the database migrations
-  stats                            queue (in total and by partition) and outbox figures
-  dead-letters list [--count N] [--after ID]
-                                   dead letters of every partition, oldest first,
-                                   with their reason
+  stats [--workflow NAME]          queues (in total and by partition) and outbox
+                                   figures; with a workflow, its dead letters and
+                                   failed runs too
+  dead-letters list [--count N] [--after ID] [--workflow NAME]
+                                   dead letters of every queue and partition,
+                                   oldest first, with their reason; next (when
+                                   set) is the --after of the next page
+  dead-letters show ID             one dead letter with every field of its entry
   dead-letters redrive ID          put one back into its partition's job stream
-                                   (same job id)
-  dead-letters redrive --all       every dead letter that can run again
+                                   (same job id, every field kept)
+  dead-letters redrive --all [--workflow NAME]
+                                   every dead letter (of the workflow) that can
+                                   run again, up to the newest as it starts
   outbox parked [--count N]        outbox rows that ran out of attempts
   outbox requeue ID                give one parked row fresh attempts, due now
   outbox requeue --all             every parked row
 
 A dead-letter ID is <ms>-<seq> with one job stream partition, and
 <partition>:<ms>-<seq> (as listed) with JOB_STREAM_PARTITIONS above 1; set
-JOB_STREAM_PARTITIONS as for the api and the worker.
+JOB_STREAM_PARTITIONS as for the api and the worker. A dead letter of a queue
+other than summaries names it first: workflows/<ms>-<seq>. A dead letter's
+workflow (--workflow) is its workflow field, or its queue's name (summaries).
 
 Output is JSON on stdout; the exit code is 0 on success, 1 when the thing
 named was not found or could not be done, 2 on a usage error.`;
@@ -51,6 +65,12 @@ function checkedId(name: string, raw: string, parse: (raw: string) => ParsedId):
   return parsed.id;
 }
 
+/** --workflow, checked, or undefined. */
+function workflow(args: string[]): string | undefined {
+  const raw = option(args, '--workflow');
+  return raw === undefined ? undefined : checkedId('--workflow', raw, parseWorkflowName);
+}
+
 /** The one ID named, or undefined for --all. */
 function target(args: string[], parse: (raw: string) => ParsedId, what: string): string | undefined {
   if (args.length !== 1 || (args[0].startsWith('--') && args[0] !== '--all'))
@@ -60,28 +80,45 @@ function target(args: string[], parse: (raw: string) => ParsedId, what: string):
 
 /** Runs one command (not `migrate`, which main.ts handles) against the operations. */
 export async function runCommand(ops: OperationsService, argv: readonly string[]): Promise<CommandResult> {
-  const [group, verb, ...rest] = argv;
+  // `stats` alone is a command of one word: what follows it is options.
+  const [group, verb, ...rest] = argv[0] === 'stats' ? ['stats', '', ...argv.slice(1)] : argv;
   const args = [...rest];
   const done = (output: unknown): CommandResult => ({ output, exitCode: 0 });
   switch (`${group} ${verb ?? ''}`.trim()) {
-    case 'stats':
-      return done(await ops.figures());
+    case 'stats': {
+      const name = workflow(args);
+      if (args.length) throw new UsageError(`unexpected ${args.join(' ')}`);
+      return done(await ops.figures(name === undefined ? {} : { workflow: name }));
+    }
     case 'dead-letters list': {
       const n = count(args);
       const raw = option(args, '--after');
       const after = raw === undefined || raw === '' ? undefined : checkedId('--after', raw, parseDeadLetterId);
+      const name = workflow(args);
       if (args.length) throw new UsageError(`unexpected ${args.join(' ')}`);
-      return done({ dead_letters: await ops.listDeadLetters(n, after) });
+      const page = await ops.listDeadLetters(n, after, name === undefined ? {} : { workflow: name });
+      return done(
+        page.next === undefined ? { dead_letters: page.letters } : { dead_letters: page.letters, next: page.next },
+      );
+    }
+    case 'dead-letters show': {
+      if (args.length !== 1 || args[0].startsWith('--')) throw new UsageError('give one dead-letter id');
+      const letter = await ops.inspectDeadLetter(checkedId('ID', args[0], parseDeadLetterId));
+      return letter ? done(letter) : { output: { outcome: 'not_found' }, exitCode: 1 };
     }
     case 'dead-letters redrive': {
+      const name = workflow(args);
       const id = target(args, parseDeadLetterId, 'dead-letter id');
+      if (id !== undefined && name !== undefined) throw new UsageError('--workflow goes with --all');
       if (id === undefined) {
-        // The API bounds one call; the CLI has no time limit, so it walks to the end.
+        // The API bounds one call; the CLI has no time limit, so it walks to the end: the end as it starts,
+        // so that a dead letter that fails again at once, dead-lettered anew, is not re-driven again and again.
+        const until = await ops.deadLetterBounds();
         let redriven = 0;
         const notRedrivable: string[] = [];
         let after: string | undefined;
         do {
-          const part = await ops.redriveAll('admin-cli', { after });
+          const part = await ops.redriveAll('admin-cli', { after, workflow: name, until });
           redriven += part.redriven;
           notRedrivable.push(...part.notRedrivable);
           after = part.next;

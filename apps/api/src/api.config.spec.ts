@@ -18,6 +18,7 @@ describe('api configuration', () => {
       port: 3000,
       apiKeys: DEMO_API_KEYS,
       adminApiKey: 'demo-admin-key',
+      internalApiKey: undefined,
       idempotencyLockTtlMs: 10_000,
       idempotencyResultTtlMs: 86_400_000,
       idempotencyStore: 'redis',
@@ -205,6 +206,45 @@ describe('api configuration', () => {
         ADMIN_API_KEY: 'admin-0123456789abcdefghijk',
       }).adminApiKey,
     ).toBe('admin-0123456789abcdefghijk');
+  });
+
+  it('takes INTERNAL_API_KEY of 16+ printable characters, unset by default in production too, never echoed', () => {
+    const key = 'internal-0123456789';
+    expect(loadApiConfig({ INTERNAL_API_KEY: key }).internalApiKey).toBe(key);
+    expect(loadApiConfig({ INTERNAL_API_KEY: '  ' }).internalApiKey).toBeUndefined();
+    // No demo value anywhere: unset is the direct path, not a default key.
+    expect(loadApiConfig({ NODE_ENV: 'production', API_KEYS: 'acme:0123456789abcdef' }).internalApiKey).toBeUndefined();
+    for (const value of ['short-key-123', '0123456789abcde', 'has a space 0123456789']) {
+      expect({ value, problems: problemsOf({ INTERNAL_API_KEY: value }) }).toEqual({
+        value,
+        problems: ['INTERNAL_API_KEY'],
+      });
+      expect(() => loadApiConfig({ INTERNAL_API_KEY: value })).not.toThrow(new RegExp(value));
+    }
+    expect(() => loadApiConfig({ INTERNAL_API_KEY: 'short-key-123' })).toThrow(
+      /INTERNAL_API_KEY.*at least 16 characters/,
+    );
+  });
+
+  it('takes INTERNAL_API_KEY of 24+ characters only in production, as ADMIN_API_KEY', () => {
+    const production = { NODE_ENV: 'production', API_KEYS: 'acme:0123456789abcdef' };
+    const short = 'internal-01234567890123'; // 23: enough outside production
+    expect(loadApiConfig({ INTERNAL_API_KEY: short }).internalApiKey).toBe(short);
+    expect(problemsOf({ ...production, INTERNAL_API_KEY: short })).toEqual(['INTERNAL_API_KEY']);
+    expect(() => loadApiConfig({ ...production, INTERNAL_API_KEY: short })).toThrow(
+      /INTERNAL_API_KEY.*at least 24 characters in production/,
+    );
+    expect(() => loadApiConfig({ ...production, INTERNAL_API_KEY: short })).not.toThrow(short);
+    expect(loadApiConfig({ ...production, INTERNAL_API_KEY: `${short}4` }).internalApiKey).toBe(`${short}4`);
+  });
+
+  it('keeps INTERNAL_API_KEY apart from every tenant key and the admin key', () => {
+    const key = 'shared-0123456789abcdefgh';
+    expect(problemsOf({ API_KEYS: `acme:${key}`, INTERNAL_API_KEY: key })).toEqual(['INTERNAL_API_KEY']);
+    expect(() => loadApiConfig({ API_KEYS: `acme:${key}`, INTERNAL_API_KEY: key })).toThrow(
+      /INTERNAL_API_KEY.*differ from every tenant key/,
+    );
+    expect(problemsOf({ ADMIN_API_KEY: key, INTERNAL_API_KEY: key })).toEqual(['INTERNAL_API_KEY']);
   });
 
   it('never echoes a password from a URL in its message', () => {

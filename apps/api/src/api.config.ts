@@ -9,7 +9,7 @@ import {
   parseConfig,
   processEnv,
 } from '@app/config';
-import { llmProviderEnv } from '@app/llm';
+import { internalApiKeyEnv, llmProviderEnv } from '@app/llm';
 import { QUERY_TIMEOUT_MS } from '@app/persistence';
 import { jobStreamPartitionsEnv } from '@app/summary-queue';
 import { parseApiKeys } from './auth/api-keys';
@@ -35,6 +35,11 @@ export const apiEnvSchema = {
       "the admin endpoints' key, never a tenant's; in production 24+ characters, " +
       'and unset turns the admin endpoints off',
   }),
+  internalApiKey: {
+    ...internalApiKeyEnv.internalApiKey,
+    parse: (raw: string | undefined, all: Env): string | undefined =>
+      distinctInternalKey(internalApiKeyEnv.internalApiKey.parse(raw, all), all),
+  },
   idempotencyLockTtlMs: env.secondsAsMs(
     'IDEMPOTENCY_LOCK_TTL_S',
     10,
@@ -142,6 +147,18 @@ function tenantKeysOf(all: Env): string[] {
   } catch {
     return [];
   }
+}
+
+/**
+ * INTERNAL_API_KEY, on the api's side: a key that is also a tenant's would
+ * make that tenant's key able to name any tenant in X-Tenant, and one equal
+ * to the admin key would hand the admin endpoints to every worker.
+ */
+function distinctInternalKey(key: string | undefined, all: Env): string | undefined {
+  if (key === undefined) return undefined;
+  if (tenantKeysOf(all).includes(key)) throw new ConfigFieldError('must differ from every tenant key in API_KEYS');
+  if (all.ADMIN_API_KEY?.trim() === key) throw new ConfigFieldError('must differ from ADMIN_API_KEY');
+  return key;
 }
 
 /**

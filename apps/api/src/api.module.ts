@@ -7,6 +7,7 @@ import { PersistenceModule, PostgresIdempotencyStore } from '@app/persistence';
 import { ProblemDetailsFilter, RequestValidationPipe } from '@app/problem';
 import { type Durability, REDIS_CLIENT, REDIS_DURABILITY, RedisModule, type RedisClient } from '@app/redis';
 import { SummaryQueueModule } from '@app/summary-queue';
+import { WorkflowClientModule } from '@app/workflows';
 import { DataSource } from 'typeorm';
 import { type ApiConfig, gatewayDrainMs } from './api.config';
 import { AdminModule } from './admin/admin.module';
@@ -14,7 +15,9 @@ import { AuthModule } from './auth/auth.module';
 import { GatewayModule } from './gateway/gateway.module';
 import { requireTenant } from './auth/principal';
 import { RefundsModule } from './refunds/refunds.module';
+import { RunsModule } from './runs/runs.module';
 import { SummariesModule } from './summaries/summaries.module';
+import { TriageModule } from './triage/triage.module';
 
 /**
  * Both stores, by name, for routes that choose one (`@Idempotent({ store:
@@ -57,7 +60,7 @@ export class ApiModule {
         }),
         PersistenceModule.forRoot({ url: config.databaseUrl, applicationName: 'api' }),
         HealthModule.forRoot({ readiness: [RedisHealthIndicator, PostgresHealthIndicator] }),
-        AuthModule.forRoot(config.apiKeys),
+        AuthModule.forRoot(config.apiKeys, config.internalApiKey),
         IdempotencyModule.forRootAsync({
           inject: [REDIS_CLIENT, { token: REDIS_DURABILITY, optional: true }, DataSource],
           useFactory: (redis: RedisClient, durability: Durability | undefined, dataSource: DataSource) => ({
@@ -69,6 +72,14 @@ export class ApiModule {
         }),
         SummaryQueueModule.forRoot({ partitions: config.jobStreamPartitions, isGlobal: true }),
         SummariesModule,
+        // The workflows the api starts and reads (GET /v1/runs), on the partitions the worker consumes.
+        WorkflowClientModule.forClient({
+          workflows: ['triage', { name: 'summaries', queue: 'summaries' }],
+          partitions: config.jobStreamPartitions,
+          isGlobal: true,
+        }),
+        TriageModule,
+        RunsModule,
         RefundsModule.forRoot({
           paymentsUrl: config.paymentsUrl,
           paymentsTimeoutMs: config.paymentsTimeoutMs,

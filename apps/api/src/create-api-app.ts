@@ -33,7 +33,11 @@ export function configureApiApp(app: NestExpressApplication): NestExpressApplica
     // A model's whole conversation (images as data URLs too) is larger than
     // any job of ours; only a tenant's request gets to send that much.
     largerBodies: [
-      { path: `/${GATEWAY_PATH}`, maxBytes: GATEWAY_MAX_BODY_BYTES, when: (req) => keys.tenantOf(req) !== undefined },
+      {
+        path: `/${GATEWAY_PATH}`,
+        maxBytes: GATEWAY_MAX_BODY_BYTES,
+        when: (req) => keys.tenantOf(req, { internalKey: true }) !== undefined,
+      },
     ],
     maxDepth: MAX_JSON_DEPTH,
     maxMembers: MAX_JSON_MEMBERS,

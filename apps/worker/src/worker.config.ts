@@ -1,6 +1,6 @@
 import { httpServerEnv } from '@app/http';
 import { commonEnv, redisDurabilityEnv, ConfigOf, env, parseConfig, processEnv, type Env } from '@app/config';
-import { llmProviderEnv } from '@app/llm';
+import { internalApiKeyEnv, llmGatewayEnv, llmProviderUnlessGatewayEnv } from '@app/llm';
 import { jobStreamPartitionsEnv } from '@app/summary-queue';
 
 /** Every variable the worker reads (INTERFACE.md); the manifests are checked against it. */
@@ -24,7 +24,10 @@ export const workerEnvSchema = {
     { max: 3600 },
     { describe: "one delivery's deadline; fractions allowed" },
   ),
-  ...llmProviderEnv,
+  // With LLM_GATEWAY_URL, LLM_PROVIDER and OPENAI_API_KEY / OPENAI_BASE_URL are not read: the api holds the provider.
+  ...llmProviderUnlessGatewayEnv,
+  ...internalApiKeyEnv,
+  ...llmGatewayEnv,
   llmCallTimeoutMs: env.secondsAsMs(
     'LLM_CALL_TIMEOUT_S',
     20,
@@ -32,6 +35,12 @@ export const workerEnvSchema = {
     { describe: 'hard limit of one attempt; fractions allowed' },
   ),
   llmMaxAttempts: env.int('LLM_MAX_ATTEMPTS', 4, { min: 1, max: 20 }, { describe: 'total attempts per delivery' }),
+  workflowRunRetentionDays: env.int(
+    'WORKFLOW_RUN_RETENTION_DAYS',
+    30,
+    { min: 0, max: 3650 },
+    { describe: 'finished workflow runs older than this are deleted with their steps; 0 keeps them for ever' },
+  ),
 };
 
 export type WorkerConfig = ConfigOf<typeof workerEnvSchema>;

@@ -78,6 +78,8 @@ export class WorkerModule {
               baseUrl: config.openaiBaseUrl,
               model: config.openaiModel,
               callTimeoutMs: config.llmCallTimeoutMs,
+              gatewayUrl: config.llmGatewayUrl,
+              internalApiKey: config.internalApiKey,
             }),
           ],
         }),

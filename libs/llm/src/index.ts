@@ -13,3 +13,4 @@ export * from './sse-event.splitter';
 export * from './chat-completions.usage';
 export * from './chat-completions-upstream.module-definition';
 export * from './chat-completions-upstream.module';
+export * from './llm-gateway.settings';

@@ -8,7 +8,7 @@ import {
   RateLimitError,
 } from 'openai';
 import { classifyLlmError } from './llm-error.classifier';
-import { CallTimeoutError, EmptyCompletionError } from './llm.errors';
+import { CallTimeoutError, EmptyCompletionError, GatewayAuthError } from './llm.errors';
 
 const apiError = (status: number, headers: Record<string, string> = {}) =>
   APIError.generate(status, { error: { message: 'x' } }, 'x', new Headers(headers));
@@ -67,5 +67,45 @@ describe('classifyLlmError', () => {
     expect(classifyLlmError(apiError(429, { 'retry-after-ms': '1500', 'retry-after': '9' }))).toMatchObject({
       retryAfterMs: 1500,
     });
+  });
+
+  it('retries the gateway’s 409 (the same key still running elsewhere) after its Retry-After', () => {
+    // As the api's gateway answers it: OpenAI's envelope, Retry-After in seconds plus retry-after-ms.
+    const inProgress = APIError.generate(
+      409,
+      { error: { message: 'still running', type: 'invalid_request_error', code: 'idempotency_request_in_progress' } },
+      'still running',
+      new Headers({ 'retry-after': '2', 'retry-after-ms': '2000', 'content-type': 'application/json' }),
+    );
+    expect(classifyLlmError(inProgress)).toEqual({
+      kind: 'conflict',
+      retryable: true,
+      status: 409,
+      retryAfterMs: 2000,
+    });
+    expect(classifyLlmError(apiError(409, { 'retry-after': '5' }))).toEqual({
+      kind: 'conflict',
+      retryable: true,
+      status: 409,
+      retryAfterMs: 5000,
+    });
+    // The gateway's own errors may say x-should-retry: true on a 409; it agrees with the status.
+    expect(classifyLlmError(apiError(409, { 'x-should-retry': 'true', 'retry-after': '1' }))).toMatchObject({
+      retryable: true,
+      retryAfterMs: 1000,
+    });
+  });
+
+  it('does not retry a provider’s 401 or 403, nor a reused key (422)', () => {
+    expect(classifyLlmError(apiError(401))).toMatchObject({ kind: 'client', retryable: false });
+    expect(classifyLlmError(apiError(403))).toMatchObject({ kind: 'client', retryable: false });
+    expect(classifyLlmError(apiError(422))).toMatchObject({ kind: 'client', retryable: false });
+  });
+
+  it('retries the gateway refusing the internal key (a rollout or a rotation), so the job is redelivered', () => {
+    for (const status of [401, 403]) {
+      const refused = new GatewayAuthError(status, 'x', { cause: apiError(status, { 'www-authenticate': 'Bearer' }) });
+      expect(classifyLlmError(refused)).toEqual({ kind: 'gateway_auth', retryable: true, status });
+    }
   });
 });

@@ -1,6 +1,6 @@
 import { parseRetryAfter } from '@app/client';
 import { APIConnectionError, APIError, APIUserAbortError } from 'openai';
-import { CallTimeoutError, EmptyCompletionError, LlmErrorClass } from './llm.errors';
+import { CallTimeoutError, EmptyCompletionError, GatewayAuthError, LlmErrorClass } from './llm.errors';
 
 const RETRYABLE_STATUS = new Set([408, 409, 429]);
 
@@ -11,9 +11,14 @@ const RETRYABLE_STATUS = new Set([408, 409, 429]);
  * unknown errors included, is not: retrying a 400 only spends money.
  * A provider's `x-should-retry` header overrides the status; its
  * `retry-after-ms` / `Retry-After` is read by the client's parseRetryAfter.
+ * The gateway refusing the worker's internal key (GatewayAuthError) is
+ * retried too, and so redelivered: it means the api and the worker disagree
+ * about INTERNAL_API_KEY (a rollout, a rotation), which passes, and
+ * MAX_DELIVERIES bounds one that does not.
  */
 export function classifyLlmError(err: unknown): LlmErrorClass {
   if (err instanceof CallTimeoutError) return { kind: 'timeout', retryable: true };
+  if (err instanceof GatewayAuthError) return { kind: 'gateway_auth', retryable: true, status: err.status };
   // Our own timer aborts the request: the SDK reports that as a user abort.
   if (err instanceof APIUserAbortError) return { kind: 'timeout', retryable: true };
   if (err instanceof APIConnectionError) return { kind: 'connection', retryable: true };

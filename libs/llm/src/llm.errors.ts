@@ -17,7 +17,15 @@ export interface ErrorClass<Kind extends string = string> {
 
 /** What a failed model call was. */
 export type LlmErrorKind =
-  'timeout' | 'connection' | 'rate_limited' | 'server' | 'conflict' | 'client' | 'empty_answer' | 'unknown';
+  | 'timeout'
+  | 'connection'
+  | 'rate_limited'
+  | 'server'
+  | 'conflict'
+  | 'client'
+  | 'gateway_auth'
+  | 'empty_answer'
+  | 'unknown';
 
 export type LlmErrorClass = ErrorClass<LlmErrorKind>;
 
@@ -34,5 +42,24 @@ export class CallTimeoutError extends Error {
   constructor(readonly timeoutMs: number) {
     super(`model call exceeded its ${timeoutMs} ms limit`);
     this.name = 'CallTimeoutError';
+  }
+}
+
+/**
+ * The api's gateway refused the worker's credentials (401 or 403, answered by
+ * the gateway itself rather than relayed from the provider). Thrown by the
+ * gateway-mode client only, wrapping the SDK's error as `cause`. It is about
+ * the deployment, not the request: during a rollout the worker can hold
+ * INTERNAL_API_KEY before the api does, and while the key is rotated the two
+ * disagree for a moment; the same call succeeds once they agree.
+ */
+export class GatewayAuthError extends Error {
+  constructor(
+    readonly status: number,
+    message: string,
+    options: { cause: unknown },
+  ) {
+    super(`the gateway refused the internal key (${status}): ${message}`, options);
+    this.name = 'GatewayAuthError';
   }
 }

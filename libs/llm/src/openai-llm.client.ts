@@ -1,7 +1,8 @@
 import { Logger } from '@nestjs/common';
-import OpenAI, { type ClientOptions } from 'openai';
+import OpenAI, { APIError, type ClientOptions } from 'openai';
 import type { ChatCompletion } from 'openai/resources/chat/completions';
-import type { ChatOptions, ChatRequest, LlmClient, SummarizeOptions } from './llm-client.interface';
+import type { ChatOptions, ChatRequest, LlmClient, ModelCallOptions, SummarizeOptions } from './llm-client.interface';
+import { GatewayAuthError } from './llm.errors';
 import { sanitizeSummary } from './summary.sanitizer';
 
 export interface OpenAiLlmOptions {
@@ -10,7 +11,11 @@ export interface OpenAiLlmOptions {
   readonly model: string;
   /** The SDK's own per-request timeout: a backstop behind RetryPolicy's wall-clock limit. */
   readonly requestTimeoutMs: number;
-  /** The gateway path: each chat call names its tenant in `X-Tenant` (the api takes it from the internal key only). */
+  /**
+   * The gateway path: each call names its tenant in `X-Tenant` (the api takes
+   * it from the internal key only), and the gateway refusing the key is a
+   * GatewayAuthError.
+   */
   readonly sendTenant?: boolean;
 }
 
@@ -66,27 +71,62 @@ export class OpenAiLlmClient implements LlmClient {
     });
   }
 
-  async summarize(text: string, { signal }: SummarizeOptions): Promise<string> {
-    const completion = await this.client.chat.completions.create(
-      {
-        model: this.options.model,
-        messages: [
-          { role: 'system', content: SYSTEM_PROMPT },
-          { role: 'user', content: text },
-        ],
-      },
-      { signal },
+  async summarize(text: string, options: SummarizeOptions): Promise<string> {
+    const completion = await this.gatewayErrors(
+      this.client.chat.completions.create(
+        {
+          model: this.options.model,
+          messages: [
+            { role: 'system', content: SYSTEM_PROMPT },
+            { role: 'user', content: text },
+          ],
+        },
+        // Direct calls send no headers of ours, as before the gateway existed.
+        this.options.sendTenant ? this.requestOptions(options) : { signal: options.signal },
+      ),
     );
     return sanitizeSummary(completion.choices[0]?.message?.content);
   }
 
-  chat(request: ChatRequest, { signal, idempotencyKey, tenant }: ChatOptions): Promise<ChatCompletion> {
+  chat(request: ChatRequest, options: ChatOptions): Promise<ChatCompletion> {
+    return this.gatewayErrors(
+      this.client.chat.completions.create(
+        { ...request, model: request.model ?? this.options.model, stream: false },
+        this.requestOptions(options),
+      ),
+    );
+  }
+
+  /**
+   * On the gateway path, a 401 or 403 that carries `WWW-Authenticate` is the
+   * api refusing our internal key (its guard sends `WWW-Authenticate: Bearer`,
+   * and has in every release), as a GatewayAuthError: a redelivery, not a
+   * dead letter (classifyLlmError). A provider's own 401, relayed by the
+   * gateway, never carries the header (the relay passes a fixed list of
+   * provider headers, relayedHeaders), so it stays the permanent client
+   * error it is when the worker calls the provider directly.
+   */
+  private async gatewayErrors<T>(call: Promise<T>): Promise<T> {
+    if (!this.options.sendTenant) return call;
+    try {
+      return await call;
+    } catch (err) {
+      const status: unknown = err instanceof APIError ? err.status : undefined;
+      const headers = err instanceof APIError ? (err.headers as Headers | undefined) : undefined;
+      if ((status === 401 || status === 403) && headers?.has('www-authenticate'))
+        throw new GatewayAuthError(status, (err as Error).message, { cause: err });
+      throw err;
+    }
+  }
+
+  /** Idempotency-Key when given; X-Tenant on the gateway path only (another endpoint has no use for it). */
+  private requestOptions({ signal, idempotencyKey, tenant }: ModelCallOptions): {
+    signal: AbortSignal;
+    headers: Record<string, string>;
+  } {
     const headers: Record<string, string> = {};
     if (idempotencyKey !== undefined) headers['Idempotency-Key'] = idempotencyKey;
     if (tenant !== undefined && this.options.sendTenant) headers['X-Tenant'] = tenant;
-    return this.client.chat.completions.create(
-      { ...request, model: request.model ?? this.options.model, stream: false },
-      { signal, headers },
-    );
+    return { signal, headers };
   }
 }

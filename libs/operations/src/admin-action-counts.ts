@@ -1,5 +1,6 @@
 import { Injectable } from '@nestjs/common';
-import { ADMIN_ACTIONS_KEY, SummaryStreams } from '@app/summary-queue';
+import { ADMIN_ACTIONS_KEY } from '@app/summary-queue';
+import { OperatedQueues } from '@app/workflows';
 import { InjectRedis, type RedisClient } from '@app/redis';
 
 export type AdminAction = 'redrive' | 'requeue';
@@ -9,7 +10,7 @@ export const ADMIN_ACTIONS: readonly AdminAction[] = ['redrive', 'requeue'];
  * Operators' changes counted for the whole system, in Redis, so a change made
  * by the short-lived CLI counts as much as one made through the admin API.
  * Re-drives are counted by the re-drive script itself (atomically with the
- * re-drive, in the dead letter's partition); re-queues of parked outbox rows
+ * re-drive, in the dead letter's queue's partition); re-queues of parked outbox rows
  * here, after their UPDATE commits, in ADMIN_ACTIONS_KEY. The figures are the
  * sums over those keys (one key with one partition).
  */
@@ -19,9 +20,10 @@ export class AdminActionCounts {
 
   constructor(
     @InjectRedis() private readonly redis: RedisClient,
-    streams: SummaryStreams,
+    queues: OperatedQueues,
   ) {
-    this.keys = [...new Set([ADMIN_ACTIONS_KEY, ...streams.partitions.map((p) => p.adminActions)])];
+    const perPartition = queues.all.flatMap((q) => q.layout.partitions.map((p) => p.adminActions));
+    this.keys = [...new Set([ADMIN_ACTIONS_KEY, ...perPartition])];
   }
 
   async add(action: AdminAction, n: number): Promise<void> {

@@ -1,5 +1,5 @@
 import { LAST_STREAM_ID } from '@app/summary-queue';
-import { parseDeadLetterId, parseOutboxRowId } from './admin-ids';
+import { parseDeadLetterId, parseOutboxRowId, parseWorkflowName } from './admin-ids';
 
 describe('the ids an operator names', () => {
   it.each([
@@ -30,6 +30,56 @@ describe('the ids an operator names', () => {
   ])('dead-letter id %j can exist: %s', (raw, ok) => {
     expect(parseDeadLetterId(raw)).toEqual(
       ok ? { ok: true, id: raw } : { ok: false, message: expect.stringMatching(/^must be a dead-letter id/) },
+    );
+  });
+
+  it.each([
+    ['workflows/1764460800000-0', true],
+    ['workflows/2:1764460800000-0', true],
+    ['my-queue_2/0-0', true],
+    ['summaries/1-0', true],
+    ['Workflows/1-0', false], // queue names are lower case, as their hash tags
+    ['2queue/1-0', false],
+    ['workflows/', false],
+    ['/1-0', false],
+    ['workflows/1764460800000', false],
+    ['workflows/02:1-0', false],
+    ['workflows/1024:1-0', false],
+    ['a/b/1-0', false],
+    ['workflows:1-0', false],
+  ])('dead-letter id of a queue %j can exist: %s', (raw, ok) => {
+    expect(parseDeadLetterId(raw)).toEqual(
+      ok ? { ok: true, id: raw } : { ok: false, message: expect.stringMatching(/^must be a dead-letter id/) },
+    );
+  });
+
+  it('names the queue form when the id has one', () => {
+    expect(parseDeadLetterId('workflows/1-2-3')).toEqual({
+      ok: false,
+      message: expect.stringMatching(
+        /^must be a dead-letter id <queue>\/<ms>-<seq> such as workflows\/1764460800000-0/,
+      ),
+    });
+    expect(parseDeadLetterId('workflows/0-18446744073709551616')).toEqual({
+      ok: false,
+      message: 'must be a dead-letter id whose parts are at most 18446744073709551615',
+    });
+  });
+
+  it.each([
+    ['triage', true],
+    ['summaries', true],
+    ['Ticket.triage_v2-b', true],
+    ['a'.repeat(64), true],
+    ['a'.repeat(65), false],
+    ['', false],
+    ['2fa', false],
+    ['-x', false],
+    ['bad name', false],
+    ['x!', false],
+  ])('workflow name %j can be a filter: %s', (raw, ok) => {
+    expect(parseWorkflowName(raw)).toEqual(
+      ok ? { ok: true, id: raw } : { ok: false, message: expect.stringMatching(/^must be a workflow name/) },
     );
   });
 

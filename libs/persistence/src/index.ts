@@ -4,6 +4,7 @@ export * from './data-source-options';
 export * from './persistence.module';
 export * from './outbox-channel';
 export * from './outbox/outbox.sql';
+export * from './batched-delete';
 export * from './repositories/summary.repository';
 export * from './summary-writer.service';
 export * from './error-code';

@@ -6,3 +6,4 @@ export * from './summary-job.queue';
 export * from './summary-queue.module-definition';
 export * from './summary-queue.module';
 export * from './dead-letters';
+export * from './operated-queues';

@@ -1,24 +1,10 @@
 import { Injectable, Optional } from '@nestjs/common';
-import { type Durability, InjectRedis, InjectRedisDurability, RedisScript, type RedisClient } from '@app/redis';
+import { type Durability, InjectRedis, InjectRedisDurability, type RedisClient } from '@app/redis';
+import { type QueueFigures, queueFigures, writeRunStart } from '@app/workflows';
 import type { ChainableCommander } from 'ioredis';
 import { CONSUMER_GROUP, JOB_RECORD_TTL_MS, SummaryJob } from './summary-job';
 import { SINGLE_STREAM, type StreamPartition, SummaryStreams } from './summary-streams';
 import { isUuid } from '@app/ids';
-
-/*
- * The job record and the stream entry are written by one script: one round
- * trip, and never one without the other (both under the job's partition's tag). accepted_at keeps the first time;
- * a re-enqueue (a retry after a crash before the idempotency record was
- * finalised) adds a second entry with the same job id, which the worker
- * deduplicates.
- */
-const ENQUEUE = new RedisScript(
-  'jobs-enqueue',
-  `redis.call('HSET', KEYS[1], 'tenant', ARGV[2])
-redis.call('HSETNX', KEYS[1], 'accepted_at', ARGV[4])
-redis.call('PEXPIRE', KEYS[1], ARGV[5])
-return redis.call('XADD', KEYS[2], '*', 'job_id', ARGV[1], 'tenant', ARGV[2], 'payload', ARGV[3])`,
-);
 
 /**
  * Adds to a dead-letter MULTI what marks the entry's job failed where GET
@@ -39,22 +25,8 @@ export function markSummaryJobFailed(
   tx.hset(key, 'tenant', tenant, 'status', 'failed', 'error', reason).pexpire(key, JOB_RECORD_TTL_MS);
 }
 
-export interface StreamFigures {
-  /** Entries not yet acknowledged (acknowledged entries are deleted). */
-  readonly length: number;
-  /** Of those, delivered to a consumer and not yet acknowledged. */
-  readonly pending: number;
-  readonly deadLetters: number;
-}
-
-export interface PartitionFigures extends StreamFigures {
-  readonly partition: number;
-}
-
-/** The sums over every partition, and each partition's own. */
-export interface QueueFigures extends StreamFigures {
-  readonly partitions: readonly PartitionFigures[];
-}
+/* A queue's figures are the workflows library's (every queue has them); re-exported under the names of old. */
+export type { PartitionFigures, QueueFigures, StreamFigures } from '@app/workflows';
 
 export interface JobRecord {
   readonly tenant: string;
@@ -72,21 +44,16 @@ export class SummaryJobQueue {
   ) {}
 
   /**
-   * Records the job and appends it to its partition's stream; returns the
-   * entry id. On a cluster it resolves only once a replica holds both (WAIT,
-   * RedisModule's durability): a master lost a moment later loses no job that
-   * was acknowledged. NotReplicatedError when no replica confirms in time: the
-   * job may still be on the master, and a retry with the same job id is run
-   * once by the worker.
+   * Queues a summaries job of a known id: the start of a summaries run,
+   * written by the workflows' one start script (writeRunStart), as the api's
+   * POST /v1/summaries writes it through WorkflowClient. For tests, benches
+   * and tools that name the job themselves; a route starts through its
+   * WorkflowHandle, whose run id comes from the request. Returns the entry id;
+   * durable as RedisModule's durability asks (RunNotQueuedError otherwise).
    */
   async enqueue(job: SummaryJob): Promise<string> {
-    const partition = this.streams.of(job.jobId);
-    return ENQUEUE.runDurably<string>(
-      this.redis,
-      [partition.jobRecordKey(job.jobId), partition.jobs],
-      [job.jobId, job.tenant, JSON.stringify(job.payload), Date.now(), JOB_RECORD_TTL_MS],
-      this.durability,
-    );
+    const { jobId, tenant, payload } = job;
+    return writeRunStart(this.redis, this.streams.of(jobId), { runId: jobId, tenant, input: payload }, this.durability);
   }
 
   /** The record in the job's partition (by its id, under the partition count configured now). */
@@ -100,40 +67,8 @@ export class SummaryJobQueue {
     };
   }
 
-  /**
-   * The queue's figures: one pipelined round trip per partition (a pipeline
-   * keeps to one hash slot, as a cluster requires), all partitions at once.
-   */
-  async figures(): Promise<QueueFigures> {
-    const partitions = await Promise.all(this.streams.partitions.map((p) => this.partitionFigures(p)));
-    const sum = (pick: (f: StreamFigures) => number) => partitions.reduce((n, f) => n + pick(f), 0);
-    return {
-      length: sum((f) => f.length),
-      pending: sum((f) => f.pending),
-      deadLetters: sum((f) => f.deadLetters),
-      partitions,
-    };
-  }
-
-  private async partitionFigures(partition: StreamPartition): Promise<PartitionFigures> {
-    const results = await this.redis
-      .pipeline()
-      .xlen(partition.jobs)
-      .xpending(partition.jobs, CONSUMER_GROUP)
-      .xlen(partition.dead)
-      .exec();
-    const value = (i: number): unknown => {
-      const [err, v] = results?.[i] ?? [new Error('no reply'), null];
-      // No group yet (no worker has started): nothing is pending.
-      if (err && i === 1 && err.message.includes('NOGROUP')) return [0];
-      if (err) throw err;
-      return v;
-    };
-    return {
-      partition: partition.index,
-      length: Number(value(0)),
-      pending: Number((value(1) as [number])[0]),
-      deadLetters: Number(value(2)),
-    };
+  /** The queue's figures, in total and by partition. */
+  figures(): Promise<QueueFigures> {
+    return queueFigures(this.redis, this.streams, CONSUMER_GROUP);
   }
 }

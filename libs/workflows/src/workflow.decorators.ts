@@ -1,5 +1,6 @@
 import type { Type } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
+import { WORKFLOWS_QUEUE } from './operations/operated-queues';
 
 /** A workflow's options, as `@Workflow(name, options)` declares them. */
 export interface WorkflowOptions {
@@ -32,7 +33,7 @@ export const WorkflowMetadataDecorator = Reflector.createDecorator<WorkflowMetad
 export const StepMetadataDecorator = Reflector.createDecorator<StepOptions>();
 
 /** The queue workflows share unless they name their own. */
-export const DEFAULT_QUEUE = 'workflows';
+export const DEFAULT_QUEUE = WORKFLOWS_QUEUE;
 
 /**
  * Declares a provider class a workflow named `name`, whose `@Step()` methods,

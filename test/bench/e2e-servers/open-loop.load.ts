@@ -1,76 +1,54 @@
-import { randomUUID } from 'node:crypto';
-import { performance } from 'node:perf_hooks';
+import { chainNamed, notifyAddress, now, postRun, type SentRuns } from './chains';
 
 /*
- * The end-to-end bench's open-loop load: POST /v1/summaries `rate` times a
- * second for `seconds`, on a fixed schedule whatever the answers (a request
- * is sent when its time comes, however many are still unanswered), each with
- * a fresh Idempotency-Key and a unique `notify` (`<tag>-<i>@bench.example`)
- * that the notification carries back as payload.to. Run to completion in a
- * process of its own; prints one JSON line on stdout (LoadReport).
+ * The end-to-end benches' open-loop load: POSTs a chain's route (chains.ts:
+ * /v1/summaries, /v1/triage) `rate` times a second for `seconds`, on a fixed
+ * schedule whatever the answers (a request is sent when its time comes,
+ * however many are still unanswered), each with a fresh Idempotency-Key and a
+ * unique `notify` (`<tag>-<i>@bench.example`) that the notification carries
+ * back as payload.to. Run to completion in a process of its own; prints one
+ * JSON line on stdout (LoadReport).
  *
- * Times are ms since the epoch on the high-resolution clock
- * (performance.timeOrigin + performance.now()), as the webhook receiver
- * stamps its arrivals. Latency is measured from a request's scheduled time,
- * not from when it actually left: a sender that fell behind does not hide its
+ * Times are chains.ts's `now()`, the clock the webhook receiver stamps its
+ * arrivals with. Latency is measured from a request's scheduled time, not
+ * from when it actually left: a sender that fell behind does not hide its
  * delay (no coordinated omission); lagMaxMs says how far behind it fell.
  *
- * Args: url, bearer key, rate, seconds, tag.
+ * Args: api origin, bearer key, chain, rate, seconds, tag.
  */
-export interface LoadReport {
-  readonly sent: number;
-  /** Scheduled send time of request i, by its notify address. */
+export interface LoadReport extends SentRuns {
+  /** Scheduled send time of request i, by its notify address (sentAt: later than scheduled when the sender lags). */
   readonly scheduled: Record<string, number>;
-  /** When it was actually handed to fetch, by its notify address: later than scheduled when the sender lags. */
-  readonly sentAt: Record<string, number>;
-  /** Answers by status (0: no answer, a network error). */
-  readonly statuses: Record<string, number>;
   /** The most a send left after its scheduled time. */
   readonly lagMaxMs: number;
-  /** Requests that got no answer, by error (its cause's code, or its message). */
-  readonly errors: Record<string, number>;
   /** POST answer latency (202s), p50 and p99, from scheduled time. */
   readonly answerP50Ms: number;
   readonly answerP99Ms: number;
 }
 
-const [url, key, rateArg, secondsArg, tag] = process.argv.slice(2);
+const [origin, key, chainArg, rateArg, secondsArg, tag] = process.argv.slice(2);
+const chain = chainNamed(chainArg);
 const rate = Number(rateArg);
 const total = Math.round(rate * Number(secondsArg));
 const interval = 1000 / rate;
-const body = (to: string) => JSON.stringify({ text: 'Open-loop load measures the whole chain.', notify: to });
-const now = () => performance.timeOrigin + performance.now();
 
 const scheduled: Record<string, number> = {};
 const sentAt: Record<string, number> = {};
-const statuses: Record<string, number> = {};
+const counts = { statuses: {} as Record<string, number>, errors: {} as Record<string, number> };
 const answers: number[] = [];
-const errors: Record<string, number> = {};
 let lagMaxMs = 0;
 const inFlight: Promise<void>[] = [];
 
 function send(i: number, at: number): void {
-  const to = `${tag}-${i}@bench.example`;
+  const to = notifyAddress(tag, i);
   scheduled[to] = at;
   const t = now();
   sentAt[to] = t;
   lagMaxMs = Math.max(lagMaxMs, t - at);
   inFlight.push(
-    fetch(url, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'idempotency-key': randomUUID() },
-      body: body(to),
-    })
-      .then(async (res) => {
-        await res.arrayBuffer();
-        statuses[res.status] = (statuses[res.status] ?? 0) + 1;
-        if (res.status === 202) answers.push(now() - at);
-      })
-      .catch((err: Error & { cause?: { code?: string; message?: string } }) => {
-        statuses['0'] = (statuses['0'] ?? 0) + 1;
-        const why = err.cause?.code ?? err.cause?.message ?? err.message;
-        errors[why] = (errors[why] ?? 0) + 1;
-      }),
+    postRun(origin, key, chain, to, counts).then((accepted) => {
+      if (accepted) answers.push(now() - at);
+    }),
   );
 }
 
@@ -97,9 +75,8 @@ async function main(): Promise<void> {
     sent: total,
     scheduled,
     sentAt,
-    statuses,
+    ...counts,
     lagMaxMs,
-    errors,
     answerP50Ms: q(0.5),
     answerP99Ms: q(0.99),
   };

@@ -1,4 +1,4 @@
-import { createServer } from 'node:http';
+import { createServer, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { performance } from 'node:perf_hooks';
 
@@ -9,8 +9,11 @@ import { performance } from 'node:perf_hooks';
  * time, in ms since the epoch on the high-resolution clock
  * (performance.timeOrigin + performance.now(), as the load generator stamps
  * its sends), once its body is in. GET /arrivals returns them and clears the
- * list. Prints `webhook receiver listening on http://127.0.0.1:<port>` on
- * stderr when ready.
+ * list. GET /arrivals/stream also sends each arrival as it comes, one JSON
+ * line each (its headers are sent at once: a caller whose fetch has resolved
+ * is subscribed), for a closed-loop client that waits for its own. Prints
+ * `webhook receiver listening on http://127.0.0.1:<port>` on stderr when
+ * ready.
  *
  * Args: [port (0: any)].
  */
@@ -22,8 +25,15 @@ export interface Arrival {
 }
 
 let arrivals: Arrival[] = [];
+const subscribers = new Set<ServerResponse>();
 
 const server = createServer((req, res) => {
+  if (req.method === 'GET' && req.url === '/arrivals/stream') {
+    subscribers.add(res);
+    res.once('close', () => subscribers.delete(res));
+    res.writeHead(200, { 'content-type': 'application/x-ndjson' }).flushHeaders();
+    return;
+  }
   if (req.method === 'GET' && req.url === '/arrivals') {
     const body = JSON.stringify(arrivals);
     arrivals = [];
@@ -39,12 +49,17 @@ const server = createServer((req, res) => {
         dedupe_key?: string;
         payload?: { to?: string };
       };
-      arrivals.push({
+      const arrival: Arrival = {
         to: String(body.payload?.to),
         dedupeKey: String(body.dedupe_key),
         idempotencyKey: String(req.headers['idempotency-key']),
         at,
-      });
+      };
+      arrivals.push(arrival);
+      if (subscribers.size) {
+        const line = JSON.stringify(arrival) + '\n';
+        for (const s of subscribers) s.write(line);
+      }
       res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}');
     } catch {
       res.writeHead(400).end();
@@ -57,6 +72,7 @@ server.listen(Number(process.argv[2] ?? 0), '127.0.0.1', () => {
   console.error(`webhook receiver listening on http://127.0.0.1:${port}`);
 });
 process.on('SIGTERM', () => {
+  for (const s of subscribers) s.end();
   server.closeAllConnections();
   server.close(() => process.exit(0));
 });

@@ -1,5 +1,5 @@
 import { Body, Controller, HttpCode, Post, Req, Res, UseFilters, UseGuards } from '@nestjs/common';
-import { ApiBearerAuth, ApiBody, ApiOkResponse, ApiOperation, ApiTags } from '@nestjs/swagger';
+import { ApiBearerAuth, ApiBody, ApiHeader, ApiOkResponse, ApiOperation, ApiTags } from '@nestjs/swagger';
 import {
   IdempotencyContext,
   Idempotent,
@@ -9,7 +9,7 @@ import {
 } from '@app/idempotency';
 import { rawBodyOf } from '@app/problem';
 import type { Request, Response as ExpressResponse } from 'express';
-import { ApiKeyGuard } from '../auth/api-key.guard';
+import { AcceptsInternalKey, ApiKeyGuard } from '../auth/api-key.guard';
 import { Tenant } from '../auth/principal';
 import { TENANT_KEY_AUTH } from '../openapi';
 import { type ChatCompletionRequest, ChatCompletionRequestPipe } from './chat-completion-request.pipe';
@@ -39,6 +39,7 @@ export const GATEWAY_ATTACH_WAIT_MS = 30_000;
 @ApiBearerAuth(TENANT_KEY_AUTH)
 @Controller(GATEWAY_PATH)
 @UseGuards(ApiKeyGuard)
+@AcceptsInternalKey()
 @UseFilters(OpenAiErrorFilter)
 export class ChatCompletionsController {
   constructor(
@@ -63,6 +64,13 @@ export class ChatCompletionsController {
       'a retry with the same body gets the stored answer (for stream: true the same server-sent events, through data: [DONE]) with ' +
       'Idempotent-Replayed: true and no second upstream call; a retry while the first call runs is attached to it. ' +
       'Errors of the gateway itself are OpenAI error objects ({"error": {"message", "type", "code"}}).',
+  })
+  @ApiHeader({
+    name: 'X-Tenant',
+    required: false,
+    description:
+      'Only with INTERNAL_API_KEY (the worker’s model calls), and required with it: the tenant the call is made for, ' +
+      'recorded and replayed as that tenant’s own. With any other key: 401.',
   })
   @ApiBody({
     description: 'A Chat Completions request: model, messages, stream and any other parameter, sent upstream as it is.',
@@ -89,7 +97,9 @@ export class ChatCompletionsController {
   })
   @ApiOpenAiErrors({
     400: 'The body is not a Chat Completions request, or the Idempotency-Key is malformed. Nothing was done.',
-    401: 'No or unknown API key.',
+    401:
+      'No or unknown API key; X-Tenant sent with a tenant key; or INTERNAL_API_KEY without one X-Tenant naming a ' +
+      'tenant of API_KEYS.',
     409: 'A call with this key is still running and has not started answering within 30 s; retry after Retry-After (retry-after-ms).',
     422: 'This key was already used with a different body (another prompt, model, parameter, or stream flag).',
     429: 'The provider’s own answer, passed through (so is any non-2xx, with its body and Retry-After); nothing was stored.',

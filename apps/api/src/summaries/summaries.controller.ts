@@ -1,13 +1,14 @@
 import { Body, Controller, Get, HttpCode, HttpStatus, Param, Post, Res, UseGuards } from '@nestjs/common';
 import { ApiAcceptedResponse, ApiBearerAuth, ApiOkResponse, ApiTags } from '@nestjs/swagger';
 import { IdempotencyContext, Idempotent, type IdempotencyRequestContext } from '@app/idempotency';
-import { jobIdFor, SummaryJobQueue } from '@app/summary-queue';
-import { ApiProblemResponse, serviceUnavailable } from '@app/problem';
-import { NotReplicatedError } from '@app/redis';
+import type { SummaryJobPayload } from '@app/summary-queue';
+import { ApiProblemResponse } from '@app/problem';
+import { InjectWorkflow, WorkflowHandle } from '@app/workflows';
 import type { Response } from 'express';
 import { ApiKeyGuard } from '../auth/api-key.guard';
 import { TENANT_KEY_AUTH } from '../openapi';
 import { Tenant } from '../auth/principal';
+import { rethrowNotQueued } from '../runs/run-not-queued.problem';
 import { CreateSummaryDto } from './create-summary.dto';
 import { JobAcceptedDto, SummaryStatusDto } from './summary-responses.dto';
 import { SummaryStatus, SummaryStatusService } from './summary-status.service';
@@ -24,14 +25,16 @@ export interface JobAccepted {
 @UseGuards(ApiKeyGuard)
 export class SummariesController {
   constructor(
-    private readonly queue: SummaryJobQueue,
+    @InjectWorkflow('summaries') private readonly summaries: WorkflowHandle<SummaryJobPayload>,
     private readonly status: SummaryStatusService,
   ) {}
 
   /**
-   * Accepts a summarisation job. The job id derives from the idempotency
-   * scope, so a retry that runs again (after a crash before the answer was
-   * stored) enqueues the same job id, which the worker deduplicates.
+   * Accepts a summarisation job: a run of the summaries workflow, on its own
+   * queue, whose entry (job_id, tenant, payload) and record are what this
+   * route always wrote. The job id derives from the idempotency scope, so a
+   * retry that runs again (after a crash before the answer was stored)
+   * enqueues the same job id, which the worker deduplicates.
    */
   @Post()
   @Idempotent()
@@ -47,23 +50,10 @@ export class SummariesController {
     @IdempotencyContext() idempotency: IdempotencyRequestContext,
     @Res({ passthrough: true }) res: Response,
   ): Promise<JobAccepted> {
-    const jobId = jobIdFor(idempotency.operation);
-    try {
-      await this.queue.enqueue({ jobId, tenant, payload: { text: body.text, notify: body.notify } });
-    } catch (err) {
-      // Written on a master that no replica confirmed in time: not acknowledged, since losing that master would
-      // lose the job. A retry enqueues the same job id, which runs once.
-      if (err instanceof NotReplicatedError)
-        throw serviceUnavailable(
-          'The job could not be queued durably',
-          'No replica of the job queue confirmed the job in time. Retry with the same Idempotency-Key; the job ' +
-            'runs once however often it was queued.',
-        );
-      throw serviceUnavailable(
-        'The job could not be queued',
-        'The job queue is unreachable; nothing was queued. Retry with the same Idempotency-Key.',
-      );
-    }
+    const payload: SummaryJobPayload = { text: body.text, notify: body.notify };
+    const { runId: jobId } = await this.summaries
+      .start(payload, { tenant, idempotency })
+      .catch(rethrowNotQueued('job'));
     res.location(`/v1/summaries/${jobId}`);
     return { job_id: jobId, status: 'queued' };
   }

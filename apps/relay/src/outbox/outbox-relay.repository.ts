@@ -94,9 +94,8 @@ export class OutboxRelayRepository {
   }
 
   /**
-   * Deletes at most `limit` sent rows older than the retention; the caller
-   * repeats while a call deletes `limit`. Small statements keep locks and WAL
-   * bursts short; SKIP LOCKED lets several relays purge side by side.
+   * Deletes at most `limit` sent rows older than the retention: one batch of
+   * deleteInBatches (SKIP LOCKED lets several relays purge side by side).
    */
   async deleteSentBefore(em: EntityManager, retentionDays: number, limit: number): Promise<number> {
     const rows = await returning(em, OutboxSql.deleteSentBefore, [retentionDays, limit]);

@@ -2,6 +2,7 @@ import { BeforeApplicationShutdown, Inject, Injectable, Logger, OnApplicationBoo
 import { MicroBatcher } from '@app/batching';
 import { backoffDelay } from '@app/config';
 import { HealthChecksRegistry } from '@app/health';
+import { deleteInBatches } from '@app/persistence';
 import { PinoLogger } from 'nestjs-pino';
 import { once } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -150,17 +151,10 @@ export class OutboxRelay implements OnApplicationBootstrap, BeforeApplicationShu
 
   /** Deletes sent rows older than OUTBOX_RETENTION_DAYS, a small batch per statement. */
   async purgeSent(): Promise<number> {
-    const limit = this.options.retentionBatch ?? RETENTION_BATCH;
-    let total = 0;
-    for (;;) {
-      const deleted = await this.repository.deleteSentBefore(
-        this.dataSource.manager,
-        this.options.retentionDays,
-        limit,
-      );
-      total += deleted;
-      if (deleted < limit || this.stopping) return total;
-    }
+    return deleteInBatches(
+      (limit) => this.repository.deleteSentBefore(this.dataSource.manager, this.options.retentionDays, limit),
+      { limit: this.options.retentionBatch ?? RETENTION_BATCH, stopped: () => this.stopping },
+    );
   }
 
   private async run(): Promise<void> {

@@ -2,6 +2,7 @@ import { duplicateForBlocking, type RedisClient } from '@app/redis';
 import type { Logger } from '@nestjs/common';
 import { MicroBatcher } from '@app/batching';
 import type { ChainableCommander } from 'ioredis';
+import { DEAD_LETTER_OWN_FIELDS } from '../dead-letter-fields';
 import type { StreamMessage } from './job-handler';
 import { ACK, FORGET_CONSUMER, RECLAIM } from './stream-scripts';
 import type { ConsumerPartition, ConsumerQueue, StreamsConsumerOptions } from './streams-consumer.options';
@@ -146,7 +147,7 @@ export class ConsumerGroup {
   ): Promise<void> {
     const build = (withHook: boolean): ChainableCommander => {
       const fields = Object.entries(message.fields)
-        .filter(([k]) => k !== 'reason' && k !== 'source_id')
+        .filter(([k]) => !DEAD_LETTER_OWN_FIELDS.includes(k))
         .flat();
       const tx = this.redis
         .multi()
