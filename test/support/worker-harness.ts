@@ -1,4 +1,4 @@
-import type { INestApplication } from '@nestjs/common';
+import type { DynamicModule, INestApplication, Type } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { REDIS_CLIENT } from '@app/redis';
 import type { Redis } from 'ioredis';
@@ -6,15 +6,27 @@ import type { DataSource } from 'typeorm';
 import { DataSource as DataSourceToken } from 'typeorm';
 import { StreamsConsumer } from '../../libs/workflows/src/consumer/streams.consumer';
 import type { StreamsConsumerOptions } from '../../libs/workflows/src/consumer/streams-consumer.options';
-import { SummaryJobHandler } from '../../apps/worker/src/jobs/summary-job.handler';
+import { STREAM_TAG_PREFIX, SummaryStreams, type SummaryJob } from '@app/summary-queue';
+import { type JobHandler, type JobRunContext, stepEntryFields, WorkflowHandler } from '@app/workflows';
 import { loadWorkerConfig } from '../../apps/worker/src/worker.config';
 import { WorkerModule } from '../../apps/worker/src/worker.module';
 import { testDatabaseUrl, testRedisUrl } from './infra';
 
+/**
+ * A summary job's delivery as the worker runs it, for tests that play a worker
+ * the consumer does not drive (one that dies before its ack): `handle` runs
+ * the job's step to its commit without the ack; `deadLettered` is the
+ * consumer's dead-letter hook (a test may replace it to inject a fault).
+ */
+export interface SummaryJobDriver {
+  handle(job: SummaryJob, ctx: Pick<JobRunContext, 'deadline' | 'stopRetrying' | 'signal'>): Promise<string>;
+  deadLettered: JobHandler['deadLettered'];
+}
+
 export interface WorkerHarness {
   readonly app: INestApplication;
   readonly consumer: StreamsConsumer;
-  readonly handler: SummaryJobHandler;
+  readonly handler: SummaryJobDriver;
   readonly redis: Redis;
   readonly dataSource: DataSource;
   close(): Promise<void>;
@@ -29,6 +41,8 @@ export async function startWorker(options: {
   modelUrl: string;
   env?: Record<string, string>;
   consumer?: Partial<StreamsConsumerOptions>;
+  /** Modules beside the worker's (a test's own workflows, found by the explorer as the worker's are). */
+  imports?: readonly (Type<unknown> | DynamicModule)[];
 }): Promise<WorkerHarness> {
   const config = loadWorkerConfig({
     REDIS_URL: testRedisUrl(),
@@ -40,7 +54,7 @@ export async function startWorker(options: {
     ...options.env,
   });
   const moduleRef = await Test.createTestingModule({
-    imports: [WorkerModule.forRoot(config, { autoStart: false, ...options.consumer })],
+    imports: [WorkerModule.forRoot(config, { autoStart: false, ...options.consumer }), ...(options.imports ?? [])],
   }).compile();
   const app = moduleRef.createNestApplication({ bufferLogs: true });
   app.useLogger(false);
@@ -48,9 +62,30 @@ export async function startWorker(options: {
   return {
     app,
     consumer: app.get(StreamsConsumer),
-    handler: app.get(SummaryJobHandler),
+    handler: summaryJobDriver(app.get(WorkflowHandler), config.jobStreamPartitions),
     redis: app.get<Redis>(REDIS_CLIENT),
     dataSource: app.get(DataSourceToken),
     close: () => app.close(),
+  };
+}
+
+function summaryJobDriver(handler: WorkflowHandler, partitions: number): SummaryJobDriver {
+  const streams = new SummaryStreams(partitions);
+  return {
+    handle: async (job, ctx) => {
+      const fields = stepEntryFields({ runId: job.jobId, tenant: job.tenant, payload: JSON.stringify(job.payload) });
+      const map: Record<string, string> = {};
+      for (let i = 0; i + 1 < fields.length; i += 2) map[fields[i]] = fields[i + 1];
+      const source = { queue: STREAM_TAG_PREFIX, partition: streams.of(job.jobId).index };
+      const result = await handler.process({ id: '0-1', fields: map }, { ...ctx, source, delivery: 1 });
+      return result.outcome;
+    },
+    get deadLettered() {
+      return handler.deadLettered;
+    },
+    set deadLettered(hook) {
+      // The consumer calls the handler's own property at dead-letter time: an override there takes effect.
+      (handler as { deadLettered: JobHandler['deadLettered'] }).deadLettered = hook;
+    },
   };
 }

@@ -4,7 +4,7 @@ import type { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
-import { isTransientDatabaseError } from '../../apps/worker/src/jobs/summary-job.handler';
+import { isTransientDatabaseError } from '@app/workflows';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
 import { BASE_DATABASE_URL, freshRedis, sleep, testDatabaseName, testDataSource } from '../support/infra';
 import { startWorker } from '../support/worker-harness';

@@ -1,7 +1,7 @@
 import { DynamicModule, Module } from '@nestjs/common';
 import { APP_FILTER } from '@nestjs/core';
 import { HealthModule, PostgresHealthIndicator, RedisHealthIndicator } from '@app/health';
-import { CONSUMER_GROUP, STREAM_TAG_PREFIX, SummaryQueueModule, SummaryStreams } from '@app/summary-queue';
+import { SummaryQueueModule } from '@app/summary-queue';
 import { LlmModule } from '@app/llm';
 import { LoggingModule, MetricsModule } from '@app/observability';
 import { PersistenceModule } from '@app/persistence';
@@ -11,7 +11,7 @@ import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import { type RetryPolicyOptions, type StreamsConsumerOptions, WorkflowsModule } from '@app/workflows';
 import { QueueGauges } from './consumer/queue.gauges';
-import { SummaryJobHandler } from './jobs/summary-job.handler';
+import { SummariesWorkflow } from './workflows/summaries.workflow';
 import { TriageWorkflow } from './workflows/triage.workflow';
 import type { WorkerConfig } from './worker.config';
 
@@ -66,7 +66,8 @@ export class WorkerModule {
         HealthModule.forRoot({ readiness: [RedisHealthIndicator, PostgresHealthIndicator] }),
         SummaryQueueModule.forRoot({ partitions: config.jobStreamPartitions, isGlobal: true }),
         WorkflowsModule.forWorker({
-          workflows: [TriageWorkflow],
+          // Summaries first: its queue's consumer loops keep the names they had before workflows.
+          workflows: [SummariesWorkflow, TriageWorkflow],
           partitions: config.jobStreamPartitions,
           consumer: { ...consumerOptionsFrom(config), ...consumer },
           retry: retryOptionsFrom(config),
@@ -80,14 +81,6 @@ export class WorkerModule {
               gatewayUrl: config.llmGatewayUrl,
               internalApiKey: config.internalApiKey,
             }),
-          ],
-          jobQueues: [
-            {
-              name: STREAM_TAG_PREFIX,
-              group: CONSUMER_GROUP,
-              layout: new SummaryStreams(config.jobStreamPartitions),
-              handler: SummaryJobHandler,
-            },
           ],
         }),
       ],

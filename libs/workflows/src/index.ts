@@ -34,7 +34,6 @@ export * from './decide';
 export * from './step-context';
 export * from './workflow-store';
 export * from './workflow.handler';
-export * from './queue-handlers';
 export * from './workflows.module';
 export * from './client/workflow.handle';
 export { WorkflowRunsReader, type StoredRun } from './client/workflow-runs.reader';

@@ -8,12 +8,27 @@ import type { RetryPolicy } from './retry/retry-policy.service';
 import type { WorkerMetrics } from './worker.metrics';
 import type { StepTransaction } from './workflow-store';
 
+/** One model call's options. */
+export interface StepCallOptions {
+  /**
+   * The call's Idempotency-Key instead of `wf:<run_id>:<step>:<n>`: for a
+   * workflow ported onto the engine whose calls had a key of their own
+   * (summaries: `summary:<job_id>`), so that a call made before the upgrade
+   * is answered from the gateway's record rather than made again.
+   */
+  readonly idempotencyKey?: string;
+}
+
 /** Model calls from a step: each call's every attempt carries the same Idempotency-Key, and the run's tenant. */
 export interface StepLlm {
   /** One chat completion under the step's RetryPolicy; call n of the step is `wf:<run_id>:<step>:<n>`. */
-  chat(request: ChatRequest): Promise<ChatCompletion>;
+  chat(request: ChatRequest, options?: StepCallOptions): Promise<ChatCompletion>;
   /** The first choice's text (U+0000 removed; an answer of only whitespace is `llm_empty_answer`). */
-  text(prompt: string | ChatRequest['messages'], request?: Partial<ChatRequest>): Promise<string>;
+  text(
+    prompt: string | ChatRequest['messages'],
+    request?: Partial<ChatRequest>,
+    options?: StepCallOptions,
+  ): Promise<string>;
 }
 
 /** What a step method is given. */
@@ -91,10 +106,10 @@ export class StepContextImpl<I> implements StepContext<I> {
 
   constructor(private readonly rt: StepRuntime<I>) {
     this.llm = {
-      chat: (request) => this.call(request, (c) => c),
-      text: (prompt, request = {}) => {
+      chat: (request, options) => this.call(request, (c) => c, options),
+      text: (prompt, request = {}, options) => {
         const messages = typeof prompt === 'string' ? [{ role: 'user' as const, content: prompt }] : prompt;
-        return this.call({ ...request, messages }, (c) => storableText(c.choices[0]?.message?.content));
+        return this.call({ ...request, messages }, (c) => storableText(c.choices[0]?.message?.content), options);
       },
     };
   }
@@ -152,9 +167,9 @@ export class StepContextImpl<I> implements StepContext<I> {
     return this.tx;
   }
 
-  private async call<T>(request: ChatRequest, pick: (c: ChatCompletion) => T): Promise<T> {
+  private async call<T>(request: ChatRequest, pick: (c: ChatCompletion) => T, options?: StepCallOptions): Promise<T> {
     const n = this.calls++;
-    const idempotencyKey = `wf:${this.rt.runId}:${this.rt.step}:${n}`;
+    const idempotencyKey = options?.idempotencyKey ?? `wf:${this.rt.runId}:${this.rt.step}:${n}`;
     const { retry, metrics, logger } = this.rt;
     try {
       const outcome = await retry.run(

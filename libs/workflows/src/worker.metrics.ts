@@ -23,6 +23,12 @@ const DEAD_LETTER_REASONS = [
   'llm_client',
   'llm_empty_answer',
   'llm_unknown',
+  // A workflow step's (decide.ts, WorkflowHandler).
+  'invalid_input',
+  'unknown_workflow',
+  'unknown_step',
+  'deadline',
+  'step_failed',
 ] as const;
 
 /** The worker's own figures. Labels are bounded: no job ids or tenants. */

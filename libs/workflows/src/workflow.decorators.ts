@@ -49,3 +49,19 @@ export function Workflow(name: string, options: WorkflowOptions = {}): ClassDeco
 export function Step(options: StepOptions = {}): MethodDecorator {
   return StepMetadataDecorator(options);
 }
+
+/**
+ * Optional on a `@Workflow()` class whose runs may have finished without the
+ * engine's record: a workflow ported onto the engine whose earlier runs left
+ * their own proof of being done (summaries: its row in `summaries`). Asked
+ * before `begin`, once for each batch the consumer reads (one query), and by
+ * a delivery alone when that failed; a run it names is acked as a duplicate,
+ * never run. With one id it may ask the cheaper way.
+ */
+export interface FinishedElsewhere {
+  finishedAmong(runIds: readonly string[]): Promise<ReadonlySet<string>>;
+}
+
+export function hasFinishedElsewhere(host: object): host is FinishedElsewhere {
+  return typeof (host as Partial<FinishedElsewhere>).finishedAmong === 'function';
+}

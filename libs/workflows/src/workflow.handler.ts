@@ -20,6 +20,7 @@ import { markRunFailed } from './run-record';
 import { StepContextImpl } from './step-context';
 import { MalformedEntryError, nextStepEntry, parseStepEntry, type StepEntry, stepEntryFields } from './wire';
 import type { StepDefinition, WorkflowDefinition, WorkflowQueue } from './workflow.registry';
+import { hasFinishedElsewhere } from './workflow.decorators';
 import { WorkflowRegistry } from './workflow.registry';
 import { type CommitOutcome, type StepCommit, WorkflowStore } from './workflow-store';
 import { WorkerMetrics } from './worker.metrics';
@@ -74,6 +75,8 @@ export class WorkflowHandler implements JobHandler {
   private readonly logger = new Logger(WorkflowHandler.name);
   /** Entries whose run this handler marked failed in PostgreSQL already (the consumer's own dead letters are not). */
   private readonly failedInStore = new WeakSet<StreamMessage>();
+  /** A batch's FinishedElsewhere answer, by the entry it was asked for: undefined means unknown (ask alone). */
+  private readonly prechecked = new WeakMap<StreamMessage, Promise<boolean | undefined>>();
 
   constructor(
     private readonly registry: WorkflowRegistry,
@@ -86,6 +89,15 @@ export class WorkflowHandler implements JobHandler {
 
   async process(message: StreamMessage, ctx: JobRunContext): Promise<DeliveryResult> {
     const r = await this.resolve(message, ctx.source);
+    const host = r.workflow.instance();
+    if (hasFinishedElsewhere(host)) {
+      const finished =
+        (await this.prechecked.get(message)) ??
+        (await this.guard(message, r, 'commit', async () =>
+          (await host.finishedAmong([r.entry.runId])).has(r.entry.runId),
+        ));
+      if (finished) return { outcome: 'duplicate' };
+    }
     const begun = await this.guard(message, r, 'commit', () =>
       this.store.begin({
         runId: r.entry.runId,
@@ -111,6 +123,40 @@ export class WorkflowHandler implements JobHandler {
     const { output, outcome } = await this.runAndCommit(message, r, ctx, decision.timeLeftMs);
     this.logger.debug({ ms: Math.round(performance.now() - startedAt), outcome }, 'step finished');
     return this.advance(r, output, outcome === 'won' ? 'done' : 'duplicate');
+  }
+
+  /**
+   * The FinishedElsewhere check of a batch read together, in one query instead
+   * of one per delivery (the commit's guard stays the guard); if it fails, each
+   * delivery asks on its own.
+   */
+  prepare(messages: readonly StreamMessage[], source: EntrySource): void {
+    const queue = this.registry.queue(source.queue);
+    if (!queue) return;
+    const byWorkflow = new Map<WorkflowDefinition, { message: StreamMessage; runId: string }[]>();
+    for (const message of messages) {
+      let entry: StepEntry;
+      try {
+        entry = parseStepEntry(message.fields);
+      } catch {
+        continue; // its delivery dead-letters it
+      }
+      const workflow = this.workflowOf(queue, entry);
+      if (!workflow) continue;
+      const list = byWorkflow.get(workflow) ?? [];
+      list.push({ message, runId: entry.runId });
+      byWorkflow.set(workflow, list);
+    }
+    for (const [workflow, entries] of byWorkflow) {
+      const host = workflow.instance();
+      if (!hasFinishedElsewhere(host) || entries.length < 2) continue; // one: its own check is the same query
+      const finished = host.finishedAmong(entries.map((e) => e.runId)).catch(() => undefined);
+      for (const { message, runId } of entries)
+        this.prechecked.set(
+          message,
+          finished.then((f) => f?.has(runId)),
+        );
+    }
   }
 
   /** The run's record marked failed, in the consumer's dead-letter MULTI (the entry's own partition's record). */
@@ -221,6 +267,8 @@ export class WorkflowHandler implements JobHandler {
         const host = r.workflow.instance() as Record<string, (c: StepContextImpl<unknown>) => unknown>;
         output = await host[r.step.method](step);
       } catch (err) {
+        // Its writes go first, and its lock on the step row with them: marking the step failed needs that row.
+        await this.rollback(step);
         await this.failed(message, r, err, 'step', signal.aborted, runDeadlinePassed());
       }
       const writes = step.writes();
@@ -243,9 +291,14 @@ export class WorkflowHandler implements JobHandler {
       };
     } finally {
       clearTimeout(timer);
-      const opened = step.openedTransaction();
-      if (opened) await opened.then((t) => t.rollback()).catch(() => undefined);
+      await this.rollback(step);
     }
+  }
+
+  /** Rolls back the step's own transaction, if it opened one and it is still open (idempotent). */
+  private async rollback(step: StepContextImpl<unknown>): Promise<void> {
+    const opened = step.openedTransaction();
+    if (opened) await opened.then((t) => t.rollback()).catch(() => undefined);
   }
 
   /** The run's output: the steps' outputs merged in order (plain objects, shallow), this last one included. */

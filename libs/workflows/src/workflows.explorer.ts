@@ -73,14 +73,21 @@ export class WorkflowsExplorer {
       else queue.workflows.set(w.name, w);
     }
     if (problems.length > 0) throw new Error(`Workflows: ${problems.join('; ')}`);
+    // Queues in the order `workflows` lists their workflows (found elsewhere: after them): the consumer's first
+    // queue keeps the loop names of the days it was the only one.
+    const listed = this.options.workflows ?? [];
+    const rank = (q: { workflows: Map<string, WorkflowDefinition> }) =>
+      Math.min(...[...q.workflows.values()].map((w) => (listed.includes(w.type) ? listed.indexOf(w.type) : Infinity)));
     return new WorkflowRegistry(
-      [...queues].map(([name, q]): WorkflowQueue => ({
-        name,
-        group: q.group,
-        layout: new QueueLayout(name, this.options.partitions ?? 1),
-        shared: q.workflows.size > 1,
-        workflows: q.workflows,
-      })),
+      [...queues]
+        .sort(([, a], [, b]) => rank(a) - rank(b) || 0)
+        .map(([name, q]): WorkflowQueue => ({
+          name,
+          group: q.group,
+          layout: new QueueLayout(name, this.options.partitions ?? 1),
+          shared: q.workflows.size > 1,
+          workflows: q.workflows,
+        })),
     );
   }
 

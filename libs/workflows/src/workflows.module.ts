@@ -1,9 +1,8 @@
 import { type DynamicModule, Module, type Provider } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
-import { JOB_HANDLER, type JobHandler } from './consumer/job-handler';
+import { JOB_HANDLER } from './consumer/job-handler';
 import { STREAMS_CONSUMER_OPTIONS, type StreamsConsumerOptions } from './consumer/streams-consumer.options';
 import { StreamsConsumer } from './consumer/streams.consumer';
-import { QueueHandlers } from './queue-handlers';
 import { RetryPolicy } from './retry/retry-policy.service';
 import {
   monotonicClock,
@@ -34,7 +33,6 @@ import { WORKFLOWS_WORKER_OPTIONS, type WorkflowsWorkerOptions } from './workflo
 @Module({})
 export class WorkflowsModule {
   static forWorker(options: WorkflowsWorkerOptions): DynamicModule {
-    const jobQueues = options.jobQueues ?? [];
     const providers: Provider[] = [
       { provide: WORKFLOWS_WORKER_OPTIONS, useValue: options },
       WorkflowsExplorer,
@@ -44,10 +42,7 @@ export class WorkflowsModule {
         inject: [WorkflowRegistry],
         useFactory: (registry: WorkflowRegistry): StreamsConsumerOptions => ({
           ...options.consumer,
-          queues: [
-            ...jobQueues.map((q) => ({ name: q.name, group: q.group, layout: q.layout })),
-            ...registry.queues,
-          ].map((q) => ({
+          queues: registry.queues.map((q) => ({
             name: q.name,
             group: q.group,
             partitions: q.layout.partitions.map((p) => ({ index: p.index, stream: p.jobs, deadLetterStream: p.dead })),
@@ -62,15 +57,7 @@ export class WorkflowsModule {
       WorkerMetrics,
       WorkflowStore,
       WorkflowHandler,
-      ...jobQueues.map((q) => q.handler),
-      {
-        provide: JOB_HANDLER,
-        inject: [WorkflowHandler, ...jobQueues.map((q) => q.handler)],
-        useFactory: (workflows: WorkflowHandler, ...handlers: JobHandler[]): JobHandler =>
-          jobQueues.length === 0
-            ? workflows
-            : new QueueHandlers(new Map(jobQueues.map((q, i) => [q.name, handlers[i]])), workflows),
-      },
+      { provide: JOB_HANDLER, useExisting: WorkflowHandler },
       StreamsConsumer,
       ...(options.workflows ?? []),
     ];

@@ -266,7 +266,13 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     // Reserved before the read, so that the partitions' reads together never exceed the slots. Turns are for the
     // loops, which compete; runOnce visits the partitions one after the other, and a partition that found no slot
     // there must not keep the next turn from the others.
-    const slots = this.slots.reserve(this.share, block ? p : undefined);
+    let slots = this.slots.reserve(this.share, block ? p : undefined);
+    // runOnce's turns run side by side: one that found every slot reserved by the others waits for one to free (they
+    // give back what their reads did not use at once), so that each partition does get its turn.
+    while (!block && slots.remaining <= 0 && !this.stopping) {
+      await this.slots.slotFreed(1000);
+      slots = this.slots.reserve(this.share);
+    }
     if (slots.remaining <= 0) {
       await this.slots.slotFreed(1000);
       return [];

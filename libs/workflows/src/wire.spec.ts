@@ -1,0 +1,66 @@
+import { MalformedEntryError, nextStepEntry, parseStepEntry, stepEntryFields } from './wire';
+
+const RUN = '2ed6657d-e927-568b-95e1-2665a8aea6a2';
+const map = (flat: string[]) => Object.fromEntries(flat.flatMap((v, i) => (i % 2 === 0 ? [[v, flat[i + 1]]] : [])));
+
+describe('the step entry wire format', () => {
+  it("reads an entry today's api writes as a first step, with an empty state", () => {
+    expect(parseStepEntry({ job_id: RUN, tenant: 't', payload: '{"text":"x","notify":"a@b.c"}' })).toEqual({
+      runId: RUN,
+      tenant: 't',
+      payload: '{"text":"x","notify":"a@b.c"}',
+      input: { text: 'x', notify: 'a@b.c' },
+      state: {},
+    });
+  });
+
+  it('writes and reads back every field, and the next step keeps the payload and the workflow', () => {
+    const first = parseStepEntry(
+      map(stepEntryFields({ runId: RUN, tenant: 't', payload: '{"a":1}', workflow: 'triage' })),
+    );
+    expect(first).toMatchObject({ workflow: 'triage', state: {} });
+    expect(first.step).toBeUndefined();
+    const next = nextStepEntry(first, 'draft', 'classify', { category: 'billing' });
+    const flat = stepEntryFields(next);
+    expect(flat).toEqual([
+      'job_id', RUN, 'tenant', 't', 'payload', '{"a":1}', 'workflow', 'triage', 'step', 'draft',
+      'state', '{"classify":{"category":"billing"}}',
+    ]); // prettier-ignore
+    expect(parseStepEntry(map(flat))).toEqual({
+      runId: RUN,
+      tenant: 't',
+      payload: '{"a":1}',
+      input: { a: 1 },
+      workflow: 'triage',
+      step: 'draft',
+      state: { classify: { category: 'billing' } },
+    });
+  });
+
+  it('a step that returned nothing adds nothing to the state; no workflow field where there was none', () => {
+    const first = parseStepEntry({ job_id: RUN, tenant: 't', payload: '{}', state: '{"a":{"x":1}}', step: 'b' });
+    expect(stepEntryFields(nextStepEntry(first, 'c', 'b', undefined))).toEqual([
+      'job_id', RUN, 'tenant', 't', 'payload', '{}', 'step', 'c', 'state', '{"a":{"x":1}}',
+    ]); // prettier-ignore
+  });
+
+  it.each([
+    ['no job_id', { tenant: 't', payload: '{}' }, 'job_id is missing or not a UUID'],
+    ['a job_id that is not a UUID', { job_id: 'x', tenant: 't', payload: '{}' }, 'job_id is missing or not a UUID'],
+    ['no tenant', { job_id: RUN, payload: '{}' }, 'tenant is missing'],
+    ['no payload', { job_id: RUN, tenant: 't' }, 'payload is not JSON'],
+    ['a payload that is not JSON', { job_id: RUN, tenant: 't', payload: '{' }, 'payload is not JSON'],
+    ['an empty step', { job_id: RUN, tenant: 't', payload: '{}', step: '' }, 'step is empty'],
+    ['an empty workflow', { job_id: RUN, tenant: 't', payload: '{}', workflow: '' }, 'workflow is empty'],
+    ['a state that is not JSON', { job_id: RUN, tenant: 't', payload: '{}', state: '{' }, 'state is not JSON'],
+    [
+      'a state that is an array',
+      { job_id: RUN, tenant: 't', payload: '{}', state: '[]' },
+      'state is not a JSON object',
+    ],
+  ])('refuses an entry with %s', (_, fields, message) => {
+    const parse = () => parseStepEntry(fields);
+    expect(parse).toThrow(MalformedEntryError);
+    expect(parse).toThrow(message);
+  });
+});
