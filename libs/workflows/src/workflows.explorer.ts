@@ -17,7 +17,7 @@ import { WORKFLOWS_WORKER_OPTIONS, type WorkflowsWorkerOptions } from './workflo
 
 /**
  * A workflow's and a step's name: ASCII, so that a step's model calls'
- * Idempotency-Key (`wf:<run_id>:<step>:<n>`) stays within the 128 characters
+ * Idempotency-Key (`wf:<run_id>:<step>:<n>:<digest>`) stays within the 128 characters
  * the gateway takes, and so that log lines and metric labels need no escaping.
  */
 const NAME = /^[A-Za-z_][A-Za-z0-9_-]{0,63}$/;
