@@ -392,6 +392,18 @@ describe('the triage workflow on the engine', () => {
       );
     });
 
+    it("a workflow on another workflow's own queue", async () => {
+      @Workflow('intruder', { queue: 'summaries', group: 'summarizers' })
+      @Injectable()
+      class Intruder {
+        @Step()
+        only(): void {}
+      }
+      @Module({ providers: [Intruder] })
+      class Extra {}
+      await expect(boot(Extra)).rejects.toThrow(/workflows "summaries" and "intruder" both name queue "summaries"/);
+    });
+
     it('two steps of one name in one workflow', async () => {
       @Workflow('twice')
       @Injectable()
