@@ -147,6 +147,27 @@ describe('workflow metrics and queue gauges', () => {
     expect(await metricValue(s, 'jobs_dead_letter_length')).toBe(0); // summaries' own, unchanged
   });
 
+  it('input refused before its first begin fails the run without a start; a malformed entry is no run', async () => {
+    const w = await worker();
+    const s = w.app.getHttpServer();
+    const good = JSON.stringify({ ticket_id: 'T-1', text: TEXT, notify: 'agent@example.com' });
+    await redis.xadd(P.jobs, '*', 'job_id', 'not-a-uuid', 'tenant', 'tenant-a', 'payload', good, 'workflow', 'triage');
+    const invalid = jobIdFor(`tenant-a:POST:/v1/triage:${randomUUID()}`);
+    const bad = JSON.stringify({ ticket_id: '', text: TEXT, notify: 'not an email' });
+    await redis.xadd(
+      P.jobs,
+      '*',
+      ...stepEntryFields({ runId: invalid, tenant: 'tenant-a', payload: bad, workflow: 'triage' }),
+    );
+    expect(await drain(w)).toEqual(['dead_lettered', 'dead_lettered']);
+    expect(await redis.xlen(P.dead)).toBe(2);
+
+    expect(await finished(s, 'failed')).toBe(1); // the invalid input's run; the malformed entry has none
+    expect(await started(s)).toBe(0);
+    expect(await durations(s, 'classify', 'failed')).toBe(2);
+    expect(model.calls).toBe(0);
+  });
+
   it('a step left for a redelivery: a transient delivery, then its commit at attempt 2; one start all the same', async () => {
     // One model attempt per delivery: a 503 leaves the step pending, redelivered after CLAIM_IDLE_MS.
     const w = await worker({ LLM_MAX_ATTEMPTS: '1', CLAIM_IDLE_MS: '200' });

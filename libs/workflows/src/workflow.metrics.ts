@@ -2,6 +2,7 @@ import { Injectable } from '@nestjs/common';
 import { Counter, Histogram, Registry } from 'prom-client';
 import type { DeliveryResult, EntrySource, StreamMessage } from './consumer/job-handler';
 import { failureOf } from './consumer/job.errors';
+import { parseStepEntry } from './wire';
 import type { BegunStep } from './workflow-store';
 import type { StepDefinition, WorkflowDefinition } from './workflow.registry';
 import { WorkflowRegistry } from './workflow.registry';
@@ -112,8 +113,19 @@ export class WorkflowMetrics {
     if (at) this.runsStarted.inc({ workflow: at.workflow.name });
   }
 
-  /** The entry was dead-lettered: its run failed (whoever decided it, the handler or the consumer). */
+  /**
+   * The entry is being dead-lettered: its run failed (whoever decided it, the
+   * handler or the consumer). Counted as the consumer builds the dead-letter
+   * MULTI: if that MULTI fails, the entry comes back and is counted again
+   * when it is dead-lettered (rare, and an over-count, never a miss). A
+   * malformed entry has no run to count.
+   */
   deadLettered(message: StreamMessage, source: EntrySource): void {
+    try {
+      parseStepEntry(message.fields);
+    } catch {
+      return;
+    }
     const at = this.labelled(message, source);
     if (at) this.runsFinished.inc({ workflow: at.workflow.name, status: 'failed' });
   }
