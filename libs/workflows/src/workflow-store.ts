@@ -23,6 +23,8 @@ export interface BegunStep {
   readonly attempts: number;
   /** Since the run's row was created, by PostgreSQL's clock. */
   readonly runAgeMs: number;
+  /** This begin created the run's row: the run's first step begun for the first time (a run started). */
+  readonly runCreated: boolean;
 }
 
 /** What one step commits. */
@@ -64,7 +66,8 @@ const MAX_IN_FLIGHT = 2;
  * absent (a failed run, re-driven, is `running` again); the step row inserted, or set `running` with one more
  * attempt, unless it is `done`. The final SELECT reads the rows as they were before the statement (a CTE's
  * changes are not visible to its siblings), so a step it did not touch (done) and a run it did not touch are
- * read from the tables.
+ * read from the tables; a run row written by the statement that was not there before it was inserted by it
+ * (`run_created`, the run's start for the metrics).
  */
 const BEGIN = `WITH input AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::text[])
@@ -89,7 +92,8 @@ const BEGIN = `WITH input AS (
          CASE WHEN s.run_id IS NULL THEN old_s.status ELSE 'running' END AS status,
          CASE WHEN s.run_id IS NULL THEN old_s.output END AS output,
          COALESCE(s.attempts, old_s.attempts) AS attempts,
-         (extract(epoch FROM now() - COALESCE(r.created_at, old_r.created_at)) * 1000)::float8 AS age_ms
+         (extract(epoch FROM now() - COALESCE(r.created_at, old_r.created_at)) * 1000)::float8 AS age_ms,
+         (r.run_id IS NOT NULL AND old_r.run_id IS NULL) AS run_created
     FROM input i
     LEFT JOIN step s ON s.run_id = i.run_id AND s.step = i.step
     LEFT JOIN workflow_steps old_s ON old_s.run_id = i.run_id AND old_s.step = i.step
@@ -296,14 +300,21 @@ export class WorkflowStore {
   }
 
   private async beginBatch(batch: readonly BeginStep[]): Promise<BegunStep[]> {
-    const rows: { run_id: string; step: string; status: string; output: unknown; attempts: number; age_ms: number }[] =
-      await this.dataSource.query(BEGIN, [
-        batch.map((b) => b.runId),
-        batch.map((b) => b.workflow),
-        batch.map((b) => b.tenant),
-        batch.map((b) => JSON.stringify(b.steps)),
-        batch.map((b) => b.step),
-      ]);
+    const rows: {
+      run_id: string;
+      step: string;
+      status: string;
+      output: unknown;
+      attempts: number;
+      age_ms: number;
+      run_created: boolean;
+    }[] = await this.dataSource.query(BEGIN, [
+      batch.map((b) => b.runId),
+      batch.map((b) => b.workflow),
+      batch.map((b) => b.tenant),
+      batch.map((b) => JSON.stringify(b.steps)),
+      batch.map((b) => b.step),
+    ]);
     const byKey = new Map(rows.map((r) => [`${r.run_id}/${r.step}`, r]));
     return batch.map((b) => {
       const r = byKey.get(`${b.runId.toLowerCase()}/${b.step}`);
@@ -313,6 +324,7 @@ export class WorkflowStore {
         output: r.output,
         attempts: Number(r.attempts),
         runAgeMs: Math.max(0, Number(r.age_ms)),
+        runCreated: r.run_created === true,
       };
     });
   }

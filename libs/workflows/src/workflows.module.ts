@@ -13,6 +13,7 @@ import {
   RETRY_SLEEP,
 } from './retry/retry-policy.tokens';
 import { WorkerMetrics } from './worker.metrics';
+import { WorkflowMetrics } from './workflow.metrics';
 import { WorkflowHandler } from './workflow.handler';
 import { WorkflowRegistry } from './workflow.registry';
 import { WorkflowStore } from './workflow-store';
@@ -64,6 +65,7 @@ export class WorkflowsModule {
       { provide: RETRY_RANDOM, useValue: Math.random },
       RetryPolicy,
       WorkerMetrics,
+      WorkflowMetrics,
       WorkflowStore,
       WorkflowHandler,
       { provide: JOB_HANDLER, useExisting: WorkflowHandler },
@@ -81,6 +83,7 @@ export class WorkflowsModule {
         WorkflowHandler,
         RetryPolicy,
         WorkerMetrics,
+        WorkflowMetrics,
         JOB_HANDLER,
       ],
     };
