@@ -639,7 +639,7 @@ describe('triage runs when the worker process is killed (SIGKILL)', () => {
       unknown
     >[];
     // The first step's entry names no step (wire.ts: absent is the first), so neither does its dead letter.
-    expect(listed).toEqual([expect.objectContaining({ workflow: 'triage', runId, reason: 'max_deliveries' })]);
+    expect(listed).toEqual([expect.objectContaining({ workflow: 'triage', jobId: runId, reason: 'max_deliveries' })]);
     await eventually(
       async () => ((await stepStatus(runId, 'classify')) === 'failed' ? true : undefined),
       WAIT_MS,
@@ -685,7 +685,7 @@ describe('triage runs when the worker process is killed (SIGKILL)', () => {
       unknown
     >[];
     expect(listed).toEqual([
-      expect.objectContaining({ workflow: 'triage', step: 'draft', runId, reason: 'llm_client' }),
+      expect.objectContaining({ workflow: 'triage', step: 'draft', jobId: runId, reason: 'llm_client' }),
     ]);
     // The admin CLI shows the same, for workflow triage.
     const cli = spawnSync(

@@ -7,7 +7,7 @@ import { PersistenceModule, PostgresIdempotencyStore } from '@app/persistence';
 import { ProblemDetailsFilter, RequestValidationPipe } from '@app/problem';
 import { type Durability, REDIS_CLIENT, REDIS_DURABILITY, RedisModule, type RedisClient } from '@app/redis';
 import { SummaryQueueModule } from '@app/summary-queue';
-import { WorkflowClientModule } from '@app/workflows';
+import { WorkflowsModule } from '@app/workflows';
 import { DataSource } from 'typeorm';
 import { type ApiConfig, gatewayDrainMs } from './api.config';
 import { AdminModule } from './admin/admin.module';
@@ -73,7 +73,7 @@ export class ApiModule {
         SummaryQueueModule.forRoot({ partitions: config.jobStreamPartitions, isGlobal: true }),
         SummariesModule,
         // The workflows the api starts and reads (GET /v1/runs), on the partitions the worker consumes.
-        WorkflowClientModule.forClient({
+        WorkflowsModule.forClient({
           workflows: ['triage', { name: 'summaries', queue: 'summaries' }],
           partitions: config.jobStreamPartitions,
           isGlobal: true,

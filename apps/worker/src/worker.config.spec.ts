@@ -88,6 +88,10 @@ describe('worker configuration', () => {
     expect(() => loadWorkerConfig({ INTERNAL_API_KEY: key, LLM_GATEWAY_URL: url })).not.toThrow(key);
   });
 
+  it("takes a retention just past the run record's life", () => {
+    expect(loadWorkerConfig({ WORKFLOW_RUN_RETENTION_DAYS: '8' }).workflowRunRetentionDays).toBe(8);
+  });
+
   it('keeps finished workflow runs for ever with WORKFLOW_RUN_RETENTION_DAYS=0', () => {
     expect(loadWorkerConfig({ WORKFLOW_RUN_RETENTION_DAYS: '0' }).workflowRunRetentionDays).toBe(0);
   });
@@ -120,6 +124,9 @@ describe('worker configuration', () => {
     ['WORKFLOW_RUN_RETENTION_DAYS', '-1'],
     ['WORKFLOW_RUN_RETENTION_DAYS', 'a month'],
     ['WORKFLOW_RUN_RETENTION_DAYS', '3651'],
+    // Within the run record's 7 days: a finished run would read as queued again once its row is gone.
+    ['WORKFLOW_RUN_RETENTION_DAYS', '1'],
+    ['WORKFLOW_RUN_RETENTION_DAYS', '7'],
   ])('rejects %s=%s, naming it', (variable, value) => {
     expect(problemsOf({ [variable]: value })).toEqual([variable]);
   });

@@ -9,7 +9,12 @@ import { ProblemDetailsFilter } from '@app/problem';
 import { RedisModule } from '@app/redis';
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
-import { type RetryPolicyOptions, type StreamsConsumerOptions, WorkflowsModule } from '@app/workflows';
+import {
+  type RetryPolicyOptions,
+  type StreamsConsumerOptions,
+  workflowRunRetentionProviders,
+  WorkflowsModule,
+} from '@app/workflows';
 import { QueueGauges } from './consumer/queue.gauges';
 import { SummariesWorkflow } from './workflows/summaries.workflow';
 import { TriageWorkflow } from './workflows/triage.workflow';
@@ -84,7 +89,11 @@ export class WorkerModule {
           ],
         }),
       ],
-      providers: [{ provide: APP_FILTER, useClass: ProblemDetailsFilter }, QueueGauges],
+      providers: [
+        { provide: APP_FILTER, useClass: ProblemDetailsFilter },
+        QueueGauges,
+        ...workflowRunRetentionProviders({ retentionDays: config.workflowRunRetentionDays }),
+      ],
       exports: [WorkflowsModule],
     };
   }

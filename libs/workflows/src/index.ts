@@ -1,6 +1,7 @@
 export * from './queue-layout';
 export * from './run-ids';
 export * from './worker.metrics';
+export * from './workflow.metrics';
 export * from './consumer/job-handler';
 export * from './consumer/job.errors';
 export * from './consumer/streams-consumer.options';

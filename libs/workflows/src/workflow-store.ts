@@ -29,6 +29,8 @@ export interface BegunStep {
   readonly attempts: number;
   /** Since the run's deadline base (its row's creation, or its last re-drive), by PostgreSQL's clock. */
   readonly runAgeMs: number;
+  /** This begin created the run's row: the run's first step begun for the first time (a run started). */
+  readonly runCreated: boolean;
 }
 
 /** What one step commits. */
@@ -79,7 +81,9 @@ const MAX_IN_FLIGHT = 2;
  * `running` again, its deadline counted from now); the step row inserted, or
  * set `running` with one more attempt unless it is `done`. The step upsert
  * always updates (a done row to itself), so that RETURNING gives the row as
- * it is now, never a snapshot from before a commit that raced it.
+ * it is now, never a snapshot from before a commit that raced it. A run row
+ * the statement wrote that was not there before was inserted by it
+ * (`run_created`, the run's start for the metrics).
  */
 const BEGIN = `WITH input AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::text[])
@@ -112,7 +116,8 @@ const BEGIN = `WITH input AS (
   SELECT i.run_id, i.step,
          CASE WHEN b.run_id IS NOT NULL THEN 'busy' ELSE s.status END AS status,
          s.output, COALESCE(s.attempts, 0) AS attempts,
-         (extract(epoch FROM now() - COALESCE(r.deadline_from, old_r.deadline_from, now())) * 1000)::float8 AS age_ms
+         (extract(epoch FROM now() - COALESCE(r.deadline_from, old_r.deadline_from, now())) * 1000)::float8 AS age_ms,
+         (r.run_id IS NOT NULL AND old_r.run_id IS NULL) AS run_created
     FROM input i
     LEFT JOIN busy b ON b.run_id = i.run_id
     LEFT JOIN step s ON s.run_id = i.run_id AND s.step = i.step
@@ -422,14 +427,21 @@ export class WorkflowStore {
   }
 
   private async beginBatch(batch: readonly BeginStep[]): Promise<BegunStep[]> {
-    const rows: { run_id: string; step: string; status: string; output: unknown; attempts: number; age_ms: number }[] =
-      await this.dataSource.query(BEGIN, [
-        batch.map((b) => b.runId),
-        batch.map((b) => b.workflow),
-        batch.map((b) => b.tenant),
-        batch.map((b) => JSON.stringify(b.steps)),
-        batch.map((b) => b.step),
-      ]);
+    const rows: {
+      run_id: string;
+      step: string;
+      status: string;
+      output: unknown;
+      attempts: number;
+      age_ms: number;
+      run_created: boolean;
+    }[] = await this.dataSource.query(BEGIN, [
+      batch.map((b) => b.runId),
+      batch.map((b) => b.workflow),
+      batch.map((b) => b.tenant),
+      batch.map((b) => JSON.stringify(b.steps)),
+      batch.map((b) => b.step),
+    ]);
     const byKey = new Map(rows.map((r) => [`${r.run_id}/${r.step}`, r]));
     return batch.map((b) => {
       const r = byKey.get(`${b.runId.toLowerCase()}/${b.step}`);
@@ -439,6 +451,7 @@ export class WorkflowStore {
         output: r.output,
         attempts: Number(r.attempts),
         runAgeMs: Math.max(0, Number(r.age_ms)),
+        runCreated: r.run_created === true,
       };
     });
   }

@@ -31,6 +31,7 @@ import { hasFinishedElsewhere } from './workflow.decorators';
 import { WorkflowRegistry } from './workflow.registry';
 import { type CommitOutcome, type StepCommit, WorkflowStore } from './workflow-store';
 import { WorkerMetrics } from './worker.metrics';
+import { WorkflowMetrics } from './workflow.metrics';
 
 /** A delivery's step, resolved: its queue's partition, workflow and step, the entry and its validated input. */
 interface Resolved {
@@ -88,6 +89,7 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
     @InjectLlmClient() private readonly llm: LlmClient,
     private readonly metrics: WorkerMetrics,
     @InjectStreamsConsumerOptions() private readonly options: StreamsConsumerOptions,
+    private readonly workflowMetrics: WorkflowMetrics,
   ) {}
 
   /**
@@ -104,7 +106,11 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
           );
   }
 
-  async process(message: StreamMessage, ctx: JobRunContext): Promise<DeliveryResult> {
+  process(message: StreamMessage, ctx: JobRunContext): Promise<DeliveryResult> {
+    return this.workflowMetrics.delivery(message, ctx.source, () => this.deliver(message, ctx));
+  }
+
+  private async deliver(message: StreamMessage, ctx: JobRunContext): Promise<DeliveryResult> {
     const r = await this.resolve(message, ctx.source);
     const host = r.workflow.instance();
     if (hasFinishedElsewhere(host)) {
@@ -124,6 +130,7 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
         step: r.step.name,
       }),
     );
+    this.workflowMetrics.begun(message, ctx.source, begun);
     const decision = decideDelivery({
       step: begun.status,
       delivery: ctx.delivery,
@@ -184,6 +191,7 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
   deadLettered(tx: ChainableCommander, message: StreamMessage, reason: string, source: EntrySource): void {
     const partition = this.registry.queue(source.queue)?.layout.at(source.partition);
     if (!partition) return;
+    this.workflowMetrics.deadLettered(message, source);
     markRunFailed(tx, partition, message.fields, reason);
     if (this.failedInStore.has(message)) return;
     // Decided by the consumer (max_deliveries): PostgreSQL too, best effort, after the fact.

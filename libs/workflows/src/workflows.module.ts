@@ -13,9 +13,11 @@ import {
   RETRY_SLEEP,
 } from './retry/retry-policy.tokens';
 import { WorkerMetrics } from './worker.metrics';
+import { WorkflowMetrics } from './workflow.metrics';
 import { WorkflowHandler } from './workflow.handler';
 import { WorkflowRegistry } from './workflow.registry';
 import { WorkflowStore } from './workflow-store';
+import { WorkflowClientModule } from './client/workflow-client.module';
 import { WorkflowsExplorer } from './workflows.explorer';
 import { WORKFLOWS_WORKER_OPTIONS, type WorkflowsWorkerOptions } from './workflows.options';
 
@@ -32,6 +34,14 @@ import { WORKFLOWS_WORKER_OPTIONS, type WorkflowsWorkerOptions } from './workflo
  */
 @Module({})
 export class WorkflowsModule {
+  /**
+   * The api's side: the client that starts runs and reads them, and one
+   * `@InjectWorkflow(name)` handle per workflow listed (WorkflowClientModule).
+   */
+  static forClient(options: Parameters<typeof WorkflowClientModule.forClient>[0]): DynamicModule {
+    return WorkflowClientModule.forClient(options);
+  }
+
   static forWorker(options: WorkflowsWorkerOptions): DynamicModule {
     const providers: Provider[] = [
       { provide: WORKFLOWS_WORKER_OPTIONS, useValue: options },
@@ -55,6 +65,7 @@ export class WorkflowsModule {
       { provide: RETRY_RANDOM, useValue: Math.random },
       RetryPolicy,
       WorkerMetrics,
+      WorkflowMetrics,
       WorkflowStore,
       WorkflowHandler,
       { provide: JOB_HANDLER, useExisting: WorkflowHandler },
@@ -72,6 +83,7 @@ export class WorkflowsModule {
         WorkflowHandler,
         RetryPolicy,
         WorkerMetrics,
+        WorkflowMetrics,
         JOB_HANDLER,
       ],
     };
