@@ -310,7 +310,7 @@ describe('the engine under races', () => {
    * entry and waits for the slot, far longer than a loop may stay silent. Both loops beat while they wait: the
    * worker is loaded, not stuck.
    */
-  it('a loaded worker stays live: loops waiting for a slot beat', async () => {
+  it('a loaded worker stays live: loops waiting for a slot beat; an entry that never got one is handed back uncounted', async () => {
     const silenceMs = 300;
     const w = await worker(
       { JOB_STREAM_PARTITIONS: '2', WORKER_CONCURRENCY: '1' },
@@ -343,6 +343,12 @@ describe('the engine under races', () => {
     await sleep(silenceMs * 4);
     const live = await request(w.app.getHttpServer()).get('/health/live');
     expect({ status: live.status, body: live.body as unknown }).toMatchObject({ status: 200 });
+    // Shutdown before partition 1's entry got a slot: it is handed back as if never delivered (its count as before
+    // the read), for the next reclaim to take at once.
+    const stopped = w.consumer.stop();
     release.resolve();
+    await stopped;
+    const waiting = (await redis.xpending(P1.jobs, 'workflows', '-', '+', 10)) as [string, string, number, number][];
+    expect(waiting.map(([, , , deliveries]) => Number(deliveries))).toEqual([0]);
   });
 });
