@@ -170,6 +170,54 @@ describe('the engine under races', () => {
     ]);
   });
 
+  /*
+   * Timeline: hop's row is running; another delivery's commit has turned it done but not yet committed (the test's
+   * transaction holds the row); this delivery begins and waits for the row; the commit lands. Begin reports the
+   * row as it is now (done, with the committed output), not as its statement first saw it: hop is not run again.
+   */
+  it('begin that waited on a commit reports the step done, with its output, and does not run it', async () => {
+    const w = await worker();
+    const { runId, message } = await entry('races', {});
+    await rows(
+      `INSERT INTO workflow_runs (run_id, workflow, tenant, status, steps)
+                VALUES ($1, 'races', 'tenant-a', 'running', '{hop,landed}')`,
+      [runId],
+    );
+    await rows(`INSERT INTO workflow_steps (run_id, step, status, attempts) VALUES ($1, 'hop', 'running', 1)`, [runId]);
+    let ran = 0;
+    script.hop = async () => void ran++;
+    const commit = db.createQueryRunner();
+    await commit.connect();
+    await commit.startTransaction();
+    try {
+      await commit.query(`UPDATE workflow_steps SET status = 'done', output = '{"hopped": 7}' WHERE run_id = $1`, [
+        runId,
+      ]);
+      const delivered = deliver(w, message, 2);
+      await eventually(
+        async () => {
+          const [{ n }] = await rows(
+            `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`,
+          );
+          return n > 0 ? true : undefined;
+        },
+        5000,
+        'begin waiting for the step row',
+      );
+      await commit.commitTransaction();
+      const result = await delivered;
+      expect(result.outcome).toBe('duplicate');
+      expect(result.next?.fields).toEqual(expect.arrayContaining(['state', JSON.stringify({ hop: { hopped: 7 } })]));
+      expect(ran).toBe(0);
+      expect(await rows('SELECT status, attempts FROM workflow_steps WHERE run_id = $1', [runId])).toEqual([
+        { status: 'done', attempts: 1 },
+      ]);
+    } finally {
+      if (commit.isTransactionActive) await commit.rollbackTransaction();
+      await commit.release();
+    }
+  });
+
   it('a committed step is not failed by a late FAIL, nor is its run', async () => {
     const w = await worker();
     const { runId } = await entry('races', {});
