@@ -42,7 +42,7 @@ describe('modelCallKey', () => {
       modelCallKey(RUN, 'classify', 0, {
         ...base,
         metadata: { at: '2026-01-01T00:00:00.000Z' },
-      } as unknown as typeof base),
+      }),
     ).toBe(jan);
   });
 
