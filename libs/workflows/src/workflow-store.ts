@@ -66,8 +66,9 @@ const MAX_IN_FLIGHT = 2;
  * absent (a failed run, re-driven, is `running` again); the step row inserted, or set `running` with one more
  * attempt, unless it is `done`. The final SELECT reads the rows as they were before the statement (a CTE's
  * changes are not visible to its siblings), so a step it did not touch (done) and a run it did not touch are
- * read from the tables; a run row written by the statement that was not there before it was inserted by it
- * (`run_created`, the run's start for the metrics).
+ * read from the tables. `run_created`: the run's row was inserted, not updated, by this statement (`xmax = 0`
+ * on the row it returns; a snapshot comparison would miss a row another begin inserted concurrently), the run's
+ * start for the metrics.
  */
 const BEGIN = `WITH input AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::text[])
@@ -78,7 +79,7 @@ const BEGIN = `WITH input AS (
     ON CONFLICT (run_id) DO UPDATE
       SET status = 'running', error = NULL, finished_at = NULL, updated_at = now()
       WHERE workflow_runs.status = 'failed'
-    RETURNING run_id, created_at
+    RETURNING run_id, created_at, (xmax = 0) AS inserted
   ), step AS (
     INSERT INTO workflow_steps (run_id, step, status, attempts)
     SELECT run_id, step, 'running', 1 FROM input
@@ -93,7 +94,7 @@ const BEGIN = `WITH input AS (
          CASE WHEN s.run_id IS NULL THEN old_s.output END AS output,
          COALESCE(s.attempts, old_s.attempts) AS attempts,
          (extract(epoch FROM now() - COALESCE(r.created_at, old_r.created_at)) * 1000)::float8 AS age_ms,
-         (r.run_id IS NOT NULL AND old_r.run_id IS NULL) AS run_created
+         COALESCE(r.inserted, false) AS run_created
     FROM input i
     LEFT JOIN step s ON s.run_id = i.run_id AND s.step = i.step
     LEFT JOIN workflow_steps old_s ON old_s.run_id = i.run_id AND old_s.step = i.step
@@ -192,9 +193,11 @@ const FAIL = `WITH run AS (
       SET status = 'failed', error = $6, updated_at = now(), finished_at = now()
       WHERE workflow_runs.status <> 'done'
     RETURNING run_id
+  ), step AS (
+    UPDATE workflow_steps SET status = 'failed', error = $6, finished_at = now()
+     WHERE run_id = $1 AND step = $5 AND status <> 'done'
   )
-  UPDATE workflow_steps SET status = 'failed', error = $6, finished_at = now()
-   WHERE run_id = $1 AND step = $5 AND status <> 'done'`;
+  SELECT count(*)::int AS marked FROM run`;
 
 /** Errors of one row's data (SQLSTATE classes 22 and 23: a bad value, a constraint): worth writing the rest alone. */
 function isRowError(err: unknown): boolean {
@@ -251,9 +254,20 @@ export class WorkflowStore {
     return rows[0].output;
   }
 
-  /** Marks the step and its run failed with `error` (the run row made if absent); a done step or run stays done. */
-  async fail(f: FailedStep): Promise<void> {
-    await this.dataSource.query(FAIL, [f.runId, f.workflow, f.tenant, JSON.stringify(f.steps), f.step, f.error]);
+  /**
+   * Marks the step and its run failed with `error` (the run row made if absent); a done step or run stays done.
+   * False: the run was done (nothing failed).
+   */
+  async fail(f: FailedStep): Promise<boolean> {
+    const rows: { marked: number }[] = await this.dataSource.query(FAIL, [
+      f.runId,
+      f.workflow,
+      f.tenant,
+      JSON.stringify(f.steps),
+      f.step,
+      f.error,
+    ]);
+    return rows[0]?.marked === 1;
   }
 
   /**

@@ -59,6 +59,14 @@ export interface JobHandler {
    */
   deadLettered?(tx: ChainableCommander, message: StreamMessage, reason: string, source: EntrySource): void;
   /**
+   * Called once the dead letter is written (that MULTI ran; one that failed
+   * leaves the entry pending and calls nothing): what must only happen to an
+   * entry that is out of the stream for good (the run counted failed). Not
+   * awaited: what it does late it does on its own; an error it throws is
+   * only logged, the dead letter stands.
+   */
+  afterDeadLetter?(message: StreamMessage, reason: string, source: EntrySource): void;
+  /**
    * Called with each batch the consumer read or reclaimed, before it runs
    * them: where the handler can do for the batch at once what each delivery
    * would do alone (the summary job's pre-check: one query, not one each).
