@@ -228,7 +228,8 @@ describe('workflow metrics and queue gauges', () => {
     await start();
     expect((await w.consumer.runOnce()).map((r) => r.outcome)).toEqual(['done']);
     // The dead-letter key is no stream (set after the turn's reclaim, which checks it): the MULTI's XADD is
-    // refused (WRONGTYPE), the dead letter not written.
+    // refused (WRONGTYPE), the dead letter not written. (Its XACK and XDEL still ran, a MULTI not being rolled
+    // back: the entry is gone without a dead letter, a fault of ConsumerGroup.deadLetter beyond these metrics.)
     await redis.set(P.dead, 'not a stream');
     expect(await drain(w)).toEqual(['transient']);
     expect(await metricSample(s, 'worker_dead_letters_total', { reason: 'llm_client' })).toBe(0);

@@ -186,11 +186,11 @@ export class WorkflowHandler implements JobHandler {
     try {
       entry = parseStepEntry(message.fields);
     } catch {
-      return this.workflowMetrics.deadLettered(message, source); // a malformed entry has no run to mark
+      return; // a malformed entry has no run to mark or count
     }
     const queue = this.registry.queue(source.queue);
     const workflow = queue && this.workflowOf(queue, entry);
-    if (!workflow) return this.workflowMetrics.deadLettered(message, source);
+    if (!workflow) return;
     void this.store
       .fail({
         runId: entry.runId,

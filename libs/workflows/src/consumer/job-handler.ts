@@ -59,11 +59,11 @@ export interface JobHandler {
    */
   deadLettered?(tx: ChainableCommander, message: StreamMessage, reason: string, source: EntrySource): void;
   /**
-   * Called once the dead letter is written (that MULTI ran; one that failed
-   * leaves the entry pending and calls nothing): what must only happen to an
-   * entry that is out of the stream for good (the run counted failed). Not
-   * awaited: what it does late it does on its own; an error it throws is
-   * only logged, the dead letter stands.
+   * Called once the dead letter is written (the MULTI ran without an error
+   * in its own commands; one that failed calls nothing): what must only
+   * follow a dead letter that exists (the run counted failed). Not awaited:
+   * what it does late it does on its own; an error it throws is only logged,
+   * the dead letter stands.
    */
   afterDeadLetter?(message: StreamMessage, reason: string, source: EntrySource): void;
   /**
