@@ -81,9 +81,10 @@ const MAX_IN_FLIGHT = 2;
  * `running` again, its deadline counted from now); the step row inserted, or
  * set `running` with one more attempt unless it is `done`. The step upsert
  * always updates (a done row to itself), so that RETURNING gives the row as
- * it is now, never a snapshot from before a commit that raced it. A run row
- * the statement wrote that was not there before was inserted by it
- * (`run_created`, the run's start for the metrics).
+ * it is now, never a snapshot from before a commit that raced it.
+ * `run_created`: the run's row was inserted, not updated, by this statement
+ * (`xmax = 0` on the row it returns; a snapshot comparison would miss a row
+ * another begin inserted concurrently), the run's start for the metrics.
  */
 const BEGIN = `WITH input AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::text[])
@@ -101,7 +102,7 @@ const BEGIN = `WITH input AS (
     ON CONFLICT (run_id) DO UPDATE
       SET status = 'running', error = NULL, finished_at = NULL, updated_at = now(), deadline_from = now()
       WHERE workflow_runs.status = 'failed'
-    RETURNING run_id, deadline_from
+    RETURNING run_id, deadline_from, (xmax = 0) AS inserted
   ), step AS (
     INSERT INTO workflow_steps (run_id, step, status, attempts)
     SELECT run_id, step, 'running', 1 FROM go
@@ -117,7 +118,7 @@ const BEGIN = `WITH input AS (
          CASE WHEN b.run_id IS NOT NULL THEN 'busy' ELSE s.status END AS status,
          s.output, COALESCE(s.attempts, 0) AS attempts,
          (extract(epoch FROM now() - COALESCE(r.deadline_from, old_r.deadline_from, now())) * 1000)::float8 AS age_ms,
-         (r.run_id IS NOT NULL AND old_r.run_id IS NULL) AS run_created
+         COALESCE(r.inserted, false) AS run_created
     FROM input i
     LEFT JOIN busy b ON b.run_id = i.run_id
     LEFT JOIN step s ON s.run_id = i.run_id AND s.step = i.step
@@ -282,9 +283,11 @@ const FAIL = `WITH run AS (
       WHERE workflow_runs.status <> 'done'
         AND NOT EXISTS (SELECT 1 FROM workflow_steps WHERE run_id = $1 AND step = $5 AND status = 'done')
     RETURNING run_id
+  ), step AS (
+    UPDATE workflow_steps SET status = 'failed', error = $6, finished_at = now()
+     WHERE run_id = $1 AND step = $5 AND status <> 'done'
   )
-  UPDATE workflow_steps SET status = 'failed', error = $6, finished_at = now()
-   WHERE run_id = $1 AND step = $5 AND status <> 'done'`;
+  SELECT count(*)::int AS marked FROM run`;
 
 /**
  * A failed commit batch runs each step alone, unless PostgreSQL is away (then
@@ -375,9 +378,20 @@ export class WorkflowStore {
     return { done: rows[0]?.status === 'done', output: rows[0]?.output };
   }
 
-  /** Marks the step and its run failed with `error` (the run row made if absent); a done step or run stays done. */
-  async fail(f: FailedStep): Promise<void> {
-    await this.dataSource.query(FAIL, [f.runId, f.workflow, f.tenant, JSON.stringify(f.steps), f.step, f.error]);
+  /**
+   * Marks the step and its run failed with `error` (the run row made if absent); a done step or run stays done.
+   * False: the run was done (nothing failed).
+   */
+  async fail(f: FailedStep): Promise<boolean> {
+    const rows: { marked: number }[] = await this.dataSource.query(FAIL, [
+      f.runId,
+      f.workflow,
+      f.tenant,
+      JSON.stringify(f.steps),
+      f.step,
+      f.error,
+    ]);
+    return rows[0]?.marked === 1;
   }
 
   /**

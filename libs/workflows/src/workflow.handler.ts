@@ -72,7 +72,7 @@ function messagesOf(errors: readonly ValidationError[], path = ''): string[] {
  * stream. A failure is classified by decideFailure: retryable leaves the
  * entry pending; anything else marks the step and run failed in PostgreSQL
  * and the consumer dead-letters the entry (deadLettered marks the run's
- * record failed in the same MULTI).
+ * record failed in the same MULTI; afterDeadLetter counts the run failed).
  */
 @Injectable()
 export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
@@ -191,28 +191,44 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
   deadLettered(tx: ChainableCommander, message: StreamMessage, reason: string, source: EntrySource): void {
     const partition = this.registry.queue(source.queue)?.layout.at(source.partition);
     if (!partition) return;
-    this.workflowMetrics.deadLettered(message, source);
     markRunFailed(tx, partition, message.fields, reason);
-    if (this.failedInStore.has(message)) return;
-    // Decided by the consumer (max_deliveries): PostgreSQL too, best effort, after the fact.
+  }
+
+  /**
+   * The dead letter is written: the run counts failed (WorkflowMetrics). One
+   * this handler failed was not done (begin found its step running, or it was
+   * refused before any begin). One the consumer decided (max_deliveries) is
+   * marked failed in PostgreSQL now, best effort, and counted unless that
+   * found the run done (its last step committed, only the ack lost).
+   */
+  afterDeadLetter(message: StreamMessage, reason: string, source: EntrySource): void {
+    if (this.failedInStore.has(message)) return this.workflowMetrics.deadLettered(message, source, false);
+    let entry: StepEntry;
     try {
-      const entry = parseStepEntry(message.fields);
-      const queue = this.registry.queue(source.queue);
-      const workflow = queue && this.workflowOf(queue, entry);
-      if (!workflow) return;
-      void this.store
-        .fail({
-          runId: entry.runId,
-          workflow: workflow.name,
-          tenant: entry.tenant,
-          steps: workflow.steps.map((s) => s.name),
-          step: entry.step ?? workflow.steps[0].name,
-          error: reason,
-        })
-        .catch((err: unknown) => this.logger.warn(`could not mark run ${entry.runId} failed: ${String(err)}`));
+      entry = parseStepEntry(message.fields);
     } catch {
-      // A malformed entry has no run to mark.
+      return; // a malformed entry has no run to mark or count
     }
+    const queue = this.registry.queue(source.queue);
+    const workflow = queue && this.workflowOf(queue, entry);
+    if (!workflow) return;
+    void this.store
+      .fail({
+        runId: entry.runId,
+        workflow: workflow.name,
+        tenant: entry.tenant,
+        steps: workflow.steps.map((s) => s.name),
+        step: entry.step ?? workflow.steps[0].name,
+        error: reason,
+      })
+      .then(
+        (marked) => this.workflowMetrics.deadLettered(message, source, !marked),
+        (err: unknown) => {
+          // Not knowing whether the run was done, it counts failed: an alert once too often, never one missed.
+          this.workflowMetrics.deadLettered(message, source);
+          this.logger.warn(`could not mark run ${entry.runId} failed: ${String(err)}`);
+        },
+      );
   }
 
   logFields(message: StreamMessage): Readonly<Record<string, string | undefined>> {

@@ -469,6 +469,19 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     const hook = this.handler.deadLettered?.bind(this.handler);
     await p.group.deadLetter(message, reason, detail, hook && ((tx) => hook(tx, message, reason, p.source)));
     this.metrics.deadLetters.inc({ reason });
+    this.afterDeadLetter(p, message, reason);
+  }
+
+  /** The handler's afterDeadLetter: the entry is out of the stream whatever it does, so its error is only logged. */
+  private afterDeadLetter(p: PartitionState, message: StreamMessage, reason: string): void {
+    try {
+      this.handler.afterDeadLetter?.(message, reason, p.source);
+    } catch (err) {
+      this.logger.error(
+        { ...this.logFields(message), entry: message.id },
+        `after its dead letter: ${(err as Error).message}`,
+      );
+    }
   }
 
   /**
