@@ -76,6 +76,8 @@ export class WorkflowHandler implements JobHandler {
   private readonly logger = new Logger(WorkflowHandler.name);
   /** Entries whose run this handler marked failed in PostgreSQL already (the consumer's own dead letters are not). */
   private readonly failedInStore = new WeakSet<StreamMessage>();
+  /** Entries refused before their run began (the workflow's `parse` said malformed): no run to mark or count. */
+  private readonly refused = new WeakSet<StreamMessage>();
   /** A batch's FinishedElsewhere answer, by the entry it was asked for: undefined means unknown (ask alone). */
   private readonly prechecked = new WeakMap<StreamMessage, Promise<boolean | undefined>>();
 
@@ -170,8 +172,9 @@ export class WorkflowHandler implements JobHandler {
   deadLettered(tx: ChainableCommander, message: StreamMessage, reason: string, source: EntrySource): void {
     const partition = this.registry.queue(source.queue)?.layout.at(source.partition);
     if (!partition) return;
-    this.workflowMetrics.deadLettered(message, source);
     markRunFailed(tx, partition, message.fields, reason);
+    if (this.refused.has(message)) return;
+    this.workflowMetrics.deadLettered(message, source);
     if (this.failedInStore.has(message)) return;
     // Decided by the consumer (max_deliveries): PostgreSQL too, best effort, after the fact.
     try {
@@ -217,6 +220,7 @@ export class WorkflowHandler implements JobHandler {
       const named = entry.workflow === undefined ? 'no workflow named' : `workflow ${entry.workflow}`;
       throw new JobError(`${named}: not one this worker runs on queue ${queue.name}`, UNKNOWN_WORKFLOW);
     }
+    if (workflow.parse) entry = this.parsed(message, workflow.parse, entry);
     const index = entry.step === undefined ? 0 : workflow.steps.findIndex((s) => s.name === entry.step);
     const fail = async (failure: ErrorClass, detail: string): Promise<never> => {
       await this.failRun(message, { workflow, entry, step: workflow.steps[Math.max(index, 0)] }, failure.kind, detail);
@@ -233,9 +237,22 @@ export class WorkflowHandler implements JobHandler {
     return { partition, workflow, step: workflow.steps[index], index, entry, input };
   }
 
-  private workflowOf(queue: WorkflowQueue, entry: StepEntry): WorkflowDefinition | undefined {
+  private workflowOf(queue: WorkflowQueue, entry: Pick<StepEntry, 'workflow'>): WorkflowDefinition | undefined {
     if (entry.workflow !== undefined) return queue.workflows.get(entry.workflow);
     return queue.workflows.size === 1 ? [...queue.workflows.values()][0] : undefined;
+  }
+
+  /**
+   * The entry with its input as the workflow's parser reads it; what the parser refuses is `malformed`, with its
+   * message as the detail, before the pre-check and begin: nothing in PostgreSQL (deadLettered knows: `refused`).
+   */
+  private parsed(message: StreamMessage, parse: (payload: unknown) => unknown, entry: StepEntry): StepEntry {
+    try {
+      return { ...entry, input: parse(entry.input) };
+    } catch (err) {
+      this.refused.add(message);
+      throw new JobError(err instanceof Error ? err.message : String(err), MALFORMED, { cause: err });
+    }
   }
 
   /** Runs the step with its context, then commits what it returned and asked for. */
