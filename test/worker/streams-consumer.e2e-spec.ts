@@ -347,7 +347,12 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
     expect((await w.consumer.runOnce()).map((r) => r.outcome)).toEqual(['dead_lettered']);
     expect(model.calls).toBe(1);
     const [[, fields]] = await redis.xrange(DEAD_LETTER_STREAM, '-', '+');
-    expect(fieldsOf(fields)).toMatchObject({ job_id: job.jobId, reason: 'llm_client' });
+    // The detail is the retry's own message (the SDK's error after it), the reason beside it, not repeated in it.
+    expect(fieldsOf(fields)).toMatchObject({
+      job_id: job.jobId,
+      reason: 'llm_client',
+      detail: 'model call failed: 400 fake error 400',
+    });
     expect(await pending()).toBe(0);
     expect(await count('summaries')).toBe(0);
   });

@@ -3,7 +3,7 @@ import { InjectLlmClient, type ErrorClass, type LlmClient } from '@app/llm';
 import { plainToInstance } from 'class-transformer';
 import { validate, type ValidationError } from 'class-validator';
 import type { ChainableCommander } from 'ioredis';
-import { decideDelivery, decideFailure, type FailurePhase } from './decide';
+import { decideDelivery, decideFailure, type FailurePhase, failureDetail } from './decide';
 import {
   type DeliveryResult,
   type EntrySource,
@@ -367,9 +367,10 @@ export class WorkflowHandler implements JobHandler {
     // Already decided (a failure of this delivery classified further in): as it is.
     if (err instanceof JobError && !(err instanceof RetryError)) throw err;
     const failure = decideFailure(err, { phase, aborted, deadlinePassed });
+    // The run's row has no reason column: its error always names the kind; the dead letter has `reason` beside it.
     const detail = `${failure.kind}: ${err instanceof Error ? err.message : String(err)}`;
     if (!failure.retryable) await this.failRun(message, r, failure.kind, detail);
-    throw new JobError(detail, failure, { cause: err });
+    throw new JobError(failureDetail(err, failure), failure, { cause: err });
   }
 
   /** Marks the step and run failed in PostgreSQL: best effort (the dead letter and the run record still say it). */
