@@ -1,6 +1,7 @@
 import { Injectable, Module } from '@nestjs/common';
 import { jobIdFor } from '@app/summary-queue';
 import {
+  entryFieldMap,
   QueueLayout,
   Step,
   type StepContext,
@@ -73,9 +74,7 @@ describe('a step with its own transaction, rows and timeout', () => {
     const runId = jobIdFor(`tenant-a:POST:/v1/ledger:${randomUUID()}`);
     const flat = stepEntryFields({ runId, tenant: 'tenant-a', payload: '{"amount":42}', workflow: 'ledger' });
     const id = await redis.xadd(P.jobs, '*', ...flat);
-    const fields: Record<string, string> = {};
-    for (let i = 0; i < flat.length; i += 2) fields[flat[i]] = flat[i + 1];
-    return { runId, message: { id: id!, fields } };
+    return { runId, message: { id: id!, fields: entryFieldMap(flat) } };
   };
   const deliver = (message: StreamMessage, delivery: number) =>
     w.app.get(WorkflowHandler).process(message, {

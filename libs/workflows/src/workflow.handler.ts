@@ -18,7 +18,14 @@ import { RetryPolicy } from './retry/retry-policy.service';
 import { RetryError } from './retry/retry.errors';
 import { markRunFailed } from './run-record';
 import { StepContextImpl } from './step-context';
-import { MalformedEntryError, nextStepEntry, parseStepEntry, type StepEntry, stepEntryFields } from './wire';
+import {
+  MalformedEntryError,
+  nextStepEntry,
+  parseStepEntry,
+  type StepEntry,
+  stepEntryFields,
+  stepEntryRun,
+} from './wire';
 import type { StepDefinition, WorkflowDefinition, WorkflowQueue } from './workflow.registry';
 import { hasFinishedElsewhere } from './workflow.decorators';
 import { WorkflowRegistry } from './workflow.registry';
@@ -144,14 +151,9 @@ export class WorkflowHandler implements JobHandler {
     if (!queue) return;
     const byWorkflow = new Map<WorkflowDefinition, { message: StreamMessage; runId: string }[]>();
     for (const message of messages) {
-      let entry: StepEntry;
-      try {
-        entry = parseStepEntry(message.fields);
-      } catch {
-        continue; // its delivery dead-letters it
-      }
-      const workflow = this.workflowOf(queue, entry);
-      if (!workflow) continue;
+      const entry = stepEntryRun(message.fields); // its id and workflow only: a malformed one's delivery says so
+      const workflow = entry && this.workflowOf(queue, entry);
+      if (!entry || !workflow) continue;
       const list = byWorkflow.get(workflow) ?? [];
       list.push({ message, runId: entry.runId });
       byWorkflow.set(workflow, list);
