@@ -162,7 +162,7 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
     expect(ran.map((r) => r.outcome)).toEqual(['done', 'done', 'done', 'done']);
     // How the jobs split into statements depends on when the model's answers arrive; each is in exactly one.
     const written = query.mock.calls
-      .filter(([sql]) => sql.includes('INSERT INTO summaries'))
+      .filter(([sql]) => sql.includes('INSERT INTO "summaries"'))
       .flatMap(([, params]) => (params as string[][])[0]);
     expect(written.sort()).toEqual(jobs.map((j) => j.jobId).sort());
     const acked = ack.mock.calls.flatMap(([, , args]) => (args as string[]).slice(1));

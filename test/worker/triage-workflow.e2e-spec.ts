@@ -120,8 +120,8 @@ describe('the triage workflow on the engine', () => {
     expect(model.requests[1].userText).toContain(TEXT);
     // Each call's key names the run, the step and the call's place in it.
     expect(model.requests.map((r) => r.headers['idempotency-key'])).toEqual([
-      `wf:${runId}:classify:0`,
-      `wf:${runId}:draft:0`,
+      expect.stringMatching(new RegExp(`^wf:${runId}:classify:0:[0-9a-f]{16}$`)),
+      expect.stringMatching(new RegExp(`^wf:${runId}:draft:0:[0-9a-f]{16}$`)),
     ]);
     expect(await rows('SELECT topic, dedupe_key, payload FROM outbox')).toEqual([
       {
@@ -252,10 +252,12 @@ describe('the triage workflow on the engine', () => {
     expect(await drain(w)).toEqual(['done', 'done', 'done']);
     expect(model.calls).toBe(3);
     expect(model.requests.map((r) => r.headers['idempotency-key'])).toEqual([
-      `wf:${runId}:classify:0`,
-      `wf:${runId}:classify:0`,
-      `wf:${runId}:draft:0`,
+      expect.stringMatching(new RegExp(`^wf:${runId}:classify:0:[0-9a-f]{16}$`)),
+      expect.stringMatching(new RegExp(`^wf:${runId}:classify:0:[0-9a-f]{16}$`)),
+      expect.stringMatching(new RegExp(`^wf:${runId}:draft:0:[0-9a-f]{16}$`)),
     ]);
+    // The retried call is the same request: the same key, digest included.
+    expect(model.requests[1].headers['idempotency-key']).toBe(model.requests[0].headers['idempotency-key']);
     expect(await rows('SELECT step, attempts FROM workflow_steps ORDER BY started_at, step')).toEqual([
       { step: 'classify', attempts: 1 },
       { step: 'draft', attempts: 1 },
@@ -342,7 +344,9 @@ describe('the triage workflow on the engine', () => {
       (await rows('SELECT dedupe_key FROM outbox')).map((r: { dedupe_key: string }) => r.dedupe_key).sort(),
     ).toEqual(runs.map((r) => `triage_ready:${r.runId}`).sort());
     // Each model call once: one per run and step.
-    expect(new Set(model.requests.map((r) => r.headers['idempotency-key'])).size).toBe(100);
+    const keys = model.requests.map((r) => r.headers['idempotency-key']);
+    expect(keys).toHaveLength(100);
+    expect(new Set(keys).size).toBe(keys.length);
     await eventually(async () => ((await redis.xlen(P.jobs)) === 0 ? true : undefined), 5000, 'the stream empty');
     expect(await pending()).toBe(0);
   });
@@ -380,6 +384,18 @@ describe('the triage workflow on the engine', () => {
       await expect(boot(Extra)).rejects.toThrow(
         /workflow "triage" is registered twice: by TriageWorkflow and AnotherTriage/,
       );
+    });
+
+    it("a workflow on another workflow's own queue", async () => {
+      @Workflow('intruder', { queue: 'summaries', group: 'summarizers' })
+      @Injectable()
+      class Intruder {
+        @Step()
+        only(): void {}
+      }
+      @Module({ providers: [Intruder] })
+      class Extra {}
+      await expect(boot(Extra)).rejects.toThrow(/workflows "summaries" and "intruder" both name queue "summaries"/);
     });
 
     it('two steps of one name in one workflow', async () => {

@@ -486,9 +486,10 @@ describe('triage runs when the worker process is killed (SIGKILL)', () => {
       await streamDrained();
       expect(calls()).toEqual({ classify: 2, draft: 1 });
       expect(callsOf('classify').map((r) => [r.headers['idempotency-key'], r.closedEarly])).toEqual([
-        [`wf:${runId}:classify:0`, true],
-        [`wf:${runId}:classify:0`, false],
+        [expect.stringMatching(new RegExp(`^wf:${runId}:classify:0:[0-9a-f]{16}$`)), true],
+        [expect.stringMatching(new RegExp(`^wf:${runId}:classify:0:[0-9a-f]{16}$`)), false],
       ]);
+      expect(callsOf('classify')[1].headers['idempotency-key']).toBe(callsOf('classify')[0].headers['idempotency-key']);
       expect(await stepRows()).toEqual([
         ['classify', 'done', 2],
         ['draft', 'done', 1],
@@ -552,7 +553,10 @@ describe('triage runs when the worker process is killed (SIGKILL)', () => {
       await classify.reached;
       await kill(dying);
       classify.release(answers.classify());
-      const record = `idem:${TENANT_A.tenant}:POST:/v1/chat/completions:wf:${runId}:classify:0`;
+      // The call's key ends in its request's digest: the record is the one key of the call's prefix.
+      const records = await redis.keys(`idem:${TENANT_A.tenant}:POST:/v1/chat/completions:wf:${runId}:classify:0:*`);
+      const [record] = records.filter((k) => /:classify:0:[0-9a-f]{16}$/.test(k));
+      expect(record).toBeDefined();
       await eventually(
         async () => ((await redis.hget(record, 'state')) === 'completed' ? true : undefined),
         WAIT_MS,

@@ -35,6 +35,16 @@ describe('decideDelivery', () => {
       { action: 'fail', failure: { kind: 'deadline', retryable: false } },
     ],
     ['a committed step', { step: 'done' }, { action: 'advance' }],
+    [
+      'a run another delivery holds (its own transaction, a commit)',
+      { step: 'busy' },
+      { action: 'retry', failure: { kind: 'running_elsewhere', retryable: true } },
+    ],
+    [
+      'a run another delivery holds, past max deliveries: still its call',
+      { step: 'busy', delivery: 9 },
+      { action: 'retry', failure: { kind: 'running_elsewhere', retryable: true } },
+    ],
     ['a committed step, redelivered past max deliveries', { step: 'done', delivery: 9 }, { action: 'advance' }],
     [
       'a committed step, the deadline passed',
@@ -104,6 +114,69 @@ describe('decideFailure', () => {
     ['a schema not migrated yet (42P01)', pgError('42P01'), { phase: 'commit' }, { kind: 'database', retryable: true }],
     ['a bad row at the commit (23502)', pgError('23502'), { phase: 'commit' }, { kind: 'database', retryable: false }],
     ['a bug in the step', new TypeError('x is undefined'), {}, { kind: 'unexpected', retryable: false }],
+    [
+      "a step's own file not found (ENOENT) is no database error",
+      Object.assign(new Error("ENOENT: no such file or directory, open 'x'"), { code: 'ENOENT', syscall: 'open' }),
+      {},
+      { kind: 'unexpected', retryable: false },
+    ],
+    [
+      'a step\'s own message saying "connect" is no database error',
+      new Error('could not connect the dots'),
+      {},
+      { kind: 'unexpected', retryable: false },
+    ],
+    [
+      "another service's ECONNREFUSED in the step is no database error",
+      Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED', syscall: 'connect' }),
+      {},
+      { kind: 'unexpected', retryable: false },
+    ],
+    [
+      "the driver's lost connection in the step",
+      Object.assign(new Error('Query failed'), {
+        name: 'QueryFailedError',
+        driverError: new Error('Connection terminated unexpectedly'),
+      }),
+      {},
+      { kind: 'database', retryable: true },
+    ],
+    [
+      'a commit whose outcome is unknown (the connection lost at COMMIT)',
+      new Error('Connection terminated unexpectedly'),
+      { phase: 'commit' },
+      { kind: 'database', retryable: true },
+    ],
+    [
+      'a commit that failed for a reason of the engine (no row back)',
+      new Error('begin returned no row'),
+      { phase: 'commit' },
+      { kind: 'database', retryable: true },
+    ],
+    [
+      'a syntax error at the commit (42601)',
+      pgError('42601'),
+      { phase: 'commit' },
+      { kind: 'database', retryable: false },
+    ],
+    [
+      'a bad value at the commit (22P02)',
+      pgError('22P02'),
+      { phase: 'commit' },
+      { kind: 'database', retryable: false },
+    ],
+    [
+      "an insert's own fault at the commit (insert_failed)",
+      new NonRetryableStepError('relation "nope" does not exist', 'insert_failed'),
+      { phase: 'commit' },
+      { kind: 'insert_failed', retryable: false },
+    ],
+    [
+      'an output that cannot be serialized',
+      new NonRetryableStepError('BigInt', 'output_not_serializable'),
+      { phase: 'commit' },
+      { kind: 'output_not_serializable', retryable: false },
+    ],
     [
       'a step cut off by its timeout',
       new DOMException('aborted', 'AbortError'),

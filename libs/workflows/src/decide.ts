@@ -1,7 +1,7 @@
 import type { ErrorClass } from '@app/llm';
 import { RetryError } from './retry/retry.errors';
 import { NonRetryableStepError } from './workflow.errors';
-import { isTransientDatabaseError } from './database-errors';
+import { isDeterministicDatabaseError, isTransientDatabaseError } from './database-errors';
 
 /*
  * The engine's decisions, as pure functions of the facts a delivery has
@@ -9,8 +9,11 @@ import { isTransientDatabaseError } from './database-errors';
  * error's class): WorkflowHandler does the I/O around them once.
  */
 
-/** A step's row as `begin` left it: `done` was committed by an earlier delivery; any other is now `running`. */
-export type StepRowStatus = 'running' | 'done';
+/**
+ * A step's row as `begin` left it: `done` was committed by an earlier delivery; `busy`: another delivery holds its
+ * run (a step in its own transaction, a commit) and decides; any other is now `running`.
+ */
+export type StepRowStatus = 'running' | 'done' | 'busy';
 
 export interface DeliveryFacts {
   readonly step: StepRowStatus;
@@ -29,15 +32,19 @@ export type DeliveryDecision =
   /** Committed already: do not run it, go on with its recorded output (schedule the next step, ack). */
   | { readonly action: 'advance' }
   /** Fail the run and dead-letter the entry. */
-  | { readonly action: 'fail'; readonly failure: ErrorClass };
+  | { readonly action: 'fail'; readonly failure: ErrorClass }
+  /** Leave the entry pending, changing nothing: another delivery is at work on the run. */
+  | { readonly action: 'retry'; readonly failure: ErrorClass };
 
 export const DEADLINE: ErrorClass = { kind: 'deadline', retryable: false };
 export const MAX_DELIVERIES: ErrorClass = { kind: 'max_deliveries', retryable: false };
+export const RUNNING_ELSEWHERE: ErrorClass = { kind: 'running_elsewhere', retryable: true };
 
 /** What one delivery of a step does, given its row after `begin`. */
 export function decideDelivery(f: DeliveryFacts): DeliveryDecision {
   // A committed step is never run again, whatever else holds: its redelivery only finishes what the crash cut short.
   if (f.step === 'done') return { action: 'advance' };
+  if (f.step === 'busy') return { action: 'retry', failure: RUNNING_ELSEWHERE };
   if (f.delivery > f.maxDeliveries) return { action: 'fail', failure: MAX_DELIVERIES };
   const timeLeftMs = f.deadlineMs === undefined ? Infinity : f.deadlineMs - f.runAgeMs;
   if (timeLeftMs <= 0) return { action: 'fail', failure: DEADLINE };
@@ -60,18 +67,27 @@ export interface FailureFacts {
  * redelivery, anything else fails the run and dead-letters the entry with
  * `kind` as its reason. A step's own verdict (NonRetryableStepError) stands;
  * past the run's deadline nothing is retried; a model call's RetryError
- * keeps its class; PostgreSQL being away is worth a redelivery; a step cut
- * off by its timeout (or a drain) is redelivered; anything else a step
- * throws is a bug (`unexpected`), and the commit failing for another reason
- * than PostgreSQL being away is `database`: neither gets better by retrying.
+ * keeps its class.
+ *
+ * In the step: PostgreSQL being away (a SQLSTATE or its driver's error, never
+ * a message that happens to say "connect") is worth a redelivery; a step cut
+ * off by its timeout (or a drain) is redelivered; anything else is a bug
+ * (`unexpected`).
+ *
+ * In the commit (and begin): the outcome of a statement that failed is often
+ * unknown (a connection lost as COMMIT went out), and a redelivery is safe
+ * (begin finds the step done and advances), so everything is retried but the
+ * errors a statement run alone gets every time (SQLSTATE classes 22, 23, 42;
+ * the commit batch re-runs a failed step alone before it says so).
  */
 export function decideFailure(err: unknown, f: FailureFacts): ErrorClass {
   if (err instanceof NonRetryableStepError) return { kind: err.reason, retryable: false };
   if (f.deadlinePassed) return DEADLINE;
   if (err instanceof RetryError) return err.failure;
-  if (isTransientDatabaseError(err)) return { kind: 'database', retryable: true };
+  if (f.phase === 'commit') return { kind: 'database', retryable: !isDeterministicDatabaseError(err) };
+  if (isTransientDatabaseError(err, true)) return { kind: 'database', retryable: true };
   if (f.aborted) return { kind: 'step_timeout', retryable: true };
-  return f.phase === 'commit' ? { kind: 'database', retryable: false } : { kind: 'unexpected', retryable: false };
+  return { kind: 'unexpected', retryable: false };
 }
 
 /**

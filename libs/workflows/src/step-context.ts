@@ -1,4 +1,5 @@
 import type { Logger } from '@nestjs/common';
+import { createHash } from 'node:crypto';
 import { classifyLlmError, EmptyCompletionError, type ChatRequest, type LlmClient } from '@app/llm';
 import type { NewOutboxMessage } from '@app/persistence';
 import type { ChatCompletion } from 'openai/resources/chat/completions';
@@ -11,17 +12,44 @@ import type { StepTransaction } from './workflow-store';
 /** One model call's options. */
 export interface StepCallOptions {
   /**
-   * The call's Idempotency-Key instead of `wf:<run_id>:<step>:<n>`: for a
-   * workflow ported onto the engine whose calls had a key of their own
-   * (summaries: `summary:<job_id>`), so that a call made before the upgrade
-   * is answered from the gateway's record rather than made again.
+   * The call's Idempotency-Key instead of the default (modelCallKey): for a
+   * workflow ported onto the engine whose calls had a key of their own, so
+   * that a call made before the upgrade is answered from the gateway's record
+   * rather than made again.
    */
   readonly idempotencyKey?: string;
 }
 
+/** JSON with every object's keys sorted: one text for one request, however its properties were ordered. */
+function canonicalJson(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map((v) => canonicalJson(v ?? null)).join(',')}]`;
+  if (typeof value === 'object' && value !== null) {
+    const entries = Object.entries(value as Record<string, unknown>)
+      .filter(([, v]) => v !== undefined)
+      .sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `{${entries.map(([k, v]) => `${JSON.stringify(k)}:${canonicalJson(v)}`).join(',')}}`;
+  }
+  return JSON.stringify(value) ?? 'null';
+}
+
+/**
+ * A step's model call's default Idempotency-Key: `wf:<run_id>:<step>:<n>:<d>`,
+ * n the call's place in the step (0, 1, ...) and d the first 16 hex digits of
+ * the SHA-256 of the request (model, messages and every parameter, keys
+ * sorted). A retried identical call (a redelivery after a crash) has the same
+ * key and is answered from the gateway's record; a changed one (a re-drive
+ * after a prompt fix, a prompt that is not deterministic) is a new call, not
+ * a 422 for reusing a key with another body. At most 125 ASCII characters
+ * (names ≤ 64, n < 1000): within the gateway's 128.
+ */
+export function modelCallKey(runId: string, step: string, n: number, request: ChatRequest): string {
+  const digest = createHash('sha256').update(canonicalJson(request)).digest('hex').slice(0, 16);
+  return `wf:${runId}:${step}:${n}:${digest}`;
+}
+
 /** Model calls from a step: each call's every attempt carries the same Idempotency-Key, and the run's tenant. */
 export interface StepLlm {
-  /** One chat completion under the step's RetryPolicy; call n of the step is `wf:<run_id>:<step>:<n>`. */
+  /** One chat completion under the step's RetryPolicy; its key is modelCallKey (call n of the step, its request). */
   chat(request: ChatRequest, options?: StepCallOptions): Promise<ChatCompletion>;
   /** The first choice's text (U+0000 removed; an answer of only whitespace is `llm_empty_answer`). */
   text(
@@ -52,9 +80,14 @@ export interface StepContext<I = unknown> {
   outbox(message: NewOutboxMessage): void;
   /**
    * The step's own PostgreSQL transaction, for anything `insert` cannot say:
-   * opened on the first call (taking the step row's lock first), committed
-   * with the step's output, rows and outbox rows once the step returns, or
-   * rolled back if it throws or another delivery committed the step first.
+   * opened on the first call (taking the run row's lock, then the step
+   * row's), committed with the step's output, rows and outbox rows once the
+   * step returns, or rolled back if it throws or another delivery committed
+   * the step first. It holds a pool connection, and those locks, until the
+   * step returns: keep such a step short (no model call after opening it, if
+   * it can be helped), and size the pool for the steps that may hold one at
+   * once. Another delivery of the same run meanwhile is retried later
+   * (`running_elsewhere`), not blocked.
    */
   transaction(): Promise<EntityManager>;
 }
@@ -169,7 +202,7 @@ export class StepContextImpl<I> implements StepContext<I> {
 
   private async call<T>(request: ChatRequest, pick: (c: ChatCompletion) => T, options?: StepCallOptions): Promise<T> {
     const n = this.calls++;
-    const idempotencyKey = options?.idempotencyKey ?? `wf:${this.rt.runId}:${this.rt.step}:${n}`;
+    const idempotencyKey = options?.idempotencyKey ?? modelCallKey(this.rt.runId, this.rt.step, n, request);
     const { retry, metrics, logger } = this.rt;
     try {
       const outcome = await retry.run(

@@ -9,6 +9,7 @@ const LLM_ERROR_KINDS: readonly LlmErrorKind[] = [
   'rate_limited',
   'server',
   'conflict',
+  'gateway_auth',
   'client',
   'empty_answer',
   'unknown',

@@ -4,6 +4,8 @@ import { errorCodeOf, type NewOutboxMessage, OUTBOX_CHANNEL } from '@app/persist
 import { DataSource, type EntityManager, type QueryRunner } from 'typeorm';
 import type { StepInsert } from './step-context';
 import { SQL_NAME } from './step-context';
+import { isConnectionError } from './database-errors';
+import { NonRetryableStepError } from './workflow.errors';
 
 /** What a delivery tells `begin`. */
 export interface BeginStep {
@@ -17,11 +19,15 @@ export interface BeginStep {
 
 /** The step's row after `begin`, and its run's. */
 export interface BegunStep {
-  /** `done`: committed by an earlier delivery (its `output` is the recorded one); else now `running`. */
-  readonly status: 'running' | 'done';
+  /**
+   * `done`: committed by an earlier delivery (its `output` is the recorded one); `busy`: its run's row is locked by
+   * another delivery (a step in its own transaction, a commit), which decides: nothing was changed, retry later;
+   * else now `running`.
+   */
+  readonly status: 'running' | 'done' | 'busy';
   readonly output: unknown;
   readonly attempts: number;
-  /** Since the run's row was created, by PostgreSQL's clock. */
+  /** Since the run's deadline base (its row's creation, or its last re-drive), by PostgreSQL's clock. */
   readonly runAgeMs: number;
   /** This begin created the run's row: the run's first step begun for the first time (a run started). */
   readonly runCreated: boolean;
@@ -62,88 +68,166 @@ const MAX_BATCH = 64;
 const MAX_IN_FLIGHT = 2;
 
 /**
- * $1..$5: run ids, workflows, tenants, step lists (jsonb arrays), steps. The run row is inserted `running` if
- * absent (a failed run, re-driven, is `running` again); the step row inserted, or set `running` with one more
- * attempt, unless it is `done`. The final SELECT reads the rows as they were before the statement (a CTE's
- * changes are not visible to its siblings), so a step it did not touch (done) and a run it did not touch are
- * read from the tables; a run row written by the statement that was not there before it was inserted by it
+ * $1..$5: run ids, workflows, tenants, step lists (jsonb arrays), steps.
+ *
+ * Locks are taken in one order everywhere: the run's row, then the step's
+ * (commit and a step's own transaction do the same), so begins and commits
+ * of one run cannot deadlock. A run whose row another transaction holds (a
+ * step running in its own transaction(), or a commit under way) is `busy`
+ * and left untouched (SKIP LOCKED): that delivery decides, and this one is
+ * retried later instead of holding up the whole batch behind that lock.
+ *
+ * The run row is inserted `running` if absent (a failed run, re-driven, is
+ * `running` again, its deadline counted from now); the step row inserted, or
+ * set `running` with one more attempt unless it is `done`. The step upsert
+ * always updates (a done row to itself), so that RETURNING gives the row as
+ * it is now, never a snapshot from before a commit that raced it. A run row
+ * the statement wrote that was not there before was inserted by it
  * (`run_created`, the run's start for the metrics).
  */
 const BEGIN = `WITH input AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::text[])
       AS i(run_id, workflow, tenant, steps, step)
+  ), free AS (
+    SELECT run_id FROM workflow_runs WHERE run_id IN (SELECT run_id FROM input) FOR NO KEY UPDATE SKIP LOCKED
+  ), busy AS (
+    SELECT r.run_id FROM workflow_runs r
+     WHERE r.run_id IN (SELECT run_id FROM input) AND r.run_id NOT IN (SELECT run_id FROM free)
+  ), go AS (
+    SELECT * FROM input WHERE run_id NOT IN (SELECT run_id FROM busy)
   ), run AS (
     INSERT INTO workflow_runs (run_id, workflow, tenant, status, steps)
-    SELECT run_id, workflow, tenant, 'running', ARRAY(SELECT jsonb_array_elements_text(steps)) FROM input
+    SELECT run_id, workflow, tenant, 'running', ARRAY(SELECT jsonb_array_elements_text(steps)) FROM go
     ON CONFLICT (run_id) DO UPDATE
-      SET status = 'running', error = NULL, finished_at = NULL, updated_at = now()
+      SET status = 'running', error = NULL, finished_at = NULL, updated_at = now(), deadline_from = now()
       WHERE workflow_runs.status = 'failed'
-    RETURNING run_id, created_at
+    RETURNING run_id, deadline_from
   ), step AS (
     INSERT INTO workflow_steps (run_id, step, status, attempts)
-    SELECT run_id, step, 'running', 1 FROM input
+    SELECT run_id, step, 'running', 1 FROM go
     ON CONFLICT (run_id, step) DO UPDATE
-      SET status = 'running', attempts = workflow_steps.attempts + 1, error = NULL, finished_at = NULL,
-          started_at = now()
-      WHERE workflow_steps.status <> 'done'
-    RETURNING run_id, step, attempts
+      SET status = CASE WHEN workflow_steps.status = 'done' THEN 'done' ELSE 'running' END,
+          attempts = workflow_steps.attempts + CASE WHEN workflow_steps.status = 'done' THEN 0 ELSE 1 END,
+          error = CASE WHEN workflow_steps.status = 'done' THEN workflow_steps.error END,
+          finished_at = CASE WHEN workflow_steps.status = 'done' THEN workflow_steps.finished_at END,
+          started_at = CASE WHEN workflow_steps.status = 'done' THEN workflow_steps.started_at ELSE now() END
+    RETURNING run_id, step, status, output, attempts
   )
   SELECT i.run_id, i.step,
-         CASE WHEN s.run_id IS NULL THEN old_s.status ELSE 'running' END AS status,
-         CASE WHEN s.run_id IS NULL THEN old_s.output END AS output,
-         COALESCE(s.attempts, old_s.attempts) AS attempts,
-         (extract(epoch FROM now() - COALESCE(r.created_at, old_r.created_at)) * 1000)::float8 AS age_ms,
+         CASE WHEN b.run_id IS NOT NULL THEN 'busy' ELSE s.status END AS status,
+         s.output, COALESCE(s.attempts, 0) AS attempts,
+         (extract(epoch FROM now() - COALESCE(r.deadline_from, old_r.deadline_from, now())) * 1000)::float8 AS age_ms,
          (r.run_id IS NOT NULL AND old_r.run_id IS NULL) AS run_created
     FROM input i
+    LEFT JOIN busy b ON b.run_id = i.run_id
     LEFT JOIN step s ON s.run_id = i.run_id AND s.step = i.step
-    LEFT JOIN workflow_steps old_s ON old_s.run_id = i.run_id AND old_s.step = i.step
     LEFT JOIN run r ON r.run_id = i.run_id
     LEFT JOIN workflow_runs old_r ON old_r.run_id = i.run_id`;
 
-/** A few of PostgreSQL's reserved words a table or column might be named: these are quoted, the rest are not. */
-const RESERVED = new Set([
-  'all', 'analyse', 'analyze', 'and', 'any', 'array', 'as', 'asc', 'both', 'case', 'cast', 'check', 'collate',
-  'column', 'constraint', 'create', 'current_date', 'current_role', 'current_time', 'current_timestamp',
-  'current_user', 'default', 'desc', 'distinct', 'do', 'else', 'end', 'except', 'false', 'fetch', 'for', 'foreign',
-  'from', 'grant', 'group', 'having', 'in', 'initially', 'intersect', 'into', 'lateral', 'leading', 'limit',
-  'localtime', 'localtimestamp', 'not', 'null', 'offset', 'on', 'only', 'or', 'order', 'placing', 'primary',
-  'references', 'returning', 'select', 'session_user', 'some', 'symmetric', 'table', 'then', 'to', 'trailing',
-  'true', 'union', 'unique', 'user', 'using', 'variadic', 'when', 'where', 'window', 'with',
-]); // prettier-ignore
-
-/** A name checked against SQL_NAME, quoted when it is a reserved word (else bare, as in hand-written SQL). */
+/**
+ * A name checked against SQL_NAME, always double-quoted: a table or column
+ * named like a keyword (`user`, `order`) needs it, and quoting every name
+ * keeps that from depending on a list of keywords.
+ */
 function ident(name: string): string {
   if (!SQL_NAME.test(name)) throw new Error(`not a table or column name: ${JSON.stringify(name)}`);
-  return RESERVED.has(name) ? `"${name}"` : name;
+  return `"${name}"`;
 }
 
-/** The commit statement and its parameters for `steps`. */
-function commitStatement(steps: readonly StepCommit[]): { sql: string; params: unknown[] } {
+/** A serialized output bigger than this is refused: outputs ride in every later step's entry (`state`). */
+export const MAX_OUTPUT_BYTES = 256 * 1024;
+
+/** A step's commit as JSON text, serialized before it joins a batch: a value that cannot be fails only its own step. */
+export interface SerializedCommit {
+  readonly runId: string;
+  readonly step: string;
+  readonly output: string;
+  readonly runOutput: string | null;
+  readonly inserts: readonly { readonly table: string; readonly columns: readonly string[]; readonly row: string }[];
+  /** Each outbox message as JSON text ({topic, dedupe_key, payload}). */
+  readonly outbox: readonly string[];
+  /** The outbox dedupe keys (the batch keeps two commits of one key apart). */
+  readonly dedupeKeys: readonly string[];
+}
+
+function toJson(value: unknown, what: string): string {
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(value);
+  } catch (err) {
+    throw new NonRetryableStepError(
+      `${what} is not serializable: ${(err as Error).message}`,
+      'output_not_serializable',
+      {
+        cause: err,
+      },
+    );
+  }
+  return text ?? 'null';
+}
+
+/**
+ * The step's commit as JSON text, or the step's own non-retryable failure:
+ * `output_not_serializable` (a BigInt, a cycle), `output_too_large` (past
+ * MAX_OUTPUT_BYTES). Done before batching, so one bad step never fails the
+ * others it would have been committed with.
+ */
+export function serializeCommit(c: StepCommit): SerializedCommit {
+  const output = toJson(c.output ?? null, "the step's output");
+  const bytes = Buffer.byteLength(output);
+  if (bytes > MAX_OUTPUT_BYTES)
+    throw new NonRetryableStepError(
+      `the step's output is ${bytes} bytes serialized, over the ${MAX_OUTPUT_BYTES} allowed: keep large data in a table`,
+      'output_too_large',
+    );
+  return {
+    runId: c.runId,
+    step: c.step,
+    output,
+    runOutput: c.runOutput === undefined ? null : toJson(c.runOutput, "the run's output"),
+    inserts: c.inserts.map(({ table, row }) => {
+      const columns = Object.keys(row).sort();
+      for (const name of [table, ...columns]) ident(name);
+      return { table, columns, row: toJson(row, `a row for ${table}`) };
+    }),
+    outbox: c.outbox.map((m) =>
+      toJson({ topic: m.topic, dedupe_key: m.dedupeKey, payload: m.payload }, `outbox message ${m.dedupeKey}`),
+    ),
+    dedupeKeys: c.outbox.map((m) => m.dedupeKey),
+  };
+}
+
+/** A JSON array from elements that are JSON text already. */
+function jsonArray(items: readonly string[]): string {
+  return `[${items.join(',')}]`;
+}
+
+/**
+ * The commit statement and its parameters for `steps`. Each run's row is
+ * locked before its step's (the `locked` CTE feeds the guard UPDATE), the
+ * order `begin` and a step's own transaction take them in.
+ */
+function commitStatement(steps: readonly SerializedCommit[]): { sql: string; params: unknown[] } {
   const params: unknown[] = [
     steps.map((s) => s.runId),
     steps.map((s) => s.step),
-    steps.map((s) => JSON.stringify(s.output ?? null)),
-    steps.map((s) => s.runOutput !== undefined),
-    steps.map((s) => (s.runOutput === undefined ? null : JSON.stringify(s.runOutput))),
-    JSON.stringify(
-      steps.flatMap((s, i) =>
-        s.outbox.map((m) => ({ k: i + 1, topic: m.topic, dedupe_key: m.dedupeKey, payload: m.payload })),
-      ),
-    ),
+    steps.map((s) => s.output),
+    steps.map((s) => s.runOutput !== null),
+    steps.map((s) => s.runOutput),
+    jsonArray(steps.flatMap((s, i) => s.outbox.map((m) => `{"k":${i + 1},"m":${m}}`))),
   ];
   // One INSERT per table and column set, fed by the rows of every winner that wrote such rows.
-  const groups = new Map<string, { table: string; columns: string[]; rows: { k: number; r: unknown }[] }>();
+  const groups = new Map<string, { table: string; columns: readonly string[]; rows: string[] }>();
   steps.forEach((s, i) => {
-    for (const { table, row } of s.inserts) {
-      const columns = Object.keys(row).sort();
+    for (const { table, columns, row } of s.inserts) {
       const key = `${table}(${columns.join(',')})`;
       let g = groups.get(key);
       if (!g) groups.set(key, (g = { table, columns, rows: [] }));
-      g.rows.push({ k: i + 1, r: row });
+      g.rows.push(`{"k":${i + 1},"r":${row}}`);
     }
   });
   const inserts = [...groups.values()].map((g, n) => {
-    params.push(JSON.stringify(g.rows));
+    params.push(jsonArray(g.rows));
     const cols = g.columns.map(ident);
     return `, insert_${n} AS (
     INSERT INTO ${ident(g.table)} (${cols.join(', ')})
@@ -157,10 +241,12 @@ function commitStatement(steps: readonly StepCommit[]): { sql: string; params: u
   const sql = `WITH input AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::boolean[], $5::jsonb[]) WITH ORDINALITY
       AS i(run_id, step, output, last, run_output, k)
+  ), locked AS (
+    SELECT r.run_id FROM workflow_runs r WHERE r.run_id IN (SELECT run_id FROM input) FOR NO KEY UPDATE
   ), winners AS (
     UPDATE workflow_steps s
        SET status = 'done', output = i.output, error = NULL, finished_at = now()
-      FROM input i
+      FROM input i JOIN locked l ON l.run_id = i.run_id
      WHERE s.run_id = i.run_id AND s.step = i.step AND s.status = 'running'
     RETURNING i.k, i.run_id, i.last, i.run_output
   ), runs AS (
@@ -173,7 +259,7 @@ function commitStatement(steps: readonly StepCommit[]): { sql: string; params: u
      WHERE r.run_id = w.run_id
   )${inserts.join('')}, message AS (
     INSERT INTO outbox (topic, dedupe_key, payload)
-    SELECT e->>'topic', e->>'dedupe_key', e->'payload'
+    SELECT e->'m'->>'topic', e->'m'->>'dedupe_key', e->'m'->'payload'
       FROM jsonb_array_elements($6::jsonb) e
       JOIN winners w ON w.k = (e->>'k')::bigint
     ON CONFLICT (dedupe_key) DO NOTHING
@@ -184,21 +270,53 @@ function commitStatement(steps: readonly StepCommit[]): { sql: string; params: u
   return { sql, params };
 }
 
-/** $1 run, $2 workflow, $3 tenant, $4 steps (jsonb), $5 step or null, $6 error. */
+/**
+ * $1 run, $2 workflow, $3 tenant, $4 steps (jsonb), $5 step or null, $6 error.
+ * A step another delivery committed is not failed, nor its run: that delivery's next step carries the run on.
+ */
 const FAIL = `WITH run AS (
     INSERT INTO workflow_runs (run_id, workflow, tenant, status, steps, error, finished_at)
     VALUES ($1, $2, $3, 'failed', ARRAY(SELECT jsonb_array_elements_text($4::jsonb)), $6, now())
     ON CONFLICT (run_id) DO UPDATE
       SET status = 'failed', error = $6, updated_at = now(), finished_at = now()
       WHERE workflow_runs.status <> 'done'
+        AND NOT EXISTS (SELECT 1 FROM workflow_steps WHERE run_id = $1 AND step = $5 AND status = 'done')
     RETURNING run_id
   )
   UPDATE workflow_steps SET status = 'failed', error = $6, finished_at = now()
    WHERE run_id = $1 AND step = $5 AND status <> 'done'`;
 
-/** Errors of one row's data (SQLSTATE classes 22 and 23: a bad value, a constraint): worth writing the rest alone. */
-function isRowError(err: unknown): boolean {
-  return /^2[23]/.test(errorCodeOf(err));
+/**
+ * A failed commit batch runs each step alone, unless PostgreSQL is away (then
+ * each alone would fail the same way): one step's bad row, table or value
+ * then fails only that step.
+ */
+function isolateCommitFailure(err: unknown): boolean {
+  return !isConnectionError(err);
+}
+
+/** SQLSTATEs of an insert() that names a table, a column or a shape PostgreSQL refuses. */
+const INSERT_FAULTS = new Set(['42P01', '42703', '42601']);
+
+/** The engine's own tables: an error naming one is the schema's, not a step's insert. */
+const ENGINE_TABLES = new Set(['workflow_runs', 'workflow_steps', 'outbox']);
+
+/**
+ * In a commit run alone: an undefined table or column, or a syntax error,
+ * that comes from the step's own insert() rows is the step's own failure
+ * (`insert_failed`, not retried), not the engine's schema not being ready.
+ */
+function insertFault(err: unknown, step: SerializedCommit): NonRetryableStepError | undefined {
+  const code = errorCodeOf(err);
+  if (step.inserts.length === 0 || !INSERT_FAULTS.has(code)) return undefined;
+  const message = err instanceof Error ? err.message : String(err);
+  const named =
+    code === '42601' ||
+    /column p\./.test(message) ||
+    step.inserts.some((i) => !ENGINE_TABLES.has(i.table) && message.includes(`"${i.table}"`));
+  if (!named) return undefined;
+  const tables = [...new Set(step.inserts.map((i) => i.table))].join(', ');
+  return new NonRetryableStepError(`insert into ${tables}: ${message}`, 'insert_failed', { cause: err });
 }
 
 /**
@@ -221,12 +339,12 @@ export class WorkflowStore {
     // One statement must not upsert one row twice (ON CONFLICT refuses), nor touch one run twice.
     keys: (b) => [b.runId.toLowerCase()],
   });
-  private readonly commits = new MicroBatcher<StepCommit, CommitOutcome>({
+  private readonly commits = new MicroBatcher<SerializedCommit, CommitOutcome>({
     run: (batch) => this.commitBatch(this.dataSource.manager, batch),
     maxBatch: MAX_BATCH,
     maxInFlight: MAX_IN_FLIGHT,
-    keys: (c) => [c.runId.toLowerCase(), ...c.outbox.map((m) => `outbox:${m.dedupeKey}`)],
-    isolateFailures: isRowError,
+    keys: (c) => [c.runId.toLowerCase(), ...c.dedupeKeys.map((k) => `outbox:${k}`)],
+    isolateFailures: isolateCommitFailure,
   });
 
   constructor(private readonly dataSource: DataSource) {}
@@ -236,19 +354,25 @@ export class WorkflowStore {
     return this.begins.submit(step);
   }
 
-  /** Commits the step unless another delivery did (group commit). */
-  commit(step: StepCommit): Promise<CommitOutcome> {
-    return this.commits.submit(step);
+  /**
+   * Commits the step unless another delivery did (group commit). Serialized
+   * first: a NonRetryableStepError (serializeCommit) fails this step alone.
+   */
+  async commit(step: StepCommit): Promise<CommitOutcome> {
+    return this.commits.submit(serializeCommit(step));
   }
 
-  /** What the step's committed row holds (a delivery that lost reads the winner's output). */
-  async recordedOutput(runId: string, step: string): Promise<unknown> {
-    const rows: { output: unknown }[] = await this.dataSource.query(
-      `SELECT output FROM workflow_steps WHERE run_id = $1 AND step = $2 AND status = 'done'`,
+  /**
+   * What the step's row holds now (a delivery that lost reads the winner's
+   * output): `done` with the output, or not done when the delivery that beat
+   * this one did not commit (it failed the step, and decided for the run).
+   */
+  async recordedOutput(runId: string, step: string): Promise<{ done: boolean; output: unknown }> {
+    const rows: { status: string; output: unknown }[] = await this.dataSource.query(
+      `SELECT status, output FROM workflow_steps WHERE run_id = $1 AND step = $2`,
       [runId, step],
     );
-    if (rows.length === 0) throw new Error(`step ${step} of run ${runId} lost its commit but has no output`);
-    return rows[0].output;
+    return { done: rows[0]?.status === 'done', output: rows[0]?.output };
   }
 
   /** Marks the step and its run failed with `error` (the run row made if absent); a done step or run stays done. */
@@ -257,9 +381,10 @@ export class WorkflowStore {
   }
 
   /**
-   * Opens a transaction for a step that asked for one, taking its row's lock
-   * first: another delivery of the step waits for this one's outcome instead
-   * of writing beside it.
+   * Opens a transaction for a step that asked for one, taking its run row's
+   * lock and then its step row's (the order begin and commit take them in):
+   * another delivery of the step finds its run `busy` at begin and is retried
+   * later, instead of writing beside it or holding up a batch of begins.
    */
   async openTransaction(runId: string, step: string): Promise<StepTransaction> {
     const runner: QueryRunner = this.dataSource.createQueryRunner();
@@ -276,6 +401,7 @@ export class WorkflowStore {
     try {
       await runner.startTransaction();
       open = true;
+      await runner.query(`SELECT 1 FROM workflow_runs WHERE run_id = $1 FOR NO KEY UPDATE`, [runId]);
       await runner.query(`SELECT 1 FROM workflow_steps WHERE run_id = $1 AND step = $2 FOR UPDATE`, [runId, step]);
     } catch (err) {
       await rollback().catch(() => undefined);
@@ -285,14 +411,15 @@ export class WorkflowStore {
       manager: runner.manager,
       commit: async (s) => {
         try {
-          const [outcome] = await this.commitBatch(runner.manager, [s]);
+          const [outcome] = await this.commitBatch(runner.manager, [serializeCommit(s)]);
           if (outcome === 'won') {
             await runner.commitTransaction();
             open = false;
           }
           return outcome;
         } finally {
-          await rollback();
+          // A rollback that fails (the connection gone) must not hide the commit's own outcome or error.
+          await rollback().catch(() => undefined);
         }
       },
       rollback,
@@ -320,7 +447,7 @@ export class WorkflowStore {
       const r = byKey.get(`${b.runId.toLowerCase()}/${b.step}`);
       if (!r) throw new Error(`begin returned no row for step ${b.step} of run ${b.runId}`);
       return {
-        status: r.status === 'done' ? 'done' : 'running',
+        status: r.status === 'done' || r.status === 'busy' ? r.status : 'running',
         output: r.output,
         attempts: Number(r.attempts),
         runAgeMs: Math.max(0, Number(r.age_ms)),
@@ -329,9 +456,15 @@ export class WorkflowStore {
     });
   }
 
-  private async commitBatch(manager: EntityManager, batch: readonly StepCommit[]): Promise<CommitOutcome[]> {
+  private async commitBatch(manager: EntityManager, batch: readonly SerializedCommit[]): Promise<CommitOutcome[]> {
     const { sql, params } = commitStatement(batch);
-    const rows: { k: string | number }[] = await manager.query(sql, params);
+    let rows: { k: string | number }[];
+    try {
+      rows = await manager.query(sql, params);
+    } catch (err) {
+      // Alone (isolated, or a step's own transaction): a fault of its own insert() rows is that step's.
+      throw (batch.length === 1 && insertFault(err, batch[0])) || err;
+    }
     const won = new Set(rows.map((r) => Number(r.k)));
     return batch.map((_, i) => (won.has(i + 1) ? 'won' : 'lost'));
   }

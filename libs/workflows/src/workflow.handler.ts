@@ -1,4 +1,4 @@
-import { Injectable, Logger } from '@nestjs/common';
+import { Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
 import { InjectLlmClient, type ErrorClass, type LlmClient } from '@app/llm';
 import { plainToInstance } from 'class-transformer';
 import { validate, type ValidationError } from 'class-validator';
@@ -19,6 +19,7 @@ import { RetryError } from './retry/retry.errors';
 import { markRunFailed } from './run-record';
 import { StepContextImpl } from './step-context';
 import {
+  isPlainObject,
   MalformedEntryError,
   nextStepEntry,
   parseStepEntry,
@@ -63,10 +64,6 @@ function messagesOf(errors: readonly ValidationError[], path = ''): string[] {
   });
 }
 
-function isPlainObject(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value);
-}
-
 /**
  * One delivery of a workflow step (JobHandler): parse the entry (wire.ts),
  * `begin` (batched), then by decideDelivery: run the step and commit it
@@ -79,7 +76,7 @@ function isPlainObject(value: unknown): value is Record<string, unknown> {
  * record failed in the same MULTI).
  */
 @Injectable()
-export class WorkflowHandler implements JobHandler {
+export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
   private readonly logger = new Logger(WorkflowHandler.name);
   /** Entries whose run this handler marked failed in PostgreSQL already (the consumer's own dead letters are not). */
   private readonly failedInStore = new WeakSet<StreamMessage>();
@@ -97,6 +94,20 @@ export class WorkflowHandler implements JobHandler {
     @InjectStreamsConsumerOptions() private readonly options: StreamsConsumerOptions,
     private readonly workflowMetrics: WorkflowMetrics,
   ) {}
+
+  /**
+   * A step's timeout past the delivery budget (JOB_BUDGET_S) never applies: the budget cuts the step off first.
+   * Warned, not refused: the budget is the deployment's to set, and the step still runs within it.
+   */
+  onApplicationBootstrap(): void {
+    for (const w of this.registry.workflows)
+      for (const s of w.steps)
+        if (s.timeoutMs !== undefined && s.timeoutMs > this.options.jobBudgetMs)
+          this.logger.warn(
+            `step ${s.name} of workflow ${w.name}: its timeoutS (${s.timeoutMs / 1000} s) is past JOB_BUDGET_S ` +
+              `(${this.options.jobBudgetMs / 1000} s), which cuts it off first`,
+          );
+  }
 
   process(message: StreamMessage, ctx: JobRunContext): Promise<DeliveryResult> {
     return this.workflowMetrics.delivery(message, ctx.source, () => this.deliver(message, ctx));
@@ -130,6 +141,8 @@ export class WorkflowHandler implements JobHandler {
       runAgeMs: begun.runAgeMs,
       deadlineMs: r.workflow.deadlineMs,
     });
+    if (decision.action === 'retry')
+      throw new JobError(`${decision.failure.kind}: step ${r.step.name} of run ${r.entry.runId}`, decision.failure);
     if (decision.action === 'fail') {
       await this.failRun(message, r, decision.failure.kind);
       throw new JobError(`${decision.failure.kind}: step ${r.step.name} of run ${r.entry.runId}`, decision.failure);
@@ -138,6 +151,8 @@ export class WorkflowHandler implements JobHandler {
     const startedAt = performance.now();
     const { output, outcome } = await this.runAndCommit(message, r, ctx, decision.timeLeftMs);
     this.logger.debug({ ms: Math.round(performance.now() - startedAt), outcome }, 'step finished');
+    // Lost to a delivery that failed the step: that one decided (and dead-lettered); this one only leaves.
+    if (outcome === 'undecided') return { outcome: 'duplicate' };
     return this.advance(r, output, outcome === 'won' ? 'done' : 'duplicate');
   }
 
@@ -225,7 +240,9 @@ export class WorkflowHandler implements JobHandler {
     if (workflow.parse) entry = this.parsed(message, workflow.parse, entry);
     const index = entry.step === undefined ? 0 : workflow.steps.findIndex((s) => s.name === entry.step);
     const fail = async (failure: ErrorClass, detail: string): Promise<never> => {
-      await this.failRun(message, { workflow, entry, step: workflow.steps[Math.max(index, 0)] }, failure.kind, detail);
+      // An unknown step has no row to mark: its run alone is failed (FAIL touches no other step's row).
+      const step = workflow.steps[index] ?? { name: entry.step ?? '', method: '' };
+      await this.failRun(message, { workflow, entry, step }, failure.kind, detail);
       throw new JobError(detail, failure);
     };
     if (index < 0) return fail(UNKNOWN_STEP, `workflow ${workflow.name} has no step ${entry.step}`);
@@ -263,7 +280,7 @@ export class WorkflowHandler implements JobHandler {
     r: Resolved,
     ctx: JobRunContext,
     runTimeLeftMs: number,
-  ): Promise<{ output: unknown; outcome: CommitOutcome }> {
+  ): Promise<{ output: unknown; outcome: CommitOutcome | 'undecided' }> {
     const startedAt = performance.now();
     const limitMs = Math.min(r.step.timeoutMs ?? Infinity, runTimeLeftMs, ctx.deadline - startedAt);
     const timeout = new AbortController();
@@ -312,10 +329,10 @@ export class WorkflowHandler implements JobHandler {
         opened ? (await opened).commit(commit) : this.store.commit(commit),
       );
       if (outcome === 'won') return { output, outcome };
-      return {
-        output: await this.guard(message, r, 'commit', () => this.store.recordedOutput(r.entry.runId, r.step.name)),
-        outcome,
-      };
+      const recorded = await this.guard(message, r, 'commit', () =>
+        this.store.recordedOutput(r.entry.runId, r.step.name),
+      );
+      return recorded.done ? { output: recorded.output, outcome } : { output: undefined, outcome: 'undecided' };
     } finally {
       clearTimeout(timer);
       await this.rollback(step);
@@ -339,13 +356,12 @@ export class WorkflowHandler implements JobHandler {
     return merged;
   }
 
-  /** The ack's MULTI gets the next step's entry (none after the last step: a plain ack). */
+  /** The next step's entry, added by the ack only if it acknowledged this entry (none after the last step). */
   private advance(r: Resolved, output: unknown, outcome: string): DeliveryResult {
     const next = r.workflow.steps[r.index + 1];
     if (!next) return { outcome };
     const fields = stepEntryFields(nextStepEntry(r.entry, next.name, r.step.name, output ?? undefined));
-    const stream = r.partition.jobs;
-    return { outcome, alsoInAck: (tx) => void tx.xadd(stream, '*', ...fields) };
+    return { outcome, next: { stream: r.partition.jobs, fields } };
   }
 
   /** Runs a store call; its error becomes the JobError decideFailure says. */

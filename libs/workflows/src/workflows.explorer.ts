@@ -17,7 +17,7 @@ import { WORKFLOWS_WORKER_OPTIONS, type WorkflowsWorkerOptions } from './workflo
 
 /**
  * A workflow's and a step's name: ASCII, so that a step's model calls'
- * Idempotency-Key (`wf:<run_id>:<step>:<n>`) stays within the 128 characters
+ * Idempotency-Key (`wf:<run_id>:<step>:<n>:<digest>`) stays within the 128 characters
  * the gateway takes, and so that log lines and metric labels need no escaping.
  */
 const NAME = /^[A-Za-z_][A-Za-z0-9_-]{0,63}$/;
@@ -66,6 +66,12 @@ export class WorkflowsExplorer {
     for (const w of byName.values()) {
       const queue = queues.get(w.queue);
       if (!queue) queues.set(w.queue, { group: w.group, workflows: new Map([[w.name, w]]) });
+      // An entry on a queue of its own names no workflow: a second one there could not be told apart (as the client).
+      else if (w.queue !== DEFAULT_QUEUE)
+        problems.push(
+          `workflows "${[...queue.workflows.keys()][0]}" and "${w.name}" both name queue "${w.queue}": ` +
+            'a queue of its own holds one workflow',
+        );
       else if (queue.group !== w.group)
         problems.push(
           `queue "${w.queue}" has two consumer groups: "${queue.group}" and "${w.group}" (workflow "${w.name}")`,

@@ -36,15 +36,10 @@ export class SummariesWorkflow implements FinishedElsewhere {
   async summarize(ctx: StepContext<SummaryJobPayload>): Promise<{ summary: string }> {
     const { text, notify } = ctx.input;
     const summary = sanitizeSummary(
-      await ctx.llm.text(
-        [
-          { role: 'system', content: SYSTEM_PROMPT },
-          { role: 'user', content: text },
-        ],
-        {},
-        // The key a summary's call has always had: a job in flight across the upgrade reuses its first call.
-        { idempotencyKey: `summary:${ctx.runId}` },
-      ),
+      await ctx.llm.text([
+        { role: 'system', content: SYSTEM_PROMPT },
+        { role: 'user', content: text },
+      ]),
     );
     ctx.insert('summaries', { job_id: ctx.runId, tenant: ctx.tenant, summary });
     ctx.outbox(summaryReadyMessage(ctx.runId, notify));

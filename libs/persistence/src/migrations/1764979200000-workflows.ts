@@ -13,6 +13,10 @@ import { MigrationInterface, QueryRunner } from 'typeorm';
  * the run declared them: what GET /v1/runs lists as pending before a step
  * has a row (the api does not load the workflows' classes).
  *
+ * `deadline_from` is what a workflow's deadline (`deadlineS`) counts from:
+ * the run's first delivery, and again each time a failed run is re-driven
+ * (else a re-driven run would be past its deadline at once).
+ *
  * `finished_at` is set when a run ends (done or failed); the retention sweep
  * deletes finished runs past WORKFLOW_RUN_RETENTION_DAYS by it, their steps
  * with them.
@@ -32,7 +36,8 @@ export class Workflows1764979200000 implements MigrationInterface {
         error       text,
         created_at  timestamptz NOT NULL DEFAULT now(),
         updated_at  timestamptz NOT NULL DEFAULT now(),
-        finished_at timestamptz
+        finished_at timestamptz,
+        deadline_from timestamptz NOT NULL DEFAULT now()
       )`);
     await q.query(
       `CREATE INDEX workflow_runs_finished_at_idx ON workflow_runs (finished_at) WHERE finished_at IS NOT NULL`,

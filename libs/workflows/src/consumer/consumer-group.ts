@@ -4,8 +4,8 @@ import { MicroBatcher } from '@app/batching';
 import type { ChainableCommander } from 'ioredis';
 import { DEAD_LETTER_OWN_FIELDS } from '../dead-letter-fields';
 import { entryFieldMap } from '../wire';
-import type { StreamMessage } from './job-handler';
-import { ACK, FORGET_CONSUMER, RECLAIM } from './stream-scripts';
+import type { NextEntry, StreamMessage } from './job-handler';
+import { ABANDON, ACK, ACK_THEN_ADD, FORGET_CONSUMER, RECLAIM } from './stream-scripts';
 import type { ConsumerPartition, ConsumerQueue, StreamsConsumerOptions } from './streams-consumer.options';
 
 /** Dead letters are kept, but not without bound. */
@@ -115,19 +115,20 @@ export class ConsumerGroup {
   }
 
   /**
-   * Acknowledges and deletes the entry in one MULTI with the handler's own
-   * commands before them (the next step's XADD): all of them or none. Not
-   * batched: each such ack has its own commands. Throws when any command
-   * failed (the entry may then still be pending: it is redelivered).
+   * Acknowledges and deletes the entry and, only if this ack acknowledged it,
+   * adds `next` (one script, ACK_THEN_ADD): of two deliveries of one entry,
+   * only the first to ack schedules what follows. Not batched: each such ack
+   * has its own entry to add. Throws when the script failed (the entry may
+   * then still be pending: it is redelivered). Resolves with whether this ack
+   * acknowledged the entry.
    */
-  async ackWith(id: string, alsoInTx: (tx: ChainableCommander) => void): Promise<void> {
-    const tx = this.redis.multi();
-    alsoInTx(tx);
-    tx.xack(this.options.stream, this.options.group, id).xdel(this.options.stream, id);
-    const results = await tx.exec();
-    if (!results) throw new Error('MULTI aborted');
-    const failed = results.find(([e]) => e);
-    if (failed) throw failed[0] ?? new Error('an ack command failed');
+  async ackThenAdd(id: string, next: NextEntry): Promise<boolean> {
+    const acked = await ACK_THEN_ADD.run<number>(
+      this.redis,
+      [this.options.stream, next.stream],
+      [this.options.group, id, ...next.fields],
+    );
+    return Number(acked) === 1;
   }
 
   /**
@@ -202,6 +203,20 @@ export class ConsumerGroup {
         `the handler's dead-letter commands failed in Redis (${hookFailed[0]?.message}); entry ${message.id} ` +
           'is dead-lettered all the same',
       );
+  }
+
+  /**
+   * Hands back an entry this consumer read but never ran (shutdown came
+   * first): its delivery count back to what it was before the read, and idle
+   * long enough that the next reclaim anywhere takes it at once (XCLAIM to
+   * itself with RETRYCOUNT and IDLE, JUSTID: no delivery counted).
+   */
+  async abandon(id: string): Promise<void> {
+    await ABANDON.run(
+      this.redis,
+      [this.options.stream],
+      [this.options.group, this.options.consumer, id, this.options.claimIdleMs],
+    );
   }
 
   /** Leaves the group unless entries are still pending for this consumer (they must stay to be reclaimed). */

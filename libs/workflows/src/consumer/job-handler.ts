@@ -26,16 +26,23 @@ export interface JobRunContext {
   readonly signal: AbortSignal;
 }
 
+/** An entry to add once a delivery is acked: its stream (in the acked entry's hash slot) and its flat fields. */
+export interface NextEntry {
+  readonly stream: string;
+  readonly fields: readonly string[];
+}
+
 /**
- * A delivery's result when acking it takes more than XACK: `alsoInAck` adds
- * commands (the next step's XADD) to the MULTI that acks and deletes the
- * entry, so they happen together or not at all. They must only name keys in
- * the entry's partition's hash slot. If that MULTI fails, the entry stays
- * pending and is redelivered, as when a plain ack fails.
+ * A delivery's result when acking it schedules more work: `next` (the next
+ * step's entry) is added by the script that acks and deletes the entry, and
+ * only if that ack acknowledged it, so that of two deliveries of one entry
+ * (a redelivery, a reclaim while the first still ran) only one adds it. If
+ * the script fails, the entry stays pending and is redelivered, as when a
+ * plain ack fails.
  */
 export interface DeliveryResult {
   readonly outcome: string;
-  readonly alsoInAck?: (tx: ChainableCommander) => void;
+  readonly next?: NextEntry;
 }
 
 /**

@@ -11,8 +11,6 @@ export interface SlotReservation<T> {
   hold(id: string, work: Promise<T>): Promise<T>;
   /** Gives back the slots no job took (idempotent); waiters wake. */
   release(): void;
-  /** Keeps at most `n` of the reserved slots and gives back the rest (the reader keeps its turn); waiters wake. */
-  keep(n: number): void;
 }
 
 /**
@@ -65,11 +63,6 @@ export class SlotLimiter<T> {
       release: () => {
         if (left === 0) return;
         release(left);
-        this.wake();
-      },
-      keep: (n) => {
-        if (left <= n) return;
-        release(left - n);
         this.wake();
       },
     };

@@ -75,6 +75,23 @@ return acked`,
 );
 
 /**
+ * Acknowledges and deletes one entry and, only if this XACK acknowledged it
+ * (it was still pending: no other delivery of it was acked first), adds the
+ * entry that follows it (a workflow's next step). Two deliveries of one entry
+ * (a redelivery, a reclaim while the first still ran) both reach their ack;
+ * only one of them schedules what comes next. KEYS[1] stream, KEYS[2] the
+ * next entry's stream (same hash slot); ARGV group, id, the next entry's
+ * fields... Returns the XACK count (0: another delivery had acked it).
+ */
+export const ACK_THEN_ADD = new RedisScript(
+  'streams-ack-then-add',
+  `local acked = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+if acked == 1 then redis.call('XADD', KEYS[2], '*', unpack(ARGV, 3)) end
+redis.call('XDEL', KEYS[1], ARGV[2])
+return acked`,
+);
+
+/**
  * Removes the consumer from the group, but only when nothing is pending for
  * it: each process start is a new consumer, so names would pile up in the
  * group, while one that still holds entries must stay for them to be
@@ -86,5 +103,22 @@ export const FORGET_CONSUMER = new RedisScript(
   'streams-forget-consumer',
   `if #redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[2]) > 0 then return 0 end
 redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[2])
+return 1`,
+);
+
+/**
+ * Hands back an entry this consumer read but never ran: still ours, its
+ * delivery count set back by one and its idle time to the claim limit, so the
+ * next reclaim takes it at once and counts the delivery that really runs it.
+ * One script: an entry another consumer took meanwhile is left alone.
+ * KEYS[1] stream; ARGV group, consumer, id, idle ms. Returns 1 when handed back.
+ */
+export const ABANDON = new RedisScript(
+  'streams-abandon',
+  `local p = redis.call('XPENDING', KEYS[1], ARGV[1], ARGV[3], ARGV[3], 1)
+if not p[1] or p[1][2] ~= ARGV[2] then return 0 end
+local n = p[1][4] - 1
+if n < 0 then n = 0 end
+redis.call('XCLAIM', KEYS[1], ARGV[1], ARGV[2], 0, ARGV[3], 'IDLE', ARGV[4], 'RETRYCOUNT', n, 'JUSTID')
 return 1`,
 );

@@ -43,6 +43,12 @@ export interface StreamsConsumerOptions {
   readonly reclaimIntervalMs: number;
   /** On shutdown, how long in-flight jobs may take before their calls are cut off. */
   readonly drainTimeoutMs: number;
+  /**
+   * How long a partition's loop may go without a beat before liveness fails
+   * (default: 30 s, or ten blocking reads if longer). A loop waiting for a
+   * slot beats at least four times within it.
+   */
+  readonly loopSilenceMs?: number;
   /** Start the loop at application bootstrap (off in tests that drive runOnce). */
   readonly autoStart: boolean;
 }

@@ -82,6 +82,10 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
   private readonly share: number;
   private stopping = false;
   private started = false;
+  /** How long a loop may go without a beat before liveness fails. */
+  private readonly silenceMs: number;
+  /** The longest a loop waits for a slot before it beats and looks again: well within silenceMs. */
+  private readonly slotWaitMs: number;
 
   constructor(
     @InjectRedis() redis: RedisClient,
@@ -95,6 +99,8 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     if (total === 0 || options.queues.some((q) => q.partitions.length === 0))
       throw new RangeError('the consumer needs at least one queue, each with at least one partition');
     this.slots = new SlotLimiter(options.concurrency);
+    this.silenceMs = options.loopSilenceMs ?? Math.max(30_000, options.blockMs * 10);
+    this.slotWaitMs = Math.min(1000, Math.max(1, Math.floor(this.silenceMs / 4)));
     this.share = Math.ceil(options.concurrency / total);
     this.partitions = options.queues.flatMap((queue, q) =>
       queue.partitions.map((partition) => {
@@ -148,7 +154,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     this.started = true;
     for (const p of this.partitions) {
       // Every partition's loop beats on its own: one stuck partition fails liveness.
-      this.health.registerLoop(p.loopName, Math.max(30_000, this.options.blockMs * 10));
+      this.health.registerLoop(p.loopName, this.silenceMs);
       p.loop = this.run(p);
     }
   }
@@ -274,11 +280,11 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     // Only when fewer slots were free than partitions (each still gets one), or running loops took them meanwhile,
     // does a runOnce turn find none left: it waits for one to free, so that each partition does get its turn.
     while (!block && slots.remaining <= 0 && !this.stopping) {
-      await this.slots.slotFreed(1000);
+      await this.slots.slotFreed(this.slotWaitMs);
       slots = this.slots.reserve(max);
     }
     if (slots.remaining <= 0) {
-      if (!this.stopping) await this.slots.slotFreed(1000);
+      if (!this.stopping) await this.slots.slotFreed(this.slotWaitMs);
       return [];
     }
     try {
@@ -314,8 +320,9 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
 
   /**
    * Runs what a blocking read returned without a slot held for it, each entry as soon as a slot is free (taking
-   * its turn among the partitions). Meanwhile its lease is refreshed, as a running entry's is. On shutdown an
-   * entry still waiting is left pending, and redelivered as a job cut off by the drain is.
+   * its turn among the partitions). Meanwhile its lease is refreshed, as a running entry's is, and the partition's
+   * loop beats: a worker whose slots are all busy is loaded, not stuck. On shutdown an entry still waiting is left
+   * pending for another consumer, without this delivery counted against it (ConsumerGroup.abandon).
    */
   private async dispatchWhenFree(p: PartitionState, messages: readonly StreamMessage[]): Promise<Delivery[]> {
     if (messages.length === 0) return [];
@@ -325,11 +332,18 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     for (const message of messages) {
       let slot = this.slots.reserve(1, p);
       while (slot.remaining === 0 && !this.stopping) {
-        await this.slots.slotFreed(1000);
+        this.health.beat(p.loopName);
+        await this.slots.slotFreed(this.slotWaitMs);
         slot = this.slots.reserve(1, p);
       }
-      if (slot.remaining === 0) {
+      if (this.stopping) {
+        slot.release();
         p.inFlight.delete(message.id);
+        await p.group
+          .abandon(message.id)
+          .catch((err: unknown) =>
+            this.logger.warn(`could not hand back entry ${message.id}${this.where(p)}: ${(err as Error).message}`),
+          );
         continue;
       }
       started.push(this.dispatch(p, slot, message, 1));
@@ -409,7 +423,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     };
     const named = { ...this.logFields(message), entry: message.id, deliveries };
     let result: DeliveryOutcome;
-    let alsoInAck: DeliveryResult['alsoInAck'];
+    let next: DeliveryResult['next'];
     try {
       const done = await this.handler.process(message, {
         source: p.source,
@@ -419,7 +433,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
         signal: this.hardStop.signal,
       });
       if (typeof done === 'string') result = done;
-      else ({ outcome: result, alsoInAck } = done);
+      else ({ outcome: result, next } = done);
     } catch (err) {
       const { kind: reason, retryable } = failureOf(err);
       if (retryable) {
@@ -438,7 +452,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       return finish('dead_lettered');
     }
     try {
-      await (alsoInAck ? p.group.ackWith(message.id, alsoInAck) : p.group.ack(message.id));
+      await (next ? p.group.ackThenAdd(message.id, next) : p.group.ack(message.id));
     } catch (err) {
       // The job is done and committed; only the ack is in doubt (a timeout
       // may even come after Redis ran it). Dead-lettering it would mark a

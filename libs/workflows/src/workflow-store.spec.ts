@@ -1,0 +1,61 @@
+import { MAX_OUTPUT_BYTES, serializeCommit, type StepCommit } from './workflow-store';
+import { NonRetryableStepError } from './workflow.errors';
+
+describe('serializeCommit', () => {
+  const commit = (c: Partial<StepCommit>): StepCommit => ({
+    runId: '00000000-0000-4000-8000-000000000001',
+    step: 'classify',
+    output: { category: 'billing' },
+    inserts: [],
+    outbox: [],
+    ...c,
+  });
+  const reasonOf = (c: Partial<StepCommit>): string | undefined => {
+    try {
+      serializeCommit(commit(c));
+      return undefined;
+    } catch (err) {
+      return err instanceof NonRetryableStepError ? err.reason : `not the step's: ${String(err)}`;
+    }
+  };
+  const cycle: Record<string, unknown> = {};
+  cycle.self = cycle;
+
+  it.each<[string, Partial<StepCommit>, string | undefined]>([
+    ['a plain output', {}, undefined],
+    ['no output', { output: undefined }, undefined],
+    ['an output with a BigInt', { output: { n: 1n } }, 'output_not_serializable'],
+    ['an output with a cycle', { output: cycle }, 'output_not_serializable'],
+    ['a run output with a BigInt', { runOutput: { n: 1n } }, 'output_not_serializable'],
+    ['a row with a BigInt', { inserts: [{ table: 't', row: { n: 1n } }] }, 'output_not_serializable'],
+    [
+      'an outbox payload with a BigInt',
+      { outbox: [{ topic: 't', dedupeKey: 'k', payload: { n: 1n } }] },
+      'output_not_serializable',
+    ],
+    ['an output at the limit', { output: 'x'.repeat(MAX_OUTPUT_BYTES - 2) }, undefined],
+    ['an output one byte past the limit', { output: 'x'.repeat(MAX_OUTPUT_BYTES - 1) }, 'output_too_large'],
+  ])('%s', (_, c, reason) => {
+    expect(reasonOf(c)).toBe(reason);
+  });
+
+  it('serializes each part once, as JSON text', () => {
+    const s = serializeCommit(
+      commit({
+        output: null,
+        runOutput: { a: 1 },
+        inserts: [{ table: 'user', row: { order: 2, id: 'x' } }],
+        outbox: [{ topic: 'a.b', dedupeKey: 'k1', payload: { x: 1 } }],
+      }),
+    );
+    expect(s).toEqual({
+      runId: '00000000-0000-4000-8000-000000000001',
+      step: 'classify',
+      output: 'null',
+      runOutput: '{"a":1}',
+      inserts: [{ table: 'user', columns: ['id', 'order'], row: '{"order":2,"id":"x"}' }],
+      outbox: ['{"topic":"a.b","dedupe_key":"k1","payload":{"x":1}}'],
+      dedupeKeys: ['k1'],
+    });
+  });
+});

@@ -1,0 +1,402 @@
+import { Injectable, Module } from '@nestjs/common';
+import { jobIdFor } from '@app/summary-queue';
+import {
+  JobError,
+  NonRetryableStepError,
+  QueueLayout,
+  Step,
+  type StepContext,
+  stepEntryFields,
+  type StreamMessage,
+  Workflow,
+  WorkflowHandler,
+  WorkflowStore,
+} from '@app/workflows';
+import type { Redis } from 'ioredis';
+import { randomUUID } from 'node:crypto';
+import request from 'supertest';
+import type { DataSource } from 'typeorm';
+import { FakeOpenAiServer } from '../support/fake-openai-server';
+import { eventually, freshRedis, sleep, testDataSource, truncateAll } from '../support/infra';
+import { startWorker, type WorkerHarness } from '../support/worker-harness';
+
+/*
+ * The engine's races, each built with seams (a step that waits for the test's
+ * signal) on the real worker, Redis and PostgreSQL: two deliveries of one
+ * step, a step holding its own transaction, a batch with one bad step, a
+ * re-driven run with a deadline, a loaded worker's liveness.
+ */
+
+/** What the test tells the steps to do; the steps tell the test where they are. */
+const script = {
+  /** Awaited by `hop` on delivery n before it returns. */
+  hop: undefined as ((delivery: number) => Promise<void>) | undefined,
+  /** Awaited by `held` once its transaction is open. */
+  held: undefined as (() => Promise<void>) | undefined,
+  /** Awaited by `batch` (each run) before it returns. */
+  batch: undefined as ((input: BatchInput) => Promise<void>) | undefined,
+};
+
+@Workflow('races', { deadlineS: 60 })
+@Injectable()
+class RacesWorkflow {
+  @Step()
+  async hop(ctx: StepContext): Promise<{ hopped: number }> {
+    await script.hop?.(ctx.delivery);
+    return { hopped: ctx.delivery };
+  }
+
+  @Step()
+  landed(): { landed: true } {
+    return { landed: true };
+  }
+}
+
+@Workflow('held')
+@Injectable()
+class HeldWorkflow {
+  @Step()
+  async hold(ctx: StepContext): Promise<{ held: true }> {
+    const tx = await ctx.transaction();
+    await tx.query('SELECT 1');
+    await script.held?.();
+    return { held: true };
+  }
+}
+
+interface BatchInput {
+  readonly bad?: 'bigint' | 'no_table';
+}
+
+@Workflow('batch')
+@Injectable()
+class BatchWorkflow {
+  @Step()
+  async only(ctx: StepContext<BatchInput>): Promise<unknown> {
+    await script.batch?.(ctx.input);
+    if (ctx.input.bad === 'no_table') ctx.insert('wf_race_no_such_table', { run_id: ctx.runId });
+    else ctx.insert('wf_race_rows', { run_id: ctx.runId, user: 'u' });
+    return ctx.input.bad === 'bigint' ? { n: 1n } : { ok: true };
+  }
+}
+
+@Module({ providers: [RacesWorkflow, HeldWorkflow, BatchWorkflow] })
+class RacesModule {}
+
+describe('the engine under races', () => {
+  let redis: Redis;
+  let db: DataSource;
+  let model: FakeOpenAiServer;
+  const workers: WorkerHarness[] = [];
+  const worker = async (
+    env: Record<string, string> = {},
+    consumer: Parameters<typeof startWorker>[0]['consumer'] = {},
+  ) => {
+    const w = await startWorker({ modelUrl: model.baseUrl, imports: [RacesModule], env, consumer });
+    workers.push(w);
+    return w;
+  };
+  const rows = (sql: string, params: unknown[] = []) => db.query(sql, params);
+  const entry = async (workflow: string, input: unknown, partitions = 1, partition = 0) => {
+    const runId = jobIdFor(`tenant-a:POST:/v1/${workflow}:${randomUUID()}`);
+    const flat = stepEntryFields({ runId, tenant: 'tenant-a', payload: JSON.stringify(input), workflow });
+    const id = await redis.xadd(new QueueLayout('workflows', partitions).partitions[partition].jobs, '*', ...flat);
+    const fields: Record<string, string> = {};
+    for (let i = 0; i < flat.length; i += 2) fields[flat[i]] = flat[i + 1];
+    return { runId, message: { id: id!, fields } as StreamMessage };
+  };
+  const [P] = new QueueLayout('workflows', 1).partitions;
+  const stepsOnStream = async (step: string) =>
+    (await redis.xrange(P.jobs, '-', '+')).filter(([, f]) => f.includes('step') && f[f.indexOf('step') + 1] === step);
+  const deliver = (w: WorkerHarness, message: StreamMessage, delivery: number) =>
+    w.app.get(WorkflowHandler).process(message, {
+      source: { queue: 'workflows', partition: 0 },
+      delivery,
+      deadline: performance.now() + 10_000,
+      stopRetrying: new AbortController().signal,
+      signal: new AbortController().signal,
+    });
+
+  beforeAll(async () => {
+    db = await testDataSource();
+    await db.query('CREATE TABLE IF NOT EXISTS wf_race_rows (run_id uuid PRIMARY KEY, "user" text NOT NULL)');
+    model = await new FakeOpenAiServer().start();
+  });
+  afterAll(async () => {
+    await model.stop();
+    await db.query('DROP TABLE IF EXISTS wf_race_rows');
+    await db.destroy();
+  });
+  beforeEach(async () => {
+    redis = await freshRedis();
+    await truncateAll(db);
+    await db.query('TRUNCATE wf_race_rows');
+    Object.assign(script, { hop: undefined, held: undefined, batch: undefined });
+  });
+  afterEach(async () => {
+    for (const w of workers.splice(0)) await w.close();
+    redis.disconnect();
+  });
+
+  /*
+   * Timeline: worker A reads hop's entry (delivery 1) and waits in the step; the entry is taken from A (as a
+   * reclaim takes an entry whose worker stalled) and worker B reclaims it, runs hop, commits and acks, adding
+   * landed's entry; A's step returns, loses the commit, and acks too. Only the ack that acknowledged the entry adds
+   * the next step: one `landed` entry, not two.
+   */
+  it('two deliveries of one step, the second a reclaim while the first runs: one next-step entry', async () => {
+    const a = await worker();
+    const b = await worker();
+    const firstRuns = Promise.withResolvers<void>();
+    const releaseFirst = Promise.withResolvers<void>();
+    script.hop = async (n) => {
+      if (n !== 1) return;
+      firstRuns.resolve();
+      await releaseFirst.promise;
+    };
+    const { runId, message } = await entry('races', {});
+    const first = a.consumer.runOnce();
+    await firstRuns.promise;
+    // Taken from A, idle long enough for any reclaim: B's next turn claims it.
+    await redis.xclaim(P.jobs, 'workflows', 'stalled', 0, message.id, 'IDLE', 3_600_000);
+    expect((await b.consumer.runOnce()).map((r) => r.outcome)).toEqual(['done']);
+    releaseFirst.resolve();
+    expect((await first).map((r) => r.outcome)).toEqual(['duplicate']);
+    const landed = await stepsOnStream('landed');
+    expect(landed).toHaveLength(1);
+    expect(await redis.xlen(P.jobs)).toBe(1);
+    expect(await rows('SELECT step, status FROM workflow_steps WHERE run_id = $1', [runId])).toEqual([
+      { step: 'hop', status: 'done' },
+    ]);
+  });
+
+  /*
+   * Timeline: hop's row is running; another delivery's commit has turned it done but not yet committed (the test's
+   * transaction holds the row); this delivery begins and waits for the row; the commit lands. Begin reports the
+   * row as it is now (done, with the committed output), not as its statement first saw it: hop is not run again.
+   */
+  it('begin that waited on a commit reports the step done, with its output, and does not run it', async () => {
+    const w = await worker();
+    const { runId, message } = await entry('races', {});
+    await rows(
+      `INSERT INTO workflow_runs (run_id, workflow, tenant, status, steps)
+                VALUES ($1, 'races', 'tenant-a', 'running', '{hop,landed}')`,
+      [runId],
+    );
+    await rows(`INSERT INTO workflow_steps (run_id, step, status, attempts) VALUES ($1, 'hop', 'running', 1)`, [runId]);
+    let ran = 0;
+    script.hop = async () => void ran++;
+    const commit = db.createQueryRunner();
+    await commit.connect();
+    await commit.startTransaction();
+    try {
+      await commit.query(`UPDATE workflow_steps SET status = 'done', output = '{"hopped": 7}' WHERE run_id = $1`, [
+        runId,
+      ]);
+      const delivered = deliver(w, message, 2);
+      await eventually(
+        async () => {
+          const [{ n }] = await rows(
+            `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`,
+          );
+          return n > 0 ? true : undefined;
+        },
+        5000,
+        'begin waiting for the step row',
+      );
+      await commit.commitTransaction();
+      const result = await delivered;
+      expect(result.outcome).toBe('duplicate');
+      expect(result.next?.fields).toEqual(expect.arrayContaining(['state', JSON.stringify({ hop: { hopped: 7 } })]));
+      expect(ran).toBe(0);
+      expect(await rows('SELECT status, attempts FROM workflow_steps WHERE run_id = $1', [runId])).toEqual([
+        { status: 'done', attempts: 1 },
+      ]);
+    } finally {
+      if (commit.isTransactionActive) await commit.rollbackTransaction();
+      await commit.release();
+    }
+  });
+
+  it('a committed step is not failed by a late FAIL, nor is its run', async () => {
+    const w = await worker();
+    const { runId } = await entry('races', {});
+    expect((await w.consumer.runOnce()).map((r) => r.outcome)).toEqual(['done']);
+    await w.app.get(WorkflowStore).fail({
+      runId,
+      workflow: 'races',
+      tenant: 'tenant-a',
+      steps: ['hop', 'landed'],
+      step: 'hop',
+      error: 'max_deliveries',
+    });
+    expect(await rows('SELECT status FROM workflow_runs WHERE run_id = $1', [runId])).toEqual([{ status: 'running' }]);
+    expect(await rows('SELECT status FROM workflow_steps WHERE run_id = $1', [runId])).toEqual([{ status: 'done' }]);
+  });
+
+  /*
+   * Timeline: deliveries 1 and 2 of hop both begin (running); delivery 1 fails the step for good (the step's
+   * own verdict) and is dead-lettered; delivery 2 returns, loses the commit to a failed row, and leaves: acked
+   * with no next step and no second dead letter.
+   */
+  it('a delivery that loses to a failed step leaves without a dead letter of its own', async () => {
+    const w = await worker();
+    const { runId, message } = await entry('races', {});
+    const bothRun = [Promise.withResolvers<void>(), Promise.withResolvers<void>()];
+    const go = [Promise.withResolvers<void>(), Promise.withResolvers<void>()];
+    script.hop = async (n) => {
+      bothRun[n - 1].resolve();
+      await go[n - 1].promise;
+      if (n === 1) throw new NonRetryableStepError('no', 'ticket_closed');
+    };
+    const first = deliver(w, message, 1);
+    await bothRun[0].promise;
+    const second = deliver(w, message, 2);
+    await bothRun[1].promise;
+    go[0].resolve();
+    await expect(first).rejects.toMatchObject({ failure: { kind: 'ticket_closed', retryable: false } });
+    go[1].resolve();
+    expect(await second).toEqual({ outcome: 'duplicate' });
+    expect(await rows('SELECT status, error FROM workflow_steps WHERE run_id = $1', [runId])).toEqual([
+      { status: 'failed', error: 'ticket_closed: no' },
+    ]);
+  });
+
+  /*
+   * Timeline: delivery 1 of hold opens its transaction (the run's and the step's row locks) and waits; delivery 2
+   * begins meanwhile, together with another run's first step: it is answered at once as running elsewhere (left
+   * pending, nothing changed), and the other run's step is not held up behind the lock.
+   */
+  it("a duplicate delivery of a step in its own transaction is retried later, and blocks no one's begin", async () => {
+    const w = await worker();
+    const { runId, message } = await entry('held', {});
+    const holding = Promise.withResolvers<void>();
+    const release = Promise.withResolvers<void>();
+    script.held = async () => {
+      holding.resolve();
+      await release.promise;
+    };
+    const first = deliver(w, message, 1);
+    await holding.promise;
+    const other = await entry('races', {});
+    const [second, bystander] = await Promise.allSettled([deliver(w, message, 2), deliver(w, other.message, 1)]);
+    expect(second.status).toBe('rejected');
+    const err = (second as PromiseRejectedResult).reason as JobError;
+    expect(err).toBeInstanceOf(JobError);
+    expect(err.failure).toEqual({ kind: 'running_elsewhere', retryable: true });
+    expect(bystander).toMatchObject({ status: 'fulfilled', value: { outcome: 'done' } });
+    expect(await rows('SELECT status, attempts FROM workflow_steps WHERE run_id = $1', [runId])).toEqual([
+      { status: 'running', attempts: 1 },
+    ]);
+    release.resolve();
+    expect(await first).toEqual({ outcome: 'done' });
+  });
+
+  /*
+   * Three steps finish at once (released by one signal): their commits go in one batch. One's output cannot be
+   * serialized, one inserts into a table that does not exist: each fails alone, for its own reason, and the good
+   * one commits.
+   */
+  it('one bad step does not fail the batch it commits with', async () => {
+    const w = await worker();
+    const released = Promise.withResolvers<void>();
+    let waiting = 0;
+    const allWaiting = Promise.withResolvers<void>();
+    script.batch = async () => {
+      if (++waiting === 3) allWaiting.resolve();
+      await released.promise;
+    };
+    const good = await entry('batch', {});
+    const bigint = await entry('batch', { bad: 'bigint' });
+    const noTable = await entry('batch', { bad: 'no_table' });
+    const ran = w.consumer.runOnce();
+    await allWaiting.promise;
+    released.resolve();
+    const outcomes = new Map((await ran).map((r) => [r.id, r.outcome]));
+    expect(outcomes).toEqual(
+      new Map([
+        [good.message.id, 'done'],
+        [bigint.message.id, 'dead_lettered'],
+        [noTable.message.id, 'dead_lettered'],
+      ]),
+    );
+    expect(await rows('SELECT run_id, "user" FROM wf_race_rows')).toEqual([{ run_id: good.runId, user: 'u' }]);
+    const reasons = (await redis.xrange(P.dead, '-', '+')).map(([, f]) => [
+      f[f.indexOf('job_id') + 1],
+      f[f.indexOf('reason') + 1],
+    ]);
+    expect(new Map(reasons as [string, string][])).toEqual(
+      new Map([
+        [bigint.runId, 'output_not_serializable'],
+        [noTable.runId, 'insert_failed'],
+      ]),
+    );
+  });
+
+  it('a re-driven run with a deadline counts it from the re-drive, not from its first delivery', async () => {
+    const w = await worker();
+    const { runId, message } = await entry('races', {});
+    // The run failed two hours ago, far past its 60 s deadline; the re-drive puts its entry back.
+    await rows(
+      `INSERT INTO workflow_runs (run_id, workflow, tenant, status, steps, error, created_at, deadline_from, finished_at)
+       VALUES ($1, 'races', 'tenant-a', 'failed', '{hop,landed}', 'llm_client', now() - interval '2 hours',
+               now() - interval '2 hours', now() - interval '2 hours')`,
+      [runId],
+    );
+    await rows(
+      `INSERT INTO workflow_steps (run_id, step, status, attempts, error) VALUES ($1, 'hop', 'failed', 1, 'llm_client')`,
+      [runId],
+    );
+    expect(await deliver(w, message, 1)).toMatchObject({ outcome: 'done' });
+    expect(await rows('SELECT status, attempts FROM workflow_steps WHERE run_id = $1', [runId])).toEqual([
+      { status: 'done', attempts: 2 },
+    ]);
+  });
+
+  /*
+   * One slot, two partitions: partition 0's entry holds the slot (its step waits); partition 1's loop reads an
+   * entry and waits for the slot, far longer than a loop may stay silent. Both loops beat while they wait: the
+   * worker is loaded, not stuck.
+   */
+  it('a loaded worker stays live: loops waiting for a slot beat; an entry that never got one is handed back uncounted', async () => {
+    const silenceMs = 300;
+    const w = await worker(
+      { JOB_STREAM_PARTITIONS: '2', WORKER_CONCURRENCY: '1' },
+      { blockMs: 50, loopSilenceMs: silenceMs },
+    );
+    const running = Promise.withResolvers<void>();
+    const release = Promise.withResolvers<void>();
+    script.hop = async () => {
+      running.resolve();
+      await release.promise;
+    };
+    // Every partition's loop idle first (its read came back empty; it blocks on its own connection): a read then
+    // takes an entry whether or not a slot is free, and waits for one.
+    w.consumer.start();
+    const blocking = (i: number) => `name=${w.consumer.consumerName}:workflows:blocking:${i} `;
+    await eventually(async () => {
+      const clients = (await redis.client('LIST')) as string;
+      return [0, 1].every((i) => clients.includes(blocking(i))) ? true : undefined;
+    });
+    await entry('races', {}, 2, 0);
+    await running.promise;
+    await entry('races', {}, 2, 1);
+    const [, P1] = new QueueLayout('workflows', 2).partitions;
+    // Partition 1's loop has read its entry (pending for this worker), and waits for the slot.
+    await eventually(async () => {
+      const [count] = (await redis.xpending(P1.jobs, 'workflows')) as [number];
+      return Number(count) === 1 ? true : undefined;
+    });
+    // The wait itself is what is tested: several times the silence a loop may keep.
+    await sleep(silenceMs * 4);
+    const live = await request(w.app.getHttpServer()).get('/health/live');
+    expect({ status: live.status, body: live.body as unknown }).toMatchObject({ status: 200 });
+    // Shutdown before partition 1's entry got a slot: it is handed back as if never delivered (its count as before
+    // the read), for the next reclaim to take at once.
+    const stopped = w.consumer.stop();
+    release.resolve();
+    await stopped;
+    const waiting = (await redis.xpending(P1.jobs, 'workflows', '-', '+', 10)) as [string, string, number, number][];
+    expect(waiting.map(([, , , deliveries]) => Number(deliveries))).toEqual([0]);
+  });
+});
