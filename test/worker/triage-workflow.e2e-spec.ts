@@ -1,7 +1,15 @@
 import { Injectable, Module, type Type } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { jobIdFor } from '@app/summary-queue';
-import { Step, type StepContext, stepEntryFields, Workflow, WorkflowHandler, type StreamMessage } from '@app/workflows';
+import {
+  entryFieldMap,
+  Step,
+  type StepContext,
+  stepEntryFields,
+  Workflow,
+  WorkflowHandler,
+  type StreamMessage,
+} from '@app/workflows';
 import type { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import type { DataSource } from 'typeorm';
@@ -40,12 +48,7 @@ describe('the triage workflow on the engine', () => {
   const rows = (sql: string, params: unknown[] = []) => db.query(sql, params);
   const count = async (sql: string, params: unknown[] = []) => Number((await rows(sql, params))[0].n);
   const pending = async () => Number(((await redis.xpending(P.jobs, GROUP)) as [number])[0]);
-  const deadLetters = async () =>
-    (await redis.xrange(P.dead, '-', '+')).map(([, flat]) => {
-      const f: Record<string, string> = {};
-      for (let i = 0; i < flat.length; i += 2) f[flat[i]] = flat[i + 1];
-      return f;
-    });
+  const deadLetters = async () => (await redis.xrange(P.dead, '-', '+')).map(([, flat]) => entryFieldMap(flat));
   /** The model answers the classification with `category` (untrimmed) and the draft with a reply. */
   const answering =
     (category = '  billing \n') =>
@@ -136,9 +139,7 @@ describe('the triage workflow on the engine', () => {
       [string, string[]][],
     ][];
     const [id, flat] = reply[0][1][0];
-    const fields: Record<string, string> = {};
-    for (let i = 0; i < flat.length; i += 2) fields[flat[i]] = flat[i + 1];
-    const message: StreamMessage = { id, fields };
+    const message: StreamMessage = { id, fields: entryFieldMap(flat) };
     const result = await w.app.get(WorkflowHandler).process(message, {
       source: { queue: 'workflows', partition: 0 },
       delivery: 1,
