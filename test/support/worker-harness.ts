@@ -7,7 +7,7 @@ import { DataSource as DataSourceToken } from 'typeorm';
 import { StreamsConsumer } from '../../libs/workflows/src/consumer/streams.consumer';
 import type { StreamsConsumerOptions } from '../../libs/workflows/src/consumer/streams-consumer.options';
 import { STREAM_TAG_PREFIX, SummaryStreams, type SummaryJob } from '@app/summary-queue';
-import { type JobHandler, type JobRunContext, stepEntryFields, WorkflowHandler } from '@app/workflows';
+import { entryFieldMap, type JobHandler, type JobRunContext, stepEntryFields, WorkflowHandler } from '@app/workflows';
 import { loadWorkerConfig } from '../../apps/worker/src/worker.config';
 import { WorkerModule } from '../../apps/worker/src/worker.module';
 import { testDatabaseUrl, testRedisUrl } from './infra';
@@ -73,11 +73,11 @@ function summaryJobDriver(handler: WorkflowHandler, partitions: number): Summary
   const streams = new SummaryStreams(partitions);
   return {
     handle: async (job, ctx) => {
-      const fields = stepEntryFields({ runId: job.jobId, tenant: job.tenant, payload: JSON.stringify(job.payload) });
-      const map: Record<string, string> = {};
-      for (let i = 0; i + 1 < fields.length; i += 2) map[fields[i]] = fields[i + 1];
+      const fields = entryFieldMap(
+        stepEntryFields({ runId: job.jobId, tenant: job.tenant, payload: JSON.stringify(job.payload) }),
+      );
       const source = { queue: STREAM_TAG_PREFIX, partition: streams.of(job.jobId).index };
-      const result = await handler.process({ id: '0-1', fields: map }, { ...ctx, source, delivery: 1 });
+      const result = await handler.process({ id: '0-1', fields }, { ...ctx, source, delivery: 1 });
       return result.outcome;
     },
     get deadLettered() {

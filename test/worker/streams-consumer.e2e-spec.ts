@@ -347,7 +347,12 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
     expect((await w.consumer.runOnce()).map((r) => r.outcome)).toEqual(['dead_lettered']);
     expect(model.calls).toBe(1);
     const [[, fields]] = await redis.xrange(DEAD_LETTER_STREAM, '-', '+');
-    expect(fieldsOf(fields)).toMatchObject({ job_id: job.jobId, reason: 'llm_client' });
+    // The detail is the retry's own message (the SDK's error after it), the reason beside it, not repeated in it.
+    expect(fieldsOf(fields)).toMatchObject({
+      job_id: job.jobId,
+      reason: 'llm_client',
+      detail: 'model call failed: 400 fake error 400',
+    });
     expect(await pending()).toBe(0);
     expect(await count('summaries')).toBe(0);
   });
@@ -409,6 +414,25 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
     expect(model.calls).toBe(0);
     const [[, fields]] = await redis.xrange(DEAD_LETTER_STREAM, '-', '+');
     expect(fieldsOf(fields)).toMatchObject({ job_id: 'not-a-uuid', reason: 'malformed', source_id: id });
+  });
+
+  it('a payload without text or notify is dead-lettered malformed as it is read: no run, no step, no model call', async () => {
+    const w = await worker();
+    const jobId = jobIdFor(`tenant-a:POST:/v1/summaries:${randomUUID()}`);
+    const id = await redis.xadd(JOBS_STREAM, '*', 'job_id', jobId, 'tenant', 'tenant-a', 'payload', '{"text":"x"}');
+    expect((await w.consumer.runOnce()).map((r) => r.outcome)).toEqual(['dead_lettered']);
+    expect(model.calls).toBe(0);
+    const [[, fields]] = await redis.xrange(DEAD_LETTER_STREAM, '-', '+');
+    // The detail as it was before summaries ran on the engine: the parser's own words, nothing before them.
+    expect(fieldsOf(fields)).toMatchObject({
+      job_id: jobId,
+      reason: 'malformed',
+      detail: 'payload needs text and notify',
+      source_id: id,
+    });
+    expect(await count('workflow_runs')).toBe(0);
+    expect(await count('workflow_steps')).toBe(0);
+    expect(await pending()).toBe(0);
   });
 
   it('a pending entry deleted from the stream is dead-lettered by id, not dropped', async () => {

@@ -2,7 +2,7 @@ import { Injectable, Module, type Type } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { jobIdFor } from '@app/summary-queue';
 import {
-  QueueLayout,
+  entryFieldMap,
   Step,
   type StepContext,
   stepEntryFields,
@@ -25,7 +25,7 @@ import {
   testRedisUrl,
   truncateAll,
 } from '../support/infra';
-import { startWorker, type WorkerHarness } from '../support/worker-harness';
+import { drain, startTriageRun, TRIAGE_TEXT, WORKFLOWS, WORKFLOWS_GROUP, workerPool } from '../support/triage-runs';
 
 /*
  * The triage workflow (apps/worker/src/workflows/triage.workflow.ts) on the
@@ -33,58 +33,22 @@ import { startWorker, type WorkerHarness } from '../support/worker-harness';
  * fake model behind the real openai SDK. A run is started as the api's
  * client starts one: the run's record and its first entry on `{workflows}:jobs`.
  */
-const QUEUE = new QueueLayout('workflows', 1);
-const [P] = QUEUE.partitions;
-const GROUP = 'workflows';
-const TEXT = 'My invoice for March was charged twice. Please refund the second charge of 49 EUR.';
-
-interface Run {
-  readonly runId: string;
-  readonly input: Record<string, unknown>;
-}
+const [P] = WORKFLOWS.partitions;
+const GROUP = WORKFLOWS_GROUP;
+const TEXT = TRIAGE_TEXT;
 
 describe('the triage workflow on the engine', () => {
   let redis: Redis;
   let db: DataSource;
   let model: FakeOpenAiServer;
-  const workers: WorkerHarness[] = [];
-
-  const worker = async (env: Record<string, string> = {}, consumer = {}) => {
-    const w = await startWorker({ modelUrl: model.baseUrl, env, consumer });
-    workers.push(w);
-    return w;
-  };
-  /** What POST /v1/triage does once its idempotency claim is made: the run's record and its first step's entry. */
-  const start = async (
-    input: Record<string, unknown> = { ticket_id: 'T-1', text: TEXT, notify: 'agent@example.com' },
-    extra: Record<string, string> = {},
-  ): Promise<Run> => {
-    const runId = jobIdFor(`tenant-a:POST:/v1/triage:${randomUUID()}`);
-    await redis.hset(P.jobRecordKey(runId), 'tenant', 'tenant-a', 'workflow', 'triage', 'accepted_at', Date.now());
-    const fields = stepEntryFields({ runId, tenant: 'tenant-a', payload: JSON.stringify(input), workflow: 'triage' });
-    for (const [k, v] of Object.entries(extra)) fields.push(k, v);
-    await redis.xadd(P.jobs, '*', ...fields);
-    return { runId, input };
-  };
+  const workers = workerPool(() => model.baseUrl);
+  const worker = workers.start;
+  const start = (input?: Record<string, unknown>, extra?: Record<string, string>) =>
+    startTriageRun(redis, input, extra);
   const rows = (sql: string, params: unknown[] = []) => db.query(sql, params);
   const count = async (sql: string, params: unknown[] = []) => Number((await rows(sql, params))[0].n);
   const pending = async () => Number(((await redis.xpending(P.jobs, GROUP)) as [number])[0]);
-  const deadLetters = async () =>
-    (await redis.xrange(P.dead, '-', '+')).map(([, flat]) => {
-      const f: Record<string, string> = {};
-      for (let i = 0; i < flat.length; i += 2) f[flat[i]] = flat[i + 1];
-      return f;
-    });
-  /** Runs turns of the consumer until nothing is left to do; what each delivery came to, in order. */
-  const drain = async (w: WorkerHarness) => {
-    const outcomes: string[] = [];
-    for (let turn = 0; turn < 20; turn++) {
-      const ran = await w.consumer.runOnce();
-      if (ran.length === 0) break;
-      outcomes.push(...ran.map((r) => r.outcome));
-    }
-    return outcomes;
-  };
+  const deadLetters = async () => (await redis.xrange(P.dead, '-', '+')).map(([, flat]) => entryFieldMap(flat));
   /** The model answers the classification with `category` (untrimmed) and the draft with a reply. */
   const answering =
     (category = '  billing \n') =>
@@ -109,7 +73,7 @@ describe('the triage workflow on the engine', () => {
     model.reply = answering();
   });
   afterEach(async () => {
-    await Promise.all(workers.splice(0).map((w) => w.close()));
+    await workers.closeAll();
     redis.disconnect();
   });
 
@@ -175,9 +139,7 @@ describe('the triage workflow on the engine', () => {
       [string, string[]][],
     ][];
     const [id, flat] = reply[0][1][0];
-    const fields: Record<string, string> = {};
-    for (let i = 0; i < flat.length; i += 2) fields[flat[i]] = flat[i + 1];
-    const message: StreamMessage = { id, fields };
+    const message: StreamMessage = { id, fields: entryFieldMap(flat) };
     const result = await w.app.get(WorkflowHandler).process(message, {
       source: { queue: 'workflows', partition: 0 },
       delivery: 1,

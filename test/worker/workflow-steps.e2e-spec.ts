@@ -1,6 +1,7 @@
 import { Injectable, Module } from '@nestjs/common';
 import { jobIdFor } from '@app/summary-queue';
 import {
+  entryFieldMap,
   QueueLayout,
   Step,
   type StepContext,
@@ -59,7 +60,23 @@ class LedgerWorkflow {
   }
 }
 
-@Module({ providers: [LedgerWorkflow] })
+/** A workflow with an input parser (`parse`): the step gets what it returns; what it refuses is malformed. */
+@Workflow('tally', {
+  parse: (payload: unknown) => {
+    const count = (payload as { count?: unknown } | null)?.count;
+    if (typeof count !== 'number') throw new Error('a tally needs a count');
+    return { count, doubled: count * 2 };
+  },
+})
+@Injectable()
+class TallyWorkflow {
+  @Step()
+  add(ctx: StepContext<{ count: number; doubled: number }>): { doubled: number } {
+    return { doubled: ctx.input.doubled };
+  }
+}
+
+@Module({ providers: [LedgerWorkflow, TallyWorkflow] })
 class LedgerModule {}
 
 describe('a step with its own transaction, rows and timeout', () => {
@@ -73,9 +90,7 @@ describe('a step with its own transaction, rows and timeout', () => {
     const runId = jobIdFor(`tenant-a:POST:/v1/ledger:${randomUUID()}`);
     const flat = stepEntryFields({ runId, tenant: 'tenant-a', payload: '{"amount":42}', workflow: 'ledger' });
     const id = await redis.xadd(P.jobs, '*', ...flat);
-    const fields: Record<string, string> = {};
-    for (let i = 0; i < flat.length; i += 2) fields[flat[i]] = flat[i + 1];
-    return { runId, message: { id: id!, fields } };
+    return { runId, message: { id: id!, fields: entryFieldMap(flat) } };
   };
   const deliver = (message: StreamMessage, delivery: number) =>
     w.app.get(WorkflowHandler).process(message, {
@@ -167,6 +182,25 @@ describe('a step with its own transaction, rows and timeout', () => {
     expect(await rows('SELECT count(*)::int AS n FROM wf_test_entries')).toEqual([{ n: 1 }]);
     expect(await rows('SELECT count(*)::int AS n FROM outbox')).toEqual([{ n: 1 }]);
     expect(await rows(`SELECT status, attempts FROM workflow_steps`)).toEqual([{ status: 'done', attempts: 2 }]);
+  });
+
+  it("a workflow's input parser: its step gets what it returns; what it refuses is malformed, with no run begun", async () => {
+    const tally = async (payload: string) => {
+      const runId = jobIdFor(`tenant-a:POST:/v1/tally:${randomUUID()}`);
+      await redis.xadd(P.jobs, '*', ...stepEntryFields({ runId, tenant: 'tenant-a', payload, workflow: 'tally' }));
+      return runId;
+    };
+    const good = await tally('{"count":2}');
+    const bad = await tally('{"count":"two"}');
+    expect((await w.consumer.runOnce()).map((r) => r.outcome).sort()).toEqual(['dead_lettered', 'done']);
+    expect(await rows('SELECT run_id, status, output FROM workflow_runs')).toEqual([
+      { run_id: good, status: 'done', output: { doubled: 4 } },
+    ]);
+    expect(await rows('SELECT run_id FROM workflow_steps')).toEqual([{ run_id: good }]);
+    const dead = (await redis.xrange(P.dead, '-', '+')).map(([, flat]) => entryFieldMap(flat));
+    expect(dead).toEqual([
+      expect.objectContaining({ job_id: bad, workflow: 'tally', reason: 'malformed', detail: 'a tally needs a count' }),
+    ]);
   });
 
   it('a step past its timeout is cut off and left pending for a redelivery', async () => {

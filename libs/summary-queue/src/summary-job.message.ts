@@ -1,4 +1,4 @@
-import type { SummaryJob } from './summary-job';
+import type { SummaryJob, SummaryJobPayload } from './summary-job';
 import { isUuid } from '@app/ids';
 
 /** A stream entry that is not a summary job, and never will be: retrying it cannot help. */
@@ -29,9 +29,18 @@ export function parseSummaryJob(entry: SummaryJobEntry): SummaryJob {
   } catch {
     throw new MalformedSummaryJobError('payload is not JSON');
   }
+  return { jobId, tenant, payload: parseSummaryJobPayload(parsed) };
+}
+
+/**
+ * A summary job's payload (its entry's `payload`, JSON-parsed): text and
+ * notify, both non-empty strings (anything else dropped), or a
+ * MalformedSummaryJobError. The summaries workflow's input parser.
+ */
+export function parseSummaryJobPayload(parsed: unknown): SummaryJobPayload {
   const p = parsed as { text?: unknown; notify?: unknown } | null;
   if (typeof p?.text !== 'string' || p.text.length === 0 || typeof p.notify !== 'string' || p.notify.length === 0) {
     throw new MalformedSummaryJobError('payload needs text and notify');
   }
-  return { jobId, tenant, payload: { text: p.text, notify: p.notify } };
+  return { text: p.text, notify: p.notify };
 }

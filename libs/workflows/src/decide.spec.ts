@@ -1,4 +1,4 @@
-import { decideDelivery, decideFailure, type DeliveryFacts, type FailureFacts } from './decide';
+import { decideDelivery, decideFailure, type DeliveryFacts, type FailureFacts, failureDetail } from './decide';
 import {
   DeadlineExceededError,
   NonRetryableError,
@@ -193,5 +193,39 @@ describe('decideFailure', () => {
     ],
   ])('%s', (_, err, f, expected) => {
     expect(decideFailure(err, facts(f))).toEqual(expected);
+  });
+});
+
+describe('failureDetail', () => {
+  const client = { kind: 'client', retryable: false, status: 400 } as const;
+  const facts = (f: Partial<FailureFacts>): FailureFacts => ({
+    phase: 'step',
+    deadlinePassed: false,
+    aborted: false,
+    ...f,
+  });
+  it.each<[string, unknown, Partial<FailureFacts>, string]>([
+    [
+      'a model call that failed for good: its own message (the reason is its class already)',
+      new NonRetryableError('model call failed: 400 bad request', 1, client),
+      {},
+      'model call failed: 400 bad request',
+    ],
+    [
+      "a step's own verdict: its message",
+      new NonRetryableStepError('the ticket is closed', 'ticket_closed'),
+      { deadlinePassed: true },
+      'the ticket is closed',
+    ],
+    [
+      'a model call cut off by the run deadline: the engine says deadline first',
+      new RetriesExhaustedError('model call failed 4 times: 503', 4, { kind: 'server', retryable: true }),
+      { deadlinePassed: true },
+      'deadline: model call failed 4 times: 503',
+    ],
+    ['a bug in the step: unexpected first', new TypeError('x is undefined'), {}, 'unexpected: x is undefined'],
+    ['something thrown that is not an Error', 'boom', {}, 'unexpected: boom'],
+  ])('%s', (_, err, f, detail) => {
+    expect(failureDetail(err, decideFailure(err, facts(f)))).toBe(detail);
   });
 });

@@ -93,3 +93,17 @@ export function decideFailure(err: unknown, f: FailureFacts): ErrorClass {
   if (f.aborted) return { kind: 'step_timeout', retryable: true };
   return { kind: 'unexpected', retryable: false };
 }
+
+/**
+ * A permanent failure's dead-letter detail, beside its reason (`failure.kind`):
+ * an error that named its own kind (a RetryError's class, a step's
+ * NonRetryableStepError reason) keeps its message as it is, as dead letters
+ * always said it; one the engine classified itself (a bug, a deadline, the
+ * commit) gets the kind first, so the detail says what the engine made of it.
+ */
+export function failureDetail(err: unknown, failure: ErrorClass): string {
+  const message = err instanceof Error ? err.message : String(err);
+  const own =
+    err instanceof RetryError ? err.failure.kind : err instanceof NonRetryableStepError ? err.reason : undefined;
+  return own === failure.kind ? message : `${failure.kind}: ${message}`;
+}

@@ -1,7 +1,13 @@
-import { MalformedEntryError, nextStepEntry, parseStepEntry, stepEntryFields } from './wire';
+import {
+  entryFieldMap,
+  MalformedEntryError,
+  nextStepEntry,
+  parseStepEntry,
+  stepEntryFields,
+  stepEntryRun,
+} from './wire';
 
 const RUN = '2ed6657d-e927-568b-95e1-2665a8aea6a2';
-const map = (flat: string[]) => Object.fromEntries(flat.flatMap((v, i) => (i % 2 === 0 ? [[v, flat[i + 1]]] : [])));
 
 describe('the step entry wire format', () => {
   it("reads an entry today's api writes as a first step, with an empty state", () => {
@@ -18,13 +24,13 @@ describe('the step entry wire format', () => {
   it('an entry a re-drive put back says so; the next step it schedules does not', () => {
     const redriven = parseStepEntry({ job_id: RUN, tenant: 't', payload: '{}', redriven: '2' });
     expect(redriven.redriven).toBe(true);
-    const next = map(stepEntryFields(nextStepEntry(redriven, 'b', 'a', { x: 1 })));
+    const next = entryFieldMap(stepEntryFields(nextStepEntry(redriven, 'b', 'a', { x: 1 })));
     expect(next).not.toHaveProperty('redriven');
   });
 
   it('writes and reads back every field, and the next step keeps the payload and the workflow', () => {
     const first = parseStepEntry(
-      map(stepEntryFields({ runId: RUN, tenant: 't', payload: '{"a":1}', workflow: 'triage' })),
+      entryFieldMap(stepEntryFields({ runId: RUN, tenant: 't', payload: '{"a":1}', workflow: 'triage' })),
     );
     expect(first).toMatchObject({ workflow: 'triage', state: {} });
     expect(first.step).toBeUndefined();
@@ -34,7 +40,7 @@ describe('the step entry wire format', () => {
       'job_id', RUN, 'tenant', 't', 'payload', '{"a":1}', 'workflow', 'triage', 'step', 'draft',
       'state', '{"classify":{"category":"billing"}}',
     ]); // prettier-ignore
-    expect(parseStepEntry(map(flat))).toEqual({
+    expect(parseStepEntry(entryFieldMap(flat))).toEqual({
       runId: RUN,
       tenant: 't',
       payload: '{"a":1}',
@@ -51,6 +57,20 @@ describe('the step entry wire format', () => {
     expect(stepEntryFields(nextStepEntry(first, 'c', 'b', undefined))).toEqual([
       'job_id', RUN, 'tenant', 't', 'payload', '{}', 'step', 'c', 'state', '{"a":{"x":1}}',
     ]); // prettier-ignore
+  });
+
+  it("reads an entry's run id and workflow without its payload; none without a run id", () => {
+    expect(stepEntryRun({ job_id: RUN, tenant: 't', payload: '{', workflow: 'triage' })).toEqual({
+      runId: RUN,
+      workflow: 'triage',
+    });
+    expect(stepEntryRun({ job_id: RUN })).toEqual({ runId: RUN });
+    expect(stepEntryRun({ job_id: 'x', workflow: 'triage' })).toBeUndefined();
+    expect(stepEntryRun({})).toBeUndefined();
+  });
+
+  it('turns a flat field list into the map the parsers take (a dangling name dropped)', () => {
+    expect(entryFieldMap(['job_id', RUN, 'tenant', 't', 'dangling'])).toEqual({ job_id: RUN, tenant: 't' });
   });
 
   it.each([

@@ -91,6 +91,27 @@ export function parseStepEntry(fields: Readonly<Record<string, string>>): StepEn
   };
 }
 
+/**
+ * An entry's run id and `workflow` field only, without parsing its payload or
+ * state: what a batch needs to group its entries by workflow. Undefined when
+ * the run id is not one (its delivery dead-letters it).
+ */
+export function stepEntryRun(
+  fields: Readonly<Record<string, string>>,
+): { runId: string; workflow?: string } | undefined {
+  const runId = fields[STEP_ENTRY_FIELDS.runId];
+  if (!runId || !isUuid(runId)) return undefined;
+  const workflow = fields[STEP_ENTRY_FIELDS.workflow];
+  return workflow === undefined ? { runId } : { runId, workflow };
+}
+
+/** A stream entry's flat field list as Redis returns it (`[k1, v1, k2, v2, ...]`), as the map the parsers take. */
+export function entryFieldMap(flat: readonly string[]): Record<string, string> {
+  const fields: Record<string, string> = {};
+  for (let i = 0; i + 1 < flat.length; i += 2) fields[flat[i]] = flat[i + 1];
+  return fields;
+}
+
 /** What a step entry is written from: `workflow` only on a shared queue; `step`, `state` only after the first step. */
 export interface NewStepEntry {
   readonly runId: string;

@@ -90,9 +90,10 @@ const MAX_IN_FLIGHT = 2;
  * is answered `failed` and changes nothing. The step row is inserted, or set
  * `running` with one more attempt unless it is `done`. The step upsert
  * always updates (a done row to itself), so that RETURNING gives the row as
- * it is now, never a snapshot from before a commit that raced it. A run row
- * the statement wrote that was not there before was inserted by it
- * (`run_created`, the run's start for the metrics).
+ * it is now, never a snapshot from before a commit that raced it.
+ * `run_created`: the run's row was inserted, not updated, by this statement
+ * (`xmax = 0` on the row it returns; a snapshot comparison would miss a row
+ * another begin inserted concurrently), the run's start for the metrics.
  */
 const BEGIN = `WITH input AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::boolean[])
@@ -115,7 +116,7 @@ const BEGIN = `WITH input AS (
     ON CONFLICT (run_id) DO UPDATE
       SET status = 'running', error = NULL, finished_at = NULL, updated_at = now(), deadline_from = now()
       WHERE workflow_runs.status = 'failed'
-    RETURNING run_id, deadline_from
+    RETURNING run_id, deadline_from, (xmax = 0) AS inserted
   ), step AS (
     INSERT INTO workflow_steps (run_id, step, status, attempts)
     SELECT run_id, step, 'running', 1 FROM go ORDER BY run_id
@@ -132,7 +133,7 @@ const BEGIN = `WITH input AS (
            AS status,
          s.output, COALESCE(s.attempts, 0) AS attempts,
          (extract(epoch FROM now() - COALESCE(r.deadline_from, old_r.deadline_from, now())) * 1000)::float8 AS age_ms,
-         (r.run_id IS NOT NULL AND old_r.run_id IS NULL) AS run_created
+         COALESCE(r.inserted, false) AS run_created
     FROM input i
     LEFT JOIN busy b ON b.run_id = i.run_id
     LEFT JOIN dead d ON d.run_id = i.run_id
@@ -297,7 +298,8 @@ function commitStatement(steps: readonly SerializedCommit[]): { sql: string; par
  */
 const FAIL_RUN_ROW = `INSERT INTO workflow_runs (run_id, workflow, tenant, status, steps, error, finished_at)
     VALUES ($1, $2, $3, 'failed', ARRAY(SELECT jsonb_array_elements_text($4::jsonb)), $5, now())
-    ON CONFLICT (run_id) DO NOTHING`;
+    ON CONFLICT (run_id) DO NOTHING
+    RETURNING run_id`;
 const LOCK_RUN = `SELECT 1 FROM workflow_runs WHERE run_id = $1 FOR NO KEY UPDATE`;
 const FAIL_STEP = `WITH step AS (
     UPDATE workflow_steps SET status = 'failed', error = $3, finished_at = now()
@@ -307,7 +309,8 @@ const FAIL_STEP = `WITH step AS (
   UPDATE workflow_runs
      SET status = 'failed', error = $3, updated_at = now(), finished_at = now()
    WHERE run_id = $1 AND status <> 'done'
-     AND NOT EXISTS (SELECT 1 FROM workflow_steps WHERE run_id = $1 AND step = $2 AND status = 'done')`;
+     AND NOT EXISTS (SELECT 1 FROM workflow_steps WHERE run_id = $1 AND step = $2 AND status = 'done')
+  RETURNING run_id`;
 
 /**
  * A failed commit batch runs each step alone only when one step's own rows or
@@ -400,12 +403,23 @@ export class WorkflowStore {
     return { done: rows[0]?.status === 'done', output: rows[0]?.output };
   }
 
-  /** Marks the step and its run failed with `error` (the run row made if absent); a done step or run stays done. */
-  async fail(f: FailedStep): Promise<void> {
-    await this.dataSource.transaction(async (m) => {
-      await m.query(FAIL_RUN_ROW, [f.runId, f.workflow, f.tenant, JSON.stringify(f.steps), f.error]);
+  /**
+   * Marks the step and its run failed with `error` (the run row made if absent); a done step or run stays done.
+   * False: the run was done, or its step was (nothing failed).
+   */
+  async fail(f: FailedStep): Promise<boolean> {
+    return this.dataSource.transaction(async (m) => {
+      const made: unknown[] = await m.query(FAIL_RUN_ROW, [
+        f.runId,
+        f.workflow,
+        f.tenant,
+        JSON.stringify(f.steps),
+        f.error,
+      ]);
       await m.query(LOCK_RUN, [f.runId]);
-      await m.query(FAIL_STEP, [f.runId, f.step, f.error]);
+      // An UPDATE ... RETURNING answers [rows, count] through TypeORM's postgres driver.
+      const [failed] = await m.query<[unknown[], number]>(FAIL_STEP, [f.runId, f.step, f.error]);
+      return made.length > 0 || failed.length > 0;
     });
   }
 

@@ -13,6 +13,15 @@ export interface WorkflowOptions {
   readonly group?: string;
   /** A class-validator DTO: a run whose input fails it is dead-lettered `invalid_input`, never run. */
   readonly input?: Type<object>;
+  /**
+   * Reads the run's input (its entry's `payload`, JSON-parsed) into what the
+   * steps get as `ctx.input`, or throws: an entry whose input it refuses is
+   * dead-lettered `malformed`, with what it threw as the detail, before any
+   * work on the run (no pre-check, no run or step row, no step). For a wire
+   * format with a parser of its own (summaries': `parseSummaryJobPayload`).
+   * With `input` too, the class validates what it returns.
+   */
+  readonly parse?: (payload: unknown) => unknown;
   /** The run's deadline, from its first delivery: past it, the run fails (`deadline`). Default: none. */
   readonly deadlineS?: number;
 }

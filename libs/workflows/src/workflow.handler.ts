@@ -3,7 +3,7 @@ import { InjectLlmClient, type ErrorClass, type LlmClient } from '@app/llm';
 import { plainToInstance } from 'class-transformer';
 import { validate, type ValidationError } from 'class-validator';
 import type { ChainableCommander } from 'ioredis';
-import { decideDelivery, decideFailure, type FailurePhase } from './decide';
+import { decideDelivery, decideFailure, type FailurePhase, failureDetail } from './decide';
 import {
   type DeliveryResult,
   type EntrySource,
@@ -25,6 +25,7 @@ import {
   parseStepEntry,
   type StepEntry,
   stepEntryFields,
+  stepEntryRun,
 } from './wire';
 import type { StepDefinition, WorkflowDefinition, WorkflowQueue } from './workflow.registry';
 import { hasFinishedElsewhere } from './workflow.decorators';
@@ -72,13 +73,15 @@ function messagesOf(errors: readonly ValidationError[], path = ''): string[] {
  * stream. A failure is classified by decideFailure: retryable leaves the
  * entry pending; anything else marks the step and run failed in PostgreSQL
  * and the consumer dead-letters the entry (deadLettered marks the run's
- * record failed in the same MULTI).
+ * record failed in the same MULTI; afterDeadLetter counts the run failed).
  */
 @Injectable()
 export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
   private readonly logger = new Logger(WorkflowHandler.name);
   /** Entries whose run this handler marked failed in PostgreSQL already (the consumer's own dead letters are not). */
   private readonly failedInStore = new WeakSet<StreamMessage>();
+  /** Entries refused before their run began (the workflow's `parse` said malformed): no run to mark or count. */
+  private readonly refused = new WeakSet<StreamMessage>();
   /** A batch's FinishedElsewhere answer, by the entry it was asked for: undefined means unknown (ask alone). */
   private readonly prechecked = new WeakMap<StreamMessage, Promise<boolean | undefined>>();
 
@@ -169,14 +172,9 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
     if (!queue) return;
     const byWorkflow = new Map<WorkflowDefinition, { message: StreamMessage; runId: string }[]>();
     for (const message of messages) {
-      let entry: StepEntry;
-      try {
-        entry = parseStepEntry(message.fields);
-      } catch {
-        continue; // its delivery dead-letters it
-      }
-      const workflow = this.workflowOf(queue, entry);
-      if (!workflow) continue;
+      const entry = stepEntryRun(message.fields); // its id and workflow only: a malformed one's delivery says so
+      const workflow = entry && this.workflowOf(queue, entry);
+      if (!entry || !workflow) continue;
       const list = byWorkflow.get(workflow) ?? [];
       list.push({ message, runId: entry.runId });
       byWorkflow.set(workflow, list);
@@ -197,28 +195,45 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
   deadLettered(tx: ChainableCommander, message: StreamMessage, reason: string, source: EntrySource): void {
     const partition = this.registry.queue(source.queue)?.layout.at(source.partition);
     if (!partition) return;
-    this.workflowMetrics.deadLettered(message, source);
     markRunFailed(tx, partition, message.fields, reason);
-    if (this.failedInStore.has(message)) return;
-    // Decided by the consumer (max_deliveries): PostgreSQL too, best effort, after the fact.
+  }
+
+  /**
+   * The dead letter is written: the run counts failed (WorkflowMetrics). One
+   * this handler failed was not done (begin found its step running, or it was
+   * refused before any begin). One the consumer decided (max_deliveries) is
+   * marked failed in PostgreSQL now, best effort, and counted unless that
+   * found the run done (its last step committed, only the ack lost).
+   */
+  afterDeadLetter(message: StreamMessage, reason: string, source: EntrySource): void {
+    if (this.refused.has(message)) return; // refused by the workflow's parser: no run began, none to mark or count
+    if (this.failedInStore.has(message)) return this.workflowMetrics.deadLettered(message, source, false);
+    let entry: StepEntry;
     try {
-      const entry = parseStepEntry(message.fields);
-      const queue = this.registry.queue(source.queue);
-      const workflow = queue && this.workflowOf(queue, entry);
-      if (!workflow) return;
-      void this.store
-        .fail({
-          runId: entry.runId,
-          workflow: workflow.name,
-          tenant: entry.tenant,
-          steps: workflow.steps.map((s) => s.name),
-          step: entry.step ?? workflow.steps[0].name,
-          error: reason,
-        })
-        .catch((err: unknown) => this.logger.warn(`could not mark run ${entry.runId} failed: ${String(err)}`));
+      entry = parseStepEntry(message.fields);
     } catch {
-      // A malformed entry has no run to mark.
+      return; // a malformed entry has no run to mark or count
     }
+    const queue = this.registry.queue(source.queue);
+    const workflow = queue && this.workflowOf(queue, entry);
+    if (!workflow) return;
+    void this.store
+      .fail({
+        runId: entry.runId,
+        workflow: workflow.name,
+        tenant: entry.tenant,
+        steps: workflow.steps.map((s) => s.name),
+        step: entry.step ?? workflow.steps[0].name,
+        error: reason,
+      })
+      .then(
+        (marked) => this.workflowMetrics.deadLettered(message, source, !marked),
+        (err: unknown) => {
+          // Not knowing whether the run was done, it counts failed: an alert once too often, never one missed.
+          this.workflowMetrics.deadLettered(message, source);
+          this.logger.warn(`could not mark run ${entry.runId} failed: ${String(err)}`);
+        },
+      );
   }
 
   logFields(message: StreamMessage): Readonly<Record<string, string | undefined>> {
@@ -244,6 +259,7 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
       const named = entry.workflow === undefined ? 'no workflow named' : `workflow ${entry.workflow}`;
       throw new JobError(`${named}: not one this worker runs on queue ${queue.name}`, UNKNOWN_WORKFLOW);
     }
+    if (workflow.parse) entry = this.parsed(message, workflow.parse, entry);
     const index = entry.step === undefined ? 0 : workflow.steps.findIndex((s) => s.name === entry.step);
     const fail = async (failure: ErrorClass, detail: string): Promise<never> => {
       // An unknown step has no row to mark: its run alone is failed (FAIL touches no other step's row).
@@ -262,9 +278,22 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
     return { partition, workflow, step: workflow.steps[index], index, entry, input };
   }
 
-  private workflowOf(queue: WorkflowQueue, entry: StepEntry): WorkflowDefinition | undefined {
+  private workflowOf(queue: WorkflowQueue, entry: Pick<StepEntry, 'workflow'>): WorkflowDefinition | undefined {
     if (entry.workflow !== undefined) return queue.workflows.get(entry.workflow);
     return queue.workflows.size === 1 ? [...queue.workflows.values()][0] : undefined;
+  }
+
+  /**
+   * The entry with its input as the workflow's parser reads it; what the parser refuses is `malformed`, with its
+   * message as the detail, before the pre-check and begin: nothing in PostgreSQL (deadLettered knows: `refused`).
+   */
+  private parsed(message: StreamMessage, parse: (payload: unknown) => unknown, entry: StepEntry): StepEntry {
+    try {
+      return { ...entry, input: parse(entry.input) };
+    } catch (err) {
+      this.refused.add(message);
+      throw new JobError(err instanceof Error ? err.message : String(err), MALFORMED, { cause: err });
+    }
   }
 
   /** Runs the step with its context, then commits what it returned and asked for. */
@@ -384,9 +413,10 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
     // Already decided (a failure of this delivery classified further in): as it is.
     if (err instanceof JobError && !(err instanceof RetryError)) throw err;
     const failure = decideFailure(err, { phase, aborted, deadlinePassed });
+    // The run's row has no reason column: its error always names the kind; the dead letter has `reason` beside it.
     const detail = `${failure.kind}: ${err instanceof Error ? err.message : String(err)}`;
     if (!failure.retryable) await this.failRun(message, r, failure.kind, detail);
-    throw new JobError(detail, failure, { cause: err });
+    throw new JobError(failureDetail(err, failure), failure, { cause: err });
   }
 
   /** Marks the step and run failed in PostgreSQL: best effort (the dead letter and the run record still say it). */

@@ -13,8 +13,52 @@ import { WorkflowRegistry } from './workflow.registry';
  * left it pending for a redelivery, `failed` failed the run for good.
  */
 const STEP_OUTCOMES = ['done', 'duplicate', 'transient', 'failed'] as const;
-type StepOutcome = (typeof STEP_OUTCOMES)[number];
+export type StepOutcome = (typeof STEP_OUTCOMES)[number];
 const RUN_STATUSES = ['done', 'failed'] as const;
+
+/** One thing that happened to a step's entry, as the metrics see it. */
+export type StepEvent =
+  /** The delivery's begin: whether it created the run's row (the run's first step, begun for the first time). */
+  | { readonly event: 'begun'; readonly runCreated: boolean }
+  /** The delivery resolved with the handler's outcome (`done`: it committed the step); on the last step or not. */
+  | { readonly event: 'resolved'; readonly outcome: string; readonly lastStep: boolean }
+  /** The delivery threw: retryable leaves the entry pending, anything else dead-letters it. */
+  | { readonly event: 'threw'; readonly retryable: boolean }
+  /**
+   * The entry's dead letter is written (JobHandler.afterDeadLetter). `run`: the entry names a run of a workflow
+   * this worker has (a malformed one has none). `runDone`: the run was done already (the consumer's max_deliveries
+   * on a last step whose ack kept failing), when known.
+   */
+  | { readonly event: 'dead_lettered'; readonly run: boolean; readonly runDone?: boolean };
+
+/** What an event counts: the step's delivery outcome, its attempts (it committed), the run started or finished. */
+export interface StepCounts {
+  readonly step?: StepOutcome;
+  readonly attempts?: true;
+  readonly run?: 'started' | (typeof RUN_STATUSES)[number];
+}
+
+/**
+ * The metrics' rules, from what happened to what is counted. A run finishes
+ * `done` with the delivery that commits its last step (its redeliveries are
+ * duplicates) and `failed` once its entry's dead letter is written, unless the
+ * run was known done: a middle step committed and then dead-lettered (its
+ * ack, which carries the next step's XADD, never ran) leaves the run stopped
+ * there, failed in PostgreSQL too, and counts.
+ */
+export function stepCounts(e: StepEvent): StepCounts {
+  switch (e.event) {
+    case 'begun':
+      return e.runCreated ? { run: 'started' } : {};
+    case 'resolved':
+      if (e.outcome !== 'done') return { step: 'duplicate' };
+      return e.lastStep ? { step: 'done', attempts: true, run: 'done' } : { step: 'done', attempts: true };
+    case 'threw':
+      return { step: e.retryable ? 'transient' : 'failed' };
+    case 'dead_lettered':
+      return e.run && e.runDone !== true ? { run: 'failed' } : {};
+  }
+}
 
 /** A delivery's workflow and step when the registry knows both (labels stay bounded: no name from an entry else). */
 interface Labelled {
@@ -67,7 +111,7 @@ export class WorkflowMetrics {
     });
     this.stepAttempts = new Histogram({
       name: 'workflow_step_attempts',
-      help: "A step's deliveries (its row's attempts) when it commits",
+      help: "The step row's attempts when it commits, re-drives included",
       labelNames: ['workflow', 'step'],
       buckets: [1, 2, 3, 4, 5, 6, 8, 10],
       registers,
@@ -92,53 +136,52 @@ export class WorkflowMetrics {
     deliver: () => Promise<T>,
   ): Promise<T> {
     const startedAt = performance.now();
-    let outcome: StepOutcome = 'failed';
+    let event: StepEvent = { event: 'threw', retryable: false };
     try {
       const result = await deliver();
-      outcome = result.outcome === 'done' ? 'done' : 'duplicate';
+      event = { event: 'resolved', outcome: result.outcome, lastStep: this.labelled(message, source)?.last ?? false };
       return result;
     } catch (err) {
-      outcome = failureOf(err).retryable ? 'transient' : 'failed';
+      event = { event: 'threw', retryable: failureOf(err).retryable };
       throw err;
     } finally {
-      this.delivered(message, source, outcome, (performance.now() - startedAt) / 1000);
+      this.count(message, source, stepCounts(event), (performance.now() - startedAt) / 1000);
     }
   }
 
   /** What the delivery's begin found: whether it started the run, and the attempts if it commits. */
   begun(message: StreamMessage, source: EntrySource, begun: Pick<BegunStep, 'runCreated' | 'attempts'>): void {
     this.attempts.set(message, begun.attempts);
-    if (!begun.runCreated) return;
-    const at = this.labelled(message, source);
-    if (at) this.runsStarted.inc({ workflow: at.workflow.name });
+    this.count(message, source, stepCounts({ event: 'begun', runCreated: begun.runCreated }));
   }
 
   /**
-   * The entry is being dead-lettered: its run failed (whoever decided it, the
-   * handler or the consumer). Counted as the consumer builds the dead-letter
-   * MULTI: if that MULTI fails, the entry comes back and is counted again
-   * when it is dead-lettered (rare, and an over-count, never a miss). A
-   * malformed entry has no run to count.
+   * The entry's dead letter is written (JobHandler.afterDeadLetter, once the
+   * consumer's MULTI has run: a MULTI that failed leaves the entry pending and
+   * counts nothing). `runDone`: see StepEvent. A malformed entry has no run.
    */
-  deadLettered(message: StreamMessage, source: EntrySource): void {
+  deadLettered(message: StreamMessage, source: EntrySource, runDone?: boolean): void {
+    let run = true;
     try {
       parseStepEntry(message.fields);
     } catch {
-      return;
+      run = false;
     }
-    const at = this.labelled(message, source);
-    if (at) this.runsFinished.inc({ workflow: at.workflow.name, status: 'failed' });
+    this.count(message, source, stepCounts({ event: 'dead_lettered', run, runDone }));
   }
 
-  private delivered(message: StreamMessage, source: EntrySource, outcome: StepOutcome, seconds: number): void {
+  private count(message: StreamMessage, source: EntrySource, counts: StepCounts, seconds?: number): void {
     const at = this.labelled(message, source);
-    if (!at?.step) return;
-    const labels = { workflow: at.workflow.name, step: at.step.name };
-    this.stepDuration.observe({ ...labels, outcome }, seconds);
-    if (outcome !== 'done') return;
+    if (!at) return;
+    const workflow = at.workflow.name;
+    if (counts.run === 'started') this.runsStarted.inc({ workflow });
+    else if (counts.run) this.runsFinished.inc({ workflow, status: counts.run });
+    // A step name not registered has no step series.
+    if (!at.step) return;
+    const labels = { workflow, step: at.step.name };
+    if (counts.step && seconds !== undefined) this.stepDuration.observe({ ...labels, outcome: counts.step }, seconds);
     const attempts = this.attempts.get(message);
-    if (attempts !== undefined) this.stepAttempts.observe(labels, attempts);
-    if (at.last) this.runsFinished.inc({ workflow: at.workflow.name, status: 'done' });
+    if (counts.attempts && attempts !== undefined) this.stepAttempts.observe(labels, attempts);
   }
 
   /**

@@ -15,6 +15,8 @@ export interface WorkflowDefinition {
   readonly queue: string;
   readonly group: string;
   readonly input?: Type<object>;
+  /** Its input parser (`@Workflow({ parse })`): a refusal is `malformed`, before anything else. */
+  readonly parse?: (payload: unknown) => unknown;
   readonly deadlineMs?: number;
   readonly steps: readonly StepDefinition[];
   /** The provider's class. */

@@ -136,6 +136,7 @@ export class WorkflowsExplorer {
       queue,
       group: meta.group ?? queue,
       ...(meta.input === undefined ? {} : { input: meta.input }),
+      ...(meta.parse === undefined ? {} : { parse: meta.parse }),
       ...(meta.deadlineS === undefined ? {} : { deadlineMs: meta.deadlineS * 1000 }),
       steps,
       type,

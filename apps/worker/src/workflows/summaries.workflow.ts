@@ -1,8 +1,14 @@
 import { Injectable } from '@nestjs/common';
 import { sanitizeSummary } from '@app/llm';
 import { SummaryWriter } from '@app/persistence';
-import { CONSUMER_GROUP, STREAM_TAG_PREFIX, summaryReadyMessage, type SummaryJobPayload } from '@app/summary-queue';
-import { type FinishedElsewhere, NonRetryableStepError, Step, type StepContext, Workflow } from '@app/workflows';
+import {
+  CONSUMER_GROUP,
+  parseSummaryJobPayload,
+  STREAM_TAG_PREFIX,
+  summaryReadyMessage,
+  type SummaryJobPayload,
+} from '@app/summary-queue';
+import { type FinishedElsewhere, Step, type StepContext, Workflow } from '@app/workflows';
 
 /**
  * The model's instructions, as OpenAiLlmClient.summarize gives them (kept the
@@ -17,16 +23,18 @@ const SYSTEM_PROMPT =
  * tables, statuses and webhook stay as they were (`{summaries}:jobs`,
  * `summarizers`, the job id as the run id). The summary's row goes in with the
  * step's commit (`insert`, group-committed with other jobs'), its notification
- * with it (`outbox`).
+ * with it (`outbox`). A payload without text and notify was never a summary
+ * job: its entry is dead-lettered `malformed` as it is read (`parse`), as it
+ * always was, before any work on it.
  */
-@Workflow(STREAM_TAG_PREFIX, { queue: STREAM_TAG_PREFIX, group: CONSUMER_GROUP })
+@Workflow(STREAM_TAG_PREFIX, { queue: STREAM_TAG_PREFIX, group: CONSUMER_GROUP, parse: parseSummaryJobPayload })
 @Injectable()
 export class SummariesWorkflow implements FinishedElsewhere {
   constructor(private readonly writer: SummaryWriter) {}
 
   @Step()
-  async summarize(ctx: StepContext<unknown>): Promise<{ summary: string }> {
-    const { text, notify } = payloadOf(ctx.input);
+  async summarize(ctx: StepContext<SummaryJobPayload>): Promise<{ summary: string }> {
+    const { text, notify } = ctx.input;
     const summary = sanitizeSummary(
       await ctx.llm.text([
         { role: 'system', content: SYSTEM_PROMPT },
@@ -47,12 +55,4 @@ export class SummariesWorkflow implements FinishedElsewhere {
     if (runIds.length === 1) return (await this.writer.isStored(runIds[0])) ? new Set(runIds) : new Set();
     return this.writer.storedAmong(runIds);
   }
-}
-
-/** What the api enqueued; anything else was never a summary job, and retrying cannot make it one (`malformed`). */
-function payloadOf(input: unknown): SummaryJobPayload {
-  const p = input as { text?: unknown; notify?: unknown } | null;
-  if (typeof p?.text !== 'string' || p.text.length === 0 || typeof p.notify !== 'string' || p.notify.length === 0)
-    throw new NonRetryableStepError('payload needs text and notify', 'malformed');
-  return { text: p.text, notify: p.notify };
 }

@@ -3,6 +3,7 @@ import type { Logger } from '@nestjs/common';
 import { MicroBatcher } from '@app/batching';
 import type { ChainableCommander } from 'ioredis';
 import { DEAD_LETTER_OWN_FIELDS } from '../dead-letter-fields';
+import { entryFieldMap } from '../wire';
 import type { NextEntry, StreamMessage } from './job-handler';
 import { ABANDON, ACK, ACK_THEN_ADD, FORGET_CONSUMER, RECLAIM } from './stream-scripts';
 import type { ConsumerPartition, ConsumerQueue, StreamsConsumerOptions } from './streams-consumer.options';
@@ -87,7 +88,7 @@ export class ConsumerGroup {
     return {
       cursor: next,
       entries: entries.map(([id, flat], i) => ({
-        message: { id, fields: fieldMap(flat) },
+        message: { id, fields: entryFieldMap(flat) },
         deliveries: Number(counts[i]),
       })),
       deleted,
@@ -102,7 +103,7 @@ export class ConsumerGroup {
     args.push('STREAMS', this.options.stream, '>');
     const xreadgroup = client.xreadgroup.bind(client) as (...a: (string | number)[]) => Promise<unknown>;
     const reply = (await xreadgroup(...args)) as [string, RawEntry[]][] | null;
-    return (reply?.[0]?.[1] ?? []).map(([id, flat]) => ({ id, fields: fieldMap(flat) }));
+    return (reply?.[0]?.[1] ?? []).map(([id, flat]) => ({ id, fields: entryFieldMap(flat) }));
   }
 
   /**
@@ -244,11 +245,4 @@ export class ConsumerGroup {
     }
     return this.blocking;
   }
-}
-
-/** A stream entry's flat field list (`[k1, v1, k2, v2]`) as a map. */
-function fieldMap(flat: readonly string[]): Record<string, string> {
-  const fields: Record<string, string> = {};
-  for (let i = 0; i + 1 < flat.length; i += 2) fields[flat[i]] = flat[i + 1];
-  return fields;
 }

@@ -71,6 +71,14 @@ export interface JobHandler {
    */
   deadLettered?(tx: ChainableCommander, message: StreamMessage, reason: string, source: EntrySource): void;
   /**
+   * Called once the dead letter is written (the MULTI ran without an error
+   * in its own commands; one that failed calls nothing): what must only
+   * follow a dead letter that exists (the run counted failed). Not awaited:
+   * what it does late it does on its own; an error it throws is only logged,
+   * the dead letter stands.
+   */
+  afterDeadLetter?(message: StreamMessage, reason: string, source: EntrySource): void;
+  /**
    * Called with each batch the consumer read or reclaimed, before it runs
    * them: where the handler can do for the batch at once what each delivery
    * would do alone (the summary job's pre-check: one query, not one each).

@@ -9,6 +9,7 @@ import { WorkerMetrics } from '../worker.metrics';
 import { ConsumerGroup } from './consumer-group';
 import { type EntrySource, InjectJobHandler, type JobHandler, type StreamMessage } from './job-handler';
 import { LeaseManager } from './lease-manager';
+import { runOnceShares } from './run-once-shares';
 import { SlotLimiter, type SlotReservation } from './slot-limiter';
 import { InjectStreamsConsumerOptions, type StreamsConsumerOptions } from './streams-consumer.options';
 import type { DeliveryResult } from './job-handler';
@@ -164,8 +165,10 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
    */
   async runOnce(): Promise<{ id: string; deliveries: number; outcome: DeliveryOutcome }[]> {
     this.startLeases();
-    // Every partition's turn at once, as the loops would: one partition's read does not wait for another's jobs.
-    const started = (await Promise.all(this.partitions.map((p) => this.turn(p, false)))).flat();
+    // Every partition's turn at once, as the loops would, each with its part of the slots free now (runOnceShares):
+    // one partition's read does not wait for another's jobs.
+    const shares = runOnceShares(this.slots.free, this.partitions.length);
+    const started = (await Promise.all(this.partitions.map((p, i) => this.turn(p, false, shares[i])))).flat();
     return Promise.all(started.map(async (d) => ({ id: d.id, deliveries: d.deliveries, outcome: await d.outcome })));
   }
 
@@ -253,9 +256,10 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     }
   }
 
-  private async turn(p: PartitionState, block: boolean): Promise<Delivery[]> {
+  /** `max`: the most slots its read may reserve (a loop's: its fair share; runOnce's: its part of the free ones). */
+  private async turn(p: PartitionState, block: boolean, max = this.share): Promise<Delivery[]> {
     try {
-      return await this.turnOnce(p, block);
+      return await this.turnOnce(p, block, max);
     } catch (err) {
       // The group is gone (Redis restarted without persistence, or someone
       // deleted it): create it again and carry on.
@@ -263,23 +267,24 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       this.logger.warn(`the consumer group is gone${this.where(p)}; creating it again`);
       p.group.forgotten();
       p.cursor = '0-0';
-      return this.turnOnce(p, block);
+      return this.turnOnce(p, block, max);
     }
   }
 
-  private async turnOnce(p: PartitionState, block: boolean): Promise<Delivery[]> {
+  private async turnOnce(p: PartitionState, block: boolean, max: number): Promise<Delivery[]> {
     await p.group.ensure();
     // Reserved before the read, so that the partitions' reads together never exceed the slots. Turns are for the
-    // loops, which compete; runOnce's turns take no turn in that queue (they are not loops that come back).
-    let slots = this.slots.reserve(this.share, block ? p : undefined);
-    // runOnce's turns run side by side: one that found every slot reserved by the others waits for one to free (they
-    // give back what their reads did not use at once), so that each partition does get its turn.
+    // loops, which compete; runOnce's turns run side by side, once, each within its share of the slots that were
+    // free when it began, and take no place in that queue.
+    let slots = this.slots.reserve(max, block ? p : undefined);
+    // Only when fewer slots were free than partitions (each still gets one), or running loops took them meanwhile,
+    // does a runOnce turn find none left: it waits for one to free, so that each partition does get its turn.
     while (!block && slots.remaining <= 0 && !this.stopping) {
       await this.slots.slotFreed(this.slotWaitMs);
-      slots = this.slots.reserve(this.share);
+      slots = this.slots.reserve(max);
     }
     if (slots.remaining <= 0) {
-      await this.slots.slotFreed(this.slotWaitMs);
+      if (!this.stopping) await this.slots.slotFreed(this.slotWaitMs);
       return [];
     }
     try {
@@ -486,6 +491,19 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     const hook = this.handler.deadLettered?.bind(this.handler);
     await p.group.deadLetter(message, reason, detail, hook && ((tx) => hook(tx, message, reason, p.source)));
     this.metrics.deadLetters.inc({ reason });
+    this.afterDeadLetter(p, message, reason);
+  }
+
+  /** The handler's afterDeadLetter: the entry is out of the stream whatever it does, so its error is only logged. */
+  private afterDeadLetter(p: PartitionState, message: StreamMessage, reason: string): void {
+    try {
+      this.handler.afterDeadLetter?.(message, reason, p.source);
+    } catch (err) {
+      this.logger.error(
+        { ...this.logFields(message), entry: message.id },
+        `after its dead letter: ${(err as Error).message}`,
+      );
+    }
   }
 
   /**

@@ -1,8 +1,9 @@
 /*
  * The BullMQ side of test/bench/worker-side-by-side.bench.ts: a BullMQ Worker
- * doing our worker's job (apps/worker/src/jobs/summary-job.handler.ts), in a
- * process of its own:
- *   1. the pre-check our handler makes (SummaryWriter.isStored):
+ * doing our worker's summary job (the summaries workflow,
+ * apps/worker/src/workflows/summaries.workflow.ts, as the job did before it
+ * ran on the workflow engine), in a process of its own:
+ *   1. the pre-check our worker makes (SummaryWriter.isStored):
  *      SELECT 1 FROM summaries WHERE job_id = $1 (a stored job is a duplicate);
  *   2. the model through the official openai SDK (maxRetries 0, the request
  *      timeout and system prompt of libs/llm/src/openai-llm.client.ts, an
