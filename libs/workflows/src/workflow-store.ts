@@ -259,7 +259,8 @@ function commitStatement(steps: readonly SerializedCommit[]): { sql: string; par
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::boolean[], $5::jsonb[]) WITH ORDINALITY
       AS i(run_id, step, output, last, run_output, k)
   ), locked AS (
-    SELECT r.run_id FROM workflow_runs r WHERE r.run_id IN (SELECT run_id FROM input) FOR NO KEY UPDATE
+    SELECT r.run_id FROM workflow_runs r WHERE r.run_id IN (SELECT run_id FROM input)
+     ORDER BY r.run_id FOR NO KEY UPDATE
   ), winners AS (
     UPDATE workflow_steps s
        SET status = 'done', output = i.output, error = NULL, finished_at = now()
