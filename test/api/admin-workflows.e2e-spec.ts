@@ -83,7 +83,8 @@ describe('operating the dead letters of every queue: summaries and workflows', (
     const res = (await admin('post', `/admin/dead-letters/workflows/${streamId}/redrive`).expect(200)).body;
     expect(res).toMatchObject({ dead_letter: `workflows/${streamId}`, job_id: runId, workflow: 'triage' });
     const entries = await redis.xrange(WF_JOBS, '-', '+');
-    expect(entries).toEqual([[res.entry, step]]);
+    // ... and says it was re-driven (the one entry that may set its failed run running again).
+    expect(entries).toEqual([[res.entry, [...step, 'redriven', '1']]]);
     expect(await redis.xlen(WF_DEAD)).toBe(0);
     expect(await redis.hgetall(wfRecord(runId))).toEqual({ tenant: TENANT_A.tenant, workflow: 'triage' });
     expect(await redis.pttl(wfRecord(runId))).toBeGreaterThan(0);
@@ -99,8 +100,16 @@ describe('operating the dead letters of every queue: summaries and workflows', (
     const id = await redis.xadd(DEAD_LETTER_STREAM, '*', ...fields, ...deadFields);
     const res = (await admin('post', `/admin/dead-letters/${id}/redrive`).expect(200)).body;
     expect(res).toMatchObject({ dead_letter: id, job_id: jobId, workflow: 'summaries' });
-    expect(await redis.xrange(JOBS_STREAM, '-', '+')).toEqual([[res.entry, fields]]);
+    expect(await redis.xrange(JOBS_STREAM, '-', '+')).toEqual([[res.entry, [...fields, 'redriven', '1']]]);
     expect(await redis.hgetall(jobRecordKey(jobId))).toEqual({ tenant: TENANT_A.tenant });
+  });
+
+  it('a second re-drive of a step counts it: one `redriven` field, one more', async () => {
+    const runId = randomUUID();
+    const step = stepFields(runId, 'triage', 'draft');
+    const streamId = await redis.xadd(WF_DEAD, '*', ...step, 'redriven', '1', ...deadFields);
+    const res = (await admin('post', `/admin/dead-letters/workflows/${streamId}/redrive`).expect(200)).body;
+    expect(await redis.xrange(WF_JOBS, '-', '+')).toEqual([[res.entry, [...step, 'redriven', '2']]]);
   });
 
   describe('with dead letters in both queues', () => {

@@ -317,7 +317,7 @@ describe('the engine under races', () => {
       new Map([
         [good.message.id, 'done'],
         [bigint.message.id, 'dead_lettered'],
-        [noTable.message.id, 'dead_lettered'],
+        [noTable.message.id, 'transient'],
       ]),
     );
     expect(await rows('SELECT run_id, "user" FROM wf_race_rows')).toEqual([{ run_id: good.runId, user: 'u' }]);
@@ -325,12 +325,28 @@ describe('the engine under races', () => {
       f[f.indexOf('job_id') + 1],
       f[f.indexOf('reason') + 1],
     ]);
-    expect(new Map(reasons as [string, string][])).toEqual(
-      new Map([
-        [bigint.runId, 'output_not_serializable'],
-        [noTable.runId, 'insert_failed'],
-      ]),
-    );
+    // A table not there (yet) is the rollout's order, not the step's fault: left pending, retried.
+    expect(new Map(reasons as [string, string][])).toEqual(new Map([[bigint.runId, 'output_not_serializable']]));
+    const pending = (await redis.xpending(P.jobs, 'workflows', '-', '+', 10)) as [string][];
+    expect(pending.map(([id]) => id)).toEqual([noTable.message.id]);
+  });
+
+  /*
+   * Timeline: the step's table is not migrated yet (the worker rolled out first): its commit fails with 42P01 and
+   * the entry is left pending, not dead-lettered; the migration lands; the redelivery commits the step and its row.
+   */
+  it('a step whose table is not migrated yet is retried, and commits once the table exists', async () => {
+    const w = await worker();
+    const { runId, message } = await entry('batch', { bad: 'no_table' });
+    await expect(deliver(w, message, 1)).rejects.toMatchObject({ failure: { kind: 'database', retryable: true } });
+    expect(await rows('SELECT status FROM workflow_runs WHERE run_id = $1', [runId])).toEqual([{ status: 'running' }]);
+    await rows('CREATE TABLE wf_race_no_such_table (run_id uuid PRIMARY KEY)');
+    try {
+      expect(await deliver(w, message, 2)).toEqual({ outcome: 'done' });
+      expect(await rows('SELECT run_id FROM wf_race_no_such_table')).toEqual([{ run_id: runId }]);
+    } finally {
+      await rows('DROP TABLE wf_race_no_such_table');
+    }
   });
 
   it('a re-driven run with a deadline counts it from the re-drive, not from its first delivery', async () => {
@@ -347,10 +363,146 @@ describe('the engine under races', () => {
       `INSERT INTO workflow_steps (run_id, step, status, attempts, error) VALUES ($1, 'hop', 'failed', 1, 'llm_client')`,
       [runId],
     );
-    expect(await deliver(w, message, 1)).toMatchObject({ outcome: 'done' });
+    const redriven = { ...message, fields: { ...message.fields, redriven: '1' } };
+    expect(await deliver(w, redriven, 1)).toMatchObject({ outcome: 'done' });
     expect(await rows('SELECT status, attempts FROM workflow_steps WHERE run_id = $1', [runId])).toEqual([
       { status: 'done', attempts: 2 },
     ]);
+  });
+
+  /*
+   * Timeline: hop's delivery 1 failed the run and was dead-lettered; a late delivery of the same entry (a reclaim
+   * that was already under way) begins: it finds the run failed and is no re-drive, so it is acked without running
+   * hop, schedules nothing and leaves the run failed, as Redis has it. Only a re-driven entry sets it running again.
+   */
+  it('a late delivery meeting a failed run acks without running it; only a re-drive revives the run', async () => {
+    const w = await worker();
+    const { runId, message } = await entry('races', {});
+    await rows(
+      `INSERT INTO workflow_runs (run_id, workflow, tenant, status, steps, error, finished_at)
+       VALUES ($1, 'races', 'tenant-a', 'failed', '{hop,landed}', 'ticket_closed', now())`,
+      [runId],
+    );
+    await rows(
+      `INSERT INTO workflow_steps (run_id, step, status, attempts, error) VALUES ($1, 'hop', 'failed', 1, 'x')`,
+      [runId],
+    );
+    let ran = 0;
+    script.hop = async () => void ran++;
+    expect(await deliver(w, message, 2)).toEqual({ outcome: 'duplicate' });
+    expect(ran).toBe(0);
+    expect(await rows('SELECT status FROM workflow_runs WHERE run_id = $1', [runId])).toEqual([{ status: 'failed' }]);
+    expect(await rows('SELECT status, attempts FROM workflow_steps WHERE run_id = $1', [runId])).toEqual([
+      { status: 'failed', attempts: 1 },
+    ]);
+    const redriven = { ...message, fields: { ...message.fields, redriven: '1' } };
+    expect(await deliver(w, redriven, 1)).toMatchObject({ outcome: 'done' });
+    expect(ran).toBe(1);
+    expect(await rows('SELECT status FROM workflow_runs WHERE run_id = $1', [runId])).toEqual([{ status: 'running' }]);
+  });
+
+  /*
+   * Timeline: delivery 1 of hold opens its transaction (the run's row) and waits; the entry is taken from its
+   * worker (JUSTID: no delivery counted) and worker B reclaims it as delivery 2, which finds the run busy. B hands
+   * it back with its count set back to 1: waiting on a slow holder never counts toward MAX_DELIVERIES.
+   */
+  it('a delivery that finds its run busy elsewhere is handed back uncounted', async () => {
+    const a = await worker();
+    const b = await worker();
+    const holding = Promise.withResolvers<void>();
+    const release = Promise.withResolvers<void>();
+    script.held = async () => {
+      holding.resolve();
+      await release.promise;
+    };
+    const { message } = await entry('held', {});
+    const first = a.consumer.runOnce();
+    await holding.promise;
+    await redis.xclaim(P.jobs, 'workflows', 'stalled', 0, message.id, 'IDLE', 3_600_000, 'JUSTID');
+    expect((await b.consumer.runOnce()).map((r) => [r.deliveries, r.outcome])).toEqual([[2, 'transient']]);
+    const pending = (await redis.xpending(P.jobs, 'workflows', '-', '+', 10)) as [string, string, number, number][];
+    expect(pending.map(([id, , , n]) => [id, Number(n)])).toEqual([[message.id, 1]]);
+    release.resolve();
+    expect((await first).map((r) => r.outcome)).toEqual(['done']);
+  });
+
+  /*
+   * Timeline: worker A runs hop (delivery 1) and waits in the step; meanwhile its entry leaves the stream without
+   * A (as a dead letter or another delivery's ack does: XACK + XDEL). A's step returns and wins the commit: its
+   * XACK takes nothing, yet the run goes on. The gate on the run's record adds landed once; a second ack of the
+   * same step (a redelivery that finds hop done) adds nothing.
+   */
+  it('a won commit whose entry was acked elsewhere still schedules the next step, once', async () => {
+    const a = await worker();
+    const inStep = Promise.withResolvers<void>();
+    const release = Promise.withResolvers<void>();
+    script.hop = async () => {
+      inStep.resolve();
+      await release.promise;
+    };
+    const { runId, message } = await entry('races', {});
+    const first = a.consumer.runOnce();
+    await inStep.promise;
+    await redis.xack(P.jobs, 'workflows', message.id);
+    await redis.xdel(P.jobs, message.id);
+    release.resolve();
+    expect((await first).map((r) => r.outcome)).toEqual(['done']);
+    expect(await stepsOnStream('landed')).toHaveLength(1);
+    expect(await rows('SELECT status FROM workflow_steps WHERE run_id = $1', [runId])).toEqual([{ status: 'done' }]);
+    expect((await a.consumer.runOnce()).map((r) => r.outcome)).toEqual(['done']); // landed: the run is done
+    // A late duplicate of hop's entry (re-added, as a second start would) finds hop done and is acked: the gate does
+    // not let its ack add landed a second time.
+    await redis.xadd(P.jobs, '*', ...Object.entries(message.fields).flat());
+    expect((await a.consumer.runOnce()).map((r) => r.outcome)).toEqual(['duplicate']);
+    expect(await redis.xlen(P.jobs)).toBe(0);
+  });
+
+  /*
+   * Timeline: a commit of hop holds the run's row (as commit's `locked` CTE does), then marks the step done; a FAIL
+   * of the same step comes in between. FAIL waits for the run's row before it touches the step's (no deadlock: the
+   * order begin and commit take), then sees the committed step: neither the step nor the run is failed.
+   */
+  it('a FAIL racing a commit waits for the run row, and fails neither a committed step nor its run', async () => {
+    const w = await worker();
+    const { runId } = await entry('races', {});
+    await rows(
+      `INSERT INTO workflow_runs (run_id, workflow, tenant, status, steps)
+                VALUES ($1, 'races', 'tenant-a', 'running', '{hop,landed}')`,
+      [runId],
+    );
+    await rows(`INSERT INTO workflow_steps (run_id, step, status, attempts) VALUES ($1, 'hop', 'running', 1)`, [runId]);
+    const commit = db.createQueryRunner();
+    await commit.connect();
+    await commit.startTransaction();
+    try {
+      await commit.query('SELECT 1 FROM workflow_runs WHERE run_id = $1 FOR NO KEY UPDATE', [runId]);
+      const failing = w.app.get(WorkflowStore).fail({
+        runId,
+        workflow: 'races',
+        tenant: 'tenant-a',
+        steps: ['hop', 'landed'],
+        step: 'hop',
+        error: 'max_deliveries',
+      });
+      await eventually(
+        async () => {
+          const [{ n }] = await rows(
+            `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`,
+          );
+          return n > 0 ? true : undefined;
+        },
+        5000,
+        'FAIL waiting for a lock',
+      );
+      await commit.query(`UPDATE workflow_steps SET status = 'done', output = '{}' WHERE run_id = $1`, [runId]);
+      await commit.commitTransaction();
+      await failing;
+    } finally {
+      if (commit.isTransactionActive) await commit.rollbackTransaction();
+      await commit.release();
+    }
+    expect(await rows('SELECT status FROM workflow_runs WHERE run_id = $1', [runId])).toEqual([{ status: 'running' }]);
+    expect(await rows('SELECT status FROM workflow_steps WHERE run_id = $1', [runId])).toEqual([{ status: 'done' }]);
   });
 
   /*

@@ -9,6 +9,8 @@ import { sanitizeSummary } from './summary.sanitizer';
  * for the model's latency.
  */
 export class FakeLlmClient implements LlmClient {
+  readonly defaultModel = 'fake';
+
   constructor(private readonly latencyMs = 50) {}
 
   async summarize(text: string, { signal }: SummarizeOptions): Promise<string> {

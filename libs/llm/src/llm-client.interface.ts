@@ -33,6 +33,8 @@ export interface LlmClient {
   summarize(text: string, options: SummarizeOptions): Promise<string>;
   /** One non-streaming chat completion, no retries of its own (RetryPolicy is the one layer that retries). */
   chat(request: ChatRequest, options: ChatOptions): Promise<ChatCompletion>;
+  /** The model a request without one is sent with (OPENAI_MODEL): a call's key hashes the request as sent. */
+  readonly defaultModel?: string;
 }
 
 export const LlmClient = Symbol('LlmClient');

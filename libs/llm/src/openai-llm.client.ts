@@ -88,6 +88,10 @@ export class OpenAiLlmClient implements LlmClient {
     return sanitizeSummary(completion.choices[0]?.message?.content);
   }
 
+  get defaultModel(): string {
+    return this.options.model;
+  }
+
   chat(request: ChatRequest, options: ChatOptions): Promise<ChatCompletion> {
     return this.gatewayErrors(
       this.client.chat.completions.create(

@@ -85,7 +85,10 @@ const LIST_EXAMINE = 1000;
  * Back into the job stream with every field it had (the same job id, and a
  * workflow step's `workflow`, `step`, `state` and whatever a later version
  * adds; only the dead letter's own fields, DEAD_LETTER_OWN_FIELDS, stay
- * behind), out of the dead letters, the job record back to queued, and the
+ * behind) plus `redriven`, the times it was re-driven (the engine's begin
+ * sets a failed run running again for such an entry only: a late reclaim of
+ * a dead-lettered run's entry must not revive it), out of the dead letters,
+ * the job record back to queued, and the
  * re-drive counted: atomically, so two operators re-driving the same entry
  * start it once and count it once. A re-drive of a job that did finish
  * meanwhile is a harmless duplicate.
@@ -106,12 +109,14 @@ local f = {}
 for i = 1, #flat, 2 do
   local k = flat[i]
   f[k] = flat[i + 1]
-  if not own[k] then
+  if not own[k] and k ~= 'redriven' then
     fields[#fields + 1] = k
     fields[#fields + 1] = flat[i + 1]
   end
 end
 if f['job_id'] ~= ARGV[2] or not f['tenant'] then return false end
+fields[#fields + 1] = 'redriven'
+fields[#fields + 1] = tostring((tonumber(f['redriven']) or 0) + 1)
 local id = redis.call('XADD', KEYS[2], '*', unpack(fields))
 redis.call('XDEL', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[3], 'status', 'error')

@@ -46,6 +46,8 @@ describe('decideDelivery', () => {
       { action: 'retry', failure: { kind: 'running_elsewhere', retryable: true } },
     ],
     ['a committed step, redelivered past max deliveries', { step: 'done', delivery: 9 }, { action: 'advance' }],
+    ['a run another delivery failed (no re-drive)', { step: 'failed' }, { action: 'drop' }],
+    ['a run another delivery failed, past max deliveries', { step: 'failed', delivery: 9 }, { action: 'drop' }],
     [
       'a committed step, the deadline passed',
       { step: 'done', runAgeMs: 5000, deadlineMs: 1000 },

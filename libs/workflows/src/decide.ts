@@ -11,9 +11,10 @@ import { isDeterministicDatabaseError, isTransientDatabaseError } from './databa
 
 /**
  * A step's row as `begin` left it: `done` was committed by an earlier delivery; `busy`: another delivery holds its
- * run (a step in its own transaction, a commit) and decides; any other is now `running`.
+ * run (a step in its own transaction, a commit) and decides; `failed`: its run was failed by another delivery (and
+ * dead-lettered) and this entry is no re-drive; any other is now `running`.
  */
-export type StepRowStatus = 'running' | 'done' | 'busy';
+export type StepRowStatus = 'running' | 'done' | 'busy' | 'failed';
 
 export interface DeliveryFacts {
   readonly step: StepRowStatus;
@@ -33,6 +34,8 @@ export type DeliveryDecision =
   | { readonly action: 'advance' }
   /** Fail the run and dead-letter the entry. */
   | { readonly action: 'fail'; readonly failure: ErrorClass }
+  /** Ack the entry without running it: its run failed, decided by another delivery (only a re-drive revives it). */
+  | { readonly action: 'drop' }
   /** Leave the entry pending, changing nothing: another delivery is at work on the run. */
   | { readonly action: 'retry'; readonly failure: ErrorClass };
 
@@ -44,6 +47,7 @@ export const RUNNING_ELSEWHERE: ErrorClass = { kind: 'running_elsewhere', retrya
 export function decideDelivery(f: DeliveryFacts): DeliveryDecision {
   // A committed step is never run again, whatever else holds: its redelivery only finishes what the crash cut short.
   if (f.step === 'done') return { action: 'advance' };
+  if (f.step === 'failed') return { action: 'drop' };
   if (f.step === 'busy') return { action: 'retry', failure: RUNNING_ELSEWHERE };
   if (f.delivery > f.maxDeliveries) return { action: 'fail', failure: MAX_DELIVERIES };
   const timeLeftMs = f.deadlineMs === undefined ? Infinity : f.deadlineMs - f.runAgeMs;

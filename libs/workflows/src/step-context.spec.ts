@@ -30,6 +30,22 @@ describe('modelCallKey', () => {
     expect(modelCallKey(...args) === key).toBe(same);
   });
 
+  it('hashes the request as sent: the default model filled in, a Date as its JSON', () => {
+    const { model: _model, ...noModel } = base;
+    expect(modelCallKey(RUN, 'classify', 0, noModel, 'gpt-test')).toBe(key);
+    expect(modelCallKey(RUN, 'classify', 0, noModel, 'gpt-other')).not.toBe(key);
+    expect(modelCallKey(RUN, 'classify', 0, { ...base, stream: false } as typeof base)).toBe(key);
+    const at = (iso: string) => ({ ...base, metadata: { at: new Date(iso) } }) as unknown as typeof base;
+    const jan = modelCallKey(RUN, 'classify', 0, at('2026-01-01T00:00:00Z'));
+    expect(modelCallKey(RUN, 'classify', 0, at('2026-02-01T00:00:00Z'))).not.toBe(jan);
+    expect(
+      modelCallKey(RUN, 'classify', 0, {
+        ...base,
+        metadata: { at: '2026-01-01T00:00:00.000Z' },
+      }),
+    ).toBe(jan);
+  });
+
   it('stays within the 128 characters the gateway takes, with the longest names', () => {
     expect(modelCallKey(RUN, 's'.repeat(64), 999, base).length).toBeLessThanOrEqual(128);
   });

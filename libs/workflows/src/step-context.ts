@@ -20,8 +20,14 @@ export interface StepCallOptions {
   readonly idempotencyKey?: string;
 }
 
-/** JSON with every object's keys sorted: one text for one request, however its properties were ordered. */
+/**
+ * JSON with every object's keys sorted: one text for one request, however its properties were ordered. A value with
+ * `toJSON` (a Date) is what it sends, as JSON.stringify (and so the client) has it.
+ */
 function canonicalJson(value: unknown): string {
+  const own = value as { toJSON?: unknown } | null;
+  if (typeof own === 'object' && own !== null && typeof own.toJSON === 'function')
+    return canonicalJson((own.toJSON as () => unknown).call(own));
   if (Array.isArray(value)) return `[${value.map((v) => canonicalJson(v ?? null)).join(',')}]`;
   if (typeof value === 'object' && value !== null) {
     const entries = Object.entries(value as Record<string, unknown>)
@@ -35,15 +41,24 @@ function canonicalJson(value: unknown): string {
 /**
  * A step's model call's default Idempotency-Key: `wf:<run_id>:<step>:<n>:<d>`,
  * n the call's place in the step (0, 1, ...) and d the first 16 hex digits of
- * the SHA-256 of the request (model, messages and every parameter, keys
+ * the SHA-256 of the request as the client sends it (the default model
+ * filled in, `stream: false`; model, messages and every parameter, keys
  * sorted). A retried identical call (a redelivery after a crash) has the same
  * key and is answered from the gateway's record; a changed one (a re-drive
  * after a prompt fix, a prompt that is not deterministic) is a new call, not
  * a 422 for reusing a key with another body. At most 125 ASCII characters
  * (names ≤ 64, n < 1000): within the gateway's 128.
  */
-export function modelCallKey(runId: string, step: string, n: number, request: ChatRequest): string {
-  const digest = createHash('sha256').update(canonicalJson(request)).digest('hex').slice(0, 16);
+export function modelCallKey(
+  runId: string,
+  step: string,
+  n: number,
+  request: ChatRequest,
+  defaultModel?: string,
+): string {
+  // As the client sends it: OPENAI_MODEL filled in, not streamed (a changed OPENAI_MODEL is a new call).
+  const sent = { ...request, model: request.model ?? defaultModel, stream: false };
+  const digest = createHash('sha256').update(canonicalJson(sent)).digest('hex').slice(0, 16);
   return `wf:${runId}:${step}:${n}:${digest}`;
 }
 
@@ -202,7 +217,8 @@ export class StepContextImpl<I> implements StepContext<I> {
 
   private async call<T>(request: ChatRequest, pick: (c: ChatCompletion) => T, options?: StepCallOptions): Promise<T> {
     const n = this.calls++;
-    const idempotencyKey = options?.idempotencyKey ?? modelCallKey(this.rt.runId, this.rt.step, n, request);
+    const idempotencyKey =
+      options?.idempotencyKey ?? modelCallKey(this.rt.runId, this.rt.step, n, request, this.rt.llm.defaultModel);
     const { retry, metrics, logger } = this.rt;
     try {
       const outcome = await retry.run(

@@ -17,7 +17,15 @@ describe('the step entry wire format', () => {
       payload: '{"text":"x","notify":"a@b.c"}',
       input: { text: 'x', notify: 'a@b.c' },
       state: {},
+      redriven: false,
     });
+  });
+
+  it('an entry a re-drive put back says so; the next step it schedules does not', () => {
+    const redriven = parseStepEntry({ job_id: RUN, tenant: 't', payload: '{}', redriven: '2' });
+    expect(redriven.redriven).toBe(true);
+    const next = entryFieldMap(stepEntryFields(nextStepEntry(redriven, 'b', 'a', { x: 1 })));
+    expect(next).not.toHaveProperty('redriven');
   });
 
   it('writes and reads back every field, and the next step keeps the payload and the workflow', () => {
@@ -40,6 +48,7 @@ describe('the step entry wire format', () => {
       workflow: 'triage',
       step: 'draft',
       state: { classify: { category: 'billing' } },
+      redriven: false,
     });
   });
 

@@ -17,6 +17,7 @@ export const STEP_ENTRY_FIELDS = {
   workflow: 'workflow',
   step: 'step',
   state: 'state',
+  redriven: 'redriven',
 } as const;
 
 /** A step entry as the engine sees it. */
@@ -31,6 +32,11 @@ export interface StepEntry {
   readonly step?: string;
   /** What the earlier steps committed, by step name. */
   readonly state: Readonly<Record<string, unknown>>;
+  /**
+   * Put back by an operator's re-drive (`redriven`, the times it was, written by the re-drive script alone): the one
+   * delivery that may set a failed run running again. Never carried to the next step's entry.
+   */
+  readonly redriven: boolean;
 }
 
 /** An entry that is not a step entry, and never will be: dead-lettered `malformed`, never retried. */
@@ -81,6 +87,7 @@ export function parseStepEntry(fields: Readonly<Record<string, string>>): StepEn
     ...(workflow === undefined ? {} : { workflow }),
     ...(step === undefined ? {} : { step }),
     state: state as Record<string, unknown>,
+    redriven: fields[f.redriven] !== undefined,
   };
 }
 

@@ -1,4 +1,4 @@
-import { MAX_OUTPUT_BYTES, serializeCommit, type StepCommit } from './workflow-store';
+import { isolateCommitFailure, MAX_OUTPUT_BYTES, serializeCommit, type StepCommit } from './workflow-store';
 import { NonRetryableStepError } from './workflow.errors';
 
 describe('serializeCommit', () => {
@@ -57,5 +57,24 @@ describe('serializeCommit', () => {
       outbox: ['{"topic":"a.b","dedupe_key":"k1","payload":{"x":1}}'],
       dedupeKeys: ['k1'],
     });
+  });
+});
+
+describe('isolateCommitFailure', () => {
+  const pg = (code: string) => Object.assign(new Error(`pg ${code}`), { code });
+  it.each<[string, unknown, boolean]>([
+    ['a bad value (22P02)', pg('22P02'), true],
+    ['a constraint (23502)', pg('23502'), true],
+    ['an undefined table (42P01)', pg('42P01'), true],
+    ['a serialization failure (40001)', pg('40001'), true],
+    ['too many connections (53300)', pg('53300'), false],
+    ['a statement timeout (57014)', pg('57014'), false],
+    ['a deadlock (40P01)', pg('40P01'), false],
+    ['a lock not available (55P03)', pg('55P03'), false],
+    ['a lost connection (08006)', pg('08006'), false],
+    ['a socket error', Object.assign(new Error('reset'), { code: 'ECONNRESET' }), false],
+    ['an error of no SQLSTATE', new TypeError('x'), true],
+  ])('%s: alone %s', (_, err, alone) => {
+    expect(isolateCommitFailure(err)).toBe(alone);
   });
 });

@@ -15,6 +15,8 @@ export interface BeginStep {
   /** The workflow's steps in order: the run row's `steps`. */
   readonly steps: readonly string[];
   readonly step: string;
+  /** The entry was put back by a re-drive: it alone may set a failed run running again. */
+  readonly redriven?: boolean;
 }
 
 /** The step's row after `begin`, and its run's. */
@@ -22,9 +24,10 @@ export interface BegunStep {
   /**
    * `done`: committed by an earlier delivery (its `output` is the recorded one); `busy`: its run's row is locked by
    * another delivery (a step in its own transaction, a commit), which decides: nothing was changed, retry later;
-   * else now `running`.
+   * `failed`: its run failed (another delivery decided and dead-lettered it) and this entry is no re-drive: nothing
+   * was changed; else now `running`.
    */
-  readonly status: 'running' | 'done' | 'busy';
+  readonly status: 'running' | 'done' | 'busy' | 'failed';
   readonly output: unknown;
   readonly attempts: number;
   /** Since the run's deadline base (its row's creation, or its last re-drive), by PostgreSQL's clock. */
@@ -68,18 +71,24 @@ const MAX_BATCH = 64;
 const MAX_IN_FLIGHT = 2;
 
 /**
- * $1..$5: run ids, workflows, tenants, step lists (jsonb arrays), steps.
+ * $1..$6: run ids, workflows, tenants, step lists (jsonb arrays), steps,
+ * re-driven (booleans).
  *
  * Locks are taken in one order everywhere: the run's row, then the step's
  * (commit and a step's own transaction do the same), so begins and commits
- * of one run cannot deadlock. A run whose row another transaction holds (a
- * step running in its own transaction(), or a commit under way) is `busy`
- * and left untouched (SKIP LOCKED): that delivery decides, and this one is
- * retried later instead of holding up the whole batch behind that lock.
+ * of one run cannot deadlock; and the rows of a batch in run id order, so
+ * two batches lock theirs in one order too. A run whose row another
+ * transaction holds (a step running in its own transaction(), or a commit
+ * under way) is `busy` and left untouched (SKIP LOCKED): that delivery
+ * decides, and this one is retried later instead of holding up the whole
+ * batch behind that lock.
  *
- * The run row is inserted `running` if absent (a failed run, re-driven, is
- * `running` again, its deadline counted from now); the step row inserted, or
- * set `running` with one more attempt unless it is `done`. The step upsert
+ * The run row is inserted `running` if absent. A `failed` run is set
+ * `running` again (its deadline counted from now) only by a re-driven entry
+ * (the operator's decision); any other delivery that meets it (a late
+ * reclaim of an entry whose run another delivery failed and dead-lettered)
+ * is answered `failed` and changes nothing. The step row is inserted, or set
+ * `running` with one more attempt unless it is `done`. The step upsert
  * always updates (a done row to itself), so that RETURNING gives the row as
  * it is now, never a snapshot from before a commit that raced it.
  * `run_created`: the run's row was inserted, not updated, by this statement
@@ -87,25 +96,30 @@ const MAX_IN_FLIGHT = 2;
  * another begin inserted concurrently), the run's start for the metrics.
  */
 const BEGIN = `WITH input AS (
-    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::text[])
-      AS i(run_id, workflow, tenant, steps, step)
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::boolean[])
+      AS i(run_id, workflow, tenant, steps, step, redriven)
   ), free AS (
-    SELECT run_id FROM workflow_runs WHERE run_id IN (SELECT run_id FROM input) FOR NO KEY UPDATE SKIP LOCKED
+    SELECT run_id, status FROM workflow_runs WHERE run_id IN (SELECT run_id FROM input)
+     ORDER BY run_id FOR NO KEY UPDATE SKIP LOCKED
   ), busy AS (
     SELECT r.run_id FROM workflow_runs r
      WHERE r.run_id IN (SELECT run_id FROM input) AND r.run_id NOT IN (SELECT run_id FROM free)
+  ), dead AS (
+    SELECT f.run_id FROM free f JOIN input i ON i.run_id = f.run_id WHERE f.status = 'failed' AND NOT i.redriven
   ), go AS (
-    SELECT * FROM input WHERE run_id NOT IN (SELECT run_id FROM busy)
+    SELECT * FROM input
+     WHERE run_id NOT IN (SELECT run_id FROM busy) AND run_id NOT IN (SELECT run_id FROM dead)
   ), run AS (
     INSERT INTO workflow_runs (run_id, workflow, tenant, status, steps)
     SELECT run_id, workflow, tenant, 'running', ARRAY(SELECT jsonb_array_elements_text(steps)) FROM go
+     ORDER BY run_id
     ON CONFLICT (run_id) DO UPDATE
       SET status = 'running', error = NULL, finished_at = NULL, updated_at = now(), deadline_from = now()
       WHERE workflow_runs.status = 'failed'
     RETURNING run_id, deadline_from, (xmax = 0) AS inserted
   ), step AS (
     INSERT INTO workflow_steps (run_id, step, status, attempts)
-    SELECT run_id, step, 'running', 1 FROM go
+    SELECT run_id, step, 'running', 1 FROM go ORDER BY run_id
     ON CONFLICT (run_id, step) DO UPDATE
       SET status = CASE WHEN workflow_steps.status = 'done' THEN 'done' ELSE 'running' END,
           attempts = workflow_steps.attempts + CASE WHEN workflow_steps.status = 'done' THEN 0 ELSE 1 END,
@@ -115,12 +129,14 @@ const BEGIN = `WITH input AS (
     RETURNING run_id, step, status, output, attempts
   )
   SELECT i.run_id, i.step,
-         CASE WHEN b.run_id IS NOT NULL THEN 'busy' ELSE s.status END AS status,
+         CASE WHEN b.run_id IS NOT NULL THEN 'busy' WHEN d.run_id IS NOT NULL THEN 'failed' ELSE s.status END
+           AS status,
          s.output, COALESCE(s.attempts, 0) AS attempts,
          (extract(epoch FROM now() - COALESCE(r.deadline_from, old_r.deadline_from, now())) * 1000)::float8 AS age_ms,
          COALESCE(r.inserted, false) AS run_created
     FROM input i
     LEFT JOIN busy b ON b.run_id = i.run_id
+    LEFT JOIN dead d ON d.run_id = i.run_id
     LEFT JOIN step s ON s.run_id = i.run_id AND s.step = i.step
     LEFT JOIN run r ON r.run_id = i.run_id
     LEFT JOIN workflow_runs old_r ON old_r.run_id = i.run_id`;
@@ -243,7 +259,8 @@ function commitStatement(steps: readonly SerializedCommit[]): { sql: string; par
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::boolean[], $5::jsonb[]) WITH ORDINALITY
       AS i(run_id, step, output, last, run_output, k)
   ), locked AS (
-    SELECT r.run_id FROM workflow_runs r WHERE r.run_id IN (SELECT run_id FROM input) FOR NO KEY UPDATE
+    SELECT r.run_id FROM workflow_runs r WHERE r.run_id IN (SELECT run_id FROM input)
+     ORDER BY r.run_id FOR NO KEY UPDATE
   ), winners AS (
     UPDATE workflow_steps s
        SET status = 'done', output = i.output, error = NULL, finished_at = now()
@@ -272,52 +289,61 @@ function commitStatement(steps: readonly SerializedCommit[]): { sql: string; par
 }
 
 /**
- * $1 run, $2 workflow, $3 tenant, $4 steps (jsonb), $5 step or null, $6 error.
- * A step another delivery committed is not failed, nor its run: that delivery's next step carries the run on.
+ * Failing a run, in one transaction, run row first (the order begin, commit
+ * and a step's own transaction take): FAIL_RUN_ROW makes the row if absent
+ * ($1 run, $2 workflow, $3 tenant, $4 steps (jsonb), $5 error), LOCK_RUN locks
+ * it, and FAIL_STEP, a statement begun under that lock (its snapshot sees any
+ * commit that held the lock before it), fails the step and the run ($1 run,
+ * $2 step, $3 error). A step another delivery committed is not failed, nor
+ * its run: that delivery's next step carries the run on.
  */
-const FAIL = `WITH run AS (
-    INSERT INTO workflow_runs (run_id, workflow, tenant, status, steps, error, finished_at)
-    VALUES ($1, $2, $3, 'failed', ARRAY(SELECT jsonb_array_elements_text($4::jsonb)), $6, now())
-    ON CONFLICT (run_id) DO UPDATE
-      SET status = 'failed', error = $6, updated_at = now(), finished_at = now()
-      WHERE workflow_runs.status <> 'done'
-        AND NOT EXISTS (SELECT 1 FROM workflow_steps WHERE run_id = $1 AND step = $5 AND status = 'done')
-    RETURNING run_id
-  ), step AS (
-    UPDATE workflow_steps SET status = 'failed', error = $6, finished_at = now()
-     WHERE run_id = $1 AND step = $5 AND status <> 'done'
+const FAIL_RUN_ROW = `INSERT INTO workflow_runs (run_id, workflow, tenant, status, steps, error, finished_at)
+    VALUES ($1, $2, $3, 'failed', ARRAY(SELECT jsonb_array_elements_text($4::jsonb)), $5, now())
+    ON CONFLICT (run_id) DO NOTHING
+    RETURNING run_id`;
+const LOCK_RUN = `SELECT 1 FROM workflow_runs WHERE run_id = $1 FOR NO KEY UPDATE`;
+const FAIL_STEP = `WITH step AS (
+    UPDATE workflow_steps SET status = 'failed', error = $3, finished_at = now()
+     WHERE run_id = $1 AND step = $2 AND status <> 'done'
+    RETURNING 1
   )
-  SELECT count(*)::int AS marked FROM run`;
+  UPDATE workflow_runs
+     SET status = 'failed', error = $3, updated_at = now(), finished_at = now()
+   WHERE run_id = $1 AND status <> 'done'
+     AND NOT EXISTS (SELECT 1 FROM workflow_steps WHERE run_id = $1 AND step = $2 AND status = 'done')
+  RETURNING run_id`;
 
 /**
- * A failed commit batch runs each step alone, unless PostgreSQL is away (then
- * each alone would fail the same way): one step's bad row, table or value
- * then fails only that step.
+ * A failed commit batch runs each step alone only when one step's own rows or
+ * values can be what failed it: SQLSTATE classes 22 (data), 23 (constraint),
+ * 42 (a table, column or shape refused), 40001 (serialization), or an error
+ * with no SQLSTATE that is not PostgreSQL being away. Anything else (08
+ * connection, 53 resources, 57 cancelled or shut down, 40P01 deadlock, 55P03
+ * lock not available) would fail the same way item by item, and re-running
+ * the items alone would pile load on a database already in trouble: the batch
+ * fails as a whole, and each of its steps is redelivered.
  */
-function isolateCommitFailure(err: unknown): boolean {
-  return !isConnectionError(err);
+export function isolateCommitFailure(err: unknown): boolean {
+  const code = errorCodeOf(err);
+  if (!/^[0-9A-Z]{5}$/.test(code)) return !isConnectionError(err);
+  return /^(22|23|42)/.test(code) || code === '40001';
 }
 
-/** SQLSTATEs of an insert() that names a table, a column or a shape PostgreSQL refuses. */
-const INSERT_FAULTS = new Set(['42P01', '42703', '42601']);
-
-/** The engine's own tables: an error naming one is the schema's, not a step's insert. */
-const ENGINE_TABLES = new Set(['workflow_runs', 'workflow_steps', 'outbox']);
+/**
+ * SQLSTATE of an insert() whose shape PostgreSQL refuses. An undefined table or column (42P01, 42703) is not one:
+ * a step's table may be migrated after the worker rolls out, so it is retried until it comes (or MAX_DELIVERIES).
+ */
+const INSERT_FAULTS = new Set(['42601']);
 
 /**
- * In a commit run alone: an undefined table or column, or a syntax error,
- * that comes from the step's own insert() rows is the step's own failure
- * (`insert_failed`, not retried), not the engine's schema not being ready.
+ * In a commit run alone: a syntax error of a step that wrote insert() rows is
+ * the step's own failure (`insert_failed`, not retried); the engine's own
+ * statement has no other source of one.
  */
 function insertFault(err: unknown, step: SerializedCommit): NonRetryableStepError | undefined {
   const code = errorCodeOf(err);
   if (step.inserts.length === 0 || !INSERT_FAULTS.has(code)) return undefined;
   const message = err instanceof Error ? err.message : String(err);
-  const named =
-    code === '42601' ||
-    /column p\./.test(message) ||
-    step.inserts.some((i) => !ENGINE_TABLES.has(i.table) && message.includes(`"${i.table}"`));
-  if (!named) return undefined;
   const tables = [...new Set(step.inserts.map((i) => i.table))].join(', ');
   return new NonRetryableStepError(`insert into ${tables}: ${message}`, 'insert_failed', { cause: err });
 }
@@ -380,18 +406,22 @@ export class WorkflowStore {
 
   /**
    * Marks the step and its run failed with `error` (the run row made if absent); a done step or run stays done.
-   * False: the run was done (nothing failed).
+   * False: the run was done, or its step was (nothing failed).
    */
   async fail(f: FailedStep): Promise<boolean> {
-    const rows: { marked: number }[] = await this.dataSource.query(FAIL, [
-      f.runId,
-      f.workflow,
-      f.tenant,
-      JSON.stringify(f.steps),
-      f.step,
-      f.error,
-    ]);
-    return rows[0]?.marked === 1;
+    return this.dataSource.transaction(async (m) => {
+      const made: unknown[] = await m.query(FAIL_RUN_ROW, [
+        f.runId,
+        f.workflow,
+        f.tenant,
+        JSON.stringify(f.steps),
+        f.error,
+      ]);
+      await m.query(LOCK_RUN, [f.runId]);
+      // An UPDATE ... RETURNING answers [rows, count] through TypeORM's postgres driver.
+      const [failed] = await m.query<[unknown[], number]>(FAIL_STEP, [f.runId, f.step, f.error]);
+      return made.length > 0 || failed.length > 0;
+    });
   }
 
   /**
@@ -455,13 +485,14 @@ export class WorkflowStore {
       batch.map((b) => b.tenant),
       batch.map((b) => JSON.stringify(b.steps)),
       batch.map((b) => b.step),
+      batch.map((b) => b.redriven === true),
     ]);
     const byKey = new Map(rows.map((r) => [`${r.run_id}/${r.step}`, r]));
     return batch.map((b) => {
       const r = byKey.get(`${b.runId.toLowerCase()}/${b.step}`);
       if (!r) throw new Error(`begin returned no row for step ${b.step} of run ${b.runId}`);
       return {
-        status: r.status === 'done' || r.status === 'busy' ? r.status : 'running',
+        status: r.status === 'done' || r.status === 'busy' || r.status === 'failed' ? r.status : 'running',
         output: r.output,
         attempts: Number(r.attempts),
         runAgeMs: Math.max(0, Number(r.age_ms)),

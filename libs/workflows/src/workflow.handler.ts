@@ -11,12 +11,12 @@ import {
   type JobRunContext,
   type StreamMessage,
 } from './consumer/job-handler';
-import { JobError, MALFORMED } from './consumer/job.errors';
+import { HandBackError, JobError, MALFORMED } from './consumer/job.errors';
 import { InjectStreamsConsumerOptions, type StreamsConsumerOptions } from './consumer/streams-consumer.options';
 import type { QueuePartition } from './queue-layout';
 import { RetryPolicy } from './retry/retry-policy.service';
 import { RetryError } from './retry/retry.errors';
-import { markRunFailed } from './run-record';
+import { markRunFailed, RUN_RECORD_TTL_MS } from './run-record';
 import { StepContextImpl } from './step-context';
 import {
   isPlainObject,
@@ -131,6 +131,7 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
         tenant: r.entry.tenant,
         steps: r.workflow.steps.map((s) => s.name),
         step: r.step.name,
+        redriven: r.entry.redriven,
       }),
     );
     this.workflowMetrics.begun(message, ctx.source, begun);
@@ -141,8 +142,13 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
       runAgeMs: begun.runAgeMs,
       deadlineMs: r.workflow.deadlineMs,
     });
+    // Its run failed by another delivery, which dead-lettered it: acked, not run, nothing scheduled.
+    if (decision.action === 'drop') return { outcome: 'duplicate' };
     if (decision.action === 'retry')
-      throw new JobError(`${decision.failure.kind}: step ${r.step.name} of run ${r.entry.runId}`, decision.failure);
+      throw new HandBackError(
+        `${decision.failure.kind}: step ${r.step.name} of run ${r.entry.runId}`,
+        decision.failure,
+      );
     if (decision.action === 'fail') {
       await this.failRun(message, r, decision.failure.kind);
       throw new JobError(`${decision.failure.kind}: step ${r.step.name} of run ${r.entry.runId}`, decision.failure);
@@ -372,12 +378,18 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
     return merged;
   }
 
-  /** The next step's entry, added by the ack only if it acknowledged this entry (none after the last step). */
+  /** The next step's entry, added by the ack once per (run, step) (none after the last step). */
   private advance(r: Resolved, output: unknown, outcome: string): DeliveryResult {
     const next = r.workflow.steps[r.index + 1];
     if (!next) return { outcome };
     const fields = stepEntryFields(nextStepEntry(r.entry, next.name, r.step.name, output ?? undefined));
-    return { outcome, next: { stream: r.partition.jobs, fields } };
+    // Once per (run, step), on the run's record: whichever delivery of this step acks, the next is added once.
+    const gate = {
+      key: r.partition.jobRecordKey(r.entry.runId),
+      field: `next:${r.step.name}`,
+      ttlMs: RUN_RECORD_TTL_MS,
+    };
+    return { outcome, next: { stream: r.partition.jobs, fields, gate } };
   }
 
   /** Runs a store call; its error becomes the JobError decideFailure says. */

@@ -115,20 +115,21 @@ export class ConsumerGroup {
   }
 
   /**
-   * Acknowledges and deletes the entry and, only if this ack acknowledged it,
-   * adds `next` (one script, ACK_THEN_ADD): of two deliveries of one entry,
-   * only the first to ack schedules what follows. Not batched: each such ack
-   * has its own entry to add. Throws when the script failed (the entry may
-   * then still be pending: it is redelivered). Resolves with whether this ack
-   * acknowledged the entry.
+   * Acknowledges and deletes the entry and adds `next` once per its gate (one
+   * script, ACK_THEN_ADD): of two deliveries of one entry, only the first to
+   * reach the gate schedules what follows, whether or not its XACK took the
+   * entry. Not batched: each such ack has its own entry to add. Throws when
+   * the script failed (the entry may then still be pending: it is
+   * redelivered). Resolves with whether this XACK acknowledged the entry and
+   * whether this call added `next`.
    */
-  async ackThenAdd(id: string, next: NextEntry): Promise<boolean> {
-    const acked = await ACK_THEN_ADD.run<number>(
+  async ackThenAdd(id: string, next: NextEntry): Promise<{ acked: boolean; added: boolean }> {
+    const [acked, added] = await ACK_THEN_ADD.run<[number, number]>(
       this.redis,
-      [this.options.stream, next.stream],
-      [this.options.group, id, ...next.fields],
+      [this.options.stream, next.stream, next.gate.key],
+      [this.options.group, id, next.gate.field, next.gate.ttlMs, ...next.fields],
     );
-    return Number(acked) === 1;
+    return { acked: Number(acked) === 1, added: Number(added) === 1 };
   }
 
   /**
@@ -209,14 +210,11 @@ export class ConsumerGroup {
    * Hands back an entry this consumer read but never ran (shutdown came
    * first): its delivery count back to what it was before the read, and idle
    * long enough that the next reclaim anywhere takes it at once (XCLAIM to
-   * itself with RETRYCOUNT and IDLE, JUSTID: no delivery counted).
+   * itself with RETRYCOUNT and IDLE, JUSTID: no delivery counted). `idleMs`
+   * 0 hands it back to be reclaimed after the usual claimIdleMs instead.
    */
-  async abandon(id: string): Promise<void> {
-    await ABANDON.run(
-      this.redis,
-      [this.options.stream],
-      [this.options.group, this.options.consumer, id, this.options.claimIdleMs],
-    );
+  async abandon(id: string, idleMs = this.options.claimIdleMs): Promise<void> {
+    await ABANDON.run(this.redis, [this.options.stream], [this.options.group, this.options.consumer, id, idleMs]);
   }
 
   /** Leaves the group unless entries are still pending for this consumer (they must stay to be reclaimed). */

@@ -30,6 +30,11 @@ export interface JobRunContext {
 export interface NextEntry {
   readonly stream: string;
   readonly fields: readonly string[];
+  /**
+   * Adds it once per gate (HSETNX of `field` on the hash `key`, same hash slot; `ttlMs` if the hash is new), not
+   * once per XACK: whichever delivery acks first, the one that committed the work still schedules what follows.
+   */
+  readonly gate: { readonly key: string; readonly field: string; readonly ttlMs: number };
 }
 
 /**

@@ -16,6 +16,14 @@ export class JobError extends Error {
   }
 }
 
+/**
+ * Not this delivery's to run (another delivery holds the work and decides):
+ * retryable, and handed back with its delivery count set back (ABANDON), so
+ * that waiting behind a slow holder never counts toward maxDeliveries and
+ * dead-letters a run that is doing fine.
+ */
+export class HandBackError extends JobError {}
+
 /** A malformed message never gets better. */
 export const MALFORMED: ErrorClass = { kind: 'malformed', retryable: false };
 

@@ -75,20 +75,35 @@ return acked`,
 );
 
 /**
- * Acknowledges and deletes one entry and, only if this XACK acknowledged it
- * (it was still pending: no other delivery of it was acked first), adds the
- * entry that follows it (a workflow's next step). Two deliveries of one entry
+ * Acknowledges one entry and adds the entry that follows it (a workflow's
+ * next step) once per gate: `HSETNX` of the gate field on a hash (the run's
+ * record, same hash slot) decides, not the XACK. Two deliveries of one entry
  * (a redelivery, a reclaim while the first still ran) both reach their ack;
- * only one of them schedules what comes next. KEYS[1] stream, KEYS[2] the
- * next entry's stream (same hash slot); ARGV group, id, the next entry's
- * fields... Returns the XACK count (0: another delivery had acked it).
+ * only the first to set the gate schedules what comes next, whichever of them
+ * the XACK counted: the delivery that committed the step may find its entry
+ * acked (or dead-lettered) by another and must still carry the run on. A gate
+ * set on a record that had expired (or never existed) gets the record's TTL.
+ * XDEL only when this XACK acked: an entry acked by someone else was deleted
+ * by them (ack and dead-letter both XDEL), and deleting a still-pending entry
+ * here would leave a pending id with no entry.
+ * KEYS[1] stream, KEYS[2] the next entry's stream, KEYS[3] the gate's hash
+ * (same hash slot); ARGV group, id, gate field, gate TTL ms, the next entry's
+ * fields (pairs)... Returns {XACK count, 1 when this call added the next entry}.
  */
 export const ACK_THEN_ADD = new RedisScript(
   'streams-ack-then-add',
-  `local acked = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
-if acked == 1 then redis.call('XADD', KEYS[2], '*', unpack(ARGV, 3)) end
-redis.call('XDEL', KEYS[1], ARGV[2])
-return acked`,
+  `if #ARGV < 6 or #ARGV % 2 ~= 0 then
+  return redis.error_reply('ERR ack-then-add needs group, id, gate, ttl and field/value pairs')
+end
+local acked = redis.call('XACK', KEYS[1], ARGV[1], ARGV[2])
+local fresh = redis.call('EXISTS', KEYS[3]) == 0
+local added = redis.call('HSETNX', KEYS[3], ARGV[3], ARGV[2])
+if added == 1 then
+  if fresh then redis.call('PEXPIRE', KEYS[3], ARGV[4]) end
+  redis.call('XADD', KEYS[2], '*', unpack(ARGV, 5))
+end
+if acked == 1 then redis.call('XDEL', KEYS[1], ARGV[2]) end
+return {acked, added}`,
 );
 
 /**

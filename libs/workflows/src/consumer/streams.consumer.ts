@@ -4,7 +4,7 @@ import { HealthChecksRegistry } from '@app/health';
 import { InjectRedis, type RedisClient } from '@app/redis';
 import { PinoLogger } from 'nestjs-pino';
 import { setTimeout as delay } from 'node:timers/promises';
-import { failureOf } from './job.errors';
+import { failureOf, HandBackError } from './job.errors';
 import { WorkerMetrics } from '../worker.metrics';
 import { ConsumerGroup } from './consumer-group';
 import { type EntrySource, InjectJobHandler, type JobHandler, type StreamMessage } from './job-handler';
@@ -438,6 +438,14 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       const { kind: reason, retryable } = failureOf(err);
       if (retryable) {
         // Left pending and no longer refreshed: redelivered after claimIdleMs.
+        if (err instanceof HandBackError) {
+          // Not a failed try: its delivery count set back, so waiting on a slow holder never dead-letters it.
+          await p.group
+            .abandon(message.id, 0)
+            .catch((e: unknown) => this.logger.warn(named, `could not hand back the entry: ${(e as Error).message}`));
+          this.logger.log({ ...named, reason }, `handed back, will be redelivered: ${(err as Error).message}`);
+          return finish('transient');
+        }
         this.logger.warn({ ...named, reason }, `job failed, will be redelivered: ${(err as Error).message}`);
         return finish('transient');
       }
@@ -452,7 +460,16 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       return finish('dead_lettered');
     }
     try {
-      await (next ? p.group.ackThenAdd(message.id, next) : p.group.ack(message.id));
+      if (!next) await p.group.ack(message.id);
+      else {
+        const { acked, added } = await p.group.ackThenAdd(message.id, next);
+        // Done here, acked elsewhere (another delivery, a dead letter): the gate still scheduled what follows.
+        if (!acked && result !== 'duplicate')
+          this.logger.warn(
+            { ...named, result, added },
+            'job finished but its entry had been acked or dead-lettered by another delivery',
+          );
+      }
     } catch (err) {
       // The job is done and committed; only the ack is in doubt (a timeout
       // may even come after Redis ran it). Dead-lettering it would mark a
