@@ -1,11 +1,10 @@
 import { jobIdFor } from '@app/summary-queue';
 import { QueueLayout } from '@app/workflows';
 import type { Redis } from 'ioredis';
-import { spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { join } from 'node:path';
 import type { AddressInfo } from 'node:net';
 import type { DataSource, QueryRunner } from 'typeorm';
+import { adminCli } from '../support/admin-cli';
 import { type ApiHarness, bearer, startApi, TENANT_A } from '../support/api-harness';
 import { type AppProcess, startAppProcess } from '../support/app-process';
 import { localPortsOf } from '../support/process-sockets';
@@ -35,7 +34,6 @@ import {
  * in Redis. Events are ordered by waiting on real effects (a request at the
  * fake, a row's status, a backend waiting on a lock), never by sleeping.
  */
-const ROOT = join(__dirname, '..', '..');
 const QUEUE = new QueueLayout('workflows', 1);
 const [P] = QUEUE.partitions;
 const GROUP = 'workflows';
@@ -688,13 +686,9 @@ describe('triage runs when the worker process is killed (SIGKILL)', () => {
       expect.objectContaining({ workflow: 'triage', step: 'draft', jobId: runId, reason: 'llm_client' }),
     ]);
     // The admin CLI shows the same, for workflow triage.
-    const cli = spawnSync(
-      process.execPath,
-      [join(ROOT, 'dist', 'apps', 'admin', 'main.js'), 'dead-letters', 'list', '--workflow', 'triage'],
-      { env: { PATH: process.env.PATH, REDIS_URL: testRedisUrl(), DATABASE_URL: testDatabaseUrl() }, encoding: 'utf8' },
-    );
-    expect(cli.status).toBe(0);
-    expect(JSON.parse(cli.stdout).dead_letters).toEqual([expect.objectContaining({ id: listed[0].id, step: 'draft' })]);
+    const cli = adminCli()('dead-letters', 'list', '--workflow', 'triage');
+    expect(cli.code).toBe(0);
+    expect(JSON.parse(cli.out).dead_letters).toEqual([expect.objectContaining({ id: listed[0].id, step: 'draft' })]);
     expect(calls()).toEqual({ classify: 1, draft: 1 });
     expect(await outbox()).toEqual([]);
     expect(await pending()).toBe(0);

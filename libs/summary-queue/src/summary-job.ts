@@ -31,9 +31,5 @@ export interface SummaryJob {
   readonly payload: SummaryJobPayload;
 }
 
-/** A stream entry's flat field list (`[k1, v1, k2, v2, ...]`) as a map. */
-export function fieldsOf(flat: readonly string[]): Record<string, string> {
-  const out: Record<string, string> = {};
-  for (let i = 0; i + 1 < flat.length; i += 2) out[flat[i]] = flat[i + 1];
-  return out;
-}
+/** A stream entry's flat field list (`[k1, v1, k2, v2, ...]`) as a map: the engine's reader, under its old name. */
+export { entryFieldMap as fieldsOf } from '@app/workflows';

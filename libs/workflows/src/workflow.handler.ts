@@ -16,7 +16,8 @@ import { InjectStreamsConsumerOptions, type StreamsConsumerOptions } from './con
 import type { QueuePartition } from './queue-layout';
 import { RetryPolicy } from './retry/retry-policy.service';
 import { RetryError } from './retry/retry.errors';
-import { markRunFailed, RUN_RECORD_TTL_MS } from './run-record';
+import { markRunFailed } from './run-record';
+import { JOB_RECORD_TTL_MS } from './run-ids';
 import { StepContextImpl } from './step-context';
 import {
   isPlainObject,
@@ -387,7 +388,7 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
     const gate = {
       key: r.partition.jobRecordKey(r.entry.runId),
       field: `next:${r.step.name}`,
-      ttlMs: RUN_RECORD_TTL_MS,
+      ttlMs: JOB_RECORD_TTL_MS,
     };
     return { outcome, next: { stream: r.partition.jobs, fields, gate } };
   }
