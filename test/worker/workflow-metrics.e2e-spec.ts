@@ -285,9 +285,12 @@ describe('workflow metrics and queue gauges', () => {
   });
 
   it('a begin that finds the run row another writer inserted meanwhile starts no run', async () => {
-    const w = await worker();
+    const w = await worker({ CLAIM_IDLE_MS: '100' });
     const s = w.app.getHttpServer();
     const runId = await start();
+    // A consumer read it and died: the worker's delivery is a reclaim (delivery 2), which begins before it runs.
+    await redis.xgroup('CREATE', P.jobs, GROUP, '0', 'MKSTREAM').catch(() => undefined);
+    await redis.xreadgroup('GROUP', GROUP, 'dead-consumer', 'COUNT', 1, 'STREAMS', P.jobs, '>');
     // Another writer (a dead letter's mark, say) inserts the run row failed, and has not committed when begin runs.
     const other = db.createQueryRunner();
     await other.connect();
@@ -297,7 +300,10 @@ describe('workflow metrics and queue gauges', () => {
        VALUES ($1, 'triage', 'tenant-a', 'failed', ARRAY['classify', 'draft', 'notify'], 'elsewhere', now())`,
       [runId],
     );
-    const turn = w.consumer.runOnce();
+    const turn = eventually(async () => {
+      const ran = await w.consumer.runOnce();
+      return ran.length > 0 ? ran : undefined;
+    }, 10_000);
     // Begin's statement has its snapshot and waits on that row's insert.
     await eventually(async () => {
       const [{ n }] = await db.query(

@@ -1,6 +1,7 @@
 import { Injectable, Module } from '@nestjs/common';
 import { jobIdFor } from '@app/summary-queue';
 import {
+  HandBackError,
   JobError,
   NonRetryableStepError,
   QueueLayout,
@@ -35,6 +36,8 @@ const script = {
   held: undefined as (() => Promise<void>) | undefined,
   /** Awaited by `batch` (each run) before it returns. */
   batch: undefined as ((input: BatchInput) => Promise<void>) | undefined,
+  /** Awaited by `solo` on delivery n before it returns. */
+  solo: undefined as ((delivery: number) => Promise<void>) | undefined,
 };
 
 @Workflow('races', { deadlineS: 60 })
@@ -80,7 +83,19 @@ class BatchWorkflow {
   }
 }
 
-@Module({ providers: [RacesWorkflow, HeldWorkflow, BatchWorkflow] })
+/** One step, no deadline: its first delivery runs unbegun (runsUnbegun), its commit writing every row. */
+@Workflow('lone')
+@Injectable()
+class LoneWorkflow {
+  @Step()
+  async solo(ctx: StepContext): Promise<{ solo: number }> {
+    await script.solo?.(ctx.delivery);
+    ctx.insert('wf_race_rows', { run_id: ctx.runId, user: `delivery ${ctx.delivery}` });
+    return { solo: ctx.delivery };
+  }
+}
+
+@Module({ providers: [RacesWorkflow, HeldWorkflow, BatchWorkflow, LoneWorkflow] })
 class RacesModule {}
 
 describe('the engine under races', () => {
@@ -131,7 +146,7 @@ describe('the engine under races', () => {
     redis = await freshRedis();
     await truncateAll(db);
     await db.query('TRUNCATE wf_race_rows');
-    Object.assign(script, { hop: undefined, held: undefined, batch: undefined });
+    Object.assign(script, { hop: undefined, held: undefined, batch: undefined, solo: undefined });
   });
   afterEach(async () => {
     for (const w of workers.splice(0)) await w.close();
@@ -339,7 +354,8 @@ describe('the engine under races', () => {
     const w = await worker();
     const { runId, message } = await entry('batch', { bad: 'no_table' });
     await expect(deliver(w, message, 1)).rejects.toMatchObject({ failure: { kind: 'database', retryable: true } });
-    expect(await rows('SELECT status FROM workflow_runs WHERE run_id = $1', [runId])).toEqual([{ status: 'running' }]);
+    // The first delivery ran unbegun, and its commit wrote nothing: no run row, no step row.
+    expect(await rows('SELECT status FROM workflow_runs WHERE run_id = $1', [runId])).toEqual([]);
     await rows('CREATE TABLE wf_race_no_such_table (run_id uuid PRIMARY KEY)');
     try {
       expect(await deliver(w, message, 2)).toEqual({ outcome: 'done' });
@@ -550,5 +566,133 @@ describe('the engine under races', () => {
     await stopped;
     const waiting = (await redis.xpending(P1.jobs, 'workflows', '-', '+', 10)) as [string, string, number, number][];
     expect(waiting.map(([, , , deliveries]) => Number(deliveries))).toEqual([0]);
+  });
+  describe('a first step run unbegun (its first delivery writes nothing before its commit)', () => {
+    /** Holds `solo` on the deliveries given, until released; `reached(n)` resolves once delivery n is in the step. */
+    const hold = (...deliveries: number[]) => {
+      const at = new Map(deliveries.map((n) => [n, Promise.withResolvers<void>()]));
+      const go = new Map(deliveries.map((n) => [n, Promise.withResolvers<void>()]));
+      script.solo = async (n) => {
+        at.get(n)?.resolve();
+        await go.get(n)?.promise;
+      };
+      return { reached: (n: number) => at.get(n)!.promise, release: (n: number) => go.get(n)!.resolve() };
+    };
+    const stepRows = (runId: string) =>
+      rows('SELECT status, attempts, output FROM workflow_steps WHERE run_id = $1', [runId]);
+    const effects = (runId: string) => rows('SELECT "user" FROM wf_race_rows WHERE run_id = $1', [runId]);
+
+    it("writes no row while the step runs; its commit creates the run's row (done) and the step's", async () => {
+      const w = await worker();
+      const h = hold(1);
+      const { runId, message } = await entry('lone', {});
+      const delivered = deliver(w, message, 1);
+      await h.reached(1);
+      expect(await rows('SELECT 1 FROM workflow_runs WHERE run_id = $1', [runId])).toEqual([]);
+      expect(await stepRows(runId)).toEqual([]);
+      h.release(1);
+      expect(await delivered).toEqual({ outcome: 'done' });
+      expect(
+        await rows('SELECT workflow, tenant, status, steps FROM workflow_runs WHERE run_id = $1', [runId]),
+      ).toEqual([{ workflow: 'lone', tenant: 'tenant-a', status: 'done', steps: ['solo'] }]);
+      expect(await stepRows(runId)).toEqual([{ status: 'done', attempts: 1, output: { solo: 1 } }]);
+      expect(await effects(runId)).toEqual([{ user: 'delivery 1' }]);
+    });
+
+    /*
+     * Timeline: delivery 1 runs unbegun and waits in the step; delivery 2 (a reclaim) begins (rows made, attempts
+     * 2), runs and commits; delivery 1's commit finds the run's row and the step done: it loses and goes on with
+     * the recorded output. One commit, one effect.
+     */
+    it('a redelivery that begins and commits first: the unbegun delivery loses to it', async () => {
+      const w = await worker();
+      const h = hold(1);
+      const { runId, message } = await entry('lone', {});
+      const first = deliver(w, message, 1);
+      await h.reached(1);
+      expect(await deliver(w, message, 2)).toEqual({ outcome: 'done' });
+      h.release(1);
+      expect(await first).toEqual({ outcome: 'duplicate' });
+      expect(await stepRows(runId)).toEqual([{ status: 'done', attempts: 2, output: { solo: 2 } }]);
+      expect(await effects(runId)).toEqual([{ user: 'delivery 2' }]);
+      expect(await rows('SELECT status FROM workflow_runs WHERE run_id = $1', [runId])).toEqual([{ status: 'done' }]);
+    });
+
+    /*
+     * Timeline: delivery 1 runs unbegun and waits; delivery 2 begins (step row running) and waits too; delivery 1
+     * commits: the run's row exists, so the step's row guards, and delivery 1 wins it; delivery 2 then loses.
+     */
+    it('a redelivery that began but has not committed: the unbegun delivery commits through the step row', async () => {
+      const w = await worker();
+      const h = hold(1, 2);
+      const { runId, message } = await entry('lone', {});
+      const first = deliver(w, message, 1);
+      await h.reached(1);
+      const second = deliver(w, message, 2);
+      await h.reached(2);
+      expect(await stepRows(runId)).toEqual([{ status: 'running', attempts: 2, output: null }]);
+      h.release(1);
+      expect(await first).toEqual({ outcome: 'done' });
+      h.release(2);
+      expect(await second).toEqual({ outcome: 'duplicate' });
+      expect(await stepRows(runId)).toEqual([{ status: 'done', attempts: 2, output: { solo: 1 } }]);
+      expect(await effects(runId)).toEqual([{ user: 'delivery 1' }]);
+    });
+
+    /*
+     * Timeline: delivery 1 runs unbegun; another transaction (a begin under way) inserts the run's row and the
+     * step's, not committed; delivery 1's commit waits on that insert, then finds the row, and the step running
+     * under another delivery: it commits nothing and is handed back for later (not counted), that one decides.
+     */
+    it('a begin under way when it commits: nothing written, handed back', async () => {
+      const w = await worker();
+      const h = hold(1);
+      const { runId, message } = await entry('lone', {});
+      const first = deliver(w, message, 1);
+      await h.reached(1);
+      const other = db.createQueryRunner();
+      await other.connect();
+      await other.startTransaction();
+      try {
+        await other.query(
+          `INSERT INTO workflow_runs (run_id, workflow, tenant, status, steps) VALUES ($1, 'lone', 'tenant-a', 'running', '{solo}')`,
+          [runId],
+        );
+        await other.query(
+          `INSERT INTO workflow_steps (run_id, step, status, attempts) VALUES ($1, 'solo', 'running', 2)`,
+          [runId],
+        );
+        h.release(1);
+        await eventually(
+          async () => {
+            const [{ n }] = await rows(
+              `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`,
+            );
+            return n > 0 ? true : undefined;
+          },
+          5000,
+          'the commit waiting on the run row',
+        );
+        await other.commitTransaction();
+      } finally {
+        await other.release();
+      }
+      await expect(first).rejects.toBeInstanceOf(HandBackError);
+      await expect(first).rejects.toMatchObject({ failure: { kind: 'running_elsewhere', retryable: true } });
+      expect(await stepRows(runId)).toEqual([{ status: 'running', attempts: 2, output: null }]);
+      expect(await effects(runId)).toEqual([]);
+      expect(await rows('SELECT count(*)::int AS n FROM outbox')).toEqual([{ n: 0 }]);
+    });
+
+    it('a first step that fails for good: the run and its step are written failed, the attempt counted', async () => {
+      const w = await worker();
+      script.solo = () => Promise.reject(new NonRetryableStepError('no such ticket', 'ticket_missing'));
+      const { runId, message } = await entry('lone', {});
+      await expect(deliver(w, message, 1)).rejects.toMatchObject({ failure: { kind: 'ticket_missing' } });
+      expect(await rows('SELECT status FROM workflow_runs WHERE run_id = $1', [runId])).toEqual([{ status: 'failed' }]);
+      expect(await rows('SELECT status, attempts FROM workflow_steps WHERE run_id = $1', [runId])).toEqual([
+        { status: 'failed', attempts: 1 },
+      ]);
+    });
   });
 });

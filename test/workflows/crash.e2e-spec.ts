@@ -466,6 +466,7 @@ describe('triage runs when the worker process is killed (SIGKILL)', () => {
      * Without the gateway the worker calls the provider itself, which keeps
      * no record of a call whose caller died (the documented limit).
      *   t0  classify's model call is at the fake, held; SIGKILL: the call is cut off, unanswered
+     *       (a run's first step on its first delivery runs before any row is written: none yet)
      *   t1  a new worker reclaims classify's entry and runs it again: a second model call,
      *       under the same Idempotency-Key (a provider that honoured it would answer once)
      * The guarantee: the step's second run is the only other effect; the step
@@ -477,12 +478,14 @@ describe('triage runs when the worker process is killed (SIGKILL)', () => {
       const runId = await start();
       await eventually(() => (callsOf('classify').length === 1 ? true : undefined), WAIT_MS, 'classify’s call');
       await kill(dying);
-      expect(await stepRows()).toEqual([['classify', 'running', 1]]);
+      expect(await stepRows()).toEqual([]);
 
       await worker();
       expect(await runWhen(runId, 'done')).toMatchObject({ output: OUTPUT });
       await streamDrained();
       expect(calls()).toEqual({ classify: 2, draft: 1 });
+      // The redelivery began the step: its row counts both deliveries.
+      expect((await stepRows())[0]).toEqual(['classify', 'done', 2]);
       expect(callsOf('classify').map((r) => [r.headers['idempotency-key'], r.closedEarly])).toEqual([
         [expect.stringMatching(new RegExp(`^wf:${runId}:classify:0:[0-9a-f]{16}$`)), true],
         [expect.stringMatching(new RegExp(`^wf:${runId}:classify:0:[0-9a-f]{16}$`)), false],

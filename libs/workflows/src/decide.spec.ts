@@ -1,4 +1,12 @@
-import { decideDelivery, decideFailure, type DeliveryFacts, type FailureFacts, failureDetail } from './decide';
+import {
+  decideDelivery,
+  decideFailure,
+  type DeliveryFacts,
+  type FailureFacts,
+  failureDetail,
+  runsUnbegun,
+  type UnbegunFacts,
+} from './decide';
 import {
   DeadlineExceededError,
   NonRetryableError,
@@ -55,6 +63,19 @@ describe('decideDelivery', () => {
     ],
   ])('%s', (_, f, expected) => {
     expect(decideDelivery(facts(f))).toEqual(expected);
+  });
+});
+
+describe('runsUnbegun', () => {
+  const first: UnbegunFacts = { delivery: 1, redriven: false, stepIndex: 0 };
+  it.each<[string, Partial<UnbegunFacts>, boolean]>([
+    ["a run's first step, first delivery, no deadline", {}, true],
+    ['its redelivery (an earlier one may have begun, failed or committed it)', { delivery: 2 }, false],
+    ['a re-driven entry (its run has rows, failed)', { redriven: true }, false],
+    ['a later step (its run has a row: done, failed or busy are read first)', { stepIndex: 1 }, false],
+    ['a workflow with a deadline (counted from the begin)', { deadlineMs: 60_000 }, false],
+  ])('%s: %s', (_, facts, expected) => {
+    expect(runsUnbegun({ ...first, ...facts })).toBe(expected);
   });
 });
 

@@ -55,6 +55,33 @@ export function decideDelivery(f: DeliveryFacts): DeliveryDecision {
   return { action: 'run', timeLeftMs };
 }
 
+/** What a delivery is, before anything is read of its run. */
+export interface UnbegunFacts {
+  /** This delivery's number (1 first). */
+  readonly delivery: number;
+  /** The entry was put back by a re-drive. */
+  readonly redriven: boolean;
+  /** The step's place in its workflow (0 first). */
+  readonly stepIndex: number;
+  /** The workflow's deadline, if it has one. */
+  readonly deadlineMs?: number;
+}
+
+/**
+ * Whether a delivery runs its step before any `begin`, its commit writing the
+ * run's and the step's rows at once: a run's first step on its first
+ * delivery, not re-driven, of a workflow without a deadline. Nothing else can
+ * hold such a run yet but a delivery of another entry of it, which the
+ * commit's guard (the run's row) settles; `begin` would only have written two
+ * rows that the commit writes again, a statement and four row writes per job
+ * (docs/benchmarks.md). A deadline counts from the run's `begin`, so a
+ * workflow with one begins before it runs; a redelivery, and any later step,
+ * reads its run's row first (done, failed, busy, past its deadline).
+ */
+export function runsUnbegun(f: UnbegunFacts): boolean {
+  return f.delivery === 1 && !f.redriven && f.stepIndex === 0 && f.deadlineMs === undefined;
+}
+
 /** Where an error came from: the step's own code (its model calls included), or the engine's commit. */
 export type FailurePhase = 'step' | 'commit';
 

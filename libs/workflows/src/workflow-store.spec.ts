@@ -56,7 +56,13 @@ describe('serializeCommit', () => {
       inserts: [{ table: 'user', columns: ['id', 'order'], row: '{"order":2,"id":"x"}' }],
       outbox: ['{"topic":"a.b","dedupe_key":"k1","payload":{"x":1}}'],
       dedupeKeys: ['k1'],
+      unbegun: null,
     });
+  });
+
+  it("carries an unbegun step's run (workflow, tenant, its steps as JSON text) for the commit to create", () => {
+    const s = serializeCommit(commit({ unbegun: { workflow: 'triage', tenant: 't', steps: ['classify', 'draft'] } }));
+    expect(s.unbegun).toEqual({ workflow: 'triage', tenant: 't', steps: '["classify","draft"]' });
   });
 });
 

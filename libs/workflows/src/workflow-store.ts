@@ -17,6 +17,11 @@ export interface BeginStep {
   readonly step: string;
   /** The entry was put back by a re-drive: it alone may set a failed run running again. */
   readonly redriven?: boolean;
+  /**
+   * This delivery's number (1 first): a step row this begin creates counts it as its attempts, since a run's first
+   * step is run once before any row is written (`runsUnbegun`).
+   */
+  readonly delivery: number;
 }
 
 /** The step's row after `begin`, and its run's. */
@@ -46,23 +51,53 @@ export interface StepCommit {
   readonly runOutput?: unknown;
   readonly inserts: readonly StepInsert[];
   readonly outbox: readonly NewOutboxMessage[];
+  /**
+   * The step ran before any begin (a run's first step on its first delivery, `runsUnbegun`): the commit writes the
+   * run's row and the step's (attempts 1) when the run has no row yet; when it has one (another delivery began it
+   * meanwhile), the step row guards as for any step.
+   */
+  readonly unbegun?: { readonly workflow: string; readonly tenant: string; readonly steps: readonly string[] };
 }
 
-/** `won`: this delivery committed the step; `lost`: another delivery had. */
+/** `won`: this delivery committed the step; `lost`: another delivery had, or holds the step now. */
 export type CommitOutcome = 'won' | 'lost';
+
+/** A commit's outcome, and whether it created the run's row (an unbegun first step: the run started). */
+export interface CommitResult {
+  readonly outcome: CommitOutcome;
+  readonly runCreated: boolean;
+}
 
 /** A step transaction opened for `StepContext.transaction()`. */
 export interface StepTransaction {
   readonly manager: EntityManager;
   /** Runs the commit statement for this step in the transaction and commits it; `lost`: rolled back instead. */
-  commit(step: StepCommit): Promise<CommitOutcome>;
+  commit(step: StepCommit): Promise<CommitResult>;
   /** Rolls back (idempotent) and releases the connection. */
   rollback(): Promise<void>;
 }
 
 /** What fails a run for good. */
-export interface FailedStep extends BeginStep {
+export interface FailedStep extends Omit<BeginStep, 'delivery'> {
   readonly error: string;
+  /**
+   * The step ran unbegun (`runsUnbegun`) and has no row: one is written `failed` with these attempts. Without it, a
+   * step with no row gets none (an unknown step's name is not one of the run's steps).
+   */
+  readonly unbegunAttempts?: number;
+}
+
+/** What `fail` did: whether it made the run's row, whether it failed anything (not if the run or step was done). */
+export interface FailOutcome {
+  readonly failed: boolean;
+  readonly runCreated: boolean;
+}
+
+/** A step row as it is now, read by a delivery whose commit lost. */
+export interface RecordedStep {
+  /** `absent`: the run's first step, run unbegun, that no delivery has begun or committed yet. */
+  readonly status: 'running' | 'done' | 'failed' | 'absent';
+  readonly output: unknown;
 }
 
 /** A worker's steps begin and finish a few dozen at a time at most; a few workers' worth fits one statement. */
@@ -71,8 +106,8 @@ const MAX_BATCH = 64;
 const MAX_IN_FLIGHT = 2;
 
 /**
- * $1..$6: run ids, workflows, tenants, step lists (jsonb arrays), steps,
- * re-driven (booleans).
+ * $1..$7: run ids, workflows, tenants, step lists (jsonb arrays), steps,
+ * re-driven (booleans), delivery numbers.
  *
  * Locks are taken in one order everywhere: the run's row, then the step's
  * (commit and a step's own transaction do the same), so begins and commits
@@ -87,19 +122,22 @@ const MAX_IN_FLIGHT = 2;
  * `running` again (its deadline counted from now) only by a re-driven entry
  * (the operator's decision); any other delivery that meets it (a late
  * reclaim of an entry whose run another delivery failed and dead-lettered)
- * is answered `failed` and changes nothing. The step row is inserted, or set
- * `running` with one more attempt unless it is `done`. The step upsert
- * always updates (a done row to itself), so that RETURNING gives the row as
- * it is now, never a snapshot from before a commit that raced it.
- * `run_created`: the run's row was inserted, not updated, by this statement
- * (`xmax = 0` on the row it returns; a snapshot comparison would miss a row
- * another begin inserted concurrently), the run's start for the metrics.
+ * is answered `failed` and changes nothing. The step row is inserted with
+ * the delivery's number as its attempts (a first step's first delivery ran
+ * before any row, `runsUnbegun`), or set `running` with one more attempt
+ * unless it is `done`. The step upsert always updates (a done row to
+ * itself), so that RETURNING gives the row as it is now, never a snapshot
+ * from before a commit that raced it. `run_created`: the run's row was
+ * inserted, not updated, by this statement (`xmax = 0` on the row it
+ * returns; a snapshot comparison would miss a row another begin inserted
+ * concurrently), the run's start for the metrics. The run's age is read
+ * from the row `free` locked, unless `run` just set it.
  */
 const BEGIN = `WITH input AS (
-    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::boolean[])
-      AS i(run_id, workflow, tenant, steps, step, redriven)
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::boolean[], $7::int[])
+      AS i(run_id, workflow, tenant, steps, step, redriven, delivery)
   ), free AS (
-    SELECT run_id, status FROM workflow_runs WHERE run_id IN (SELECT run_id FROM input)
+    SELECT run_id, status, deadline_from FROM workflow_runs WHERE run_id IN (SELECT run_id FROM input)
      ORDER BY run_id FOR NO KEY UPDATE SKIP LOCKED
   ), busy AS (
     SELECT r.run_id FROM workflow_runs r
@@ -119,7 +157,7 @@ const BEGIN = `WITH input AS (
     RETURNING run_id, deadline_from, (xmax = 0) AS inserted
   ), step AS (
     INSERT INTO workflow_steps (run_id, step, status, attempts)
-    SELECT run_id, step, 'running', 1 FROM go ORDER BY run_id
+    SELECT run_id, step, 'running', GREATEST(delivery, 1) FROM go ORDER BY run_id
     ON CONFLICT (run_id, step) DO UPDATE
       SET status = CASE WHEN workflow_steps.status = 'done' THEN 'done' ELSE 'running' END,
           attempts = workflow_steps.attempts + CASE WHEN workflow_steps.status = 'done' THEN 0 ELSE 1 END,
@@ -132,14 +170,14 @@ const BEGIN = `WITH input AS (
          CASE WHEN b.run_id IS NOT NULL THEN 'busy' WHEN d.run_id IS NOT NULL THEN 'failed' ELSE s.status END
            AS status,
          s.output, COALESCE(s.attempts, 0) AS attempts,
-         (extract(epoch FROM now() - COALESCE(r.deadline_from, old_r.deadline_from, now())) * 1000)::float8 AS age_ms,
+         (extract(epoch FROM now() - COALESCE(r.deadline_from, f.deadline_from, now())) * 1000)::float8 AS age_ms,
          COALESCE(r.inserted, false) AS run_created
     FROM input i
     LEFT JOIN busy b ON b.run_id = i.run_id
     LEFT JOIN dead d ON d.run_id = i.run_id
     LEFT JOIN step s ON s.run_id = i.run_id AND s.step = i.step
     LEFT JOIN run r ON r.run_id = i.run_id
-    LEFT JOIN workflow_runs old_r ON old_r.run_id = i.run_id`;
+    LEFT JOIN free f ON f.run_id = i.run_id`;
 
 /**
  * A name checked against SQL_NAME, always double-quoted: a table or column
@@ -165,6 +203,8 @@ export interface SerializedCommit {
   readonly outbox: readonly string[];
   /** The outbox dedupe keys (the batch keeps two commits of one key apart). */
   readonly dedupeKeys: readonly string[];
+  /** StepCommit's `unbegun`, the step list as JSON text. */
+  readonly unbegun: { readonly workflow: string; readonly tenant: string; readonly steps: string } | null;
 }
 
 function toJson(value: unknown, what: string): string {
@@ -211,6 +251,9 @@ export function serializeCommit(c: StepCommit): SerializedCommit {
       toJson({ topic: m.topic, dedupe_key: m.dedupeKey, payload: m.payload }, `outbox message ${m.dedupeKey}`),
     ),
     dedupeKeys: c.outbox.map((m) => m.dedupeKey),
+    unbegun: c.unbegun
+      ? { workflow: c.unbegun.workflow, tenant: c.unbegun.tenant, steps: JSON.stringify(c.unbegun.steps) }
+      : null,
   };
 }
 
@@ -223,6 +266,14 @@ function jsonArray(items: readonly string[]): string {
  * The commit statement and its parameters for `steps`. Each run's row is
  * locked before its step's (the `locked` CTE feeds the guard UPDATE), the
  * order `begin` and a step's own transaction take them in.
+ *
+ * A step run unbegun (a run's first step on its first delivery) whose run has
+ * no row commits by creating both rows (`made`, `made_steps`): the run's
+ * `running`, or `done` with its output when that was its only step, and the
+ * step's `done` with one attempt. Its run's row being absent is its guard: a
+ * run another delivery began meanwhile has a row (`locked`, or a conflict on
+ * an insert not yet committed, which waits for it), and then the step row
+ * guards as for any step. `made` says which winners created their run.
  */
 function commitStatement(steps: readonly SerializedCommit[]): { sql: string; params: unknown[] } {
   const params: unknown[] = [
@@ -232,6 +283,10 @@ function commitStatement(steps: readonly SerializedCommit[]): { sql: string; par
     steps.map((s) => s.runOutput !== null),
     steps.map((s) => s.runOutput),
     jsonArray(steps.flatMap((s, i) => s.outbox.map((m) => `{"k":${i + 1},"m":${m}}`))),
+    steps.map((s) => s.unbegun !== null),
+    steps.map((s) => s.unbegun?.workflow ?? null),
+    steps.map((s) => s.unbegun?.tenant ?? null),
+    steps.map((s) => s.unbegun?.steps ?? null),
   ];
   // One INSERT per table and column set, fed by the rows of every winner that wrote such rows.
   const groups = new Map<string, { table: string; columns: readonly string[]; rows: string[] }>();
@@ -256,12 +311,27 @@ function commitStatement(steps: readonly SerializedCommit[]): { sql: string; par
   )`;
   });
   const sql = `WITH input AS (
-    SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::boolean[], $5::jsonb[]) WITH ORDINALITY
-      AS i(run_id, step, output, last, run_output, k)
+    SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::boolean[], $5::jsonb[],
+                         $7::boolean[], $8::text[], $9::text[], $10::jsonb[]) WITH ORDINALITY
+      AS i(run_id, step, output, last, run_output, unbegun, workflow, tenant, steps, k)
   ), locked AS (
     SELECT r.run_id FROM workflow_runs r WHERE r.run_id IN (SELECT run_id FROM input)
      ORDER BY r.run_id FOR NO KEY UPDATE
-  ), winners AS (
+  ), made AS (
+    INSERT INTO workflow_runs (run_id, workflow, tenant, status, steps, output, finished_at)
+    SELECT i.run_id, i.workflow, i.tenant, CASE WHEN i.last THEN 'done' ELSE 'running' END,
+           ARRAY(SELECT jsonb_array_elements_text(i.steps)), CASE WHEN i.last THEN i.run_output END,
+           CASE WHEN i.last THEN now() END
+      FROM input i
+     WHERE i.unbegun AND i.run_id NOT IN (SELECT run_id FROM locked)
+     ORDER BY i.run_id
+    ON CONFLICT (run_id) DO NOTHING
+    RETURNING run_id
+  ), made_steps AS (
+    INSERT INTO workflow_steps (run_id, step, status, attempts, output, finished_at)
+    SELECT i.run_id, i.step, 'done', 1, i.output, now() FROM input i JOIN made m ON m.run_id = i.run_id
+    RETURNING run_id
+  ), updated AS (
     UPDATE workflow_steps s
        SET status = 'done', output = i.output, error = NULL, finished_at = now()
       FROM input i JOIN locked l ON l.run_id = i.run_id
@@ -273,8 +343,12 @@ function commitStatement(steps: readonly SerializedCommit[]): { sql: string; par
            status = CASE WHEN w.last THEN 'done' ELSE r.status END,
            output = CASE WHEN w.last THEN w.run_output ELSE r.output END,
            finished_at = CASE WHEN w.last THEN now() ELSE r.finished_at END
-      FROM winners w
+      FROM updated w
      WHERE r.run_id = w.run_id
+  ), winners AS (
+    SELECT k, false AS made FROM updated
+    UNION ALL
+    SELECT i.k, true FROM input i JOIN made_steps m ON m.run_id = i.run_id
   )${inserts.join('')}, message AS (
     INSERT INTO outbox (topic, dedupe_key, payload)
     SELECT e->'m'->>'topic', e->'m'->>'dedupe_key', e->'m'->'payload'
@@ -283,7 +357,7 @@ function commitStatement(steps: readonly SerializedCommit[]): { sql: string; par
     ON CONFLICT (dedupe_key) DO NOTHING
     RETURNING id
   )
-  SELECT w.k FROM winners w
+  SELECT w.k, w.made FROM winners w
    CROSS JOIN (SELECT count(pg_notify('${OUTBOX_CHANNEL}', id::text)) FROM message) AS woken`;
   return { sql, params };
 }
@@ -302,6 +376,9 @@ const FAIL_RUN_ROW = `INSERT INTO workflow_runs (run_id, workflow, tenant, statu
     ON CONFLICT (run_id) DO NOTHING
     RETURNING run_id`;
 const LOCK_RUN = `SELECT 1 FROM workflow_runs WHERE run_id = $1 FOR NO KEY UPDATE`;
+/** A step run unbegun has no row to fail: one is made, `running` with its attempts, for FAIL_STEP to fail. */
+const UNBEGUN_STEP_ROW = `INSERT INTO workflow_steps (run_id, step, status, attempts) VALUES ($1, $2, 'running', $3)
+    ON CONFLICT (run_id, step) DO NOTHING`;
 const FAIL_STEP = `WITH step AS (
     UPDATE workflow_steps SET status = 'failed', error = $3, finished_at = now()
      WHERE run_id = $1 AND step = $2 AND status <> 'done'
@@ -368,7 +445,7 @@ export class WorkflowStore {
     // One statement must not upsert one row twice (ON CONFLICT refuses), nor touch one run twice.
     keys: (b) => [b.runId.toLowerCase()],
   });
-  private readonly commits = new MicroBatcher<SerializedCommit, CommitOutcome>({
+  private readonly commits = new MicroBatcher<SerializedCommit, CommitResult>({
     run: (batch) => this.commitBatch(this.dataSource.manager, batch),
     maxBatch: MAX_BATCH,
     maxInFlight: MAX_IN_FLIGHT,
@@ -387,28 +464,30 @@ export class WorkflowStore {
    * Commits the step unless another delivery did (group commit). Serialized
    * first: a NonRetryableStepError (serializeCommit) fails this step alone.
    */
-  async commit(step: StepCommit): Promise<CommitOutcome> {
+  async commit(step: StepCommit): Promise<CommitResult> {
     return this.commits.submit(serializeCommit(step));
   }
 
   /**
    * What the step's row holds now (a delivery that lost reads the winner's
-   * output): `done` with the output, or not done when the delivery that beat
-   * this one did not commit (it failed the step, and decided for the run).
+   * output): `done` with the output; `failed` when the delivery that beat
+   * this one failed the step (it decided for the run); `running` or `absent`
+   * when another delivery holds it or has not begun it yet (a first step run
+   * unbegun lost its run's row to a begin: that delivery decides).
    */
-  async recordedOutput(runId: string, step: string): Promise<{ done: boolean; output: unknown }> {
-    const rows: { status: string; output: unknown }[] = await this.dataSource.query(
+  async recordedOutput(runId: string, step: string): Promise<RecordedStep> {
+    const rows: { status: RecordedStep['status']; output: unknown }[] = await this.dataSource.query(
       `SELECT status, output FROM workflow_steps WHERE run_id = $1 AND step = $2`,
       [runId, step],
     );
-    return { done: rows[0]?.status === 'done', output: rows[0]?.output };
+    return rows[0] ? { status: rows[0].status, output: rows[0].output } : { status: 'absent', output: undefined };
   }
 
   /**
-   * Marks the step and its run failed with `error` (the run row made if absent); a done step or run stays done.
-   * False: the run was done, or its step was (nothing failed).
+   * Marks the step and its run failed with `error` (the run row made if absent, the step's too when it ran
+   * unbegun); a done step or run stays done. `failed` false: the run was done, or its step was (nothing failed).
    */
-  async fail(f: FailedStep): Promise<boolean> {
+  async fail(f: FailedStep): Promise<FailOutcome> {
     return this.dataSource.transaction(async (m) => {
       const made: unknown[] = await m.query(FAIL_RUN_ROW, [
         f.runId,
@@ -418,9 +497,10 @@ export class WorkflowStore {
         f.error,
       ]);
       await m.query(LOCK_RUN, [f.runId]);
+      if (f.unbegunAttempts !== undefined) await m.query(UNBEGUN_STEP_ROW, [f.runId, f.step, f.unbegunAttempts]);
       // An UPDATE ... RETURNING answers [rows, count] through TypeORM's postgres driver.
       const [failed] = await m.query<[unknown[], number]>(FAIL_STEP, [f.runId, f.step, f.error]);
-      return made.length > 0 || failed.length > 0;
+      return { failed: made.length > 0 || failed.length > 0, runCreated: made.length > 0 };
     });
   }
 
@@ -456,7 +536,7 @@ export class WorkflowStore {
       commit: async (s) => {
         try {
           const [outcome] = await this.commitBatch(runner.manager, [serializeCommit(s)]);
-          if (outcome === 'won') {
+          if (outcome.outcome === 'won') {
             await runner.commitTransaction();
             open = false;
           }
@@ -486,6 +566,7 @@ export class WorkflowStore {
       batch.map((b) => JSON.stringify(b.steps)),
       batch.map((b) => b.step),
       batch.map((b) => b.redriven === true),
+      batch.map((b) => b.delivery),
     ]);
     const byKey = new Map(rows.map((r) => [`${r.run_id}/${r.step}`, r]));
     return batch.map((b) => {
@@ -501,16 +582,19 @@ export class WorkflowStore {
     });
   }
 
-  private async commitBatch(manager: EntityManager, batch: readonly SerializedCommit[]): Promise<CommitOutcome[]> {
+  private async commitBatch(manager: EntityManager, batch: readonly SerializedCommit[]): Promise<CommitResult[]> {
     const { sql, params } = commitStatement(batch);
-    let rows: { k: string | number }[];
+    let rows: { k: string | number; made: boolean }[];
     try {
       rows = await manager.query(sql, params);
     } catch (err) {
       // Alone (isolated, or a step's own transaction): a fault of its own insert() rows is that step's.
       throw (batch.length === 1 && insertFault(err, batch[0])) || err;
     }
-    const won = new Set(rows.map((r) => Number(r.k)));
-    return batch.map((_, i) => (won.has(i + 1) ? 'won' : 'lost'));
+    const won = new Map(rows.map((r) => [Number(r.k), r.made === true]));
+    return batch.map((_, i) => {
+      const made = won.get(i + 1);
+      return made === undefined ? { outcome: 'lost', runCreated: false } : { outcome: 'won', runCreated: made };
+    });
   }
 }

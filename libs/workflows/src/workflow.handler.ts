@@ -3,7 +3,14 @@ import { InjectLlmClient, type ErrorClass, type LlmClient } from '@app/llm';
 import { plainToInstance } from 'class-transformer';
 import { validate, type ValidationError } from 'class-validator';
 import type { ChainableCommander } from 'ioredis';
-import { decideDelivery, decideFailure, type FailurePhase, failureDetail } from './decide';
+import {
+  decideDelivery,
+  decideFailure,
+  type FailurePhase,
+  failureDetail,
+  RUNNING_ELSEWHERE,
+  runsUnbegun,
+} from './decide';
 import {
   type DeliveryResult,
   type EntrySource,
@@ -31,7 +38,13 @@ import {
 import type { StepDefinition, WorkflowDefinition, WorkflowQueue } from './workflow.registry';
 import { hasFinishedElsewhere } from './workflow.decorators';
 import { WorkflowRegistry } from './workflow.registry';
-import { type CommitOutcome, type StepCommit, WorkflowStore } from './workflow-store';
+import {
+  type BegunStep,
+  type CommitOutcome,
+  type StepCommit,
+  type StepTransaction,
+  WorkflowStore,
+} from './workflow-store';
 import { WorkerMetrics } from './worker.metrics';
 import { WorkflowMetrics } from './workflow.metrics';
 
@@ -43,6 +56,17 @@ interface Resolved {
   readonly index: number;
   readonly entry: StepEntry;
   readonly input: unknown;
+}
+
+/** What failing a run needs: a resolved delivery, or an entry refused while it was being resolved. */
+type Failing = Pick<Resolved, 'workflow' | 'entry' | 'step'> &
+  Partial<Pick<Attempt, 'source' | 'delivery' | 'unbegun'>>;
+
+/** A resolved delivery, and whether its step runs before any begin (`runsUnbegun`) until something begins it. */
+interface Attempt extends Resolved {
+  readonly source: EntrySource;
+  readonly delivery: number;
+  unbegun: boolean;
 }
 
 const UNKNOWN_WORKFLOW: ErrorClass = { kind: 'unknown_workflow', retryable: false };
@@ -115,16 +139,53 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
   }
 
   private async deliver(message: StreamMessage, ctx: JobRunContext): Promise<DeliveryResult> {
-    const r = await this.resolve(message, ctx.source);
-    const host = r.workflow.instance();
+    const resolved = await this.resolve(message, ctx.source);
+    const { entry, workflow } = resolved;
+    const redriven = entry.redriven === true;
+    const r: Attempt = {
+      ...resolved,
+      source: ctx.source,
+      delivery: ctx.delivery,
+      unbegun: runsUnbegun({
+        delivery: ctx.delivery,
+        redriven,
+        stepIndex: resolved.index,
+        deadlineMs: workflow.deadlineMs,
+      }),
+    };
+    const host = workflow.instance();
     if (hasFinishedElsewhere(host)) {
       const finished =
         (await this.prechecked.get(message)) ??
         (await this.guard(message, r, 'commit', async () =>
-          (await host.finishedAmong([r.entry.runId])).has(r.entry.runId),
+          (await host.finishedAmong([entry.runId])).has(entry.runId),
         ));
       if (finished) return { outcome: 'duplicate' };
     }
+    // The first step's first delivery runs at once: its commit writes its run's row and its own (runsUnbegun).
+    if (r.unbegun) return this.run(message, r, ctx, Infinity);
+    const begun = await this.begin(message, r);
+    const decision = decideDelivery({
+      step: begun.status,
+      delivery: ctx.delivery,
+      maxDeliveries: this.options.maxDeliveries,
+      runAgeMs: begun.runAgeMs,
+      deadlineMs: workflow.deadlineMs,
+    });
+    // Its run failed by another delivery, which dead-lettered it: acked, not run, nothing scheduled.
+    if (decision.action === 'drop') return { outcome: 'duplicate' };
+    if (decision.action === 'retry')
+      throw new HandBackError(`${decision.failure.kind}: step ${r.step.name} of run ${entry.runId}`, decision.failure);
+    if (decision.action === 'fail') {
+      await this.failRun(message, r, decision.failure.kind);
+      throw new JobError(`${decision.failure.kind}: step ${r.step.name} of run ${entry.runId}`, decision.failure);
+    }
+    if (decision.action === 'advance') return this.advance(r, begun.output, 'duplicate');
+    return this.run(message, r, ctx, decision.timeLeftMs);
+  }
+
+  /** The step's row set running (its run's made if absent), counted; the delivery is begun from here on. */
+  private async begin(message: StreamMessage, r: Attempt): Promise<BegunStep> {
     const begun = await this.guard(message, r, 'commit', () =>
       this.store.begin({
         runId: r.entry.runId,
@@ -133,30 +194,23 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
         steps: r.workflow.steps.map((s) => s.name),
         step: r.step.name,
         redriven: r.entry.redriven,
+        delivery: r.delivery,
       }),
     );
-    this.workflowMetrics.begun(message, ctx.source, begun);
-    const decision = decideDelivery({
-      step: begun.status,
-      delivery: ctx.delivery,
-      maxDeliveries: this.options.maxDeliveries,
-      runAgeMs: begun.runAgeMs,
-      deadlineMs: r.workflow.deadlineMs,
-    });
-    // Its run failed by another delivery, which dead-lettered it: acked, not run, nothing scheduled.
-    if (decision.action === 'drop') return { outcome: 'duplicate' };
-    if (decision.action === 'retry')
-      throw new HandBackError(
-        `${decision.failure.kind}: step ${r.step.name} of run ${r.entry.runId}`,
-        decision.failure,
-      );
-    if (decision.action === 'fail') {
-      await this.failRun(message, r, decision.failure.kind);
-      throw new JobError(`${decision.failure.kind}: step ${r.step.name} of run ${r.entry.runId}`, decision.failure);
-    }
-    if (decision.action === 'advance') return this.advance(r, begun.output, 'duplicate');
+    r.unbegun = false;
+    this.workflowMetrics.begun(message, r.source, begun);
+    return begun;
+  }
+
+  /** Runs the step and commits it; the next step's entry (or none) for the ack. */
+  private async run(
+    message: StreamMessage,
+    r: Attempt,
+    ctx: JobRunContext,
+    timeLeftMs: number,
+  ): Promise<DeliveryResult> {
     const startedAt = performance.now();
-    const { output, outcome } = await this.runAndCommit(message, r, ctx, decision.timeLeftMs);
+    const { output, outcome } = await this.runAndCommit(message, r, ctx, timeLeftMs);
     this.logger.debug({ ms: Math.round(performance.now() - startedAt), outcome }, 'step finished');
     // Lost to a delivery that failed the step: that one decided (and dead-lettered); this one only leaves.
     if (outcome === 'undecided') return { outcome: 'duplicate' };
@@ -228,7 +282,7 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
         error: reason,
       })
       .then(
-        (marked) => this.workflowMetrics.deadLettered(message, source, !marked),
+        (outcome) => this.workflowMetrics.deadLettered(message, source, !outcome.failed),
         (err: unknown) => {
           // Not knowing whether the run was done, it counts failed: an alert once too often, never one missed.
           this.workflowMetrics.deadLettered(message, source);
@@ -300,7 +354,7 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
   /** Runs the step with its context, then commits what it returned and asked for. */
   private async runAndCommit(
     message: StreamMessage,
-    r: Resolved,
+    r: Attempt,
     ctx: JobRunContext,
     runTimeLeftMs: number,
   ): Promise<{ output: unknown; outcome: CommitOutcome | 'undecided' }> {
@@ -326,7 +380,7 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
       retry: this.retry,
       metrics: this.metrics,
       logger: this.logger,
-      openTransaction: () => this.store.openTransaction(r.entry.runId, r.step.name),
+      openTransaction: () => this.openTransaction(message, r),
     });
     try {
       let output: unknown;
@@ -346,20 +400,58 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
         ...(r.index === r.workflow.steps.length - 1 ? { runOutput: this.runOutput(r, output) } : {}),
         inserts: writes.inserts,
         outbox: writes.outbox,
+        ...(r.unbegun
+          ? {
+              unbegun: {
+                workflow: r.workflow.name,
+                tenant: r.entry.tenant,
+                steps: r.workflow.steps.map((s) => s.name),
+              },
+            }
+          : {}),
       };
       const opened = step.openedTransaction();
-      const outcome = await this.guard(message, r, 'commit', async () =>
+      const committed = await this.guard(message, r, 'commit', async () =>
         opened ? (await opened).commit(commit) : this.store.commit(commit),
       );
-      if (outcome === 'won') return { output, outcome };
+      if (r.unbegun) {
+        // Unbegun until now: counted as begun once, with whether its commit started the run.
+        r.unbegun = false;
+        this.workflowMetrics.begun(message, r.source, { runCreated: committed.runCreated, attempts: 1 });
+      }
+      if (committed.outcome === 'won') return { output, outcome: 'won' };
       const recorded = await this.guard(message, r, 'commit', () =>
         this.store.recordedOutput(r.entry.runId, r.step.name),
       );
-      return recorded.done ? { output: recorded.output, outcome } : { output: undefined, outcome: 'undecided' };
+      if (recorded.status === 'done') return { output: recorded.output, outcome: 'lost' };
+      if (recorded.status === 'failed') return { output: undefined, outcome: 'undecided' };
+      // Another delivery holds the step (it began it while this one ran unbegun): it decides; this one comes back.
+      throw new HandBackError(
+        `${RUNNING_ELSEWHERE.kind}: step ${r.step.name} of run ${r.entry.runId}`,
+        RUNNING_ELSEWHERE,
+      );
     } finally {
       clearTimeout(timer);
       await this.rollback(step);
     }
+  }
+
+  /**
+   * The step's own transaction. A step running unbegun is begun first: the
+   * transaction locks its run's and step's rows, which must exist for that;
+   * a begin that finds the step anything but `running` (another delivery
+   * holds, committed or failed it) hands this delivery back.
+   */
+  private async openTransaction(message: StreamMessage, r: Attempt): Promise<StepTransaction> {
+    if (r.unbegun) {
+      const begun = await this.begin(message, r);
+      if (begun.status !== 'running')
+        throw new HandBackError(
+          `${RUNNING_ELSEWHERE.kind}: step ${r.step.name} of run ${r.entry.runId} is ${begun.status} elsewhere`,
+          RUNNING_ELSEWHERE,
+        );
+    }
+    return this.store.openTransaction(r.entry.runId, r.step.name);
   }
 
   /** Rolls back the step's own transaction, if it opened one and it is still open (idempotent). */
@@ -394,7 +486,7 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
   }
 
   /** Runs a store call; its error becomes the JobError decideFailure says. */
-  private async guard<T>(message: StreamMessage, r: Resolved, phase: FailurePhase, op: () => Promise<T>): Promise<T> {
+  private async guard<T>(message: StreamMessage, r: Failing, phase: FailurePhase, op: () => Promise<T>): Promise<T> {
     try {
       return await op();
     } catch (err) {
@@ -405,7 +497,7 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
   /** Classifies a failure; one that cannot get better fails the run in PostgreSQL first. Always throws. */
   private async failed(
     message: StreamMessage,
-    r: Resolved,
+    r: Failing,
     err: unknown,
     phase: FailurePhase,
     aborted: boolean,
@@ -421,22 +513,21 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
   }
 
   /** Marks the step and run failed in PostgreSQL: best effort (the dead letter and the run record still say it). */
-  private async failRun(
-    message: StreamMessage,
-    r: Pick<Resolved, 'workflow' | 'entry' | 'step'>,
-    reason: string,
-    detail = reason,
-  ): Promise<void> {
+  private async failRun(message: StreamMessage, r: Failing, reason: string, detail = reason): Promise<void> {
     this.failedInStore.add(message);
+    const unbegun = r.unbegun === true;
     try {
-      await this.store.fail({
+      const { runCreated } = await this.store.fail({
         runId: r.entry.runId,
         workflow: r.workflow.name,
         tenant: r.entry.tenant,
         steps: r.workflow.steps.map((s) => s.name),
         step: r.step.name,
         error: detail.slice(0, 1000),
+        ...(unbegun ? { unbegunAttempts: r.delivery ?? 1 } : {}),
       });
+      // A step that ran unbegun and failed for good: its run started (and fails) with this delivery.
+      if (unbegun && r.source) this.workflowMetrics.begun(message, r.source, { runCreated, attempts: r.delivery ?? 1 });
     } catch (err) {
       this.logger.warn(`could not mark run ${r.entry.runId} failed (${reason}): ${String(err)}`);
     }
