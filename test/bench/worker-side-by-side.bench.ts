@@ -511,11 +511,21 @@ export async function enqueueBenchJobs(queue: SummaryJobQueue, jobs: number): Pr
   }
 }
 
+/**
+ * BENCH_CPU_PROF=<dir>: each worker process (both sides) writes a V8 CPU
+ * profile there when it exits (`--cpu-prof`), to read before optimising.
+ */
+function profileArgs(): string[] {
+  const dir = process.env.BENCH_CPU_PROF;
+  return dir ? ['--cpu-prof', `--cpu-prof-dir=${resolve(dir)}`] : [];
+}
+
 async function startWorker(side: WorkerSide, ctx: RoundContext): Promise<SpawnedServer> {
   if (side === 'bullmq')
     return spawnServer({
       name: 'bullmq worker',
       script: 'worker.mjs',
+      nodeArgs: profileArgs(),
       cwd: PEER_DIR,
       env: {
         REDIS_URL: ctx.redisUrl,
@@ -532,6 +542,7 @@ async function startWorker(side: WorkerSide, ctx: RoundContext): Promise<Spawned
   return spawnServer({
     name: 'worker',
     ...how,
+    nodeArgs: [...(how.nodeArgs ?? []), ...profileArgs()],
     env: {
       ...how.env,
       REDIS_URL: ctx.redisUrl,

@@ -3,6 +3,7 @@ import { backoffDelay } from '@app/config';
 import { HealthChecksRegistry } from '@app/health';
 import { InjectRedis, type RedisClient } from '@app/redis';
 import { PinoLogger } from 'nestjs-pino';
+import { setMaxListeners } from 'node:events';
 import { setTimeout as delay } from 'node:timers/promises';
 import { failureOf, HandBackError } from './job.errors';
 import { WorkerMetrics } from '../worker.metrics';
@@ -28,6 +29,12 @@ export interface Delivery {
 }
 
 const LOOP = 'streams-consumer';
+/** A controller whose signal takes any number of listeners without EventTarget's warning. */
+function unlimitedListeners(controller: AbortController): AbortController {
+  setMaxListeners(0, controller.signal);
+  return controller;
+}
+
 /** After a failed turn the loop waits 100 ms, doubling up to 5 s. */
 const TURN_BACKOFF = { baseMs: 100, capMs: 5000, jitter: 'none' } as const;
 
@@ -75,8 +82,12 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
   private readonly slots: SlotLimiter<DeliveryOutcome>;
   /** Aborted when shutdown begins: no new retries, backoff sleeps end. */
   private readonly stopRetrying = new AbortController();
-  /** Aborted when the drain time is over: calls in progress are cut off. */
-  private readonly hardStop = new AbortController();
+  /**
+   * Aborted when the drain time is over: calls in progress are cut off. Each
+   * delivery listens on it while its step runs (WORKER_CONCURRENCY at once),
+   * so it takes more listeners than EventTarget's default warning allows.
+   */
+  private readonly hardStop = unlimitedListeners(new AbortController());
   private readonly partitions: readonly PartitionState[];
   /** The most slots one read may reserve. */
   private readonly share: number;
