@@ -354,8 +354,7 @@ describe('the engine under races', () => {
     const w = await worker();
     const { runId, message } = await entry('batch', { bad: 'no_table' });
     await expect(deliver(w, message, 1)).rejects.toMatchObject({ failure: { kind: 'database', retryable: true } });
-    // The first delivery ran unbegun, and its commit wrote nothing: no run row, no step row.
-    expect(await rows('SELECT status FROM workflow_runs WHERE run_id = $1', [runId])).toEqual([]);
+    expect(await rows('SELECT status FROM workflow_runs WHERE run_id = $1', [runId])).toEqual([{ status: 'running' }]);
     await rows('CREATE TABLE wf_race_no_such_table (run_id uuid PRIMARY KEY)');
     try {
       expect(await deliver(w, message, 2)).toEqual({ outcome: 'done' });
@@ -578,6 +577,11 @@ describe('the engine under races', () => {
       };
       return { reached: (n: number) => at.get(n)!.promise, release: (n: number) => go.get(n)!.resolve() };
     };
+    /** As the consumer delivers a batch it read: prepared first (which runs have rows), then delivered. */
+    const deliverFirst = (w: WorkerHarness, message: StreamMessage) => {
+      w.app.get(WorkflowHandler).prepare([message], { queue: 'workflows', partition: 0 });
+      return deliver(w, message, 1);
+    };
     const stepRows = (runId: string) =>
       rows('SELECT status, attempts, output FROM workflow_steps WHERE run_id = $1', [runId]);
     const effects = (runId: string) => rows('SELECT "user" FROM wf_race_rows WHERE run_id = $1', [runId]);
@@ -586,7 +590,7 @@ describe('the engine under races', () => {
       const w = await worker();
       const h = hold(1);
       const { runId, message } = await entry('lone', {});
-      const delivered = deliver(w, message, 1);
+      const delivered = deliverFirst(w, message);
       await h.reached(1);
       expect(await rows('SELECT 1 FROM workflow_runs WHERE run_id = $1', [runId])).toEqual([]);
       expect(await stepRows(runId)).toEqual([]);
@@ -608,7 +612,7 @@ describe('the engine under races', () => {
       const w = await worker();
       const h = hold(1);
       const { runId, message } = await entry('lone', {});
-      const first = deliver(w, message, 1);
+      const first = deliverFirst(w, message);
       await h.reached(1);
       expect(await deliver(w, message, 2)).toEqual({ outcome: 'done' });
       h.release(1);
@@ -626,7 +630,7 @@ describe('the engine under races', () => {
       const w = await worker();
       const h = hold(1, 2);
       const { runId, message } = await entry('lone', {});
-      const first = deliver(w, message, 1);
+      const first = deliverFirst(w, message);
       await h.reached(1);
       const second = deliver(w, message, 2);
       await h.reached(2);
@@ -642,13 +646,13 @@ describe('the engine under races', () => {
     /*
      * Timeline: delivery 1 runs unbegun; another transaction (a begin under way) inserts the run's row and the
      * step's, not committed; delivery 1's commit waits on that insert, then finds the row, and the step running
-     * under another delivery: it commits nothing and is handed back for later (not counted), that one decides.
+     * under another delivery: it commits nothing and is retried, counted: its next delivery begins first.
      */
-    it('a begin under way when it commits: nothing written, handed back', async () => {
+    it('a begin under way when it commits: nothing written, retried (counted)', async () => {
       const w = await worker();
       const h = hold(1);
       const { runId, message } = await entry('lone', {});
-      const first = deliver(w, message, 1);
+      const first = deliverFirst(w, message);
       await h.reached(1);
       const other = db.createQueryRunner();
       await other.connect();
@@ -677,18 +681,37 @@ describe('the engine under races', () => {
       } finally {
         await other.release();
       }
-      await expect(first).rejects.toBeInstanceOf(HandBackError);
+      // A counted retry, not a hand-back: its next delivery is no first one, and begins.
       await expect(first).rejects.toMatchObject({ failure: { kind: 'running_elsewhere', retryable: true } });
+      await expect(first).rejects.not.toBeInstanceOf(HandBackError);
       expect(await stepRows(runId)).toEqual([{ status: 'running', attempts: 2, output: null }]);
       expect(await effects(runId)).toEqual([]);
       expect(await rows('SELECT count(*)::int AS n FROM outbox')).toEqual([{ n: 0 }]);
+    });
+
+    /*
+     * Timeline: a run's start is retried (a crash before its idempotency record was final) and adds a second entry
+     * of the run's first step; the first entry's step commits; the second is read: its batch's read finds the run's
+     * row, so it begins (not unbegun), finds the step done and goes on without running it.
+     */
+    it("a second start's entry of a run already done: begun, not run again", async () => {
+      const w = await worker();
+      let runs = 0;
+      script.solo = async () => void runs++;
+      const { runId, message } = await entry('lone', {});
+      expect((await w.consumer.runOnce()).map((r) => r.outcome)).toEqual(['done']);
+      const again = await redis.xadd(P.jobs, '*', ...Object.entries(message.fields).flat());
+      expect(await w.consumer.runOnce()).toEqual([{ id: again, deliveries: 1, outcome: 'duplicate' }]);
+      expect(runs).toBe(1);
+      expect(await effects(runId)).toEqual([{ user: 'delivery 1' }]);
+      expect(await stepRows(runId)).toEqual([{ status: 'done', attempts: 1, output: { solo: 1 } }]);
     });
 
     it('a first step that fails for good: the run and its step are written failed, the attempt counted', async () => {
       const w = await worker();
       script.solo = () => Promise.reject(new NonRetryableStepError('no such ticket', 'ticket_missing'));
       const { runId, message } = await entry('lone', {});
-      await expect(deliver(w, message, 1)).rejects.toMatchObject({ failure: { kind: 'ticket_missing' } });
+      await expect(deliverFirst(w, message)).rejects.toMatchObject({ failure: { kind: 'ticket_missing' } });
       expect(await rows('SELECT status FROM workflow_runs WHERE run_id = $1', [runId])).toEqual([{ status: 'failed' }]);
       expect(await rows('SELECT status, attempts FROM workflow_steps WHERE run_id = $1', [runId])).toEqual([
         { status: 'failed', attempts: 1 },

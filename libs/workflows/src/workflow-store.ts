@@ -62,10 +62,12 @@ export interface StepCommit {
 /** `won`: this delivery committed the step; `lost`: another delivery had, or holds the step now. */
 export type CommitOutcome = 'won' | 'lost';
 
-/** A commit's outcome, and whether it created the run's row (an unbegun first step: the run started). */
+/** A commit's outcome, whether it made the run's row (an unbegun first step: the run started), the attempts. */
 export interface CommitResult {
   readonly outcome: CommitOutcome;
   readonly runCreated: boolean;
+  /** The step row's attempts when this commit won (deliveries that began it, this one counted). */
+  readonly attempts: number;
 }
 
 /** A step transaction opened for `StepContext.transaction()`. */
@@ -336,7 +338,7 @@ function commitStatement(steps: readonly SerializedCommit[]): { sql: string; par
        SET status = 'done', output = i.output, error = NULL, finished_at = now()
       FROM input i JOIN locked l ON l.run_id = i.run_id
      WHERE s.run_id = i.run_id AND s.step = i.step AND s.status = 'running'
-    RETURNING i.k, i.run_id, i.last, i.run_output
+    RETURNING i.k, i.run_id, i.last, i.run_output, s.attempts
   ), runs AS (
     UPDATE workflow_runs r
        SET updated_at = now(),
@@ -346,9 +348,9 @@ function commitStatement(steps: readonly SerializedCommit[]): { sql: string; par
       FROM updated w
      WHERE r.run_id = w.run_id
   ), winners AS (
-    SELECT k, false AS made FROM updated
+    SELECT k, false AS made, attempts FROM updated
     UNION ALL
-    SELECT i.k, true FROM input i JOIN made_steps m ON m.run_id = i.run_id
+    SELECT i.k, true, 1 FROM input i JOIN made_steps m ON m.run_id = i.run_id
   )${inserts.join('')}, message AS (
     INSERT INTO outbox (topic, dedupe_key, payload)
     SELECT e->'m'->>'topic', e->'m'->>'dedupe_key', e->'m'->'payload'
@@ -357,7 +359,7 @@ function commitStatement(steps: readonly SerializedCommit[]): { sql: string; par
     ON CONFLICT (dedupe_key) DO NOTHING
     RETURNING id
   )
-  SELECT w.k, w.made FROM winners w
+  SELECT w.k, w.made, w.attempts FROM winners w
    CROSS JOIN (SELECT count(pg_notify('${OUTBOX_CHANNEL}', id::text)) FROM message) AS woken`;
   return { sql, params };
 }
@@ -484,6 +486,18 @@ export class WorkflowStore {
   }
 
   /**
+   * Which of these runs have a row (begun, committed or failed by some delivery): one read for a batch, so that
+   * a run's first step runs unbegun only when nothing of its run is recorded yet (a second start's entry is not).
+   */
+  async runsWithRows(runIds: readonly string[]): Promise<ReadonlySet<string>> {
+    const rows: { run_id: string }[] = await this.dataSource.query(
+      `SELECT run_id FROM workflow_runs WHERE run_id = ANY($1::uuid[])`,
+      [runIds],
+    );
+    return new Set(rows.map((r) => r.run_id));
+  }
+
+  /**
    * Marks the step and its run failed with `error` (the run row made if absent, the step's too when it ran
    * unbegun); a done step or run stays done. `failed` false: the run was done, or its step was (nothing failed).
    */
@@ -584,17 +598,19 @@ export class WorkflowStore {
 
   private async commitBatch(manager: EntityManager, batch: readonly SerializedCommit[]): Promise<CommitResult[]> {
     const { sql, params } = commitStatement(batch);
-    let rows: { k: string | number; made: boolean }[];
+    let rows: { k: string | number; made: boolean; attempts: number }[];
     try {
       rows = await manager.query(sql, params);
     } catch (err) {
       // Alone (isolated, or a step's own transaction): a fault of its own insert() rows is that step's.
       throw (batch.length === 1 && insertFault(err, batch[0])) || err;
     }
-    const won = new Map(rows.map((r) => [Number(r.k), r.made === true]));
+    const won = new Map(rows.map((r) => [Number(r.k), r]));
     return batch.map((_, i) => {
-      const made = won.get(i + 1);
-      return made === undefined ? { outcome: 'lost', runCreated: false } : { outcome: 'won', runCreated: made };
+      const w = won.get(i + 1);
+      return w === undefined
+        ? { outcome: 'lost', runCreated: false, attempts: 0 }
+        : { outcome: 'won', runCreated: w.made === true, attempts: Number(w.attempts) };
     });
   }
 }

@@ -34,6 +34,7 @@ import {
   type StepEntry,
   stepEntryFields,
   stepEntryRun,
+  STEP_ENTRY_FIELDS,
 } from './wire';
 import type { StepDefinition, WorkflowDefinition, WorkflowQueue } from './workflow.registry';
 import { hasFinishedElsewhere } from './workflow.decorators';
@@ -109,6 +110,11 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
   private readonly refused = new WeakSet<StreamMessage>();
   /** A batch's FinishedElsewhere answer, by the entry it was asked for: undefined means unknown (ask alone). */
   private readonly prechecked = new WeakMap<StreamMessage, Promise<boolean | undefined>>();
+  /**
+   * Whether a first step's entry has its run recorded in PostgreSQL already (a batch's one read): only `false`
+   * lets it run unbegun; unknown (not asked, or the read failed) begins, as any delivery may.
+   */
+  private readonly runRecorded = new WeakMap<StreamMessage, Promise<boolean | undefined>>();
 
   constructor(
     private readonly registry: WorkflowRegistry,
@@ -146,12 +152,9 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
       ...resolved,
       source: ctx.source,
       delivery: ctx.delivery,
-      unbegun: runsUnbegun({
-        delivery: ctx.delivery,
-        redriven,
-        stepIndex: resolved.index,
-        deadlineMs: workflow.deadlineMs,
-      }),
+      unbegun:
+        runsUnbegun({ delivery: ctx.delivery, redriven, stepIndex: resolved.index, deadlineMs: workflow.deadlineMs }) &&
+        (await this.runRecorded.get(message)) === false,
     };
     const host = workflow.instance();
     if (hasFinishedElsewhere(host)) {
@@ -234,6 +237,7 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
       list.push({ message, runId: entry.runId });
       byWorkflow.set(workflow, list);
     }
+    this.askRunsRecorded(messages);
     for (const [workflow, entries] of byWorkflow) {
       const host = workflow.instance();
       if (!hasFinishedElsewhere(host) || entries.length < 2) continue; // one: its own check is the same query
@@ -244,6 +248,27 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
           finished.then((f) => f?.has(runId)),
         );
     }
+  }
+
+  /**
+   * For the batch's first-step entries that are no re-drive, which runs have a row: one read. A run's first step
+   * runs unbegun only when its run has none; a second start's entry of a run already begun or done begins, and so
+   * is not run again when its step is done (its model calls not made again).
+   */
+  private askRunsRecorded(messages: readonly StreamMessage[]): void {
+    const firsts = messages.flatMap((message) => {
+      const f = message.fields;
+      if (f[STEP_ENTRY_FIELDS.step] !== undefined || f[STEP_ENTRY_FIELDS.redriven] !== undefined) return [];
+      const run = stepEntryRun(f);
+      return run ? [{ message, runId: run.runId.toLowerCase() }] : [];
+    });
+    if (firsts.length === 0) return;
+    const recorded = this.store.runsWithRows(firsts.map((e) => e.runId)).catch(() => undefined);
+    for (const { message, runId } of firsts)
+      this.runRecorded.set(
+        message,
+        recorded.then((r) => r?.has(runId)),
+      );
   }
 
   /** The run's record marked failed, in the consumer's dead-letter MULTI (the entry's own partition's record). */
@@ -363,10 +388,6 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
     // One controller, aborted by the step's timer or by the consumer's hard stop: AbortSignal.any() here (a
     // composite following the signal every delivery shares) was among the larger costs of a job in the profile.
     const stop = new AbortController();
-    const timer = setTimeout(() => stop.abort(new StepTimeoutError(limitMs)), Math.max(0, limitMs));
-    const hardStop = () => stop.abort(ctx.signal.reason);
-    if (ctx.signal.aborted) hardStop();
-    else ctx.signal.addEventListener('abort', hardStop, { once: true });
     const signal = stop.signal;
     const runDeadlinePassed = () =>
       r.workflow.deadlineMs !== undefined && performance.now() - startedAt >= runTimeLeftMs;
@@ -387,6 +408,11 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
       logger: this.logger,
       openTransaction: () => this.openTransaction(message, r),
     });
+    // Set just before the try whose finally clears them.
+    const timer = setTimeout(() => stop.abort(new StepTimeoutError(limitMs)), Math.max(0, limitMs));
+    const hardStop = () => stop.abort(ctx.signal.reason);
+    if (ctx.signal.aborted) hardStop();
+    else ctx.signal.addEventListener('abort', hardStop, { once: true });
     try {
       let output: unknown;
       try {
@@ -422,7 +448,10 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
       if (r.unbegun) {
         // Unbegun until now: counted as begun once, with whether its commit started the run.
         r.unbegun = false;
-        this.workflowMetrics.begun(message, r.source, { runCreated: committed.runCreated, attempts: 1 });
+        this.workflowMetrics.begun(message, r.source, {
+          runCreated: committed.runCreated,
+          attempts: committed.outcome === 'won' ? committed.attempts : 1,
+        });
       }
       if (committed.outcome === 'won') return { output, outcome: 'won' };
       const recorded = await this.guard(message, r, 'commit', () =>
@@ -430,11 +459,9 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
       );
       if (recorded.status === 'done') return { output: recorded.output, outcome: 'lost' };
       if (recorded.status === 'failed') return { output: undefined, outcome: 'undecided' };
-      // Another delivery holds the step (it began it while this one ran unbegun): it decides; this one comes back.
-      throw new HandBackError(
-        `${RUNNING_ELSEWHERE.kind}: step ${r.step.name} of run ${r.entry.runId}`,
-        RUNNING_ELSEWHERE,
-      );
+      // Another delivery holds the step (it began it while this one ran unbegun), or its run failed before any
+      // step row: a counted retry, so the next delivery is no first one and begins (running, done or failed decide).
+      throw new JobError(`${RUNNING_ELSEWHERE.kind}: step ${r.step.name} of run ${r.entry.runId}`, RUNNING_ELSEWHERE);
     } finally {
       clearTimeout(timer);
       ctx.signal.removeEventListener('abort', hardStop);
@@ -451,8 +478,9 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
   private async openTransaction(message: StreamMessage, r: Attempt): Promise<StepTransaction> {
     if (r.unbegun) {
       const begun = await this.begin(message, r);
+      // Counted (not handed back): the next delivery is no first one, and begins before it runs.
       if (begun.status !== 'running')
-        throw new HandBackError(
+        throw new JobError(
           `${RUNNING_ELSEWHERE.kind}: step ${r.step.name} of run ${r.entry.runId} is ${begun.status} elsewhere`,
           RUNNING_ELSEWHERE,
         );

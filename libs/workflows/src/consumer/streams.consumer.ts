@@ -29,12 +29,6 @@ export interface Delivery {
 }
 
 const LOOP = 'streams-consumer';
-/** A controller whose signal takes any number of listeners without EventTarget's warning. */
-function unlimitedListeners(controller: AbortController): AbortController {
-  setMaxListeners(0, controller.signal);
-  return controller;
-}
-
 /** After a failed turn the loop waits 100 ms, doubling up to 5 s. */
 const TURN_BACKOFF = { baseMs: 100, capMs: 5000, jitter: 'none' } as const;
 
@@ -84,10 +78,10 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
   private readonly stopRetrying = new AbortController();
   /**
    * Aborted when the drain time is over: calls in progress are cut off. Each
-   * delivery listens on it while its step runs (WORKER_CONCURRENCY at once),
-   * so it takes more listeners than EventTarget's default warning allows.
+   * delivery listens on it while its step runs, so it warns of a leak only
+   * past twice WORKER_CONCURRENCY listeners (set in the constructor).
    */
-  private readonly hardStop = unlimitedListeners(new AbortController());
+  private readonly hardStop = new AbortController();
   private readonly partitions: readonly PartitionState[];
   /** The most slots one read may reserve. */
   private readonly share: number;
@@ -110,6 +104,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     if (total === 0 || options.queues.some((q) => q.partitions.length === 0))
       throw new RangeError('the consumer needs at least one queue, each with at least one partition');
     this.slots = new SlotLimiter(options.concurrency);
+    setMaxListeners(Math.max(10, options.concurrency * 2), this.hardStop.signal);
     this.silenceMs = options.loopSilenceMs ?? Math.max(30_000, options.blockMs * 10);
     this.slotWaitMs = Math.min(1000, Math.max(1, Math.floor(this.silenceMs / 4)));
     this.share = Math.ceil(options.concurrency / total);
