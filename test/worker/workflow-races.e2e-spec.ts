@@ -123,6 +123,18 @@ describe('the engine under races', () => {
   const [P] = new QueueLayout('workflows', 1).partitions;
   const stepsOnStream = async (step: string) =>
     (await redis.xrange(P.jobs, '-', '+')).filter(([, f]) => f.includes('step') && f[f.indexOf('step') + 1] === step);
+  /** Resolves once a session of the test database waits on a lock (`what` names it for a timeout). */
+  const waitingOnALock = (what: string) =>
+    eventually(
+      async () => {
+        const [{ n }] = await rows(
+          `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`,
+        );
+        return n > 0 ? true : undefined;
+      },
+      5000,
+      what,
+    );
   const deliver = (w: WorkerHarness, message: StreamMessage, delivery: number) =>
     w.app.get(WorkflowHandler).process(message, {
       source: { queue: 'workflows', partition: 0 },
@@ -209,16 +221,7 @@ describe('the engine under races', () => {
         runId,
       ]);
       const delivered = deliver(w, message, 2);
-      await eventually(
-        async () => {
-          const [{ n }] = await rows(
-            `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`,
-          );
-          return n > 0 ? true : undefined;
-        },
-        5000,
-        'begin waiting for the step row',
-      );
+      await waitingOnALock('begin waiting for the step row');
       await commit.commitTransaction();
       const result = await delivered;
       expect(result.outcome).toBe('duplicate');
@@ -499,16 +502,7 @@ describe('the engine under races', () => {
         step: 'hop',
         error: 'max_deliveries',
       });
-      await eventually(
-        async () => {
-          const [{ n }] = await rows(
-            `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`,
-          );
-          return n > 0 ? true : undefined;
-        },
-        5000,
-        'FAIL waiting for a lock',
-      );
+      await waitingOnALock('FAIL waiting for a lock');
       await commit.query(`UPDATE workflow_steps SET status = 'done', output = '{}' WHERE run_id = $1`, [runId]);
       await commit.commitTransaction();
       await failing;
@@ -667,16 +661,7 @@ describe('the engine under races', () => {
           [runId],
         );
         h.release(1);
-        await eventually(
-          async () => {
-            const [{ n }] = await rows(
-              `SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()`,
-            );
-            return n > 0 ? true : undefined;
-          },
-          5000,
-          'the commit waiting on the run row',
-        );
+        await waitingOnALock('the commit waiting on the run row');
         await other.commitTransaction();
       } finally {
         await other.release();
