@@ -6,6 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { classifyLlmError, GatewayAuthError, type LlmClient, llmClientFor } from '@app/llm';
 import { AcceptsInternalKey } from '../../apps/api/src/auth/api-key.guard';
 import { ChatCompletionsController } from '../../apps/api/src/gateway/chat-completions.controller';
+import { ResponsesController } from '../../apps/api/src/gateway/responses.controller';
 import { bearer, type ApiHarness, TENANT_A, TENANT_B } from '../support/api-harness';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
 import { type GatewayHarness, type GatewayReply, startGateway } from '../support/gateway-harness';
@@ -201,7 +202,7 @@ describe('the worker’s model calls through the gateway (INTERNAL_API_KEY, X-Te
       }
       // The whole app was seen (summaries, refunds, triage, runs, admin, health, …), not only the gateway.
       expect(routes).toBeGreaterThan(10);
-      expect(taking).toEqual([`${ChatCompletionsController.name}.create`]);
+      expect(taking.sort()).toEqual([`${ChatCompletionsController.name}.create`, `${ResponsesController.name}.create`]);
     });
   });
 

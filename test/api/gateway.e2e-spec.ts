@@ -657,6 +657,8 @@ describe('the gateway: POST /v1/chat/completions', () => {
       const duplicate = await post(ask(text), { 'idempotency-key': k });
       expect(duplicate.status).toBe(409);
       expect(Number(duplicate.headers.get('retry-after'))).toBeGreaterThanOrEqual(1);
+      // The SDKs obey x-should-retry before their own rule by status.
+      expect(duplicate.headers.get('x-should-retry')).toBe('true');
       expect(await duplicate.json()).toMatchObject({ error: { type: expect.any(String) } });
       expect(provider.requests.filter((r) => r.userText === text)).toHaveLength(1);
       await expect(recordOf(k)).resolves.toBe(1);

@@ -1,3 +1,4 @@
+import { responseBody, responsesUserText } from '@app/llm';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
@@ -57,6 +58,8 @@ export type ModelReply =
 
 export interface SeenRequest {
   readonly n: number;
+  /** Which API: `chat/completions` or `responses`. */
+  readonly api: 'chat/completions' | 'responses';
   readonly model: string;
   readonly userText: string;
   /** The request's headers, names in lower case. */
@@ -94,7 +97,9 @@ export function completionEvents(
 }
 
 /**
- * A local stand-in for the OpenAI API (POST /v1/chat/completions), so the
+ * A local stand-in for the OpenAI API (POST /v1/chat/completions and POST
+ * /v1/responses: a `complete` reply is a response object there, a `stream`
+ * reply's events are the test's, see responseEvents in @app/llm), so the
  * real `openai` SDK and HTTP stack run in tests. `reply` decides per request;
  * when it returns a promise, the request waits for it (a test can change the
  * world at the moment the model is called, before the worker goes on).
@@ -148,19 +153,26 @@ export class FakeOpenAiServer {
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
-    if (req.method !== 'POST' || !req.url?.endsWith('/chat/completions')) {
+    const api = req.url?.endsWith('/chat/completions')
+      ? 'chat/completions'
+      : req.url?.endsWith('/responses')
+        ? 'responses'
+        : undefined;
+    if (req.method !== 'POST' || api === undefined) {
       res.writeHead(404).end();
       return;
     }
     const rawBody = Buffer.concat(chunks);
     const body = JSON.parse(rawBody.toString('utf8')) as {
       model: string;
-      messages: { role: string; content: string }[];
+      messages?: { role: string; content: string }[];
     };
     const seen: SeenRequest = {
       n: this.requests.length + 1,
+      api,
       model: body.model,
-      userText: body.messages.find((m) => m.role === 'user')?.content ?? '',
+      userText:
+        api === 'responses' ? responsesUserText(body) : (body.messages?.find((m) => m.role === 'user')?.content ?? ''),
       headers: { ...req.headers },
       rawBody,
       connection: this.connectionOf(req.socket),
@@ -181,6 +193,13 @@ export class FakeOpenAiServer {
     if (res.destroyed) return;
     switch (reply.kind) {
       case 'complete':
+        if (api === 'responses') {
+          const pieces = reply.content?.match(/\s*\S+/g) ?? [];
+          res
+            .writeHead(200, { 'content-type': 'application/json' })
+            .end(responseBody({ pieces, inputTokens: 7, model: body.model }, `resp_${seen.n}`));
+          return;
+        }
         res.writeHead(200, { 'content-type': 'application/json' }).end(
           JSON.stringify({
             id: `chatcmpl-${seen.n}`,

@@ -6,6 +6,7 @@ import { useJsonBody } from '@app/problem';
 import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
 import { Logger } from 'nestjs-pino';
 import { GATEWAY_MAX_BODY_BYTES, GATEWAY_PATH } from './gateway/chat-completions.controller';
+import { RESPONSES_PATH } from './gateway/responses.controller';
 import { ApiKeyGuard } from './auth/api-key.guard';
 import { ADMIN_KEY_AUTH, TENANT_KEY_AUTH } from './openapi';
 
@@ -32,13 +33,11 @@ export function configureApiApp(app: NestExpressApplication): NestExpressApplica
     maxBytes: MAX_BODY_BYTES,
     // A model's whole conversation (images as data URLs too) is larger than
     // any job of ours; only a tenant's request gets to send that much.
-    largerBodies: [
-      {
-        path: `/${GATEWAY_PATH}`,
-        maxBytes: GATEWAY_MAX_BODY_BYTES,
-        when: (req) => keys.tenantOf(req, { internalKey: true }) !== undefined,
-      },
-    ],
+    largerBodies: [GATEWAY_PATH, RESPONSES_PATH].map((path) => ({
+      path: `/${path}`,
+      maxBytes: GATEWAY_MAX_BODY_BYTES,
+      when: (req: Parameters<typeof keys.tenantOf>[0]) => keys.tenantOf(req, { internalKey: true }) !== undefined,
+    })),
     maxDepth: MAX_JSON_DEPTH,
     maxMembers: MAX_JSON_MEMBERS,
     maxValues: MAX_JSON_VALUES,
@@ -48,7 +47,7 @@ export function configureApiApp(app: NestExpressApplication): NestExpressApplica
     new DocumentBuilder()
       .setTitle('LLM workflows API')
       .setDescription(
-        "Summarisation jobs behind idempotent POSTs, and an OpenAI-compatible chat completions gateway whose retries never bill twice. Errors are application/problem+json (RFC 9457), except on the gateway, which answers in OpenAI's error envelope.",
+        "Summarisation jobs behind idempotent POSTs, and an OpenAI-compatible gateway (chat completions and responses) whose retries never bill twice. Errors are application/problem+json (RFC 9457), except on the gateway, which answers in OpenAI's error envelope.",
       )
       .setVersion('1')
       .addBearerAuth(

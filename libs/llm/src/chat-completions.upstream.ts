@@ -1,6 +1,11 @@
 import { Inject } from '@nestjs/common';
 
+/** The provider's APIs the gateway relays, as paths under its API root (OPENAI_BASE_URL). */
+export type UpstreamPath = 'chat/completions' | 'responses';
+
 export interface UpstreamRequest {
+  /** Which API: `chat/completions` when unset. */
+  readonly path?: UpstreamPath;
   /** The request body exactly as the client sent it. */
   readonly body: Buffer;
   /** The same body, parsed (the fake model reads it; the HTTP upstream ignores it). */
@@ -26,7 +31,7 @@ export interface UpstreamResponse {
   readonly body: AsyncIterable<Buffer>;
 }
 
-/** The provider's `POST /chat/completions`, bytes in and bytes out. */
+/** The provider's `POST /chat/completions` and `POST /responses`, bytes in and bytes out. */
 export interface ChatCompletionsUpstream {
   /**
    * Resolves once the response head has arrived. Throws

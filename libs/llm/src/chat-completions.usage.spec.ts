@@ -23,6 +23,19 @@ describe('usageOf', () => {
     );
   });
 
+  it('reads a response’s input and output tokens, whole or on a stream’s terminal event', () => {
+    const response = {
+      id: 'resp_1',
+      object: 'response',
+      usage: { input_tokens: 5, output_tokens: 8, total_tokens: 13 },
+    };
+    expect(usageOf(JSON.stringify(response))).toEqual({ prompt_tokens: 5, completion_tokens: 8 });
+    const completed = `event: response.completed\ndata: ${JSON.stringify({ type: 'response.completed', response })}\n\n`;
+    expect(usageOf(completed)).toEqual({ prompt_tokens: 5, completion_tokens: 8 });
+    const created = `event: response.created\ndata: ${JSON.stringify({ type: 'response.created', response: { ...response, usage: null } })}\n\n`;
+    expect(usageOf(created)).toBeUndefined();
+  });
+
   it.each([
     ['a chunk with "usage":null', 'data: {"choices":[{"delta":{"content":"hi"}}],"usage":null}\n\n'],
     ['a chunk without usage', 'data: {"choices":[{"delta":{"content":"hi"}}]}\n\n'],

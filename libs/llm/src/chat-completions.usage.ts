@@ -9,9 +9,10 @@ export interface TokenUsage {
 const HAS_USAGE = /"usage"\s*:\s*\{/;
 
 /**
- * The token counts of a chat completion: a whole JSON answer, or one SSE
- * event of a stream (the last chunk carries them when the request set
- * `stream_options.include_usage`). Only a text that contains `"usage":{` is
+ * The token counts of a chat completion or a response: a whole JSON answer,
+ * or one SSE event of a stream (a chat stream's last chunk carries them when
+ * the request set `stream_options.include_usage`; a responses stream's
+ * terminal event always does). Only a text that contains `"usage":{` is
  * parsed, so the many chunks without counts cost one regular-expression test.
  * Undefined when there are none, or they are not non-negative integers.
  */
@@ -25,10 +26,12 @@ export function usageOf(eventOrJsonBody: string): TokenUsage | undefined {
   } catch {
     return undefined;
   }
-  const usage = (parsed as { usage?: unknown } | null)?.usage as
-    { prompt_tokens?: unknown; completion_tokens?: unknown } | null | undefined;
-  const prompt = usage?.prompt_tokens;
-  const completion = usage?.completion_tokens;
+  // Chat completions: `usage` with prompt/completion tokens. Responses: `usage` with input/output tokens, on the
+  // response object, or on the `response` of a stream's terminal event.
+  const container = parsed as { usage?: unknown; response?: { usage?: unknown } | null } | null;
+  const usage = (container?.usage ?? container?.response?.usage) as Record<string, unknown> | null | undefined;
+  const prompt = usage?.prompt_tokens ?? usage?.input_tokens;
+  const completion = usage?.completion_tokens ?? usage?.output_tokens;
   if (!isCount(prompt) || !isCount(completion)) return undefined;
   return { prompt_tokens: prompt, completion_tokens: completion };
 }

@@ -6,6 +6,7 @@ import {
   type UpstreamRequest,
   type UpstreamResponse,
 } from './chat-completions.upstream';
+import { responseBody, responseEvents, type ResponseAnswer, responsesUserText } from './responses-wire';
 
 export interface FakeChatCompletionsUpstreamOptions {
   /** Before the response head: the model's time to its first token. Default 0. */
@@ -25,7 +26,7 @@ interface Answer {
 
 /**
  * The built-in model (LLM_PROVIDER=fake), so the quick start and the tests run
- * offline: OpenAI's wire format, streamed or not, with an answer that follows
+ * offline: OpenAI's wire format (chat completions and responses), streamed or not, with an answer that follows
  * from the last user message. Requests without a model or messages get
  * OpenAI's 400. Tokens are counted as words.
  */
@@ -38,13 +39,14 @@ export class FakeChatCompletionsUpstream implements ChatCompletionsUpstream {
     this.chunkMs = options.chunkMs ?? 0;
   }
 
-  async send({ json, signal }: UpstreamRequest): Promise<UpstreamResponse> {
+  async send({ path, json, signal }: UpstreamRequest): Promise<UpstreamResponse> {
     try {
       if (this.firstByteMs > 0) await delay(this.firstByteMs, undefined, { signal });
       signal.throwIfAborted();
     } catch (err) {
       throw signal.aborted ? abortedBeforeHead(signal) : err;
     }
+    if (path === 'responses') return this.respond(json, signal);
     const invalid = invalidRequest(json);
     if (invalid !== undefined)
       return {
@@ -105,6 +107,39 @@ export class FakeChatCompletionsUpstream implements ChatCompletionsUpstream {
       status: 200,
       headers: { 'content-type': 'text/event-stream; charset=utf-8', 'x-request-id': requestId() },
       body: this.stream(events, signal),
+    };
+  }
+
+  /** `POST /responses`: the same answer as a response object, or its stream of events. */
+  private respond(json: unknown, signal: AbortSignal): UpstreamResponse {
+    const body =
+      typeof json === 'object' && json !== null && !Array.isArray(json) ? (json as Record<string, unknown>) : {};
+    if (typeof body.model !== 'string' || body.model === '') {
+      const error = { message: 'you must provide a model parameter', type: 'invalid_request_error', param: 'model' };
+      return {
+        status: 400,
+        headers: jsonHeaders(),
+        body: once(`${JSON.stringify({ error: { ...error, code: null } }, null, 2)}\n`, signal),
+      };
+    }
+    const said = Array.from(responsesUserText(body).slice(0, 400)).slice(0, 200).join('');
+    let pieces: readonly string[] = `This is the built-in fake model. You wrote: "${said}"`.match(/\s*\S+/g) ?? [];
+    const limit = body.max_output_tokens;
+    const cut = typeof limit === 'number' && Number.isInteger(limit) && limit > 0 && pieces.length > limit;
+    if (cut) pieces = pieces.slice(0, limit);
+    const answer: ResponseAnswer = {
+      pieces,
+      inputTokens: said.match(/\S+/g)?.length ?? 0,
+      model: body.model,
+      ...(cut ? { incompleteReason: 'max_output_tokens' as const } : {}),
+      previousResponseId: typeof body.previous_response_id === 'string' ? body.previous_response_id : null,
+      maxOutputTokens: typeof limit === 'number' ? limit : null,
+    };
+    if (body.stream !== true) return { status: 200, headers: jsonHeaders(), body: once(responseBody(answer), signal) };
+    return {
+      status: 200,
+      headers: { 'content-type': 'text/event-stream; charset=utf-8', 'x-request-id': requestId() },
+      body: this.stream(responseEvents(answer), signal),
     };
   }
 

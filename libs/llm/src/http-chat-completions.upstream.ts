@@ -47,7 +47,7 @@ export function relayedHeaders(headers: IncomingHttpHeaders): Record<string, str
 }
 
 /**
- * The provider's chat completions over plain node:http(s), bytes relayed as
+ * The provider's chat completions and responses over plain node:http(s), bytes relayed as
  * they are: no SDK, no fetch, so a call costs one request on a kept-alive
  * socket and the response's IncomingMessage is the body (its backpressure
  * reaches the provider's socket).
@@ -56,13 +56,15 @@ export class HttpChatCompletionsUpstream implements ChatCompletionsUpstream {
   private readonly agent: HttpAgent;
   private readonly request: typeof httpRequest;
   private readonly target: RequestOptions;
+  /** The API root's path (no trailing slash) and its query (e.g. Azure's `?api-version=`), around each API's path. */
+  private readonly root: { readonly path: string; readonly search: string };
   private readonly authorization: string;
 
   constructor(options: HttpChatCompletionsUpstreamOptions) {
     const url = new URL(options.baseUrl ?? DEFAULT_OPENAI_BASE_URL);
     if (url.protocol !== 'http:' && url.protocol !== 'https:')
       throw new Error(`the provider's URL must be http or https, got "${url.protocol}"`);
-    url.pathname = `${url.pathname.replace(/\/+$/, '')}/chat/completions`;
+    this.root = { path: url.pathname.replace(/\/+$/, ''), search: url.search };
     const agentOptions = { keepAlive: true, maxSockets: options.maxSockets ?? 256 };
     const https = url.protocol === 'https:';
     this.agent = https ? new HttpsAgent(agentOptions) : new HttpAgent(agentOptions);
@@ -72,14 +74,13 @@ export class HttpChatCompletionsUpstream implements ChatCompletionsUpstream {
       // An IPv6 literal without its brackets, as node:http wants it.
       hostname: url.hostname.replace(/^\[(.*)\]$/, '$1'),
       port: url.port === '' ? undefined : Number(url.port),
-      path: `${url.pathname}${url.search}`,
       method: 'POST',
       agent: this.agent,
     };
     this.authorization = `Bearer ${options.apiKey}`;
   }
 
-  send({ body, idempotencyKey, signal }: UpstreamRequest): Promise<UpstreamResponse> {
+  send({ path = 'chat/completions', body, idempotencyKey, signal }: UpstreamRequest): Promise<UpstreamResponse> {
     // The signal's own reason, as fetch rejects: whatever the aborter gave (shutdown passes its own).
     // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
     if (signal.aborted) return Promise.reject(abortedBeforeHead(signal));
@@ -90,7 +91,7 @@ export class HttpChatCompletionsUpstream implements ChatCompletionsUpstream {
       'content-length': body.length,
     };
     if (idempotencyKey !== undefined) headers['idempotency-key'] = idempotencyKey;
-    return this.attempt(body, headers, signal);
+    return this.attempt(`${this.root.path}/${path}${this.root.search}`, body, headers, signal);
   }
 
   /** Ends every connection, those in use included: for shutdown, once no call is running. */
@@ -112,9 +113,14 @@ export class HttpChatCompletionsUpstream implements ChatCompletionsUpstream {
    * it: resending it then would run (and bill) the call twice, as the
    * provider may have been generating for minutes when it reset.
    */
-  private attempt(body: Buffer, headers: OutgoingHttpHeaders, signal: AbortSignal): Promise<UpstreamResponse> {
+  private attempt(
+    path: string,
+    body: Buffer,
+    headers: OutgoingHttpHeaders,
+    signal: AbortSignal,
+  ): Promise<UpstreamResponse> {
     return new Promise((resolve, reject) => {
-      const req = this.request({ ...this.target, headers });
+      const req = this.request({ ...this.target, path, headers });
       let res: IncomingMessage | undefined;
       let written = false;
       // A reused socket is connected; a new one only once its handshake is done (bytes written before wait in Node).
@@ -143,7 +149,7 @@ export class HttpChatCompletionsUpstream implements ChatCompletionsUpstream {
         settled = true;
         forget();
         req.destroy();
-        resolve(this.attempt(body, headers, signal));
+        resolve(this.attempt(path, body, headers, signal));
       };
 
       req.once('socket', (socket: Socket) => {

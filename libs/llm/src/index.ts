@@ -14,3 +14,5 @@ export * from './chat-completions.usage';
 export * from './chat-completions-upstream.module-definition';
 export * from './chat-completions-upstream.module';
 export * from './llm-gateway.settings';
+export * from './responses-events';
+export * from './responses-wire';

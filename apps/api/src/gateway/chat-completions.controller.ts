@@ -14,10 +14,11 @@ import { Tenant } from '../auth/principal';
 import { TENANT_KEY_AUTH } from '../openapi';
 import { type ChatCompletionRequest, ChatCompletionRequestPipe } from './chat-completion-request.pipe';
 import { ChatCompletionsRelay, is2xx } from './chat-completions.relay';
+import { CHAT_COMPLETIONS_API } from './gateway-apis';
 import { GatewayCalls } from './gateway-calls';
 import { GatewayMetrics } from './gateway.metrics';
 import { markGatewayRun } from './gateway-calls.middleware';
-import { ApiOpenAiErrors, openAiErrorFormat, OpenAiErrorException, OpenAiErrorFilter } from './openai-errors';
+import { ApiOpenAiErrors, openAiErrorFormat, OpenAiErrorFilter } from './openai-errors';
 
 export const GATEWAY_PATH = 'v1/chat/completions';
 /** A whole conversation, images as data URLs included, fits; OpenAI's own limit is larger still. */
@@ -115,18 +116,9 @@ export class ChatCompletionsController {
     @Res({ passthrough: true }) res: ExpressResponse,
   ): Promise<Response | StreamedAnswer> {
     markGatewayRun(req);
-    if (this.calls.shuttingDown) {
-      this.metrics.call('rejected');
-      // Its retry must open a new connection, which reaches another instance.
-      res.shouldKeepAlive = false;
-      throw new OpenAiErrorException(
-        503,
-        'shutting_down',
-        'This api instance is shutting down; nothing was sent upstream. Retry.',
-        { 'Retry-After': '1' },
-      );
-    }
+    this.calls.refuseIfShuttingDown(res, this.metrics);
     return this.relay.call({
+      api: CHAT_COMPLETIONS_API,
       body: rawBodyOf(req) ?? Buffer.from(JSON.stringify(body)),
       json: body,
       tenant,

@@ -4,7 +4,6 @@ import { uuidV5 } from '@app/ids';
 import {
   type ChatCompletionsUpstream,
   InjectChatCompletionsUpstream,
-  isDoneEvent,
   sseEventBuffers,
   UpstreamTimeoutError,
   UpstreamUnreachableError,
@@ -12,7 +11,7 @@ import {
   type TokenUsage,
   type UpstreamResponse,
 } from '@app/llm';
-import type { ChatCompletionRequest } from './chat-completion-request.pipe';
+import type { GatewayApi } from './gateway-apis';
 import { GatewayCalls } from './gateway-calls';
 import { GatewayMetrics } from './gateway.metrics';
 import { GATEWAY_OPTIONS, type GatewayOptions } from './gateway.options';
@@ -85,6 +84,14 @@ class StreamBrokenError extends Error {
   }
 }
 
+/** The provider's stream reported its own failure (`response.failed`, `error`). */
+class UpstreamFailedError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'UpstreamFailedError';
+  }
+}
+
 export const is2xx = (status: number): boolean => status >= 200 && status < 300;
 
 /** The start of a whole answer: all of it, or the part read before it passed the cap. */
@@ -129,12 +136,20 @@ function relayed(headers: Readonly<Record<string, string>>): Record<string, stri
   return upstreamId === undefined ? rest : { ...rest, 'x-upstream-request-id': upstreamId };
 }
 
+/** What the gateway reads of any body it relays: whether the caller asked for a stream. */
+export interface GatewayRequestBody {
+  readonly stream?: boolean | null;
+  readonly [parameter: string]: unknown;
+}
+
 /** One call through the gateway, as its route hands it over. */
 export interface GatewayCall {
+  /** Which of the provider's APIs. */
+  readonly api: GatewayApi;
   /** The request body, sent upstream as the caller sent it. */
   readonly body: Buffer;
   /** The same body, parsed. */
-  readonly json: ChatCompletionRequest;
+  readonly json: GatewayRequestBody;
   readonly tenant: string;
   /** Undefined for a call without an Idempotency-Key. */
   readonly idempotency: IdempotencyRequestContext | undefined;
@@ -158,7 +173,14 @@ export class ChatCompletionsRelay {
     private readonly calls: GatewayCalls,
   ) {}
 
-  async call({ body, json, tenant, idempotency, onCallerClosed }: GatewayCall): Promise<Response | StreamedAnswer> {
+  async call({
+    api,
+    body,
+    json,
+    tenant,
+    idempotency,
+    onCallerClosed,
+  }: GatewayCall): Promise<Response | StreamedAnswer> {
     const keyed = idempotency !== undefined;
     const stream = json.stream === true;
     // The whole call, a whole stream included. A keyed call does not belong
@@ -194,6 +216,7 @@ export class ChatCompletionsRelay {
     let upstream: UpstreamResponse;
     try {
       upstream = await this.upstream.send({
+        path: api.path,
         body,
         json,
         idempotencyKey: idempotency ? upstreamKeyOf(idempotency) : undefined,
@@ -204,7 +227,7 @@ export class ChatCompletionsRelay {
       throw this.unreachable(err, call);
     }
     try {
-      return await this.relay(upstream, tenant, keyed, stream, signal, sent, end, call);
+      return await this.relay(api, upstream, tenant, keyed, stream, signal, sent, end, call);
     } catch (err) {
       end();
       throw err;
@@ -212,6 +235,7 @@ export class ChatCompletionsRelay {
   }
 
   private async relay(
+    api: GatewayApi,
     upstream: UpstreamResponse,
     tenant: string,
     keyed: boolean,
@@ -232,7 +256,7 @@ export class ChatCompletionsRelay {
       return new StreamedAnswer(
         upstream.status,
         relayed(upstream.headers),
-        this.relayEvents(upstream, tenant, keyed, sent, end, call),
+        this.relayEvents(api, upstream, tenant, keyed, sent, end, call),
       );
     }
     const body = upstream.body[Symbol.asyncIterator]();
@@ -333,15 +357,19 @@ export class ChatCompletionsRelay {
 
   /**
    * The provider's events, each exactly as it sent it, counting the tokens
-   * of its usage chunk. Ends after `data: [DONE]`; a stream that ends before
-   * it, or breaks, throws, so the answer is not stored and its callers get
-   * the broken-stream event.
+   * of its usage. A chat stream ends after `data: [DONE]`; a responses stream
+   * when the provider closes it after its terminal event (`api.eventKind`).
+   * A stream that ends before either, breaks, carries an event that is not
+   * the API's, or reports its own failure (`response.failed`, `error`: that
+   * event is relayed first) throws, so the answer is not stored and its
+   * callers get the broken-stream event.
    *
    * Relayed as bytes, not text: an event that is not UTF-8 reaches callers,
    * and the store, as the provider sent it, never with U+FFFD in its place.
-   * Only the look at it (is it [DONE], does it carry usage) decodes it.
+   * Only the look at it (has it ended, does it carry usage) decodes it.
    */
   private async *relayEvents(
+    api: GatewayApi,
     upstream: UpstreamResponse,
     tenant: string,
     keyed: boolean,
@@ -349,7 +377,8 @@ export class ChatCompletionsRelay {
     end: () => void,
     call: CallState,
   ): AsyncGenerator<Buffer> {
-    let done = false;
+    let done: boolean;
+    let terminal = false;
     let first = true;
     // The last usage the stream carried: a provider that repeats running totals is counted once.
     let usage: TokenUsage | undefined;
@@ -357,7 +386,11 @@ export class ChatCompletionsRelay {
     try {
       for (;;) {
         const step = await events.next();
-        if (step.done) break;
+        if (step.done) {
+          // Closed by the provider: whole if its terminal event came.
+          done = terminal;
+          break;
+        }
         // A subarray of the provider's chunk: while a caller or the store holds it, it keeps that whole chunk alive.
         const event = step.value;
         if (first) {
@@ -366,7 +399,17 @@ export class ChatCompletionsRelay {
         }
         const text = event.toString('utf8');
         usage = usageOf(text) ?? usage;
-        if (isDoneEvent(text)) {
+        const kind = api.eventKind(text);
+        if (kind === 'malformed') throw new StreamBrokenError('the provider sent an event that is not the API’s');
+        if (kind === 'failed') {
+          yield event;
+          throw new UpstreamFailedError('the provider reported the call failed');
+        }
+        if (kind === 'terminal') {
+          terminal = true;
+          call.answered = true;
+        }
+        if (kind === 'done') {
           done = true;
           call.answered = true;
           yield event;
@@ -375,7 +418,7 @@ export class ChatCompletionsRelay {
         yield event;
       }
     } catch (err) {
-      this.metrics.call(this.brokenBy(call));
+      this.metrics.call(err instanceof UpstreamFailedError ? 'upstream_failed' : this.brokenBy(call));
       await events.return?.().catch(() => undefined);
       end();
       throw err;
@@ -386,9 +429,14 @@ export class ChatCompletionsRelay {
     if (!done) {
       end();
       this.metrics.call('broken_stream');
-      throw new StreamBrokenError('the provider’s stream ended before data: [DONE]');
+      throw new StreamBrokenError(`the provider’s stream ended before ${api.unfinished}`);
     }
     this.metrics.call(keyed ? 'new' : 'forwarded');
+    if (terminal) {
+      // Read to its end already: the provider's connection is free.
+      end();
+      return;
+    }
     // The answer is whole at [DONE]; what the provider sends after it (the
     // chunked body's end) is read in the background rather than the socket
     // destroyed, so the next call reuses the connection instead of paying a

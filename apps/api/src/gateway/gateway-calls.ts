@@ -1,9 +1,11 @@
 import { BeforeApplicationShutdown, Inject, Injectable, Logger } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
 import { beginDrain } from '@app/http';
-import type { Server } from 'node:http';
+import type { Server, ServerResponse } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { GATEWAY_OPTIONS, GATEWAY_SETTLE_MS, type GatewayOptions } from './gateway.options';
+import type { GatewayMetrics } from './gateway.metrics';
+import { OpenAiErrorException } from './openai-errors';
 
 /**
  * The upstream calls running in this process, for shutdown: on SIGTERM the
@@ -30,11 +32,21 @@ export class GatewayCalls implements BeforeApplicationShutdown {
     return this.stopping.signal;
   }
 
-  get shuttingDown(): boolean {
-    return this.closing;
-  }
-
   private closing = false;
+
+  /** A route's first step: while the instance stops, a new call is refused (503) before anything is sent upstream. */
+  refuseIfShuttingDown(res: ServerResponse, metrics: GatewayMetrics): void {
+    if (!this.closing) return;
+    metrics.call('rejected');
+    // Its retry must open a new connection, which reaches another instance.
+    res.shouldKeepAlive = false;
+    throw new OpenAiErrorException(
+      503,
+      'shutting_down',
+      'This api instance is shutting down; nothing was sent upstream. Retry.',
+      { 'Retry-After': '1' },
+    );
+  }
 
   /** Counts a call as running; call the returned function once, when it has ended. */
   begin(): () => void {

@@ -10,6 +10,7 @@ export const GATEWAY_OUTCOMES = [
   'attached',
   'upstream_error',
   'broken_stream',
+  'upstream_failed',
   'upstream_unreachable',
   'upstream_timeout',
   'caller_gone',
@@ -32,7 +33,7 @@ export class GatewayMetrics {
   constructor(registry: Registry, @Inject(GATEWAY_OPTIONS) options: GatewayOptions) {
     this.calls = new Counter({
       name: 'gateway_calls_total',
-      help: 'POST /v1/chat/completions by outcome: forwarded (no key), new, replayed, attached, upstream_error (passed through), broken_stream, upstream_unreachable, upstream_timeout, caller_gone (a call without a key whose caller left), cut_by_shutdown, rejected (the gateway refused it)',
+      help: 'POST /v1/chat/completions and /v1/responses by outcome: forwarded (no key), new, replayed, attached, upstream_error (passed through), broken_stream, upstream_failed (a stream that reported its own failure), upstream_unreachable, upstream_timeout, caller_gone (a call without a key whose caller left), cut_by_shutdown, rejected (the gateway refused it)',
       labelNames: ['outcome'],
       registers: [registry],
     });

@@ -6,15 +6,16 @@ import { GatewayCalls } from './gateway-calls';
 import { GatewayCallsMiddleware } from './gateway-calls.middleware';
 import { GatewayMetrics } from './gateway.metrics';
 import { GATEWAY_OPTIONS, type GatewayOptions } from './gateway.options';
+import { ResponsesController } from './responses.controller';
 
-/** POST /v1/chat/completions: the OpenAI-compatible gateway to the configured provider. */
+/** POST /v1/chat/completions and POST /v1/responses: the OpenAI-compatible gateway to the configured provider. */
 @Module({})
 export class GatewayModule implements NestModule {
   static forRoot(options: GatewayOptions & { readonly provider: ChatCompletionsUpstreamModuleOptions }): DynamicModule {
     return {
       module: GatewayModule,
       imports: [ChatCompletionsUpstreamModule.forRoot(options.provider)],
-      controllers: [ChatCompletionsController],
+      controllers: [ChatCompletionsController, ResponsesController],
       providers: [
         {
           provide: GATEWAY_OPTIONS,
@@ -28,6 +29,6 @@ export class GatewayModule implements NestModule {
   }
 
   configure(consumer: MiddlewareConsumer): void {
-    consumer.apply(GatewayCallsMiddleware).forRoutes(ChatCompletionsController);
+    consumer.apply(GatewayCallsMiddleware).forRoutes(ChatCompletionsController, ResponsesController);
   }
 }

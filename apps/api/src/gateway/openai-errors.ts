@@ -73,7 +73,7 @@ export function toOpenAiError(exception: unknown): RenderedOpenAiError {
     const status = exception.getStatus();
     return {
       status,
-      headers: withRetryAfterMs(exception.headers),
+      headers: gatewayErrorHeaders(exception.headers, status),
       body: {
         error: { message: exception.message, type: typeFor(status), param: exception.param, code: exception.code },
       },
@@ -93,15 +93,24 @@ export function toOpenAiError(exception: unknown): RenderedOpenAiError {
   const message = [problem.body.title, detail, fields].filter((part) => part).join('. ');
   return {
     status: problem.status,
-    headers: withRetryAfterMs(problem.headers),
+    headers: gatewayErrorHeaders(problem.headers, problem.status),
     body: {
       error: { message, type: typeFor(problem.status), param: null, code: codeOfProblemType(problem.body.type) },
     },
   };
 }
 
-function withRetryAfterMs(headers: Readonly<Record<string, string>>): Record<string, string> {
+/**
+ * `x-should-retry` on the gateway's own errors, which OpenAI's SDKs obey
+ * before their own rule by status: a key still running (409) is worth a
+ * retry; a refused body, key or credential (400, 401, 422) never is.
+ */
+const SHOULD_RETRY: Readonly<Record<number, string>> = { 400: 'false', 401: 'false', 409: 'true', 422: 'false' };
+
+function gatewayErrorHeaders(headers: Readonly<Record<string, string>>, status: number): Record<string, string> {
   const out: Record<string, string> = { ...headers };
+  if (SHOULD_RETRY[status] !== undefined && !Object.keys(out).some((n) => n.toLowerCase() === 'x-should-retry'))
+    out['x-should-retry'] = SHOULD_RETRY[status];
   const retryAfter = Object.entries(headers).find(([name]) => name.toLowerCase() === 'retry-after')?.[1];
   if (retryAfter !== undefined && /^\d+$/.test(retryAfter)) out['retry-after-ms'] = String(Number(retryAfter) * 1000);
   return out;
@@ -118,13 +127,33 @@ export const BROKEN_STREAM_EVENT = `data: ${JSON.stringify({
   },
 })}\n\n`;
 
+/**
+ * The same for a Responses API stream: its `error` event, which OpenAI's SDKs
+ * raise as an APIError (the Responses API sends no `data: [DONE]`).
+ */
+export const RESPONSES_BROKEN_STREAM_EVENT = `event: error\ndata: ${JSON.stringify({
+  type: 'error',
+  code: 'stream_broken',
+  message:
+    'The model provider’s stream did not complete (no response.completed or response.incomplete). Nothing was stored; retry with the same Idempotency-Key.',
+  param: null,
+})}\n\n`;
+
+function renderOpenAiError(exception: unknown): ReturnType<IdempotencyErrorFormat['render']> {
+  const { status, headers, body } = toOpenAiError(exception);
+  return { status, headers: { ...headers, 'content-type': 'application/json' }, body: JSON.stringify(body) };
+}
+
 /** How the idempotency layer writes the gateway's answers: OpenAI's envelope, and the broken-stream event. */
 export const openAiErrorFormat: IdempotencyErrorFormat = {
-  render: (exception) => {
-    const { status, headers, body } = toOpenAiError(exception);
-    return { status, headers: { ...headers, 'content-type': 'application/json' }, body: JSON.stringify(body) };
-  },
+  render: renderOpenAiError,
   brokenStreamFrame: () => BROKEN_STREAM_EVENT,
+};
+
+/** The same for POST /v1/responses: its streams end in the Responses API's `error` event. */
+export const openAiResponsesErrorFormat: IdempotencyErrorFormat = {
+  render: renderOpenAiError,
+  brokenStreamFrame: () => RESPONSES_BROKEN_STREAM_EVENT,
 };
 
 /** Renders every error of the gateway's routes in OpenAI's envelope instead of problem+json. */

@@ -1,0 +1,123 @@
+import { Body, Controller, HttpCode, Post, Req, Res, UseFilters, UseGuards } from '@nestjs/common';
+import { ApiBearerAuth, ApiBody, ApiHeader, ApiOkResponse, ApiOperation, ApiTags } from '@nestjs/swagger';
+import {
+  IdempotencyContext,
+  Idempotent,
+  onceClosed,
+  type IdempotencyRequestContext,
+  StreamedAnswer,
+} from '@app/idempotency';
+import { rawBodyOf } from '@app/problem';
+import type { Request, Response as ExpressResponse } from 'express';
+import { AcceptsInternalKey, ApiKeyGuard } from '../auth/api-key.guard';
+import { Tenant } from '../auth/principal';
+import { TENANT_KEY_AUTH } from '../openapi';
+import { GATEWAY_ATTACH_WAIT_MS, GATEWAY_MAX_STORED_BYTES } from './chat-completions.controller';
+import { ChatCompletionsRelay, is2xx } from './chat-completions.relay';
+import { RESPONSES_API } from './gateway-apis';
+import { GatewayCalls } from './gateway-calls';
+import { GatewayMetrics } from './gateway.metrics';
+import { markGatewayRun } from './gateway-calls.middleware';
+import { ApiOpenAiErrors, openAiResponsesErrorFormat, OpenAiErrorFilter } from './openai-errors';
+import { type ResponseRequest, ResponseRequestPipe } from './response-request.pipe';
+
+export const RESPONSES_PATH = 'v1/responses';
+
+/**
+ * The OpenAI Responses API (what the Vercel AI SDK's `openai()` and the
+ * OpenAI Agents SDK call by default) in front of the configured provider,
+ * on the same terms as chat completions: bytes in and out, Idempotency-Key
+ * with replay, attach and caller-disconnect, the OpenAI error envelope. A
+ * stream is whole when the provider closes it after `response.completed` or
+ * `response.incomplete`; one that reports `response.failed` or `error`, or
+ * ends otherwise, is relayed, not stored, and frees the key.
+ */
+@ApiTags('gateway')
+@ApiBearerAuth(TENANT_KEY_AUTH)
+@Controller(RESPONSES_PATH)
+@UseGuards(ApiKeyGuard)
+@AcceptsInternalKey()
+@UseFilters(OpenAiErrorFilter)
+export class ResponsesController {
+  constructor(
+    private readonly relay: ChatCompletionsRelay,
+    private readonly metrics: GatewayMetrics,
+    private readonly calls: GatewayCalls,
+  ) {}
+
+  @Post()
+  @HttpCode(200)
+  @Idempotent({
+    required: false,
+    storesStatus: is2xx,
+    attach: { waitMs: GATEWAY_ATTACH_WAIT_MS },
+    errors: openAiResponsesErrorFormat,
+    maxStoredBodyBytes: GATEWAY_MAX_STORED_BYTES,
+  })
+  @ApiOperation({
+    summary: 'Create a model response (OpenAI Responses API), safe to retry with Idempotency-Key',
+    description:
+      'The OpenAI Responses API request and answer, relayed to the configured provider unchanged. With an Idempotency-Key, ' +
+      'a retry with the same body gets the stored answer (for stream: true the same event: and data: lines, through ' +
+      'response.completed) with Idempotent-Replayed: true and no second upstream call; a retry while the first call runs is ' +
+      'attached to it. A stream that ends with response.failed or error, or without a terminal event, is not stored. ' +
+      'Errors of the gateway itself are OpenAI error objects ({"error": {"message", "type", "code"}}).',
+  })
+  @ApiHeader({
+    name: 'X-Tenant',
+    required: false,
+    description:
+      'Only with INTERNAL_API_KEY, and required with it: the tenant the call is made for. With any other key: 401.',
+  })
+  @ApiBody({
+    description: 'A Responses API request: model, input, stream and any other parameter, sent upstream as it is.',
+    schema: {
+      type: 'object',
+      required: ['model'],
+      additionalProperties: true,
+      properties: {
+        model: { type: 'string' },
+        input: { oneOf: [{ type: 'string' }, { type: 'array', items: { type: 'object' } }] },
+        stream: { type: 'boolean' },
+        previous_response_id: { type: 'string' },
+      },
+    },
+  })
+  @ApiOkResponse({
+    description:
+      'The provider’s answer as it sent it: a response object (application/json) or, for stream: true, text/event-stream ' +
+      'events ending in response.completed or response.incomplete. A replay or an attached retry carries Idempotent-Replayed: true.',
+    content: {
+      'application/json': { schema: { type: 'object' } },
+      'text/event-stream': { schema: { type: 'string' } },
+    },
+  })
+  @ApiOpenAiErrors({
+    400: 'The body is not a Responses API request, or the Idempotency-Key is malformed. Nothing was done.',
+    401: 'No or unknown API key; X-Tenant sent with a tenant key; or INTERNAL_API_KEY without one X-Tenant naming a tenant.',
+    409: 'A call with this key is still running and has not started answering within 30 s; retry after Retry-After.',
+    422: 'This key was already used with a different body.',
+    429: 'The provider’s own answer, passed through (so is any non-2xx, with its body and Retry-After); nothing was stored.',
+    502: 'The provider is unreachable; nothing was stored.',
+    503: 'The call cannot be made safe to retry right now (the idempotency store is unreachable); nothing was sent upstream.',
+    504: 'The provider did not answer within GATEWAY_TIMEOUT_S; nothing was stored.',
+  })
+  async create(
+    @Body(ResponseRequestPipe) body: ResponseRequest,
+    @Req() req: Request,
+    @Tenant() tenant: string,
+    @IdempotencyContext() idempotency: IdempotencyRequestContext | undefined,
+    @Res({ passthrough: true }) res: ExpressResponse,
+  ): Promise<Response | StreamedAnswer> {
+    markGatewayRun(req);
+    this.calls.refuseIfShuttingDown(res, this.metrics);
+    return this.relay.call({
+      api: RESPONSES_API,
+      body: rawBodyOf(req) ?? Buffer.from(JSON.stringify(body)),
+      json: body,
+      tenant,
+      idempotency,
+      onCallerClosed: (fn) => onceClosed(res, fn),
+    });
+  }
+}

@@ -1,0 +1,355 @@
+import OpenAI, { APIError } from 'openai';
+import type { Redis } from 'ioredis';
+import { randomUUID } from 'node:crypto';
+import { responseEvents } from '@app/llm';
+import { RESPONSES_BROKEN_STREAM_EVENT } from '../../apps/api/src/gateway/openai-errors';
+import { bearer, startApi, TENANT_A, TENANT_B } from '../support/api-harness';
+import type { FakeOpenAiServer } from '../support/fake-openai-server';
+import { type GatewayHarness, type GatewayReply, startGateway } from '../support/gateway-harness';
+import { eventually } from '../support/infra';
+import { metricValue } from '../support/metrics';
+
+/** A promise and the function that settles it: events of a test ordered by signals, not sleeps. */
+function signal(): { promise: Promise<void>; resolve: () => void } {
+  let resolve!: () => void;
+  const promise = new Promise<void>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+/** A stream's events for `text`, one delta per word, as OpenAI writes them. */
+const eventsOf = (text: string, options: { incomplete?: boolean } = {}): string[] =>
+  responseEvents(
+    {
+      pieces: text.match(/\s*\S+/g) ?? [],
+      inputTokens: 3,
+      model: 'gpt-test',
+      ...(options.incomplete ? { incompleteReason: 'max_output_tokens' as const } : {}),
+    },
+    `resp_${randomUUID().replaceAll('-', '')}`,
+  );
+
+/**
+ * POST /v1/responses with the official `openai` SDK (`responses.create`,
+ * `responses.stream`) pointed at the api, and a local HTTP server playing the
+ * provider's Responses API, streams included. Effects asserted: upstream
+ * calls, the bytes each caller saw, records in Redis, token counters.
+ */
+describe('the gateway: POST /v1/responses', () => {
+  let gateway: GatewayHarness;
+  let provider: FakeOpenAiServer;
+  let apiUrl: string;
+  let redis: Redis;
+  let replies: Map<string, GatewayReply>;
+  const key = () => `gr-${randomUUID()}`;
+  const sdk = (tenant: { key: string } = TENANT_A) =>
+    new OpenAI({ apiKey: tenant.key, baseURL: `${apiUrl}/v1`, maxRetries: 0 });
+  const ask = (text: string) => ({ model: 'gpt-test', input: text });
+  const streamOf = (text: string) => ({ ...ask(text), stream: true as const });
+  const upstream = (text: string) => provider.requests.filter((r) => r.userText === text);
+  const recordKey = (k: string, tenant = TENANT_A.tenant) => `idem:${tenant}:POST:/v1/responses:${k}`;
+
+  function post(body: unknown, headers: Record<string, string> = {}, tenant: { key: string } = TENANT_A) {
+    return fetch(`${apiUrl}/v1/responses`, {
+      method: 'POST',
+      headers: { authorization: bearer(tenant), 'content-type': 'application/json', ...headers },
+      body: typeof body === 'string' ? body : JSON.stringify(body),
+    });
+  }
+
+  beforeAll(async () => {
+    gateway = await startGateway();
+    ({ provider, apiUrl, redis, replies } = gateway);
+  });
+  afterAll(() => gateway.close());
+
+  describe('without streaming', () => {
+    it('answers through responses.create and replays the stored bytes, with one upstream call carrying its own key', async () => {
+      const k = key();
+      const first = await sdk()
+        .responses.create(ask('a whole response'), { headers: { 'Idempotency-Key': k } })
+        .withResponse();
+      expect(first.data.output_text).toBe('Echo: a whole response');
+      expect(first.data.status).toBe('completed');
+      const again = await post(ask('a whole response'), { 'idempotency-key': k });
+      expect(again.status).toBe(200);
+      expect(again.headers.get('idempotent-replayed')).toBe('true');
+      // The SDK adds output_text to what it parsed; the rest is the wire's.
+      const { output_text: _text, ...wire } = first.data;
+      expect(JSON.parse(await again.text())).toEqual(wire);
+      const calls = upstream('a whole response');
+      expect(calls).toHaveLength(1);
+      expect(calls[0].api).toBe('responses');
+      // The provider's key for the operation: present, and never the caller's raw key.
+      expect(calls[0].headers['idempotency-key']).toMatch(/^[0-9a-f-]{36}$/);
+      expect(calls[0].headers['idempotency-key']).not.toBe(k);
+      await expect(redis.exists(recordKey(k))).resolves.toBe(1);
+    });
+
+    it('counts a response’s input and output tokens once, not for its replay', async () => {
+      const tokens = (kind: string) =>
+        metricValue(gateway.api.server, 'gateway_tokens_total', { tenant: TENANT_B.tenant, kind });
+      const [prompt, completion] = [await tokens('prompt'), await tokens('completion')];
+      const k = key();
+      await post(ask('count a response'), { 'idempotency-key': k }, TENANT_B);
+      await post(ask('count a response'), { 'idempotency-key': k }, TENANT_B);
+      // The fake provider's response: 7 input tokens, and one output token a word of "Echo: count a response".
+      expect((await tokens('prompt')) - prompt).toBe(7);
+      expect((await tokens('completion')) - completion).toBe(4);
+      expect(upstream('count a response')).toHaveLength(1);
+    });
+
+    it('answers 422 for the same key with another body, and keys of chat completions are another route’s', async () => {
+      const k = key();
+      await sdk().responses.create(ask('reuse a key'), { headers: { 'Idempotency-Key': k } });
+      const changed = await post({ ...ask('reuse a key'), temperature: 1 }, { 'idempotency-key': k });
+      expect(changed.status).toBe(422);
+      expect(changed.headers.get('x-should-retry')).toBe('false');
+      expect(await changed.json()).toMatchObject({ error: { code: 'idempotency_key_reused' } });
+      // The same key on chat completions is an operation of its own there.
+      const chat = await sdk().chat.completions.create(
+        { model: 'gpt-test', messages: [{ role: 'user', content: 'reuse a key' }] },
+        { headers: { 'Idempotency-Key': k } },
+      );
+      expect(chat.choices[0].message.content).toBe('Echo: reuse a key');
+      expect(upstream('reuse a key').map((r) => r.api)).toEqual(['responses', 'chat/completions']);
+    });
+
+    it('keeps tenants apart: one key, two tenants, two operations', async () => {
+      const k = key();
+      await post(ask('two tenants one key'), { 'idempotency-key': k }, TENANT_A);
+      const b = await post(ask('two tenants one key'), { 'idempotency-key': k }, TENANT_B);
+      expect(b.headers.get('idempotent-replayed')).toBeNull();
+      const calls = upstream('two tenants one key');
+      expect(calls).toHaveLength(2);
+      expect(calls[0].headers['idempotency-key']).not.toBe(calls[1].headers['idempotency-key']);
+    });
+
+    it('passes a provider 429 through with its Retry-After, stores nothing, and lets the retry run', async () => {
+      const k = key();
+      let n = 0;
+      replies.set('limited response', () =>
+        ++n === 1
+          ? { kind: 'error', status: 429, headers: { 'retry-after': '3' } }
+          : { kind: 'complete', content: 'now it fits' },
+      );
+      const limited = await post(ask('limited response'), { 'idempotency-key': k });
+      expect(limited.status).toBe(429);
+      expect(limited.headers.get('retry-after')).toBe('3');
+      await expect(redis.exists(recordKey(k))).resolves.toBe(0);
+      const retried = await sdk().responses.create(ask('limited response'), { headers: { 'Idempotency-Key': k } });
+      expect(retried.output_text).toBe('now it fits');
+      expect(upstream('limited response')).toHaveLength(2);
+    });
+  });
+
+  describe('streaming', () => {
+    it('relays a stream event for event, event: and data: lines alike, and replays the same bytes', async () => {
+      const k = key();
+      const events = eventsOf('Responses stream as events.');
+      replies.set('stream a response', { kind: 'stream', events });
+      const first = await post(streamOf('stream a response'), { 'idempotency-key': k });
+      expect(first.headers.get('content-type')).toBe('text/event-stream; charset=utf-8');
+      expect(await first.text()).toBe(events.join(''));
+      // The SDK reads the replay as a stream of its own.
+      const stream = sdk().responses.stream(ask('stream a response'), { headers: { 'Idempotency-Key': k } });
+      const deltas: string[] = [];
+      stream.on('response.output_text.delta', (e) => deltas.push(e.delta));
+      const final = await stream.finalResponse();
+      expect(deltas.join('')).toBe('Responses stream as events.');
+      expect(final.output_text).toBe('Responses stream as events.');
+      const raw = await post(streamOf('stream a response'), { 'idempotency-key': k });
+      expect(raw.headers.get('idempotent-replayed')).toBe('true');
+      expect(await raw.text()).toBe(events.join(''));
+      expect(upstream('stream a response')).toHaveLength(1);
+    });
+
+    it('stores a stream that ends in response.incomplete', async () => {
+      const k = key();
+      const events = eventsOf('cut short by the limit', { incomplete: true });
+      replies.set('incomplete response', { kind: 'stream', events });
+      expect(await (await post(streamOf('incomplete response'), { 'idempotency-key': k })).text()).toBe(
+        events.join(''),
+      );
+      const replay = await post(streamOf('incomplete response'), { 'idempotency-key': k });
+      expect(replay.headers.get('idempotent-replayed')).toBe('true');
+      expect(upstream('incomplete response')).toHaveLength(1);
+    });
+
+    it.each([
+      [
+        'ends with response.failed',
+        (events: string[]) => [
+          ...events.slice(0, 3),
+          `event: response.failed\ndata: ${JSON.stringify({ type: 'response.failed', sequence_number: 3, response: { status: 'failed', error: { code: 'server_error', message: 'the model failed' } } })}\n\n`,
+        ],
+        'upstream_failed',
+      ],
+      [
+        'sends an error event',
+        (events: string[]) => [
+          ...events.slice(0, 2),
+          `event: error\ndata: ${JSON.stringify({ type: 'error', code: 'server_error', message: 'overloaded', param: null, sequence_number: 2 })}\n\n`,
+        ],
+        'upstream_failed',
+      ],
+      ['closes before its terminal event', (events: string[]) => events.slice(0, -1), 'broken_stream'],
+      [
+        'sends an event that is not JSON',
+        (events: string[]) => [...events.slice(0, 2), 'data: {"type":"response.output_text.delta",\n\n'],
+        'broken_stream',
+      ],
+    ])(
+      'a stream that %s: relayed, then the error event; nothing stored, and the retry goes upstream',
+      async (what, cut, outcome) => {
+        const text = `unfinished: ${what}`;
+        const k = key();
+        const whole = eventsOf('whole the second time');
+        const sent = cut(eventsOf('never whole'));
+        let n = 0;
+        replies.set(text, () => ({ kind: 'stream', events: ++n === 1 ? sent : whole }));
+        const outcomes = () => metricValue(gateway.api.server, 'gateway_calls_total', { outcome });
+        const before = await outcomes();
+        const first = await post(streamOf(text), { 'idempotency-key': k });
+        const body = await first.text();
+        expect(body.endsWith(RESPONSES_BROKEN_STREAM_EVENT)).toBe(true);
+        // What the provider sent of it came first, as it sent it (a malformed event is not relayed).
+        const relayed = body.slice(0, -RESPONSES_BROKEN_STREAM_EVENT.length);
+        expect(sent.join('').startsWith(relayed)).toBe(true);
+        expect(relayed.length).toBeGreaterThan(0);
+        await eventually(async () => ((await outcomes()) === before + 1 ? true : undefined), 5000, 'the outcome');
+        await expect(redis.exists(recordKey(k))).resolves.toBe(0);
+        // The SDK raises the error event as an APIError.
+        const stream = await sdk().responses.create(streamOf(text), { headers: { 'Idempotency-Key': k } });
+        const types: string[] = [];
+        for await (const event of stream) types.push(event.type);
+        expect(types.at(-1)).toBe('response.completed');
+        expect(upstream(text)).toHaveLength(2);
+      },
+    );
+
+    it('an SDK caller sees the broken stream as an APIError', async () => {
+      const events = eventsOf('breaks for the SDK').slice(0, 4);
+      replies.set('sdk sees a break', { kind: 'stream', events });
+      const stream = await sdk().responses.create(streamOf('sdk sees a break'), {
+        headers: { 'Idempotency-Key': key() },
+      });
+      let error: unknown;
+      try {
+        for await (const _event of stream);
+      } catch (err) {
+        error = err;
+      }
+      expect(error).toBeInstanceOf(APIError);
+      expect((error as APIError).message).toMatch(/did not complete/);
+    });
+
+    it('attaches a duplicate that arrives mid-stream: the events so far, then the live ones, from one upstream call', async () => {
+      const k = key();
+      const events = eventsOf('one call and two callers reading it');
+      const held = signal();
+      const reached = signal();
+      replies.set('attach a response', {
+        kind: 'stream',
+        events,
+        gate: (i) => {
+          if (i !== 4) return Promise.resolve();
+          reached.resolve();
+          return held.promise;
+        },
+      });
+      const first = post(streamOf('attach a response'), { 'idempotency-key': k }).then((r) => r.text());
+      await reached.promise;
+      // Its head arrives with the events so far, while the provider still holds the rest.
+      const duplicate = await post(streamOf('attach a response'), { 'idempotency-key': k });
+      expect(duplicate.headers.get('idempotent-replayed')).toBe('true');
+      held.resolve();
+      expect(await first).toBe(events.join(''));
+      expect(await duplicate.text()).toBe(events.join(''));
+      expect(upstream('attach a response')).toHaveLength(1);
+    });
+
+    it('keeps the upstream call running for a caller that leaves; its retry gets the whole stream, no second call', async () => {
+      const k = key();
+      const events = eventsOf('the caller left and the model went on');
+      const held = signal();
+      replies.set('leave a response', {
+        kind: 'stream',
+        events,
+        gate: (i) => (i === 3 ? held.promise : Promise.resolve()),
+      });
+      const controller = new AbortController();
+      const stream = await sdk().responses.create(streamOf('leave a response'), {
+        headers: { 'Idempotency-Key': k },
+        signal: controller.signal,
+      });
+      let read = 0;
+      for await (const _event of stream) {
+        if (++read === 2) {
+          controller.abort();
+          break;
+        }
+      }
+      held.resolve();
+      const retry = await post(streamOf('leave a response'), { 'idempotency-key': k });
+      expect(retry.headers.get('idempotent-replayed')).toBe('true');
+      expect(await retry.text()).toBe(events.join(''));
+      const [seen] = upstream('leave a response');
+      expect(seen.closedEarly).toBe(false);
+      expect(upstream('leave a response')).toHaveLength(1);
+    });
+  });
+
+  describe('bad input', () => {
+    it.each([
+      ['a body that is not an object', '[1,2]', 'body'],
+      ['no model', { input: 'hi' }, 'model'],
+      ['a model that is not a string', { model: 7, input: 'hi' }, 'model'],
+      ['an input that is a number', { model: 'gpt-test', input: 42 }, 'input'],
+      ['stream as a string', { model: 'gpt-test', input: 'hi', stream: 'yes' }, 'stream'],
+      [
+        'previous_response_id as a number',
+        { model: 'gpt-test', input: 'hi', previous_response_id: 5 },
+        'previous_response_id',
+      ],
+    ])('%s: 400 in the envelope, x-should-retry false, nothing upstream or stored', async (_, body, param) => {
+      const k = key();
+      const calls = provider.calls;
+      const res = await post(body, { 'idempotency-key': k });
+      expect(res.status).toBe(400);
+      expect(res.headers.get('x-should-retry')).toBe('false');
+      expect(await res.json()).toMatchObject({ error: { type: 'invalid_request_error', param } });
+      expect(provider.calls).toBe(calls);
+      await expect(redis.exists(recordKey(k))).resolves.toBe(0);
+    });
+
+    it('a bad API key: 401 in the envelope with x-should-retry false', async () => {
+      const res = await post(ask('no such key'), {}, { key: 'not-a-key-of-anyone' });
+      expect(res.status).toBe(401);
+      expect(res.headers.get('x-should-retry')).toBe('false');
+      expect(await res.json()).toMatchObject({ error: { code: 'invalid_api_key' } });
+      expect(upstream('no such key')).toHaveLength(0);
+    });
+  });
+});
+
+describe('the built-in fake model (LLM_PROVIDER=fake) speaks the Responses API', () => {
+  it('answers responses.create and responses.stream through the gateway', async () => {
+    const api = await startApi({ env: { LLM_PROVIDER: 'fake' } });
+    try {
+      await api.app.listen(0, '127.0.0.1');
+      const { port } = api.server.address() as { port: number };
+      const client = new OpenAI({ apiKey: TENANT_A.key, baseURL: `http://127.0.0.1:${port}/v1`, maxRetries: 0 });
+      const whole = await client.responses.create({ model: 'gpt-test', input: 'hello there' });
+      expect(whole.output_text).toBe('This is the built-in fake model. You wrote: "hello there"');
+      const streamed = await client.responses
+        .stream({ model: 'gpt-test', input: [{ role: 'user', content: 'and streamed' }] })
+        .finalResponse();
+      expect(streamed.output_text).toBe('This is the built-in fake model. You wrote: "and streamed"');
+      const cut = await client.responses.create({ model: 'gpt-test', input: 'cut me', max_output_tokens: 3 });
+      expect(cut.status).toBe('incomplete');
+      expect(cut.incomplete_details?.reason).toBe('max_output_tokens');
+    } finally {
+      await api.close();
+    }
+  });
+});
