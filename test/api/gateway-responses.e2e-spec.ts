@@ -299,6 +299,63 @@ describe('the gateway: POST /v1/responses', () => {
     });
   });
 
+  describe('Idempotency-Scope: one header for an agent’s whole run', () => {
+    /** An agent's client: the same headers on every call of the run, as the AI SDK and the Agents SDK send them. */
+    const agent = (scope: string, tenant: { key: string } = TENANT_A) =>
+      new OpenAI({
+        apiKey: tenant.key,
+        baseURL: `${apiUrl}/v1`,
+        maxRetries: 0,
+        defaultHeaders: { 'Idempotency-Scope': scope },
+      });
+
+    it('makes each distinct request of the run its own operation, and a re-run of the run replays every step', async () => {
+      const scope = `run-${randomUUID()}`;
+      const steps = ['scope step one', 'scope step two', 'scope step three'];
+      const run = async () => {
+        const client = agent(scope);
+        const answers: string[] = [];
+        for (const step of steps) answers.push((await client.responses.create(ask(step))).output_text);
+        // One step through chat completions too: the scope holds on every gateway route.
+        const chat = await client.chat.completions.create({
+          model: 'gpt-test',
+          messages: [{ role: 'user', content: 'scope step chat' }],
+        });
+        return [...answers, chat.choices[0].message.content];
+      };
+      const first = await run();
+      expect(first).toEqual([...steps, 'scope step chat'].map((s) => `Echo: ${s}`));
+      const again = await run();
+      expect(again).toEqual(first);
+      // One upstream call per distinct request, none for the re-run.
+      for (const step of [...steps, 'scope step chat']) expect(upstream(step)).toHaveLength(1);
+      const keys = steps.map((s) => upstream(s)[0].headers['idempotency-key']);
+      expect(new Set(keys).size).toBe(3);
+      const replayed = await post(ask('scope step two'), { 'idempotency-scope': scope });
+      expect(replayed.headers.get('idempotent-replayed')).toBe('true');
+    });
+
+    it('keeps two tenants’ runs apart under the same scope', async () => {
+      const scope = `run-${randomUUID()}`;
+      await agent(scope, TENANT_A).responses.create(ask('scoped for two tenants'));
+      await agent(scope, TENANT_B).responses.create(ask('scoped for two tenants'));
+      expect(upstream('scoped for two tenants')).toHaveLength(2);
+    });
+
+    it.each([
+      ['both headers', { 'idempotency-key': `k-${randomUUID()}`, 'idempotency-scope': `s-${randomUUID()}` }],
+      ['a scope too short', { 'idempotency-scope': 'short' }],
+      ['a scope with a comma', { 'idempotency-scope': 'run-0123456789,abcdef' }],
+    ])('%s: 400 idempotency_key_invalid, x-should-retry false, nothing upstream', async (_, headers) => {
+      const text = `bad scope ${randomUUID()}`;
+      const res = await post(ask(text), headers);
+      expect(res.status).toBe(400);
+      expect(res.headers.get('x-should-retry')).toBe('false');
+      expect(await res.json()).toMatchObject({ error: { code: 'idempotency_key_invalid' } });
+      expect(upstream(text)).toHaveLength(0);
+    });
+  });
+
   describe('bad input', () => {
     it.each([
       ['a body that is not an object', '[1,2]', 'body'],

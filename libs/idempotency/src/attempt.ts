@@ -33,6 +33,7 @@ export interface RouteSettings extends SettleRoute {
   readonly attachWaitMs: number | undefined;
   readonly store: IdempotencyStore;
   readonly recover: IdempotentOptions['recover'];
+  readonly acceptsRunScope: boolean;
 }
 
 export type InProgress = Extract<ClaimResult, { outcome: 'in-progress' }>;
@@ -74,6 +75,7 @@ export function routeSettings(
     replayHeaders,
     store: storeNamed(route.store, options, defaultStore),
     recover: route.recover,
+    acceptsRunScope: route.acceptsRunScope === true,
   };
 }
 

@@ -2,7 +2,10 @@ import { createParamDecorator, ExecutionContext } from '@nestjs/common';
 
 /** What the interceptor established about a request before its handler ran. */
 export interface IdempotencyRequestContext {
+  /** The Idempotency-Key; for a request under an Idempotency-Scope, `<scope>,<the body's fingerprint digest>`. */
   readonly key: string;
+  /** The Idempotency-Scope the request was sent under (routes with `acceptsRunScope`), if any. */
+  readonly runScope?: string;
   readonly scope: string;
   readonly method: string;
   readonly path: string;

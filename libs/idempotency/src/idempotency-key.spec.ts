@@ -14,6 +14,28 @@ describe('parseIdempotencyKey', () => {
     expect(parseIdempotencyKey(["!#$%&'*+-.^_`|~:/?@[]{}<>=;"])).toBe("!#$%&'*+-.^_`|~:/?@[]{}<>=;");
   });
 
+  it('names the header it read in its refusal (an Idempotency-Scope has the same syntax)', () => {
+    const refusal = (values: string[], header?: string) => {
+      try {
+        parseIdempotencyKey(values, header);
+      } catch (err) {
+        return (err as IdempotencyKeyInvalidException).problem;
+      }
+      throw new Error('not refused');
+    };
+    expect(refusal(['a'.repeat(16), 'b'.repeat(16)], 'Idempotency-Scope')).toMatchObject({
+      title: 'The Idempotency-Scope header is malformed',
+      detail: 'Send exactly one Idempotency-Scope header.',
+    });
+    expect(refusal(['"abc'], 'Idempotency-Scope')).toMatchObject({
+      title: 'The Idempotency-Scope header is malformed',
+    });
+    expect(refusal(['a'.repeat(16), 'b'.repeat(16)])).toMatchObject({
+      title: 'The Idempotency-Key header is malformed',
+      detail: 'Send exactly one Idempotency-Key header.',
+    });
+  });
+
   it('normalises the Structured Field string form to the bare value', () => {
     expect(parseIdempotencyKey(['"8e03978e-40d5-43e8-bc93"'])).toBe('8e03978e-40d5-43e8-bc93');
     expect(parseIdempotencyKey(['"abcdefgh\\"ijklmnop"'])).toBe('abcdefgh"ijklmnop');

@@ -22,10 +22,11 @@ export class IdempotencyKeyMissingException extends ProblemException {
 }
 
 export class IdempotencyKeyInvalidException extends ProblemException {
-  constructor(reason: string) {
+  /** `header`: the one at fault (an Idempotency-Scope is refused as a key is). */
+  constructor(reason: string, header = 'Idempotency-Key') {
     super({
       type: IdempotencyProblemTypes.keyInvalid,
-      title: 'The Idempotency-Key header is malformed',
+      title: `The ${header} header is malformed`,
       status: HttpStatus.BAD_REQUEST,
       detail: reason,
     });

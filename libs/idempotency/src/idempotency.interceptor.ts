@@ -14,12 +14,13 @@ import {
   routeSettings,
 } from './attempt';
 import { AttemptSettler } from './attempt-settler';
-import { fingerprintBody, legacyFingerprint, sameFingerprint } from './canonical-json';
+import { fingerprintBody, fingerprintDigest, legacyFingerprint, sameFingerprint } from './canonical-json';
 import { Follower } from './follower';
 import { IdempotencyRequestContext, setIdempotencyContext, setPendingRecord } from './idempotency-context';
-import { IDEMPOTENCY_KEY_HEADER, parseIdempotencyKey } from './idempotency-key';
+import { IDEMPOTENCY_KEY_HEADER, IDEMPOTENCY_SCOPE_HEADER, parseIdempotencyKey } from './idempotency-key';
 import {
   IdempotencyInProgressException,
+  IdempotencyKeyInvalidException,
   IdempotencyKeyMissingException,
   IdempotencyStoreUnavailableException,
 } from './idempotency.errors';
@@ -109,13 +110,22 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const res = http.getResponse<ExpressResponse>();
 
     let key: string | undefined;
+    let runScope: string | undefined;
     try {
       key = parseIdempotencyKey(req.headersDistinct[IDEMPOTENCY_KEY_HEADER]);
+      if (settings.acceptsRunScope) {
+        runScope = parseIdempotencyKey(req.headersDistinct[IDEMPOTENCY_SCOPE_HEADER], 'Idempotency-Scope');
+        if (runScope !== undefined && key !== undefined)
+          throw new IdempotencyKeyInvalidException(
+            'Send Idempotency-Key or Idempotency-Scope, not both: a scope names a run, a key one operation.',
+            'Idempotency-Scope',
+          );
+      }
     } catch (err) {
       this.outcomes.set(req, 'key_invalid');
       throw err;
     }
-    if (key === undefined) {
+    if (key === undefined && runScope === undefined) {
       if (!settings.required)
         return next
           .handle()
@@ -127,14 +137,19 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const scope = this.options.scope(req);
     const method = req.method.toUpperCase();
     const path = operationPath(req);
+    // From the bytes as sent where the JSON parser kept them: numbers as written, not as doubles.
+    const fingerprint = fingerprintBody(req.body, rawBodyOf(req));
+    // Under a run's scope, each distinct body is an operation of its own. A key never holds a comma, so no key
+    // names the same operation as a scope's request.
+    const operationKey = runScope === undefined ? key! : `${runScope},${fingerprintDigest(fingerprint)}`;
     const ctx: IdempotencyRequestContext = {
-      key,
+      key: operationKey,
+      ...(runScope === undefined ? {} : { runScope }),
       scope,
       method,
       path,
-      // From the bytes as sent where the JSON parser kept them: numbers as written, not as doubles.
-      fingerprint: fingerprintBody(req.body, rawBodyOf(req)),
-      operation: `${scope}:${method}:${path}:${key}`,
+      fingerprint,
+      operation: `${scope}:${method}:${path}:${operationKey}`,
     };
     setIdempotencyContext(req, ctx);
     // Computed only for a record written before fingerprints were versioned.

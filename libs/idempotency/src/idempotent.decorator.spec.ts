@@ -36,6 +36,11 @@ describe('@Idempotent() options', () => {
     expect(decorate({ required: 'yes' })).toThrow(/required must be true or false/);
   });
 
+  it('refuses an acceptsRunScope that is not a boolean', () => {
+    expect(decorate({ acceptsRunScope: 'yes' })).toThrow(/acceptsRunScope must be true or false/);
+    expect(decorate({ acceptsRunScope: true })).not.toThrow();
+  });
+
   it('refuses bad options on a class, naming it', () => {
     expect(() => {
       @Idempotent({ resultTtlMs: 0.5 })

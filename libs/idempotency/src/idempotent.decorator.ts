@@ -37,6 +37,15 @@ export interface IdempotentOptions {
    * again. A provider class, resolved from the app.
    */
   readonly recover?: abstract new (...args: never[]) => IdempotencyRecovery;
+  /**
+   * The route also takes `Idempotency-Scope` (same syntax as the key) in
+   * place of `Idempotency-Key`, for an agent's run that sends one set of
+   * headers on every step: the operation is the scope plus the body's
+   * fingerprint, so each distinct request of the run is its own operation
+   * and a retried one replays (another body is another operation, never a
+   * 422). Both headers on one request are a 400.
+   */
+  readonly acceptsRunScope?: boolean;
 }
 
 /** The answer a recovery found for a request that died: stored and sent like the handler's own. */
@@ -122,6 +131,9 @@ export function assertValidIdempotentOptions(
     throw new Error(`${where}: store must be a store's name`);
   if (recover !== undefined && typeof recover !== 'function')
     throw new Error(`${where}: recover must be a provider class`);
+  const { acceptsRunScope } = options as IdempotentOptions;
+  if (acceptsRunScope !== undefined && typeof acceptsRunScope !== 'boolean')
+    throw new Error(`${where}: acceptsRunScope must be true or false`);
   if (
     errors !== undefined &&
     (typeof errors?.render !== 'function' || typeof errors?.brokenStreamFrame !== 'function')
@@ -195,5 +207,18 @@ function documentation(options: IdempotentOptions | undefined): MethodDecorator 
     }),
     respond(422, 'This key was already used with a different body.'),
     respond(503, 'The request cannot be made safe to retry right now; nothing was done. Retry with the same key.'),
+    ...(options?.acceptsRunScope
+      ? [
+          ApiHeader({
+            name: 'Idempotency-Scope',
+            required: false,
+            description:
+              'In place of Idempotency-Key, for an agent’s run that sends the same headers on every step (same syntax): ' +
+              'each distinct body under the scope is an operation of its own, and a retried one gets its first answer. ' +
+              'Both headers on one request: 400.',
+            schema: { type: 'string', minLength: 16, maxLength: 128 },
+          }),
+        ]
+      : []),
   );
 }

@@ -57,6 +57,7 @@ export class ChatCompletionsController {
     attach: { waitMs: GATEWAY_ATTACH_WAIT_MS },
     errors: openAiErrorFormat,
     maxStoredBodyBytes: GATEWAY_MAX_STORED_BYTES,
+    acceptsRunScope: true,
   })
   @ApiOperation({
     summary: 'Create a chat completion (OpenAI-compatible), safe to retry with Idempotency-Key',

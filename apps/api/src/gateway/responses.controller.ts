@@ -53,6 +53,7 @@ export class ResponsesController {
     attach: { waitMs: GATEWAY_ATTACH_WAIT_MS },
     errors: openAiResponsesErrorFormat,
     maxStoredBodyBytes: GATEWAY_MAX_STORED_BYTES,
+    acceptsRunScope: true,
   })
   @ApiOperation({
     summary: 'Create a model response (OpenAI Responses API), safe to retry with Idempotency-Key',
