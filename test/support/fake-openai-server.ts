@@ -66,6 +66,8 @@ export interface SeenRequest {
   readonly headers: Readonly<Record<string, string | string[] | undefined>>;
   /** The request body's bytes as received. */
   readonly rawBody: Buffer;
+  /** The same body, parsed. */
+  readonly body: Record<string, unknown>;
   /** Which connection it came on: 1 for the first the server accepted, and so on. */
   readonly connection: number;
   /** Whether the client hung up before the server finished. */
@@ -115,7 +117,7 @@ export class FakeOpenAiServer {
   peakConcurrency = 0;
 
   constructor(
-    public reply: (n: number, text: string) => ModelReply | Promise<ModelReply> = () => ({
+    public reply: (n: number, text: string, seen: SeenRequest) => ModelReply | Promise<ModelReply> = () => ({
       kind: 'complete',
       content: 'A summary.',
     }),
@@ -175,6 +177,7 @@ export class FakeOpenAiServer {
         api === 'responses' ? responsesUserText(body) : (body.messages?.find((m) => m.role === 'user')?.content ?? ''),
       headers: { ...req.headers },
       rawBody,
+      body,
       connection: this.connectionOf(req.socket),
       closedEarly: false,
       bytesSent: 0,
@@ -188,7 +191,7 @@ export class FakeOpenAiServer {
       this.open.delete(res);
       this.active--;
     });
-    const reply = await this.reply(seen.n, seen.userText);
+    const reply = await this.reply(seen.n, seen.userText, seen);
     if ('delayMs' in reply && reply.delayMs) await new Promise((r) => setTimeout(r, reply.delayMs));
     if (res.destroyed) return;
     switch (reply.kind) {

@@ -5,7 +5,7 @@ import { FakeOpenAiServer, type ModelReply, type SeenRequest } from './fake-open
 import { freshRedis } from './infra';
 
 /** What the fake provider answers to one user text: a reply, or a function that makes it (and may wait). */
-export type GatewayReply = ModelReply | (() => ModelReply | Promise<ModelReply>);
+export type GatewayReply = ModelReply | ((request: SeenRequest) => ModelReply | Promise<ModelReply>);
 
 export interface GatewayHarness {
   /** The fake provider behind the gateway: it sees the upstream calls. */
@@ -30,10 +30,10 @@ export interface GatewayHarness {
 export async function startGateway(env: Record<string, string> = {}): Promise<GatewayHarness> {
   const redis = await freshRedis();
   const replies = new Map<string, GatewayReply>();
-  const provider = await new FakeOpenAiServer(async (_n, text) => {
+  const provider = await new FakeOpenAiServer(async (_n, text, seen) => {
     const reply = replies.get(text);
     if (reply === undefined) return { kind: 'complete', content: `Echo: ${text}` };
-    return typeof reply === 'function' ? reply() : reply;
+    return typeof reply === 'function' ? reply(seen) : reply;
   }).start();
   const api = await startApi({
     env: { LLM_PROVIDER: 'openai', OPENAI_API_KEY: 'sk-upstream', OPENAI_BASE_URL: provider.baseUrl, ...env },

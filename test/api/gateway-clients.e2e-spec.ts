@@ -1,0 +1,218 @@
+import { createOpenAI } from '@ai-sdk/openai';
+import { ChatOpenAI } from '@langchain/openai';
+import { Agent, run, setDefaultOpenAIClient, setOpenAIAPI, setTracingDisabled } from '@openai/agents';
+import { generateText, stepCountIs, streamText, tool } from 'ai';
+import OpenAI from 'openai';
+import { randomUUID } from 'node:crypto';
+import { z } from 'zod';
+import { responseBody, responseEvents } from '@app/llm';
+import { TENANT_A } from '../support/api-harness';
+import type { ModelReply, SeenRequest } from '../support/fake-openai-server';
+import { type GatewayHarness, startGateway } from '../support/gateway-harness';
+
+/** The Responses API input items of a request (its `input` when that is an array). */
+const inputItems = (request: SeenRequest): { type?: string; call_id?: string; output?: unknown }[] =>
+  Array.isArray(request.body.input) ? (request.body.input as { type?: string }[]) : [];
+
+/** A whole response whose one output item asks for a function call, as OpenAI sends it. */
+function functionCallReply(name: string, args: object, callId: string): ModelReply {
+  const response = JSON.parse(responseBody({ pieces: [], inputTokens: 9, model: 'gpt-test' })) as Record<
+    string,
+    unknown
+  >;
+  response.output = [
+    {
+      type: 'function_call',
+      id: `fc_${randomUUID().replaceAll('-', '')}`,
+      call_id: callId,
+      name,
+      arguments: JSON.stringify(args),
+      status: 'completed',
+    },
+  ];
+  return {
+    kind: 'raw',
+    status: 200,
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(response),
+  };
+}
+
+/**
+ * The clients people hold, pointed at the gateway as their own docs say a
+ * custom base URL works, against a local fake provider that speaks chat
+ * completions and responses: the Vercel AI SDK (`openai()` on the Responses
+ * API, `openai.chat()`), LangChain's ChatOpenAI (both APIs) and the OpenAI
+ * Agents SDK (both APIs). For each: the answer, and a retry with the same key
+ * (or a re-run under the same Idempotency-Scope) making no second upstream call.
+ */
+describe('the gateway with the clients people hold', () => {
+  let gateway: GatewayHarness;
+  const upstream = (text: string) => gateway.provider.requests.filter((r) => r.userText === text);
+  const baseURL = () => `${gateway.apiUrl}/v1`;
+
+  beforeAll(async () => {
+    gateway = await startGateway();
+  });
+  afterAll(() => gateway.close());
+
+  describe('the Vercel AI SDK (ai, @ai-sdk/openai)', () => {
+    const provider = (headers: Record<string, string> = {}) =>
+      createOpenAI({ baseURL: baseURL(), apiKey: TENANT_A.key, headers });
+
+    it('openai(): generateText on the Responses API, retried with the key: one upstream call, the same text', async () => {
+      const headers = { 'Idempotency-Key': `ai-${randomUUID()}` };
+      const ask = () =>
+        generateText({ model: provider()('gpt-test'), prompt: 'ai sdk responses', headers, maxRetries: 0 });
+      const first = await ask();
+      const again = await ask();
+      expect(first.text).toBe('Echo: ai sdk responses');
+      expect(again.text).toBe(first.text);
+      expect(again.response.headers?.['idempotent-replayed']).toBe('true');
+      expect(upstream('ai sdk responses').map((r) => r.api)).toEqual(['responses']);
+    });
+
+    it('openai.chat(): generateText on chat completions, retried with the key: one upstream call', async () => {
+      const headers = { 'Idempotency-Key': `ai-${randomUUID()}` };
+      const ask = () =>
+        generateText({ model: provider().chat('gpt-test'), prompt: 'ai sdk chat', headers, maxRetries: 0 });
+      expect((await ask()).text).toBe('Echo: ai sdk chat');
+      expect((await ask()).text).toBe('Echo: ai sdk chat');
+      expect(upstream('ai sdk chat').map((r) => r.api)).toEqual(['chat/completions']);
+    });
+
+    it('streamText on the Responses API: the stream, then its replay, from one upstream call', async () => {
+      gateway.replies.set('ai sdk stream', {
+        kind: 'stream',
+        events: responseEvents({
+          pieces: ['Streamed', ' through', ' the', ' gateway.'],
+          inputTokens: 3,
+          model: 'gpt-test',
+        }),
+      });
+      const headers = { 'Idempotency-Key': `ai-${randomUUID()}` };
+      const streamed = async () => {
+        const result = streamText({ model: provider()('gpt-test'), prompt: 'ai sdk stream', headers, maxRetries: 0 });
+        let text = '';
+        for await (const part of result.textStream) text += part;
+        return text;
+      };
+      expect(await streamed()).toBe('Streamed through the gateway.');
+      expect(await streamed()).toBe('Streamed through the gateway.');
+      expect(upstream('ai sdk stream')).toHaveLength(1);
+    });
+
+    it('a tool loop under one Idempotency-Scope, run twice: the second run makes no upstream call', async () => {
+      const text = 'where is order 4711';
+      gateway.replies.set(text, (request) => {
+        const output = inputItems(request).find((item) => item.type === 'function_call_output');
+        if (output === undefined) return functionCallReply('lookup_order', { order: '4711' }, 'call_4711');
+        return { kind: 'complete', content: `Order 4711: ${String(output.output)}` };
+      });
+      const scope = `agent-run-${randomUUID()}`;
+      const lookups: string[] = [];
+      const runAgent = () =>
+        generateText({
+          model: provider({ 'Idempotency-Scope': scope })('gpt-test'),
+          prompt: text,
+          maxRetries: 0,
+          stopWhen: stepCountIs(3),
+          tools: {
+            lookup_order: tool({
+              description: 'Looks an order up',
+              inputSchema: z.object({ order: z.string() }),
+              execute: ({ order }) => {
+                lookups.push(order);
+                return Promise.resolve('shipped');
+              },
+            }),
+          },
+        });
+      const first = await runAgent();
+      expect(first.steps).toHaveLength(2);
+      expect(first.text).toMatch(/^Order 4711: .*shipped/);
+      expect(upstream(text)).toHaveLength(2);
+      const second = await runAgent();
+      expect(second.text).toBe(first.text);
+      // Both steps answered from the gateway's records; the tool is the client's and runs again.
+      expect(upstream(text)).toHaveLength(2);
+      expect(lookups).toEqual(['4711', '4711']);
+    });
+  });
+
+  describe('LangChain (ChatOpenAI)', () => {
+    const chat = (useResponsesApi: boolean) =>
+      new ChatOpenAI({
+        model: 'gpt-test',
+        apiKey: TENANT_A.key,
+        maxRetries: 0,
+        useResponsesApi,
+        configuration: { baseURL: baseURL() },
+      });
+
+    it.each([
+      ['chat completions', false, 'chat/completions'],
+      ['the Responses API', true, 'responses'],
+    ])('invoke on %s with the key per call: one upstream call for two', async (_, useResponsesApi, api) => {
+      const text = `langchain ${api}`;
+      const options = { options: { headers: { 'Idempotency-Key': `lc-${randomUUID()}` } } };
+      const first = await chat(useResponsesApi).invoke(text, options);
+      const again = await chat(useResponsesApi).invoke(text, options);
+      expect(first.text).toBe(`Echo: ${text}`);
+      expect(again.text).toBe(first.text);
+      expect(upstream(text).map((r) => r.api)).toEqual([api]);
+    });
+
+    it('stream on the Responses API, the key in the client’s default headers, and its replay', async () => {
+      const text = 'langchain stream';
+      gateway.replies.set(text, {
+        kind: 'stream',
+        events: responseEvents({ pieces: ['Chunks', ' for', ' LangChain.'], inputTokens: 3, model: 'gpt-test' }),
+      });
+      // LangChain's stream() on the Responses API does not pass a call's `options.headers` on (its invoke() does):
+      // a stream's key goes in the client's defaultHeaders, one client per key (docs/clients.md).
+      const keyed = new ChatOpenAI({
+        model: 'gpt-test',
+        apiKey: TENANT_A.key,
+        maxRetries: 0,
+        useResponsesApi: true,
+        configuration: { baseURL: baseURL(), defaultHeaders: { 'Idempotency-Key': `lc-${randomUUID()}` } },
+      });
+      const streamed = async () => {
+        let out = '';
+        for await (const chunk of await keyed.stream(text)) out += chunk.text;
+        return out;
+      };
+      expect(await streamed()).toBe('Chunks for LangChain.');
+      expect(await streamed()).toBe('Chunks for LangChain.');
+      expect(upstream(text)).toHaveLength(1);
+    });
+  });
+
+  describe('the OpenAI Agents SDK (@openai/agents)', () => {
+    beforeAll(() => setTracingDisabled(true));
+    afterEach(() => setOpenAIAPI('responses'));
+
+    it.each([
+      ['responses', 'responses'],
+      ['chat_completions', 'chat/completions'],
+    ] as const)('run() on %s under one Idempotency-Scope, twice: one upstream call', async (mode, api) => {
+      const text = `agents sdk ${mode}`;
+      setOpenAIAPI(mode);
+      setDefaultOpenAIClient(
+        new OpenAI({
+          apiKey: TENANT_A.key,
+          baseURL: baseURL(),
+          maxRetries: 0,
+          defaultHeaders: { 'Idempotency-Scope': `agents-${randomUUID()}` },
+        }),
+      );
+      const agent = new Agent({ name: 'support', instructions: 'Answer briefly.', model: 'gpt-test' });
+      const first = await run(agent, text);
+      const again = await run(agent, text);
+      expect(first.finalOutput).toBe(`Echo: ${text}`);
+      expect(again.finalOutput).toBe(first.finalOutput);
+      expect(upstream(text).map((r) => r.api)).toEqual([api]);
+    });
+  });
+});
