@@ -27,6 +27,7 @@ describe('api configuration', () => {
       openaiApiKey: undefined,
       openaiBaseUrl: undefined,
       openaiModel: 'gpt-4.1-mini',
+      gatewayUpstreams: undefined,
       gatewayTimeoutMs: 300_000,
       paymentsUrl: undefined,
       paymentsTimeoutMs: 10_000,
@@ -101,6 +102,83 @@ describe('api configuration', () => {
     expect(problemsOf({ LLM_PROVIDER: 'openai' })).toEqual(['LLM_PROVIDER']);
     expect(() => loadApiConfig({ LLM_PROVIDER: 'openai' })).toThrow(/LLM_PROVIDER.*OPENAI_API_KEY is unset/);
     expect(problemsOf({ GATEWAY_TIMEOUT_S: '0' })).toEqual(['GATEWAY_TIMEOUT_S']);
+  });
+
+  describe('GATEWAY_UPSTREAMS', () => {
+    const entry = (fields: object = {}) => ({
+      name: 'primary',
+      base_url: 'https://user:s3cret@primary.example.com/v1',
+      api_key_env: 'PRIMARY_KEY',
+      models: ['gpt-*'],
+      ...fields,
+    });
+    const load = (upstreams: unknown, env: Record<string, string> = { PRIMARY_KEY: 'sk-primary-secret' }) =>
+      loadApiConfig({
+        GATEWAY_UPSTREAMS: typeof upstreams === 'string' ? upstreams : JSON.stringify(upstreams),
+        ...env,
+      });
+
+    it('reads the upstreams in order, each key from the variable it names', () => {
+      const config = load([entry(), entry({ name: 'second', api_key_env: 'SECOND_KEY', models: ['gpt-4.1', '*'] })], {
+        PRIMARY_KEY: 'sk-primary-secret',
+        SECOND_KEY: 'sk-second-secret',
+      });
+      expect(config.gatewayUpstreams).toEqual([
+        {
+          name: 'primary',
+          baseUrl: 'https://user:s3cret@primary.example.com/v1',
+          apiKeyEnv: 'PRIMARY_KEY',
+          apiKey: 'sk-primary-secret',
+          models: ['gpt-*'],
+        },
+        {
+          name: 'second',
+          baseUrl: 'https://user:s3cret@primary.example.com/v1',
+          apiKeyEnv: 'SECOND_KEY',
+          apiKey: 'sk-second-secret',
+          models: ['gpt-4.1', '*'],
+        },
+      ]);
+      expect(loadApiConfig({ GATEWAY_UPSTREAMS: '' }).gatewayUpstreams).toBeUndefined();
+    });
+
+    it.each([
+      ['not JSON', '[{"name":', /is not JSON/],
+      ['not an array', { name: 'x' }, /non-empty JSON array/],
+      ['an empty array', [], /non-empty JSON array/],
+      ['an entry that is no object', ['primary'], /entry 1 is not an object/],
+      ['a repeated name', [entry(), entry()], /entry 2: the name primary is given to two upstreams/],
+      ['a name that cannot be a label', [entry({ name: 'has space' })], /entry 1: name must be/],
+      [
+        'an unset api_key_env',
+        [entry({ api_key_env: 'NOT_SET_ANYWHERE' })],
+        /entry 1 \(primary\): api_key_env names NOT_SET_ANYWHERE, which is unset/,
+      ],
+      [
+        'a base_url that is not http',
+        [entry({ base_url: 'ftp://user:s3cret@x/' })],
+        /entry 1 \(primary\): base_url must be/,
+      ],
+      ['no models', [entry({ models: [] })], /models must be a non-empty array/],
+      ['a * inside a model', [entry({ models: ['gpt-*-mini'] })], /models\[0\] must be a model name, or a prefix/],
+      [
+        'an unknown field',
+        [entry({ api_key: 'sk-inline' })],
+        /entry 1 has a field this version does not know: "api_key"/,
+      ],
+    ])('stops the start on %s, naming the entry and never a URL or key', (_, upstreams, message) => {
+      let error: unknown;
+      try {
+        load(upstreams);
+      } catch (err) {
+        error = err;
+      }
+      expect(error).toBeInstanceOf(ConfigValidationError);
+      const text = (error as Error).message;
+      expect(text).toMatch(/GATEWAY_UPSTREAMS/);
+      expect(text).toMatch(message);
+      expect(text).not.toMatch(/s3cret|sk-primary-secret|sk-inline/);
+    });
   });
 
   it('keeps idempotency records in Redis unless IDEMPOTENCY_STORE says postgres', () => {

@@ -14,6 +14,7 @@ import { QUERY_TIMEOUT_MS } from '@app/persistence';
 import { jobStreamPartitionsEnv } from '@app/summary-queue';
 import { parseApiKeys } from './auth/api-keys';
 import { GATEWAY_SETTLE_MS } from './gateway/gateway.options';
+import { parseGatewayUpstreams } from './gateway/gateway-upstreams';
 
 /** Every variable the api reads (INTERFACE.md); the manifests are checked against it. */
 export const apiEnvSchema = {
@@ -58,6 +59,14 @@ export const apiEnvSchema = {
       'batches; streamed answers in `idempotency_frames`, followed through one LISTEN connection per api process)',
   }),
   ...llmProviderEnv,
+  gatewayUpstreams: env.custom('GATEWAY_UPSTREAMS', parseGatewayUpstreams, {
+    docDefault: 'unset: one upstream, from `LLM_PROVIDER` / `OPENAI_BASE_URL` / `OPENAI_API_KEY`',
+    describe:
+      'the gateway\'s upstreams, a JSON array in fallback order of `{"name", "base_url", "api_key_env", "models"}` ' +
+      '(`models`: names, or prefixes ending in `*`); a request goes to the first that lists its model, and to the ' +
+      'next only when the failure proves nothing was made (refused; `429`, `500`, `502`, `503`, `529`). Not JSON, ' +
+      'a repeated name or an unset `api_key_env` stops the start, naming the entry, never a URL or key',
+  }),
   gatewayTimeoutMs: env.secondsAsMs(
     'GATEWAY_TIMEOUT_S',
     300,

@@ -1,7 +1,7 @@
 import { DynamicModule, Module } from '@nestjs/common';
 import { APP_FILTER, APP_PIPE } from '@nestjs/core';
 import { HealthModule, PostgresHealthIndicator, RedisHealthIndicator } from '@app/health';
-import { IdempotencyModule, RedisIdempotencyStore } from '@app/idempotency';
+import { DEFAULT_REPLAY_HEADERS, IdempotencyModule, RedisIdempotencyStore } from '@app/idempotency';
 import { LoggingModule, MetricsModule } from '@app/observability';
 import { PersistenceModule, PostgresIdempotencyStore } from '@app/persistence';
 import { ProblemDetailsFilter, RequestValidationPipe } from '@app/problem';
@@ -12,6 +12,7 @@ import { DataSource } from 'typeorm';
 import { type ApiConfig, gatewayDrainMs } from './api.config';
 import { AdminModule } from './admin/admin.module';
 import { AuthModule } from './auth/auth.module';
+import { GATEWAY_UPSTREAM_HEADER } from './gateway/chat-completions.relay';
 import { GatewayModule } from './gateway/gateway.module';
 import { requireTenant } from './auth/principal';
 import { RefundsModule } from './refunds/refunds.module';
@@ -68,6 +69,8 @@ export class ApiModule {
             scope: requireTenant,
             lockTtlMs: config.idempotencyLockTtlMs,
             resultTtlMs: config.idempotencyResultTtlMs,
+            // A gateway answer's replay names the upstream that made it, as the answer did.
+            replayHeaders: [...DEFAULT_REPLAY_HEADERS, GATEWAY_UPSTREAM_HEADER],
           }),
         }),
         SummaryQueueModule.forRoot({ partitions: config.jobStreamPartitions, isGlobal: true }),
@@ -91,6 +94,9 @@ export class ApiModule {
           drainMs: gatewayDrainMs(config),
           tenants: [...new Set(config.apiKeys.map((entry) => entry.tenant))],
           provider: { provider: config.llmProvider, apiKey: config.openaiApiKey, baseUrl: config.openaiBaseUrl },
+          upstreams: config.gatewayUpstreams,
+          store: config.idempotencyStore,
+          pinTtlMs: config.idempotencyResultTtlMs,
         }),
         AdminModule.forRoot(config.adminApiKey),
       ],

@@ -2,8 +2,6 @@ import { Inject, Injectable } from '@nestjs/common';
 import { fingerprintDigest, type IdempotencyRequestContext, StreamedAnswer } from '@app/idempotency';
 import { uuidV5 } from '@app/ids';
 import {
-  type ChatCompletionsUpstream,
-  InjectChatCompletionsUpstream,
   sseEventBuffers,
   UpstreamTimeoutError,
   UpstreamUnreachableError,
@@ -12,6 +10,8 @@ import {
   type UpstreamResponse,
 } from '@app/llm';
 import type { GatewayApi } from './gateway-apis';
+import { type GatewayUpstream, GatewayUpstreams } from './gateway-upstreams';
+import { UPSTREAM_PINS, type UpstreamPins } from './upstream-pins';
 import { GatewayCalls } from './gateway-calls';
 import { GatewayMetrics } from './gateway.metrics';
 import { GATEWAY_OPTIONS, type GatewayOptions } from './gateway.options';
@@ -58,6 +58,8 @@ async function drainAfterDone(events: AsyncIterator<unknown>, body: AsyncIterabl
 
 /** What a call's handling needs to know of it as it goes. */
 interface CallState {
+  /** The upstream serving it (GATEWAY_UPSTREAMS' name): X-Gateway-Upstream on its answer and errors. */
+  upstream: string;
   /** The answer is whole: a caller leaving after this ends nothing. */
   answered: boolean;
   /** Aborted when a caller without a key went away before that. */
@@ -90,6 +92,18 @@ class UpstreamFailedError extends Error {
     super(message);
     this.name = 'UpstreamFailedError';
   }
+}
+
+/** The pins could not be read or written: the call is not sent, since its retry could not be kept on one upstream. */
+function pinsUnavailable(err: unknown): OpenAiErrorException {
+  return new OpenAiErrorException(
+    503,
+    'idempotency_store_unavailable',
+    `The call cannot be made safe to retry right now (the gateway's store is unreachable: ${
+      err instanceof Error ? err.message : String(err)
+    }); nothing was sent upstream. Retry with the same Idempotency-Key.`,
+    { 'Retry-After': '1' },
+  );
 }
 
 export const is2xx = (status: number): boolean => status >= 200 && status < 300;
@@ -131,9 +145,32 @@ function upstreamKeyOf(idempotency: IdempotencyRequestContext): string {
  * `x-upstream-request-id`: `X-Request-Id` is ours, on every answer, and the
  * one to quote to us; the provider's is the one to quote to the provider.
  */
-function relayed(headers: Readonly<Record<string, string>>): Record<string, string> {
+function relayed(headers: Readonly<Record<string, string>>, upstream: string): Record<string, string> {
   const { 'x-request-id': upstreamId, ...rest } = headers;
-  return upstreamId === undefined ? rest : { ...rest, 'x-upstream-request-id': upstreamId };
+  return {
+    ...rest,
+    ...(upstreamId === undefined ? {} : { 'x-upstream-request-id': upstreamId }),
+    [GATEWAY_UPSTREAM_HEADER]: upstream,
+  };
+}
+
+/** On every answer that came from an upstream, and on its replays: which upstream made it. */
+export const GATEWAY_UPSTREAM_HEADER = 'x-gateway-upstream';
+
+/**
+ * Answers that prove the upstream made no completion, so the call may go to
+ * the next upstream that lists its model: rate limited, or failing before
+ * any work (`529`: overloaded, as Anthropic-compatible providers say it).
+ */
+const FALLBACK_STATUSES = new Set([429, 500, 502, 503, 529]);
+
+function upstreamHeader(call: CallState): Record<string, string> {
+  return { [GATEWAY_UPSTREAM_HEADER]: call.upstream };
+}
+
+/** A failure before the request reached the upstream (refused, DNS, TLS): nothing can have been made. */
+function provesNothingSent(err: unknown): boolean {
+  return err instanceof UpstreamUnreachableError && !err.requestSent;
 }
 
 /** What the gateway reads of any body it relays: whether the caller asked for a stream. */
@@ -167,7 +204,8 @@ export interface GatewayCall {
 @Injectable()
 export class ChatCompletionsRelay {
   constructor(
-    @InjectChatCompletionsUpstream() private readonly upstream: ChatCompletionsUpstream,
+    private readonly upstreams: GatewayUpstreams,
+    @Inject(UPSTREAM_PINS) private readonly pins: UpstreamPins,
     @Inject(GATEWAY_OPTIONS) private readonly options: GatewayOptions,
     private readonly metrics: GatewayMetrics,
     private readonly calls: GatewayCalls,
@@ -183,6 +221,7 @@ export class ChatCompletionsRelay {
   }: GatewayCall): Promise<Response | StreamedAnswer> {
     const keyed = idempotency !== undefined;
     const stream = json.stream === true;
+    const route = await this.routeOf(String(json.model), idempotency);
     // The whole call, a whole stream included. A keyed call does not belong
     // to the caller's socket: one that goes away leaves it to finish and be
     // stored for its retry. A call without a key has nobody to store it for,
@@ -196,7 +235,12 @@ export class ChatCompletionsRelay {
     );
     timer.unref();
     const gone = new AbortController();
-    const call: CallState = { answered: false, gone: gone.signal, timeout: timeout.signal };
+    const call: CallState = {
+      upstream: route.upstreams[0].name,
+      answered: false,
+      gone: gone.signal,
+      timeout: timeout.signal,
+    };
     if (!keyed) {
       // Until the answer is whole: after it, the rest of the provider's body
       // is read on (drainAfterDone) to keep its connection.
@@ -213,25 +257,92 @@ export class ChatCompletionsRelay {
     // Without a key, the caller leaving ends the call (its stream may never be read).
     if (!keyed) onCallerClosed(end);
     const sent = performance.now();
-    let upstream: UpstreamResponse;
-    try {
-      upstream = await this.upstream.send({
-        path: api.path,
-        body,
-        json,
-        idempotencyKey: idempotency ? upstreamKeyOf(idempotency) : undefined,
-        signal,
-      });
-    } catch (err) {
-      end();
-      throw this.unreachable(err, call);
+    const upstreamKey = idempotency ? upstreamKeyOf(idempotency) : undefined;
+    for (let i = 0; ; i++) {
+      const target = route.upstreams[i];
+      const last = i === route.upstreams.length - 1;
+      call.upstream = target.name;
+      if (route.pinning) {
+        try {
+          await this.pin(idempotency!.operation, target.name);
+        } catch (err) {
+          end();
+          throw err;
+        }
+      }
+      let upstream: UpstreamResponse;
+      try {
+        upstream = await target.client.send({ path: api.path, body, json, idempotencyKey: upstreamKey, signal });
+      } catch (err) {
+        if (!last && provesNothingSent(err) && !signal.aborted) {
+          await this.fellBack(route, idempotency, target);
+          continue;
+        }
+        end();
+        throw this.unreachable(err, call);
+      }
+      if (!last && FALLBACK_STATUSES.has(upstream.status)) {
+        // The answer proves nothing was made: its body is read and dropped, and the next upstream is asked.
+        await this.readCut(upstream, MAX_ERROR_BODY_BYTES, sent, stream).catch(() => undefined);
+        await this.fellBack(route, idempotency, target);
+        continue;
+      }
+      this.metrics.upstreamCall(target.name, is2xx(upstream.status) ? 'answered' : 'error_status');
+      try {
+        return await this.relay(api, upstream, tenant, keyed, stream, signal, sent, end, call);
+      } catch (err) {
+        end();
+        throw err;
+      }
     }
-    try {
-      return await this.relay(api, upstream, tenant, keyed, stream, signal, sent, end, call);
-    } catch (err) {
-      end();
-      throw err;
+  }
+
+  /**
+   * The upstreams a call may go to, in order: those listing its model, or,
+   * for an operation pinned by an earlier attempt whose outcome is unknown,
+   * that attempt's upstream alone. `pinning`: a keyed call with more than one
+   * upstream to choose from pins each before sending (with one, there is no
+   * other to fall back to, and nothing to pin).
+   */
+  private async routeOf(
+    model: string,
+    idempotency: IdempotencyRequestContext | undefined,
+  ): Promise<{ readonly upstreams: readonly GatewayUpstream[]; readonly pinning: boolean }> {
+    const upstreams = this.upstreams.route(model);
+    if (upstreams.length === 0) {
+      this.metrics.call('rejected');
+      throw new OpenAiErrorException(
+        404,
+        'model_not_found',
+        `The model ${JSON.stringify(model)} is not served by this gateway: no upstream of GATEWAY_UPSTREAMS lists it.`,
+        {},
+        'model',
+      );
     }
+    if (idempotency === undefined || upstreams.length === 1) return { upstreams, pinning: false };
+    const pinned = await this.pins.pinned(idempotency.operation).catch((err: unknown) => {
+      this.metrics.call('rejected');
+      throw pinsUnavailable(err);
+    });
+    const there = pinned === undefined ? undefined : this.upstreams.named(pinned);
+    return { upstreams: there ? [there] : upstreams, pinning: true };
+  }
+
+  private async pin(operation: string, upstream: string): Promise<void> {
+    await this.pins.pin(operation, upstream, this.options.pinTtlMs).catch((err: unknown) => {
+      throw pinsUnavailable(err);
+    });
+  }
+
+  /** The upstream proved it made nothing: counted, its pin removed (best effort), and the next one is asked. */
+  private async fellBack(
+    route: { readonly pinning: boolean },
+    idempotency: IdempotencyRequestContext | undefined,
+    target: GatewayUpstream,
+  ): Promise<void> {
+    this.metrics.upstreamCall(target.name, 'fell_back');
+    // Left in place, a pin to an upstream that made nothing only keeps the retry from falling back past it.
+    if (route.pinning) await this.pins.unpin(idempotency!.operation, target.name).catch(() => undefined);
   }
 
   private async relay(
@@ -250,12 +361,12 @@ export class ChatCompletionsRelay {
       call.answered = true;
       end();
       this.metrics.call('upstream_error');
-      return new Response(bytes, { status: upstream.status, headers: relayed(upstream.headers) });
+      return new Response(bytes, { status: upstream.status, headers: relayed(upstream.headers, call.upstream) });
     }
     if ((upstream.headers['content-type'] ?? '').toLowerCase().startsWith('text/event-stream')) {
       return new StreamedAnswer(
         upstream.status,
-        relayed(upstream.headers),
+        relayed(upstream.headers, call.upstream),
         this.relayEvents(api, upstream, tenant, keyed, sent, end, call),
       );
     }
@@ -270,7 +381,7 @@ export class ChatCompletionsRelay {
     if (!head.whole) {
       return new StreamedAnswer(
         upstream.status,
-        relayed(upstream.headers),
+        relayed(upstream.headers, call.upstream),
         this.relayLargeAnswer(head.chunks, body, tenant, keyed, end, call),
         { storable: false, framed: false },
       );
@@ -281,7 +392,7 @@ export class ChatCompletionsRelay {
     const usage = usageOf(bytes.toString('utf8'));
     if (usage) this.metrics.usage(tenant, usage);
     this.metrics.call(keyed ? 'new' : 'forwarded');
-    return new Response(bytes, { status: upstream.status, headers: relayed(upstream.headers) });
+    return new Response(bytes, { status: upstream.status, headers: relayed(upstream.headers, call.upstream) });
   }
 
   /** The chunks of a whole answer until it ends, or until they pass `maxBytes` (the rest is still in `body`). */
@@ -458,13 +569,14 @@ export class ChatCompletionsRelay {
     if (ended) return ended;
     if ((signal.reason as { name?: unknown } | undefined)?.name === 'TimeoutError') {
       this.metrics.call('upstream_timeout');
-      return new OpenAiErrorException(504, 'upstream_timeout', this.timeoutMessage());
+      return new OpenAiErrorException(504, 'upstream_timeout', this.timeoutMessage(), upstreamHeader(call));
     }
     this.metrics.call('broken_stream');
     return new OpenAiErrorException(
       502,
       'upstream_broken',
       `The model provider’s answer broke off: ${(err as Error).message}. Nothing was stored.`,
+      upstreamHeader(call),
     );
   }
 
@@ -473,9 +585,11 @@ export class ChatCompletionsRelay {
     if (ended) return ended;
     if (err instanceof UpstreamTimeoutError) {
       this.metrics.call('upstream_timeout');
-      return new OpenAiErrorException(504, 'upstream_timeout', this.timeoutMessage());
+      this.metrics.upstreamCall(call.upstream, 'timeout');
+      return new OpenAiErrorException(504, 'upstream_timeout', this.timeoutMessage(), upstreamHeader(call));
     }
     this.metrics.call('upstream_unreachable');
+    this.metrics.upstreamCall(call.upstream, 'unreachable');
     const why = err instanceof UpstreamUnreachableError ? err.message : 'the model provider is unreachable';
     // Sent once only: the provider may have run it, and a second send could bill it twice.
     const unknown =
@@ -486,6 +600,7 @@ export class ChatCompletionsRelay {
       502,
       'upstream_unreachable',
       `${why}.${unknown} Nothing was stored; retry with the same Idempotency-Key.`,
+      upstreamHeader(call),
     );
   }
 

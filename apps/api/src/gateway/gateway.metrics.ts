@@ -2,6 +2,7 @@ import { Inject, Injectable } from '@nestjs/common';
 import { Counter, Histogram, Registry } from 'prom-client';
 import type { TokenUsage } from '@app/llm';
 import { GATEWAY_OPTIONS, type GatewayOptions } from './gateway.options';
+import { GatewayUpstreams } from './gateway-upstreams';
 
 export const GATEWAY_OUTCOMES = [
   'forwarded',
@@ -20,6 +21,14 @@ export const GATEWAY_OUTCOMES = [
 export type GatewayOutcome = (typeof GATEWAY_OUTCOMES)[number];
 
 /**
+ * How one upstream answered a call, at its answer's head: `answered` (2xx), `error_status` (a non-2xx passed
+ * through), `fell_back` (a refusal or a 429/5xx that proved nothing was made, so the next upstream was asked),
+ * `unreachable`, `timeout`.
+ */
+export const UPSTREAM_OUTCOMES = ['answered', 'error_status', 'fell_back', 'unreachable', 'timeout'] as const;
+export type UpstreamOutcome = (typeof UPSTREAM_OUTCOMES)[number];
+
+/**
  * The gateway's figures: calls by outcome, tokens per tenant (only for calls
  * that went upstream: a replay or an attached duplicate costs none), and the
  * time to the first byte upstream against the caller's.
@@ -29,8 +38,9 @@ export class GatewayMetrics {
   private readonly calls: Counter<'outcome'>;
   private readonly tokens: Counter<'tenant' | 'kind'>;
   private readonly firstByte: Histogram<'side' | 'stream'>;
+  private readonly upstreamCalls: Counter<'upstream' | 'outcome'>;
 
-  constructor(registry: Registry, @Inject(GATEWAY_OPTIONS) options: GatewayOptions) {
+  constructor(registry: Registry, @Inject(GATEWAY_OPTIONS) options: GatewayOptions, upstreams: GatewayUpstreams) {
     this.calls = new Counter({
       name: 'gateway_calls_total',
       help: 'POST /v1/chat/completions and /v1/responses by outcome: forwarded (no key), new, replayed, attached, upstream_error (passed through), broken_stream, upstream_failed (a stream that reported its own failure), upstream_unreachable, upstream_timeout, caller_gone (a call without a key whose caller left), cut_by_shutdown, rejected (the gateway refused it)',
@@ -50,7 +60,16 @@ export class GatewayMetrics {
       buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
       registers: [registry],
     });
+    this.upstreamCalls = new Counter({
+      name: 'gateway_upstream_calls_total',
+      help: 'Calls to each upstream (GATEWAY_UPSTREAMS names) by how it answered: answered (2xx), error_status (a non-2xx passed through), fell_back (refused, or a 429/500/502/503/529 that proved nothing was made: the next upstream was asked), unreachable, timeout',
+      labelNames: ['upstream', 'outcome'],
+      registers: [registry],
+    });
     for (const outcome of GATEWAY_OUTCOMES) this.calls.inc({ outcome }, 0);
+    // Upstreams are bounded by GATEWAY_UPSTREAMS: every series exists from the start.
+    for (const { name } of upstreams.all)
+      for (const outcome of UPSTREAM_OUTCOMES) this.upstreamCalls.inc({ upstream: name, outcome }, 0);
     // Tenants are bounded by API_KEYS: every series exists from the start.
     for (const tenant of options.tenants) {
       this.tokens.inc({ tenant, kind: 'prompt' }, 0);
@@ -65,6 +84,10 @@ export class GatewayMetrics {
   usage(tenant: string, usage: TokenUsage): void {
     this.tokens.inc({ tenant, kind: 'prompt' }, usage.prompt_tokens);
     this.tokens.inc({ tenant, kind: 'completion' }, usage.completion_tokens);
+  }
+
+  upstreamCall(upstream: string, outcome: UpstreamOutcome): void {
+    this.upstreamCalls.inc({ upstream, outcome });
   }
 
   firstByteAt(side: 'upstream' | 'caller', stream: boolean, seconds: number): void {

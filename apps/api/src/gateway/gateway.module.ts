@@ -1,25 +1,61 @@
-import { DynamicModule, MiddlewareConsumer, Module, NestModule } from '@nestjs/common';
-import { ChatCompletionsUpstreamModule, type ChatCompletionsUpstreamModuleOptions } from '@app/llm';
+import {
+  DynamicModule,
+  Inject,
+  MiddlewareConsumer,
+  Module,
+  NestModule,
+  type OnApplicationShutdown,
+} from '@nestjs/common';
+import type { ChatCompletionsUpstreamModuleOptions } from '@app/llm';
+import { REDIS_CLIENT, type RedisClient } from '@app/redis';
+import { DataSource } from 'typeorm';
 import { ChatCompletionsController } from './chat-completions.controller';
 import { ChatCompletionsRelay } from './chat-completions.relay';
 import { GatewayCalls } from './gateway-calls';
 import { GatewayCallsMiddleware } from './gateway-calls.middleware';
 import { GatewayMetrics } from './gateway.metrics';
 import { GATEWAY_OPTIONS, type GatewayOptions } from './gateway.options';
+import { type GatewayUpstreamConfig, GatewayUpstreams } from './gateway-upstreams';
 import { ResponsesController } from './responses.controller';
+import { PostgresUpstreamPins, RedisUpstreamPins, UPSTREAM_PINS } from './upstream-pins';
 
-/** POST /v1/chat/completions and POST /v1/responses: the OpenAI-compatible gateway to the configured provider. */
+export interface GatewayModuleOptions extends GatewayOptions {
+  /** LLM_PROVIDER / OPENAI_*: the one upstream when GATEWAY_UPSTREAMS is unset. */
+  readonly provider: ChatCompletionsUpstreamModuleOptions;
+  /** GATEWAY_UPSTREAMS, parsed; undefined when unset. */
+  readonly upstreams?: readonly GatewayUpstreamConfig[];
+  /** IDEMPOTENCY_STORE: where the upstream pins live, beside the records. */
+  readonly store: 'redis' | 'postgres';
+}
+
+/**
+ * POST /v1/chat/completions and POST /v1/responses: the OpenAI-compatible
+ * gateway to the configured upstreams. Their kept-alive connections are
+ * closed at application shutdown, after the HTTP server has finished its
+ * requests (and so the streams it was relaying).
+ */
 @Module({})
-export class GatewayModule implements NestModule {
-  static forRoot(options: GatewayOptions & { readonly provider: ChatCompletionsUpstreamModuleOptions }): DynamicModule {
+export class GatewayModule implements NestModule, OnApplicationShutdown {
+  constructor(@Inject(GatewayUpstreams) private readonly upstreams: GatewayUpstreams) {}
+
+  static forRoot(options: GatewayModuleOptions): DynamicModule {
+    const gatewayOptions: GatewayOptions = {
+      timeoutMs: options.timeoutMs,
+      drainMs: options.drainMs,
+      tenants: options.tenants,
+      pinTtlMs: options.pinTtlMs,
+    };
     return {
       module: GatewayModule,
-      imports: [ChatCompletionsUpstreamModule.forRoot(options.provider)],
       controllers: [ChatCompletionsController, ResponsesController],
       providers: [
+        { provide: GATEWAY_OPTIONS, useValue: gatewayOptions },
+        { provide: GatewayUpstreams, useFactory: () => GatewayUpstreams.create(options.upstreams, options.provider) },
         {
-          provide: GATEWAY_OPTIONS,
-          useValue: { timeoutMs: options.timeoutMs, drainMs: options.drainMs, tenants: options.tenants },
+          provide: UPSTREAM_PINS,
+          inject: [REDIS_CLIENT, DataSource],
+          useFactory: (redis: RedisClient, dataSource: DataSource) =>
+            options.store === 'postgres' ? new PostgresUpstreamPins(dataSource) : new RedisUpstreamPins(redis),
         },
         GatewayMetrics,
         GatewayCalls,
@@ -30,5 +66,9 @@ export class GatewayModule implements NestModule {
 
   configure(consumer: MiddlewareConsumer): void {
     consumer.apply(GatewayCallsMiddleware).forRoutes(ChatCompletionsController, ResponsesController);
+  }
+
+  onApplicationShutdown(): void {
+    this.upstreams.close();
   }
 }

@@ -5,6 +5,8 @@ export interface GatewayOptions {
   readonly drainMs: number;
   /** The tenants of API_KEYS: the bounded label set of the token counter. */
   readonly tenants: readonly string[];
+  /** How long an upstream pin is kept (IDEMPOTENCY_RESULT_TTL_S: as long as a record would be). */
+  readonly pinTtlMs: number;
 }
 
 export const GATEWAY_OPTIONS = 'gateway:options';
