@@ -299,6 +299,150 @@ describe('the gateway: POST /v1/responses', () => {
     });
   });
 
+  describe('a response’s own routes: GET (and a resumed stream), cancel, DELETE, previous_response_id', () => {
+    const get = (id: string, query = '', tenant: { key: string } = TENANT_A, method = 'GET') =>
+      fetch(`${apiUrl}/v1/responses/${id}${query}`, { method, headers: { authorization: bearer(tenant) } });
+    const seqOf = (event: string) =>
+      (JSON.parse(/^data: (.*)$/m.exec(event)![1]) as { sequence_number: number }).sequence_number;
+
+    it('GET of a keyed whole response: from the record, byte for byte, with no upstream call', async () => {
+      const created = await post(ask('get me whole'), { 'idempotency-key': key() });
+      const body = await created.text();
+      const id = (JSON.parse(body) as { id: string }).id;
+      const routes = provider.responseRouteCalls.length;
+      const read = await get(id);
+      expect(read.status).toBe(200);
+      expect(read.headers.get('x-gateway-upstream')).toBe('openai');
+      expect(await read.text()).toBe(body);
+      expect(provider.responseRouteCalls).toHaveLength(routes);
+      const sdk_ = await sdk().responses.retrieve(id);
+      expect(sdk_.output_text).toBe('Echo: get me whole');
+    });
+
+    it('GET of a keyed stream: its terminal event’s response; with stream=true, the events after starting_after', async () => {
+      const events = eventsOf('a stream to read again later');
+      const id = (JSON.parse(/^data: (.*)$/m.exec(events[0])![1]) as { response: { id: string } }).response.id;
+      replies.set('stream to resume', { kind: 'stream', events });
+      await (await post(streamOf('stream to resume'), { 'idempotency-key': key() })).text();
+      const routes = provider.responseRouteCalls.length;
+      const whole = await get(id);
+      const terminal = JSON.parse(/^data: (.*)$/m.exec(events.at(-1)!)![1]) as { response: unknown };
+      expect(await whole.json()).toEqual(terminal.response);
+      const all = await get(id, '?stream=true');
+      expect(all.headers.get('content-type')).toBe('text/event-stream; charset=utf-8');
+      expect(await all.text()).toBe(events.join(''));
+      const after = await get(id, '?stream=true&starting_after=3');
+      expect(await after.text()).toBe(events.filter((e) => seqOf(e) > 3).join(''));
+      expect(provider.responseRouteCalls).toHaveLength(routes);
+      expect(upstream('stream to resume')).toHaveLength(1);
+    });
+
+    it('resumes a stream that still runs: the events after starting_after, then the live ones, from one upstream call', async () => {
+      const events = eventsOf('resumed while the model was still talking');
+      const id = (JSON.parse(/^data: (.*)$/m.exec(events[0])![1]) as { response: { id: string } }).response.id;
+      const held = signal();
+      const reached = signal();
+      replies.set('resume live', {
+        kind: 'stream',
+        events,
+        gate: (i) => {
+          if (i !== 5) return Promise.resolve();
+          reached.resolve();
+          return held.promise;
+        },
+      });
+      const first = post(streamOf('resume live'), { 'idempotency-key': key() }).then((r) => r.text());
+      await reached.promise;
+      // The first caller lost its stream after event 2; it resumes from there while the call runs.
+      const resumed = await get(id, '?stream=true&starting_after=2');
+      expect(resumed.status).toBe(200);
+      held.resolve();
+      expect(await resumed.text()).toBe(events.filter((e) => seqOf(e) > 2).join(''));
+      expect(await first).toBe(events.join(''));
+      expect(upstream('resume live')).toHaveLength(1);
+    });
+
+    it('a keyless response is asked of the upstream that made it: GET, cancel and DELETE forwarded; after DELETE it is gone', async () => {
+      const created = await sdk().responses.create(ask('keyless then looked up'));
+      const id = created.id;
+      provider.responseRoute = (call) =>
+        call === `GET responses/${id}`
+          ? {
+              kind: 'raw',
+              status: 200,
+              headers: { 'content-type': 'application/json' },
+              body: JSON.stringify({ id, object: 'response', status: 'completed', from: 'upstream' }),
+            }
+          : {
+              kind: 'raw',
+              status: 200,
+              headers: { 'content-type': 'application/json' },
+              body: JSON.stringify({ id, deleted: true }),
+            };
+      try {
+        const read = await get(id);
+        expect(await read.json()).toMatchObject({ id, from: 'upstream' });
+        expect((await get(id, '/cancel', TENANT_A, 'POST')).status).toBe(200);
+        expect((await get(id, '', TENANT_A, 'DELETE')).status).toBe(200);
+        expect(provider.responseRouteCalls.slice(-3)).toEqual([
+          `GET responses/${id}`,
+          `POST responses/${id}/cancel`,
+          `DELETE responses/${id}`,
+        ]);
+        expect((await get(id)).status).toBe(404);
+      } finally {
+        provider.responseRoute = () => ({ kind: 'error', status: 404 });
+      }
+    });
+
+    it('is the tenant’s own: another tenant gets 404 on GET, stream, cancel and DELETE, and nothing goes upstream', async () => {
+      const created = await sdk().responses.create(ask('mine alone'), { headers: { 'Idempotency-Key': key() } });
+      const routes = provider.responseRouteCalls.length;
+      for (const [query, method] of [
+        ['', 'GET'],
+        ['?stream=true', 'GET'],
+        ['/cancel', 'POST'],
+        ['', 'DELETE'],
+      ]) {
+        const res = await get(created.id, query, TENANT_B, method);
+        expect(res.status).toBe(404);
+        expect(await res.json()).toMatchObject({ error: { code: 'response_not_found' } });
+      }
+      expect((await get('resp_unknown0123')).status).toBe(404);
+      expect(provider.responseRouteCalls).toHaveLength(routes);
+      expect((await get(created.id)).status).toBe(200);
+    });
+
+    it('previous_response_id: the tenant’s own goes on; another tenant’s or an unknown one is 400, nothing upstream', async () => {
+      const first = await sdk().responses.create(ask('a conversation starts'));
+      const next = await sdk().responses.create({ ...ask('and goes on'), previous_response_id: first.id });
+      expect(next.output_text).toBe('Echo: and goes on');
+      expect(upstream('and goes on')[0].body.previous_response_id).toBe(first.id);
+      for (const [tenant, id] of [
+        [TENANT_B, first.id],
+        [TENANT_A, 'resp_never_made_here'],
+      ] as const) {
+        const res = await post({ ...ask('borrowed context'), previous_response_id: id }, {}, tenant);
+        expect(res.status).toBe(400);
+        expect(await res.json()).toMatchObject({
+          error: { code: 'previous_response_not_found', param: 'previous_response_id' },
+        });
+      }
+      expect(upstream('borrowed context')).toHaveLength(0);
+    });
+
+    it.each([
+      ['?stream=yes', 'stream'],
+      ['?stream=true&starting_after=-1', 'starting_after'],
+      ['?stream=true&starting_after=two', 'starting_after'],
+    ])('GET with %s: 400', async (query, param) => {
+      const created = await sdk().responses.create(ask(`bad query ${param}`));
+      const res = await get(created.id, query);
+      expect(res.status).toBe(400);
+      expect(await res.json()).toMatchObject({ error: { param } });
+    });
+  });
+
   describe('Idempotency-Scope: one header for an agent’s whole run', () => {
     /** An agent's client: the same headers on every call of the run, as the AI SDK and the Agents SDK send them. */
     const agent = (scope: string, tenant: { key: string } = TENANT_A) =>

@@ -120,6 +120,26 @@ describe.each(['redis', 'postgres'] as const)('the gateway with several upstream
     );
   });
 
+  describe('a response’s own routes go to the upstream that made it', () => {
+    it('previous_response_id continues on that upstream, whatever the model; GET and cancel are forwarded there', async () => {
+      const client = new OpenAI({ apiKey: TENANT_A.key, baseURL: `${apiUrl}/v1`, maxRetries: 0 });
+      const first = await client.responses.create({ model: 'claude-test', input: 'started on secondary' });
+      const next = await client.responses
+        .create({ model: 'gpt-test', input: 'continued', previous_response_id: first.id })
+        .withResponse();
+      expect(next.response.headers.get('x-gateway-upstream')).toBe('secondary');
+      expect(secondary.calls('continued')).toHaveLength(1);
+      expect(primary.calls('continued')).toHaveLength(0);
+      const cancel = await fetch(`${apiUrl}/v1/responses/${first.id}/cancel`, {
+        method: 'POST',
+        headers: { authorization: bearer(TENANT_A) },
+      });
+      expect(cancel.headers.get('x-gateway-upstream')).toBe('secondary');
+      expect(secondary.server.responseRouteCalls).toContain(`POST responses/${first.id}/cancel`);
+      expect(primary.server.responseRouteCalls).toHaveLength(0);
+    });
+  });
+
   describe('fallback: only when the failure proves nothing was made', () => {
     it.each([429, 500, 502, 503, 529])(
       'a %i from the first upstream: the next one answers, with the same upstream key; the replay names it',

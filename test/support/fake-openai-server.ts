@@ -108,6 +108,10 @@ export function completionEvents(
  */
 export class FakeOpenAiServer {
   readonly requests: SeenRequest[] = [];
+  /** Calls of a response's own routes (GET, cancel, DELETE), as `METHOD /path?query` under /v1. */
+  readonly responseRouteCalls: string[] = [];
+  /** How a response's own routes answer; by default 404, as OpenAI's for an id it does not know. */
+  responseRoute: (call: string) => ModelReply = () => ({ kind: 'error', status: 404 });
   private server: Server | undefined;
   private open = new Set<ServerResponse>();
   private readonly connections = new WeakMap<object, number>();
@@ -155,6 +159,12 @@ export class FakeOpenAiServer {
   private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
     const chunks: Buffer[] = [];
     for await (const c of req) chunks.push(c as Buffer);
+    const under = /\/v1\/(responses\/[^?]+(?:\?.*)?)$/.exec(req.url ?? '');
+    if (under !== null) {
+      const call = `${req.method} ${under[1]}`;
+      this.responseRouteCalls.push(call);
+      return this.answer(this.responseRoute(call), req, res, undefined);
+    }
     const api = req.url?.endsWith('/chat/completions')
       ? 'chat/completions'
       : req.url?.endsWith('/responses')
@@ -192,23 +202,35 @@ export class FakeOpenAiServer {
       this.active--;
     });
     const reply = await this.reply(seen.n, seen.userText, seen);
+    await this.answer(reply, req, res, { api, model: body.model, seen });
+  }
+
+  /** Writes one reply; `call` is the completion call it answers (undefined for a response's own routes). */
+  private async answer(
+    reply: ModelReply,
+    req: IncomingMessage,
+    res: ServerResponse,
+    call: { api: 'chat/completions' | 'responses'; model: string; seen: SeenRequest } | undefined,
+  ): Promise<void> {
+    const seen = call?.seen ?? { bytesSent: 0 };
     if ('delayMs' in reply && reply.delayMs) await new Promise((r) => setTimeout(r, reply.delayMs));
     if (res.destroyed) return;
     switch (reply.kind) {
       case 'complete':
-        if (api === 'responses') {
+        if (call === undefined) throw new Error('a complete reply answers a completion call only');
+        if (call.api === 'responses') {
           const pieces = reply.content?.match(/\s*\S+/g) ?? [];
           res
             .writeHead(200, { 'content-type': 'application/json' })
-            .end(responseBody({ pieces, inputTokens: 7, model: body.model }, `resp_${seen.n}`));
+            .end(responseBody({ pieces, inputTokens: 7, model: call.model }, `resp_${call.seen.n}`));
           return;
         }
         res.writeHead(200, { 'content-type': 'application/json' }).end(
           JSON.stringify({
-            id: `chatcmpl-${seen.n}`,
+            id: `chatcmpl-${call.seen.n}`,
             object: 'chat.completion',
             created: Math.floor(Date.now() / 1000),
-            model: body.model,
+            model: call.model,
             choices: [{ index: 0, finish_reason: 'stop', message: { role: 'assistant', content: reply.content } }],
             usage: { prompt_tokens: 7, completion_tokens: 5, total_tokens: 12 },
           }),

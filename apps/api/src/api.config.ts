@@ -56,7 +56,8 @@ export const apiEnvSchema = {
   idempotencyStore: env.oneOf('IDEMPOTENCY_STORE', 'redis', ['redis', 'postgres'], {
     describe:
       'where the idempotency records live: `redis`, or `postgres` (the `idempotency_keys` table, swept in ' +
-      'batches; streamed answers in `idempotency_frames`, followed through one LISTEN connection per api process)',
+      'batches; streamed answers in `idempotency_frames`, followed through one LISTEN connection per api process); ' +
+      "the gateway's own records go with them (`gateway_upstream_pins`, `gateway_responses`)",
   }),
   ...llmProviderEnv,
   gatewayUpstreams: env.custom('GATEWAY_UPSTREAMS', parseGatewayUpstreams, {

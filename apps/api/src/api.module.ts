@@ -63,6 +63,8 @@ export class ApiModule {
         HealthModule.forRoot({ readiness: [RedisHealthIndicator, PostgresHealthIndicator] }),
         AuthModule.forRoot(config.apiKeys, config.internalApiKey),
         IdempotencyModule.forRootAsync({
+          // The gateway reads its responses' records (GET /v1/responses/<id>).
+          isGlobal: true,
           inject: [REDIS_CLIENT, { token: REDIS_DURABILITY, optional: true }, DataSource],
           useFactory: (redis: RedisClient, durability: Durability | undefined, dataSource: DataSource) => ({
             ...idempotencyStores(config, redis, durability, dataSource),
@@ -96,7 +98,7 @@ export class ApiModule {
           provider: { provider: config.llmProvider, apiKey: config.openaiApiKey, baseUrl: config.openaiBaseUrl },
           upstreams: config.gatewayUpstreams,
           store: config.idempotencyStore,
-          pinTtlMs: config.idempotencyResultTtlMs,
+          recordTtlMs: config.idempotencyResultTtlMs,
         }),
         AdminModule.forRoot(config.adminApiKey),
       ],

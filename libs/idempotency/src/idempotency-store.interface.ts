@@ -63,6 +63,9 @@ export type ClaimResult =
  * freed, without streaming: claim again to find out which. `gone`: the
  * request died (its lock expired) or its frames expired.
  */
+/** What `peek` finds: nothing a claim would respect, or what a claim by another request would be told. */
+export type PeekResult = { readonly outcome: 'absent' } | Exclude<ClaimResult, { readonly outcome: 'claimed' }>;
+
 export type FrameEvent =
   | { readonly kind: 'head'; readonly head: StoredHead }
   /** One frame, its bytes as they were appended. */
@@ -142,6 +145,14 @@ export interface IdempotencyStore {
    * Stores that cannot tell a takeover leave it out; release() serves then.
    */
   abandon?(key: string, token: string): Promise<boolean>;
+  /**
+   * The record of `key` as a claim by another request would see it, taking
+   * nothing: `absent` when a claim would take the key (none, expired, or a
+   * dead holder's lapsed lock). For readers of a record that is not theirs
+   * (the gateway's GET /v1/responses/<id> and its resumed streams). Stores
+   * that cannot leave it out.
+   */
+  peek?(key: string): Promise<PeekResult>;
   /** Extend our lock (and our frames) to `lockTtlMs` from now. False if the lock is no longer ours. */
   renew(key: string, token: string, lockTtlMs: number): Promise<boolean>;
   /**

@@ -27,4 +27,6 @@ export const {
   ASYNC_OPTIONS_TYPE,
 } = new ConfigurableModuleBuilder<IdempotencyModuleOptions>({ moduleName: 'Idempotency' })
   .setClassMethodName('forRoot')
+  // isGlobal: the store (IdempotencyStore) injectable in every module, for readers of its records.
+  .setExtras({ isGlobal: false }, (definition, extras) => ({ ...definition, global: extras.isGlobal }))
   .build();

@@ -14,6 +14,7 @@ import type {
   FramesRef,
   IdempotencyFrameLog,
   IdempotencyStore,
+  PeekResult,
   StoredHead,
   StoredResponse,
 } from './idempotency-store.interface';
@@ -67,6 +68,16 @@ end
 if redis.call('HGET', KEYS[1], 'state') == 'running' and redis.call('HGET', KEYS[1], 'token') == ARGV[1] then
   return {'claimed'}
 end
+return {'existing', redis.call('PTTL', KEYS[1]), now, unpack(rec)}`,
+);
+
+/** The record as a claim would see it, taking nothing (peek). */
+const PEEK = new RedisScript(
+  'idempotency-peek',
+  `local t = redis.call('TIME')
+local now = t[1] * 1000 + math.floor(t[2] / 1000)
+local rec = redis.call('HGETALL', KEYS[1])
+if #rec == 0 then return {'absent'} end
 return {'existing', redis.call('PTTL', KEYS[1]), now, unpack(rec)}`,
 );
 
@@ -259,6 +270,23 @@ export class RedisIdempotencyStore implements IdempotencyStore {
       }
     }
     if (String(reply[0]) === 'claimed') return { outcome: 'claimed' };
+    return this.existing(reply, key, lockTtlMs, () => this.claim(key, token, fingerprint, lockTtlMs));
+  }
+
+  async peek(key: string): Promise<PeekResult> {
+    // Read as bytes: a completed answer's body is what was stored, not decoded.
+    const reply = await PEEK.runBuffer<ClaimReply>(this.redis, [this.recordKey(key)], []);
+    if (String(reply[0]) === 'absent') return { outcome: 'absent' };
+    return this.existing(reply, key, 0, () => this.peek(key));
+  }
+
+  /** A record another request holds or completed, from a claim's or a peek's reply (`existing`, PTTL, now, fields). */
+  private async existing<T extends ClaimResult | PeekResult>(
+    reply: ClaimReply,
+    key: string,
+    lockTtlMs: number,
+    again: () => Promise<T>,
+  ): Promise<T | Exclude<ClaimResult, { readonly outcome: 'claimed' }>> {
     const pttl = Number(reply[1]);
     const now = Number(reply[2]);
     let record = new Map<string, Field>();
@@ -271,7 +299,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
       const body = record.get('body');
       if (typeof body === 'string' && body.includes('\uFFFD')) {
         const whole = await this.redis.hgetallBuffer(this.recordKey(key));
-        if (whole.state?.toString() !== 'completed') return this.claim(key, token, fingerprint, lockTtlMs);
+        if (whole.state?.toString() !== 'completed') return again();
         record = new Map(Object.entries(whole));
       }
       const frames = record.get('frames')?.toString();

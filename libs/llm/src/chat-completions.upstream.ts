@@ -1,15 +1,21 @@
 import { Inject } from '@nestjs/common';
 
-/** The provider's APIs the gateway relays, as paths under its API root (OPENAI_BASE_URL). */
-export type UpstreamPath = 'chat/completions' | 'responses';
+/**
+ * The provider's APIs the gateway relays, as paths under its API root
+ * (OPENAI_BASE_URL): the two that make completions, and a response's own
+ * (`responses/<id>`, `responses/<id>/cancel`, with a query for a stream).
+ */
+export type UpstreamPath = 'chat/completions' | 'responses' | `responses/${string}`;
 
 export interface UpstreamRequest {
+  /** `POST` when unset. */
+  readonly method?: 'POST' | 'GET' | 'DELETE';
   /** Which API: `chat/completions` when unset. */
   readonly path?: UpstreamPath;
-  /** The request body exactly as the client sent it. */
-  readonly body: Buffer;
+  /** The request body exactly as the client sent it; none for GET and DELETE. */
+  readonly body?: Buffer;
   /** The same body, parsed (the fake model reads it; the HTTP upstream ignores it). */
-  readonly json: unknown;
+  readonly json?: unknown;
   /** Sent as the provider's `Idempotency-Key` header: the gateway's key for the operation. */
   readonly idempotencyKey?: string;
   /** Ends the call: the gateway's timeout, shutdown, or (for a call without a key) its caller leaving. */

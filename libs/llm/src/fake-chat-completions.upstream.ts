@@ -39,12 +39,22 @@ export class FakeChatCompletionsUpstream implements ChatCompletionsUpstream {
     this.chunkMs = options.chunkMs ?? 0;
   }
 
-  async send({ path, json, signal }: UpstreamRequest): Promise<UpstreamResponse> {
+  async send({ method = 'POST', path, json, signal }: UpstreamRequest): Promise<UpstreamResponse> {
     try {
       if (this.firstByteMs > 0) await delay(this.firstByteMs, undefined, { signal });
       signal.throwIfAborted();
     } catch (err) {
       throw signal.aborted ? abortedBeforeHead(signal) : err;
+    }
+    if (method !== 'POST' || path?.startsWith('responses/')) {
+      // It keeps no responses: what the gateway did not record is found nowhere.
+      const error = {
+        message: 'No response found with that id.',
+        type: 'invalid_request_error',
+        param: null,
+        code: null,
+      };
+      return { status: 404, headers: jsonHeaders(), body: once(`${JSON.stringify({ error }, null, 2)}\n`, signal) };
     }
     if (path === 'responses') return this.respond(json, signal);
     const invalid = invalidRequest(json);

@@ -74,24 +74,34 @@ export class HttpChatCompletionsUpstream implements ChatCompletionsUpstream {
       // An IPv6 literal without its brackets, as node:http wants it.
       hostname: url.hostname.replace(/^\[(.*)\]$/, '$1'),
       port: url.port === '' ? undefined : Number(url.port),
-      method: 'POST',
       agent: this.agent,
     };
     this.authorization = `Bearer ${options.apiKey}`;
   }
 
-  send({ path = 'chat/completions', body, idempotencyKey, signal }: UpstreamRequest): Promise<UpstreamResponse> {
+  send({
+    method = 'POST',
+    path = 'chat/completions',
+    body,
+    idempotencyKey,
+    signal,
+  }: UpstreamRequest): Promise<UpstreamResponse> {
     // The signal's own reason, as fetch rejects: whatever the aborter gave (shutdown passes its own).
     // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
     if (signal.aborted) return Promise.reject(abortedBeforeHead(signal));
     const headers: OutgoingHttpHeaders = {
       authorization: this.authorization,
-      'content-type': 'application/json',
       accept: 'application/json, text/event-stream',
-      'content-length': body.length,
     };
+    if (body !== undefined) {
+      headers['content-type'] = 'application/json';
+      headers['content-length'] = body.length;
+    }
     if (idempotencyKey !== undefined) headers['idempotency-key'] = idempotencyKey;
-    return this.attempt(`${this.root.path}/${path}${this.root.search}`, body, headers, signal);
+    // A response's path may carry a query (`?stream=true&starting_after=3`); the API root's own query joins it.
+    const [route, query] = path.split('?', 2);
+    const search = [this.root.search.replace(/^\?/, ''), query ?? ''].filter((q) => q !== '').join('&');
+    return this.attempt(method, `${this.root.path}/${route}${search ? `?${search}` : ''}`, body, headers, signal);
   }
 
   /** Ends every connection, those in use included: for shutdown, once no call is running. */
@@ -114,13 +124,14 @@ export class HttpChatCompletionsUpstream implements ChatCompletionsUpstream {
    * provider may have been generating for minutes when it reset.
    */
   private attempt(
+    method: string,
     path: string,
-    body: Buffer,
+    body: Buffer | undefined,
     headers: OutgoingHttpHeaders,
     signal: AbortSignal,
   ): Promise<UpstreamResponse> {
     return new Promise((resolve, reject) => {
-      const req = this.request({ ...this.target, path, headers });
+      const req = this.request({ ...this.target, method, path, headers });
       let res: IncomingMessage | undefined;
       let written = false;
       // A reused socket is connected; a new one only once its handshake is done (bytes written before wait in Node).
@@ -142,14 +153,15 @@ export class HttpChatCompletionsUpstream implements ChatCompletionsUpstream {
       const forget = (): void => signal.removeEventListener('abort', onAbort);
       const write = (): void => {
         written = true;
-        req.end(body);
+        if (body === undefined) req.end();
+        else req.end(body);
       };
       /** Nothing of the request was written: it goes on another connection. */
       const again = (): void => {
         settled = true;
         forget();
         req.destroy();
-        resolve(this.attempt(path, body, headers, signal));
+        resolve(this.attempt(method, path, body, headers, signal));
       };
 
       req.once('socket', (socket: Socket) => {

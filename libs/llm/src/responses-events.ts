@@ -17,6 +17,8 @@ export interface ResponsesEvent {
   readonly type?: string;
   /** Its `sequence_number`, when it has one (every event OpenAI sends does). */
   readonly sequenceNumber?: number;
+  /** The id of the response it carries (`response.created` and the terminal events carry the whole response). */
+  readonly responseId?: string;
 }
 
 const TERMINAL = new Set(['response.completed', 'response.incomplete']);
@@ -49,7 +51,7 @@ export function responsesEventOf(event: string): ResponsesEvent {
     return MALFORMED;
   }
   if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return MALFORMED;
-  const fields = parsed as { type?: unknown; sequence_number?: unknown };
+  const fields = parsed as { type?: unknown; sequence_number?: unknown; response?: { id?: unknown } | null };
   const type = typeof fields.type === 'string' ? fields.type : sseFieldOf(event, 'event');
   if (type === undefined) return MALFORMED;
   const sequenceNumber =
@@ -57,5 +59,11 @@ export function responsesEventOf(event: string): ResponsesEvent {
       ? fields.sequence_number
       : undefined;
   const kind: ResponsesEventKind = TERMINAL.has(type) ? 'terminal' : FAILED.has(type) ? 'failed' : 'more';
-  return { kind, type, ...(sequenceNumber === undefined ? {} : { sequenceNumber }) };
+  const responseId = typeof fields.response?.id === 'string' ? fields.response.id : undefined;
+  return {
+    kind,
+    type,
+    ...(sequenceNumber === undefined ? {} : { sequenceNumber }),
+    ...(responseId === undefined ? {} : { responseId }),
+  };
 }

@@ -8,7 +8,7 @@ import { Refunds1764720000000 } from './migrations/1764720000000-refunds';
 import { RefundAttempts1764806400000 } from './migrations/1764806400000-refund-attempts';
 import { IdempotencyBytes1764892800000 } from './migrations/1764892800000-idempotency-bytes';
 import { Workflows1764979200000 } from './migrations/1764979200000-workflows';
-import { GatewayUpstreamPins1765065600000 } from './migrations/1765065600000-gateway-upstream-pins';
+import { GatewayRecords1765065600000 } from './migrations/1765065600000-gateway-records';
 
 export const ENTITIES = [Summary, Outbox];
 /** Listed, not globbed: the apps are bundled, so there is no directory to scan. */
@@ -20,7 +20,7 @@ export const MIGRATIONS = [
   RefundAttempts1764806400000,
   IdempotencyBytes1764892800000,
   Workflows1764979200000,
-  GatewayUpstreamPins1765065600000,
+  GatewayRecords1765065600000,
 ];
 
 /** The longest the client waits for one query's answer: what bounds a request that reads PostgreSQL. */

@@ -1,4 +1,4 @@
-import { Inject, Injectable } from '@nestjs/common';
+import { Inject, Injectable, Logger } from '@nestjs/common';
 import { fingerprintDigest, type IdempotencyRequestContext, StreamedAnswer } from '@app/idempotency';
 import { uuidV5 } from '@app/ids';
 import {
@@ -11,7 +11,7 @@ import {
 } from '@app/llm';
 import type { GatewayApi } from './gateway-apis';
 import { type GatewayUpstream, GatewayUpstreams } from './gateway-upstreams';
-import { UPSTREAM_PINS, type UpstreamPins } from './upstream-pins';
+import { GATEWAY_RECORDS, type GatewayRecords } from './gateway-records';
 import { GatewayCalls } from './gateway-calls';
 import { GatewayMetrics } from './gateway.metrics';
 import { GATEWAY_OPTIONS, type GatewayOptions } from './gateway.options';
@@ -60,6 +60,9 @@ async function drainAfterDone(events: AsyncIterator<unknown>, body: AsyncIterabl
 interface CallState {
   /** The upstream serving it (GATEWAY_UPSTREAMS' name): X-Gateway-Upstream on its answer and errors. */
   upstream: string;
+  readonly tenant: string;
+  /** A keyed call's idempotency operation: where its answer is recorded. */
+  readonly operation: string | undefined;
   /** The answer is whole: a caller leaving after this ends nothing. */
   answered: boolean;
   /** Aborted when a caller without a key went away before that. */
@@ -203,9 +206,11 @@ export interface GatewayCall {
  */
 @Injectable()
 export class ChatCompletionsRelay {
+  private readonly logger = new Logger(ChatCompletionsRelay.name);
+
   constructor(
     private readonly upstreams: GatewayUpstreams,
-    @Inject(UPSTREAM_PINS) private readonly pins: UpstreamPins,
+    @Inject(GATEWAY_RECORDS) private readonly records: GatewayRecords,
     @Inject(GATEWAY_OPTIONS) private readonly options: GatewayOptions,
     private readonly metrics: GatewayMetrics,
     private readonly calls: GatewayCalls,
@@ -221,7 +226,7 @@ export class ChatCompletionsRelay {
   }: GatewayCall): Promise<Response | StreamedAnswer> {
     const keyed = idempotency !== undefined;
     const stream = json.stream === true;
-    const route = await this.routeOf(String(json.model), idempotency);
+    const route = await this.routeOf(String(json.model), idempotency, tenant, json.previous_response_id);
     // The whole call, a whole stream included. A keyed call does not belong
     // to the caller's socket: one that goes away leaves it to finish and be
     // stored for its retry. A call without a key has nobody to store it for,
@@ -237,6 +242,8 @@ export class ChatCompletionsRelay {
     const gone = new AbortController();
     const call: CallState = {
       upstream: route.upstreams[0].name,
+      tenant,
+      operation: idempotency?.operation,
       answered: false,
       gone: gone.signal,
       timeout: timeout.signal,
@@ -307,7 +314,13 @@ export class ChatCompletionsRelay {
   private async routeOf(
     model: string,
     idempotency: IdempotencyRequestContext | undefined,
+    tenant: string,
+    previousResponseId: unknown,
   ): Promise<{ readonly upstreams: readonly GatewayUpstream[]; readonly pinning: boolean }> {
+    // A conversation goes on where it started; and only the tenant that made a response may build on it (tenants
+    // share the provider's account, where any id would be taken).
+    if (typeof previousResponseId === 'string')
+      return { upstreams: [await this.upstreamOf(previousResponseId, tenant)], pinning: false };
     const upstreams = this.upstreams.route(model);
     if (upstreams.length === 0) {
       this.metrics.call('rejected');
@@ -320,7 +333,7 @@ export class ChatCompletionsRelay {
       );
     }
     if (idempotency === undefined || upstreams.length === 1) return { upstreams, pinning: false };
-    const pinned = await this.pins.pinned(idempotency.operation).catch((err: unknown) => {
+    const pinned = await this.records.pinned(idempotency.operation).catch((err: unknown) => {
       this.metrics.call('rejected');
       throw pinsUnavailable(err);
     });
@@ -328,8 +341,28 @@ export class ChatCompletionsRelay {
     return { upstreams: there ? [there] : upstreams, pinning: true };
   }
 
+  /** The upstream that made a response of this tenant's; 400 previous_response_not_found otherwise, nothing sent. */
+  private async upstreamOf(responseId: string, tenant: string): Promise<GatewayUpstream> {
+    const record = await this.records.response(responseId).catch((err: unknown) => {
+      this.metrics.call('rejected');
+      throw pinsUnavailable(err);
+    });
+    const upstream = record?.tenant === tenant ? this.upstreams.named(record.upstream) : undefined;
+    if (upstream === undefined) {
+      this.metrics.call('rejected');
+      throw new OpenAiErrorException(
+        400,
+        'previous_response_not_found',
+        `Previous response with id ${JSON.stringify(responseId)} not found: it was not made through this gateway for you, or it is past its retention.`,
+        {},
+        'previous_response_id',
+      );
+    }
+    return upstream;
+  }
+
   private async pin(operation: string, upstream: string): Promise<void> {
-    await this.pins.pin(operation, upstream, this.options.pinTtlMs).catch((err: unknown) => {
+    await this.records.pin(operation, upstream, this.options.recordTtlMs).catch((err: unknown) => {
       throw pinsUnavailable(err);
     });
   }
@@ -342,7 +375,7 @@ export class ChatCompletionsRelay {
   ): Promise<void> {
     this.metrics.upstreamCall(target.name, 'fell_back');
     // Left in place, a pin to an upstream that made nothing only keeps the retry from falling back past it.
-    if (route.pinning) await this.pins.unpin(idempotency!.operation, target.name).catch(() => undefined);
+    if (route.pinning) await this.records.unpin(idempotency!.operation, target.name).catch(() => undefined);
   }
 
   private async relay(
@@ -386,13 +419,32 @@ export class ChatCompletionsRelay {
         { storable: false, framed: false },
       );
     }
+    const bytes = Buffer.concat(head.chunks);
+    const responseId = api.responseIdOf?.(bytes);
+    if (responseId !== undefined) await this.rememberResponse(responseId, call);
     end();
     call.answered = true;
-    const bytes = Buffer.concat(head.chunks);
     const usage = usageOf(bytes.toString('utf8'));
     if (usage) this.metrics.usage(tenant, usage);
     this.metrics.call(keyed ? 'new' : 'forwarded');
     return new Response(bytes, { status: upstream.status, headers: relayed(upstream.headers, call.upstream) });
+  }
+
+  /**
+   * A response the Responses API made: on record for GET, resume, cancel,
+   * DELETE and `previous_response_id` (its tenant's alone). Best effort: the
+   * call itself has succeeded; a response left off the record is one those
+   * cannot find (404), which the log line says.
+   */
+  private rememberResponse(responseId: string, call: CallState): Promise<void> {
+    const record = {
+      tenant: call.tenant,
+      upstream: call.upstream,
+      ...(call.operation === undefined ? {} : { operation: call.operation }),
+    };
+    return this.records.recordResponse(responseId, record, this.options.recordTtlMs).catch((err: unknown) => {
+      this.logger.warn(`could not record response ${responseId}: ${err instanceof Error ? err.message : String(err)}`);
+    });
   }
 
   /** The chunks of a whole answer until it ends, or until they pass `maxBytes` (the rest is still in `body`). */
@@ -469,7 +521,9 @@ export class ChatCompletionsRelay {
   /**
    * The provider's events, each exactly as it sent it, counting the tokens
    * of its usage. A chat stream ends after `data: [DONE]`; a responses stream
-   * when the provider closes it after its terminal event (`api.eventKind`).
+   * when the provider closes it after its terminal event (`api.readEvent`).
+   * A response id it names is recorded (GatewayRecords) before the stream
+   * counts as whole.
    * A stream that ends before either, breaks, carries an event that is not
    * the API's, or reports its own failure (`response.failed`, `error`: that
    * event is relayed first) throws, so the answer is not stored and its
@@ -491,6 +545,7 @@ export class ChatCompletionsRelay {
     let done: boolean;
     let terminal = false;
     let first = true;
+    let remembered: Promise<void> | undefined;
     // The last usage the stream carried: a provider that repeats running totals is counted once.
     let usage: TokenUsage | undefined;
     const events = sseEventBuffers(upstream.body, { maxEventBytes: GATEWAY_MAX_EVENT_BYTES })[Symbol.asyncIterator]();
@@ -510,7 +565,9 @@ export class ChatCompletionsRelay {
         }
         const text = event.toString('utf8');
         usage = usageOf(text) ?? usage;
-        const kind = api.eventKind(text);
+        const read = api.readEvent(text);
+        const kind = read.kind;
+        if (read.responseId !== undefined) remembered ??= this.rememberResponse(read.responseId, call);
         if (kind === 'malformed') throw new StreamBrokenError('the provider sent an event that is not the API’s');
         if (kind === 'failed') {
           yield event;
@@ -542,12 +599,14 @@ export class ChatCompletionsRelay {
       this.metrics.call('broken_stream');
       throw new StreamBrokenError(`the provider’s stream ended before ${api.unfinished}`);
     }
-    this.metrics.call(keyed ? 'new' : 'forwarded');
     if (terminal) {
-      // Read to its end already: the provider's connection is free.
+      // Read to its end already: the provider's connection is free. Whole once its id is on record.
+      await remembered;
       end();
+      this.metrics.call(keyed ? 'new' : 'forwarded');
       return;
     }
+    this.metrics.call(keyed ? 'new' : 'forwarded');
     // The answer is whole at [DONE]; what the provider sends after it (the
     // chunked body's end) is read in the background rather than the socket
     // destroyed, so the next call reuses the connection instead of paying a

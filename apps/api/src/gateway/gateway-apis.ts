@@ -11,25 +11,44 @@ import { isDoneEvent, responsesEventOf, type UpstreamPath } from '@app/llm';
  */
 export type StreamEventKind = 'more' | 'done' | 'terminal' | 'failed' | 'malformed';
 
+/** What the relay reads of one event: where the stream stands, and the response it names (Responses API). */
+export interface StreamEventRead {
+  readonly kind: StreamEventKind;
+  readonly responseId?: string;
+}
+
 /** One of the provider's APIs the gateway relays: its path upstream, and how its streams end. */
 export interface GatewayApi {
   readonly path: UpstreamPath;
   /** Reads one event of a stream (its exact text). */
-  readonly eventKind: (event: string) => StreamEventKind;
+  readonly readEvent: (event: string) => StreamEventRead;
+  /** The response id of a whole answer, for an API whose answers have one to look up later (Responses). */
+  readonly responseIdOf?: (body: Buffer) => string | undefined;
   /** What a stream that ended without its end lacked, for the error its callers get. */
   readonly unfinished: string;
 }
 
+const DONE: StreamEventRead = { kind: 'done' };
+const MORE: StreamEventRead = { kind: 'more' };
+
 /** `POST /v1/chat/completions`: a stream ends with `data: [DONE]`. */
 export const CHAT_COMPLETIONS_API: GatewayApi = {
   path: 'chat/completions',
-  eventKind: (event) => (isDoneEvent(event) ? 'done' : 'more'),
+  readEvent: (event) => (isDoneEvent(event) ? DONE : MORE),
   unfinished: 'data: [DONE]',
 };
 
 /** `POST /v1/responses`: a stream is whole when the provider closes it after its terminal event. */
 export const RESPONSES_API: GatewayApi = {
   path: 'responses',
-  eventKind: (event) => responsesEventOf(event).kind,
+  readEvent: responsesEventOf,
+  responseIdOf: (body) => {
+    try {
+      const id = (JSON.parse(body.toString('utf8')) as { id?: unknown } | null)?.id;
+      return typeof id === 'string' ? id : undefined;
+    } catch {
+      return undefined;
+    }
+  },
   unfinished: 'response.completed or response.incomplete',
 };

@@ -4,6 +4,7 @@ import {
   MiddlewareConsumer,
   Module,
   NestModule,
+  RequestMethod,
   type OnApplicationShutdown,
 } from '@nestjs/common';
 import type { ChatCompletionsUpstreamModuleOptions } from '@app/llm';
@@ -16,15 +17,16 @@ import { GatewayCallsMiddleware } from './gateway-calls.middleware';
 import { GatewayMetrics } from './gateway.metrics';
 import { GATEWAY_OPTIONS, type GatewayOptions } from './gateway.options';
 import { type GatewayUpstreamConfig, GatewayUpstreams } from './gateway-upstreams';
-import { ResponsesController } from './responses.controller';
-import { PostgresUpstreamPins, RedisUpstreamPins, UPSTREAM_PINS } from './upstream-pins';
+import { RESPONSES_PATH, ResponsesController } from './responses.controller';
+import { ResponsesLookup } from './responses-lookup';
+import { GATEWAY_RECORDS, PostgresGatewayRecords, RedisGatewayRecords } from './gateway-records';
 
 export interface GatewayModuleOptions extends GatewayOptions {
   /** LLM_PROVIDER / OPENAI_*: the one upstream when GATEWAY_UPSTREAMS is unset. */
   readonly provider: ChatCompletionsUpstreamModuleOptions;
   /** GATEWAY_UPSTREAMS, parsed; undefined when unset. */
   readonly upstreams?: readonly GatewayUpstreamConfig[];
-  /** IDEMPOTENCY_STORE: where the upstream pins live, beside the records. */
+  /** IDEMPOTENCY_STORE: where the gateway's own records (GatewayRecords) live, beside the idempotency records. */
   readonly store: 'redis' | 'postgres';
 }
 
@@ -43,7 +45,7 @@ export class GatewayModule implements NestModule, OnApplicationShutdown {
       timeoutMs: options.timeoutMs,
       drainMs: options.drainMs,
       tenants: options.tenants,
-      pinTtlMs: options.pinTtlMs,
+      recordTtlMs: options.recordTtlMs,
     };
     return {
       module: GatewayModule,
@@ -52,20 +54,24 @@ export class GatewayModule implements NestModule, OnApplicationShutdown {
         { provide: GATEWAY_OPTIONS, useValue: gatewayOptions },
         { provide: GatewayUpstreams, useFactory: () => GatewayUpstreams.create(options.upstreams, options.provider) },
         {
-          provide: UPSTREAM_PINS,
+          provide: GATEWAY_RECORDS,
           inject: [REDIS_CLIENT, DataSource],
           useFactory: (redis: RedisClient, dataSource: DataSource) =>
-            options.store === 'postgres' ? new PostgresUpstreamPins(dataSource) : new RedisUpstreamPins(redis),
+            options.store === 'postgres' ? new PostgresGatewayRecords(dataSource) : new RedisGatewayRecords(redis),
         },
         GatewayMetrics,
         GatewayCalls,
         ChatCompletionsRelay,
+        ResponsesLookup,
       ],
     };
   }
 
   configure(consumer: MiddlewareConsumer): void {
-    consumer.apply(GatewayCallsMiddleware).forRoutes(ChatCompletionsController, ResponsesController);
+    // The calls that make completions; a response's own routes (GET, cancel, DELETE) are no such call.
+    consumer
+      .apply(GatewayCallsMiddleware)
+      .forRoutes(ChatCompletionsController, { path: RESPONSES_PATH, method: RequestMethod.POST });
   }
 
   onApplicationShutdown(): void {

@@ -5,8 +5,8 @@ export interface GatewayOptions {
   readonly drainMs: number;
   /** The tenants of API_KEYS: the bounded label set of the token counter. */
   readonly tenants: readonly string[];
-  /** How long an upstream pin is kept (IDEMPOTENCY_RESULT_TTL_S: as long as a record would be). */
-  readonly pinTtlMs: number;
+  /** How long the gateway's own records (pins, responses) are kept: IDEMPOTENCY_RESULT_TTL_S, as long as a record. */
+  readonly recordTtlMs: number;
 }
 
 export const GATEWAY_OPTIONS = 'gateway:options';

@@ -1,5 +1,18 @@
-import { Body, Controller, HttpCode, Post, Req, Res, UseFilters, UseGuards } from '@nestjs/common';
-import { ApiBearerAuth, ApiBody, ApiHeader, ApiOkResponse, ApiOperation, ApiTags } from '@nestjs/swagger';
+import {
+  Body,
+  Controller,
+  Delete,
+  Get,
+  HttpCode,
+  Param,
+  Post,
+  Query,
+  Req,
+  Res,
+  UseFilters,
+  UseGuards,
+} from '@nestjs/common';
+import { ApiBearerAuth, ApiBody, ApiHeader, ApiOkResponse, ApiOperation, ApiQuery, ApiTags } from '@nestjs/swagger';
 import {
   IdempotencyContext,
   Idempotent,
@@ -18,7 +31,8 @@ import { RESPONSES_API } from './gateway-apis';
 import { GatewayCalls } from './gateway-calls';
 import { GatewayMetrics } from './gateway.metrics';
 import { markGatewayRun } from './gateway-calls.middleware';
-import { ApiOpenAiErrors, openAiResponsesErrorFormat, OpenAiErrorFilter } from './openai-errors';
+import { ApiOpenAiErrors, OpenAiErrorException, openAiResponsesErrorFormat, OpenAiErrorFilter } from './openai-errors';
+import { type ResponseAction, ResponsesLookup } from './responses-lookup';
 import { type ResponseRequest, ResponseRequestPipe } from './response-request.pipe';
 
 export const RESPONSES_PATH = 'v1/responses';
@@ -36,17 +50,19 @@ export const RESPONSES_PATH = 'v1/responses';
 @ApiBearerAuth(TENANT_KEY_AUTH)
 @Controller(RESPONSES_PATH)
 @UseGuards(ApiKeyGuard)
-@AcceptsInternalKey()
 @UseFilters(OpenAiErrorFilter)
 export class ResponsesController {
   constructor(
     private readonly relay: ChatCompletionsRelay,
     private readonly metrics: GatewayMetrics,
     private readonly calls: GatewayCalls,
+    private readonly lookup: ResponsesLookup,
   ) {}
 
   @Post()
   @HttpCode(200)
+  // The worker's model calls (INTERNAL_API_KEY, X-Tenant) make completions; a response's own routes are tenants'.
+  @AcceptsInternalKey()
   @Idempotent({
     required: false,
     storesStatus: is2xx,
@@ -121,4 +137,70 @@ export class ResponsesController {
       onCallerClosed: (fn) => onceClosed(res, fn),
     });
   }
+
+  @Get(':id')
+  @ApiOperation({
+    summary: 'A response made through the gateway, or its stream resumed',
+    description:
+      'The response object as completed through the gateway, for the tenant that made it (404 for any other tenant ' +
+      'or an unknown id). With stream=true: its events whose sequence_number is above starting_after (all of them ' +
+      'without it), from the record, then live while it still runs. A response the gateway holds no record of (made ' +
+      'without an Idempotency-Key, or past its retention) is asked of the upstream that made it.',
+  })
+  @ApiQuery({ name: 'stream', required: false, enum: ['true', 'false'] })
+  @ApiQuery({ name: 'starting_after', required: false, schema: { type: 'integer', minimum: 0 } })
+  @ApiOpenAiErrors({
+    400: 'stream is not true or false, or starting_after is not a whole number.',
+    404: 'No response with this id was made through the gateway for this tenant.',
+    502: 'The upstream that made it could not be reached.',
+  })
+  async read(
+    @Param('id') id: string,
+    @Query('stream') stream: unknown,
+    @Query('starting_after') startingAfter: unknown,
+    @Tenant() tenant: string,
+    @Res() res: ExpressResponse,
+  ): Promise<void> {
+    await this.lookup.answer(tenant, id, readAction(stream, startingAfter), res);
+  }
+
+  @Post(':id/cancel')
+  @HttpCode(200)
+  @ApiOperation({
+    summary: 'Cancel a response (forwarded to the upstream that made it)',
+    description:
+      'For the tenant that made it; its answer is the upstream’s. 404 for any other tenant or an unknown id.',
+  })
+  @ApiOpenAiErrors({ 404: 'No response with this id was made through the gateway for this tenant.' })
+  async cancel(@Param('id') id: string, @Tenant() tenant: string, @Res() res: ExpressResponse): Promise<void> {
+    await this.lookup.answer(tenant, id, { kind: 'cancel' }, res);
+  }
+
+  @Delete(':id')
+  @ApiOperation({
+    summary: 'Delete a response (forwarded to the upstream that made it)',
+    description:
+      'For the tenant that made it; its answer is the upstream’s, and once that deleted it the gateway forgets the id ' +
+      '(a later GET is 404). 404 for any other tenant or an unknown id.',
+  })
+  @ApiOpenAiErrors({ 404: 'No response with this id was made through the gateway for this tenant.' })
+  async remove(@Param('id') id: string, @Tenant() tenant: string, @Res() res: ExpressResponse): Promise<void> {
+    await this.lookup.answer(tenant, id, { kind: 'delete' }, res);
+  }
+}
+
+/** GET's query: `stream` (true or false) and `starting_after` (a whole number, with a stream). */
+function readAction(stream: unknown, startingAfter: unknown): ResponseAction {
+  if (stream !== undefined && stream !== 'true' && stream !== 'false')
+    throw new OpenAiErrorException(400, 'invalid_request', 'stream must be true or false.', {}, 'stream');
+  if (startingAfter !== undefined && (typeof startingAfter !== 'string' || !/^\d{1,15}$/.test(startingAfter)))
+    throw new OpenAiErrorException(
+      400,
+      'invalid_request',
+      'starting_after must be a whole number: the sequence_number of the last event you have.',
+      {},
+      'starting_after',
+    );
+  if (stream !== 'true') return { kind: 'get' };
+  return { kind: 'stream', startingAfter: startingAfter === undefined ? undefined : Number(startingAfter) };
 }

@@ -109,6 +109,28 @@ export function describeIdempotencyStoreContract(name: string, setup: () => Prom
       });
     });
 
+    it('peeks at a record as a claim would see it, and takes nothing', async () => {
+      if (!store.peek) return; // optional: a store without it serves no reader of others' records
+      const k = key();
+      await expect(store.peek(k)).resolves.toEqual({ outcome: 'absent' });
+      // Peeking takes nothing: the key is still free for a claim.
+      await expect(store.claim(k, 't1', 'fp', 10_000)).resolves.toEqual({ outcome: 'claimed' });
+      const running = await store.peek(k);
+      expect(running).toMatchObject({ outcome: 'in-progress', fingerprint: 'fp' });
+      if (running.outcome === 'in-progress' && store.frames) expect(running.frames).toBeDefined();
+      await store.complete(k, 't1', 'fp', response, 60_000);
+      await expect(store.peek(k)).resolves.toEqual({ outcome: 'completed', fingerprint: 'fp', response });
+      const freed = key();
+      await store.claim(freed, 't1', 'fp', 10_000);
+      await store.release(freed, 't1');
+      await expect(store.peek(freed)).resolves.toEqual({ outcome: 'absent' });
+      // A dead holder's lapsed lock is free for a claim, and so absent to a peek.
+      const lapsed = key();
+      await store.claim(lapsed, 't1', 'fp', 200);
+      await wait(400);
+      await expect(store.peek(lapsed)).resolves.toEqual({ outcome: 'absent' });
+    });
+
     it('stores an empty body', async () => {
       const k = key();
       await store.claim(k, 't1', 'fp', 10_000);

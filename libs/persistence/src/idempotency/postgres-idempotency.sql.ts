@@ -124,6 +124,15 @@ SELECT attempt = $5::uuid AS claimed,
        GREATEST(0, floor(extract(epoch FROM locked_until - clock_timestamp()) * 1000))::float8 AS expires_in_ms
 FROM found`,
 
+  /** $1 key: the record as a claim would see it, taking nothing; no row when a claim would take the key (FREE). */
+  peek: `
+SELECT false AS claimed, false AS took_over_running,
+       state, fingerprint, attempt, status, headers, body, body_bytes, streamed,
+       GREATEST(0, floor(extract(epoch FROM clock_timestamp() - started_at) * 1000))::float8 AS running_for_ms,
+       GREATEST(0, floor(extract(epoch FROM locked_until - clock_timestamp()) * 1000))::float8 AS expires_in_ms
+FROM idempotency_keys k
+WHERE key = $1 AND NOT ((k.state = 'running' AND k.locked_until <= now()) OR k.expires_at <= now())`,
+
   /**
    * $1 key, $2 token, $3 fingerprint, $4 status, $5 headers (json), $6 body as text or null, $7 result TTL in ms,
    * $8 an ended log's TTL in ms, $9 body as bytes or null (one of $6, $9: textBody).

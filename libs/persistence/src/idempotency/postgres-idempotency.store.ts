@@ -1,5 +1,5 @@
 import { Logger } from '@nestjs/common';
-import type { ClaimResult, IdempotencyStore, StoredResponse } from '@app/idempotency';
+import type { ClaimResult, IdempotencyStore, PeekResult, StoredResponse } from '@app/idempotency';
 import { randomUUID } from 'node:crypto';
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import type { ClientConfig, Pool, QueryResultRow } from 'pg';
@@ -112,6 +112,12 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     const rows = await this.query<ClaimRow>(IdempotencySql.claim, [key, token, fingerprint, lockTtlMs, randomUUID()]);
     if (rows.length !== 1) throw new Error(`idempotency claim returned ${rows.length} rows`);
     return claimResultOf(rows[0], key);
+  }
+
+  async peek(key: string): Promise<PeekResult> {
+    const rows = await this.query<ClaimRow>(IdempotencySql.peek, [key]);
+    if (rows.length === 0) return { outcome: 'absent' };
+    return claimResultOf(rows[0], key) as PeekResult;
   }
 
   async complete(

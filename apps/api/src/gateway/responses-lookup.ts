@@ -1,0 +1,230 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { type FrameEvent, type FramesRef, IdempotencyStore, InjectIdempotencyStore } from '@app/idempotency';
+import { responsesEventOf, type UpstreamPath, type UpstreamResponse, UpstreamTimeoutError } from '@app/llm';
+import type { Response as ExpressResponse } from 'express';
+import { GATEWAY_UPSTREAM_HEADER } from './chat-completions.relay';
+import { GATEWAY_RECORDS, type GatewayRecords, type ResponseRecord } from './gateway-records';
+import { type GatewayUpstream, GatewayUpstreams } from './gateway-upstreams';
+import { GATEWAY_OPTIONS, type GatewayOptions } from './gateway.options';
+import { OpenAiErrorException, RESPONSES_BROKEN_STREAM_EVENT } from './openai-errors';
+
+/** A response's own routes, as the caller asked: read it, resume its stream, cancel it, delete it. */
+export type ResponseAction =
+  | { readonly kind: 'get' }
+  | { readonly kind: 'stream'; readonly startingAfter: number | undefined }
+  | { readonly kind: 'cancel' }
+  | { readonly kind: 'delete' };
+
+/** OpenAI's response ids (`resp_` and hex); room for other providers' ids, never a path or a query. */
+const RESPONSE_ID = /^[A-Za-z0-9_-]{1,256}$/;
+
+function notFound(): OpenAiErrorException {
+  return new OpenAiErrorException(
+    404,
+    'response_not_found',
+    'No response with this id was made through this gateway for you.',
+  );
+}
+
+async function writeAll(res: ExpressResponse, chunk: Buffer): Promise<void> {
+  if (res.write(chunk)) return;
+  await new Promise<void>((resolve) => {
+    const go = (): void => {
+      res.off('drain', go).off('close', go);
+      resolve();
+    };
+    res.on('drain', go).on('close', go);
+  });
+}
+
+/**
+ * GET /v1/responses/<id> (whole, or its stream resumed after a sequence
+ * number), POST /v1/responses/<id>/cancel and DELETE /v1/responses/<id>: for
+ * the tenant that made the response only (tenants share the provider's
+ * account, so a response id is never taken on a caller's word). A keyed
+ * call's response is read from its idempotency record, a stream from its
+ * frames, live while it still runs; anything else goes to the upstream that
+ * served it.
+ */
+@Injectable()
+export class ResponsesLookup {
+  constructor(
+    @Inject(GATEWAY_RECORDS) private readonly records: GatewayRecords,
+    @InjectIdempotencyStore() private readonly store: IdempotencyStore,
+    private readonly upstreams: GatewayUpstreams,
+    @Inject(GATEWAY_OPTIONS) private readonly options: GatewayOptions,
+  ) {}
+
+  /** The record of a response of this tenant's, or 404 (unknown, expired, or another tenant's: the same answer). */
+  async find(tenant: string, responseId: string): Promise<ResponseRecord> {
+    if (!RESPONSE_ID.test(responseId)) throw notFound();
+    const record = await this.records.response(responseId);
+    if (record === undefined || record.tenant !== tenant) throw notFound();
+    return record;
+  }
+
+  async answer(tenant: string, responseId: string, action: ResponseAction, res: ExpressResponse): Promise<void> {
+    const record = await this.find(tenant, responseId);
+    res.setHeader(GATEWAY_UPSTREAM_HEADER, record.upstream);
+    if (action.kind === 'get' || action.kind === 'stream') {
+      const recorded = await this.recorded(record);
+      if (action.kind === 'get' && recorded?.kind === 'whole') {
+        res.status(recorded.status).type('application/json').end(recorded.body);
+        return;
+      }
+      if (recorded?.kind === 'frames') {
+        if (action.kind === 'stream') return this.resume(recorded.frames, action.startingAfter, res);
+        const whole = await this.finalResponse(recorded.frames);
+        if (whole !== undefined) {
+          res.status(200).type('application/json').end(whole);
+          return;
+        }
+      }
+    }
+    await this.forward(record, responseId, action, res);
+  }
+
+  /** The keyed call's answer in its idempotency record: a whole one, or its frames (completed or still coming). */
+  private async recorded(
+    record: ResponseRecord,
+  ): Promise<{ kind: 'whole'; status: number; body: Buffer } | { kind: 'frames'; frames: FramesRef } | undefined> {
+    if (record.operation === undefined || !this.store.peek) return undefined;
+    const found = await this.store.peek(record.operation);
+    if (found.outcome === 'completed') {
+      if (found.response.frames) return { kind: 'frames', frames: found.response.frames };
+      return { kind: 'whole', status: found.response.status, body: found.response.body };
+    }
+    if (found.outcome === 'in-progress' && found.frames) return { kind: 'frames', frames: found.frames };
+    return undefined;
+  }
+
+  /** The frames of a stream, from the first, then live; ends with its end (completed, or not). */
+  private async *follow(frames: FramesRef, signal: AbortSignal): AsyncGenerator<FrameEvent> {
+    const log = this.store.frames;
+    if (!log) return;
+    yield* log.follow(frames, signal);
+  }
+
+  /** A completed stream's last word: the response of its terminal event, as JSON. */
+  private async finalResponse(frames: FramesRef): Promise<string | undefined> {
+    const stop = AbortSignal.timeout(this.options.timeoutMs);
+    let last: string | undefined;
+    for await (const event of this.follow(frames, stop)) {
+      if (event.kind === 'end' || event.kind === 'gone') break;
+      if (event.kind !== 'frame') continue;
+      const text = event.data.toString('utf8');
+      if (responsesEventOf(text).kind !== 'terminal') continue;
+      const data = /^data: ?(.*)$/m.exec(text)?.[1];
+      const response = data === undefined ? undefined : (JSON.parse(data) as { response?: unknown }).response;
+      if (response !== undefined) last = JSON.stringify(response);
+    }
+    return last;
+  }
+
+  /**
+   * The stream's events with a sequence number above `startingAfter` (all
+   * without it), from the record, then live while the call runs: each as it
+   * was relayed. One that ends without its terminal event ends with the
+   * Responses API's error event, as its first caller's did.
+   */
+  private async resume(frames: FramesRef, startingAfter: number | undefined, res: ExpressResponse): Promise<void> {
+    const stop = new AbortController();
+    res.once('close', () => stop.abort());
+    const timer = setTimeout(() => stop.abort(), this.options.timeoutMs);
+    res.status(200).setHeader('content-type', 'text/event-stream; charset=utf-8');
+    res.setHeader('cache-control', 'no-cache');
+    let whole = false;
+    try {
+      for await (const event of this.follow(frames, stop.signal)) {
+        if (event.kind === 'end') {
+          whole = event.outcome === 'completed';
+          break;
+        }
+        if (event.kind === 'gone') break;
+        if (event.kind !== 'frame') continue;
+        const seq = responsesEventOf(event.data.toString('utf8')).sequenceNumber;
+        if (startingAfter !== undefined && seq !== undefined && seq <= startingAfter) continue;
+        await writeAll(res, event.data);
+      }
+    } catch {
+      whole = false;
+    } finally {
+      clearTimeout(timer);
+    }
+    if (!whole && !res.destroyed) await writeAll(res, Buffer.from(RESPONSES_BROKEN_STREAM_EVENT));
+    res.end();
+  }
+
+  /** To the upstream that served it, as the caller asked; its answer relayed as it comes. */
+  private async forward(
+    record: ResponseRecord,
+    responseId: string,
+    action: ResponseAction,
+    res: ExpressResponse,
+  ): Promise<void> {
+    const upstream = this.upstreams.named(record.upstream);
+    if (upstream === undefined)
+      throw new OpenAiErrorException(
+        404,
+        'response_not_found',
+        `The upstream that made this response (${record.upstream}) is no longer one of GATEWAY_UPSTREAMS.`,
+      );
+    const stop = new AbortController();
+    res.once('close', () => stop.abort(new Error('the caller went away')));
+    const timer = setTimeout(
+      () => stop.abort(new DOMException('The call ran out of time', 'TimeoutError')),
+      this.options.timeoutMs,
+    );
+    try {
+      const answer = await this.send(upstream, responseId, action, stop.signal);
+      res.status(answer.status);
+      for (const [name, value] of Object.entries(answer.headers))
+        if (name !== 'x-request-id') res.setHeader(name, value);
+      for await (const chunk of answer.body) await writeAll(res, chunk);
+      res.end();
+      if (action.kind === 'delete' && answer.status >= 200 && answer.status < 300)
+        await this.records.forgetResponse(responseId).catch(() => undefined);
+    } catch (err) {
+      if (res.headersSent) {
+        res.destroy();
+        return;
+      }
+      if (err instanceof UpstreamTimeoutError)
+        throw new OpenAiErrorException(504, 'upstream_timeout', 'The upstream did not answer in time.');
+      throw new OpenAiErrorException(
+        502,
+        'upstream_unreachable',
+        `The upstream that made this response could not be reached: ${err instanceof Error ? err.message : String(err)}`,
+      );
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private send(
+    upstream: GatewayUpstream,
+    responseId: string,
+    action: ResponseAction,
+    signal: AbortSignal,
+  ): Promise<UpstreamResponse> {
+    const id = encodeURIComponent(responseId);
+    switch (action.kind) {
+      case 'get':
+        return upstream.client.send({ method: 'GET', path: `responses/${id}`, signal });
+      case 'stream': {
+        const after = action.startingAfter === undefined ? '' : `&starting_after=${action.startingAfter}`;
+        const path: UpstreamPath = `responses/${id}?stream=true${after}`;
+        return upstream.client.send({ method: 'GET', path, signal });
+      }
+      case 'cancel':
+        return upstream.client.send({
+          method: 'POST',
+          path: `responses/${id}/cancel`,
+          body: Buffer.from('{}'),
+          signal,
+        });
+      case 'delete':
+        return upstream.client.send({ method: 'DELETE', path: `responses/${id}`, signal });
+    }
+  }
+}
