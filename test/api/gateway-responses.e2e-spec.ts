@@ -142,6 +142,33 @@ describe('the gateway: POST /v1/responses', () => {
     });
   });
 
+  describe('an upstream 2xx that is not what the API promises', () => {
+    it.each([
+      ['an HTML page', 'text/html', '<html><body>Gateway Timeout</body></html>'],
+      ['an empty JSON body', 'application/json', ''],
+      ['JSON that is no object', 'application/json', '["resp"]'],
+    ])(
+      '%s: 502 upstream_malformed in the envelope, nothing stored, the retry goes upstream',
+      async (what, type, body) => {
+        const text = `malformed whole: ${what}`;
+        let n = 0;
+        replies.set(text, () =>
+          ++n === 1
+            ? { kind: 'raw', status: 200, headers: { 'content-type': type }, body }
+            : { kind: 'complete', content: 'fine now' },
+        );
+        const k = key();
+        const first = await post(ask(text), { 'idempotency-key': k });
+        expect(first.status).toBe(502);
+        expect(await first.json()).toMatchObject({ error: { code: 'upstream_malformed', type: 'server_error' } });
+        await expect(redis.exists(recordKey(k))).resolves.toBe(0);
+        const retry = await sdk().responses.create(ask(text), { headers: { 'Idempotency-Key': k } });
+        expect(retry.output_text).toBe('fine now');
+        expect(upstream(text)).toHaveLength(2);
+      },
+    );
+  });
+
   describe('streaming', () => {
     it('relays a stream event for event, event: and data: lines alike, and replays the same bytes', async () => {
       const k = key();

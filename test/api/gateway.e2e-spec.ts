@@ -270,6 +270,37 @@ describe('the gateway: POST /v1/chat/completions', () => {
       expect(provider.requests.filter((r) => r.userText === 'broken stream')).toHaveLength(2);
     });
 
+    it('ends a stream whose event is not the API’s (data that is no JSON object) with the error event; nothing stored', async () => {
+      const k = key();
+      const events = completionEvents('half a stream');
+      let n = 0;
+      replies.set('not an event', () =>
+        ++n === 1
+          ? { kind: 'stream', events: [...events.slice(0, 2), 'data: <html>oops</html>\n\n', ...events.slice(2)] }
+          : { kind: 'stream', events },
+      );
+      const first = await post(streamOf('not an event'), { 'idempotency-key': k });
+      expect(await first.text()).toBe(events.slice(0, 2).join('') + BROKEN_STREAM_EVENT);
+      await expect(redis.exists(`idem:${TENANT_A.tenant}:POST:/v1/chat/completions:${k}`)).resolves.toBe(0);
+      const retry = await post(streamOf('not an event'), { 'idempotency-key': k });
+      expect(await retry.text()).toBe(events.join(''));
+      expect(provider.requests.filter((r) => r.userText === 'not an event')).toHaveLength(2);
+    });
+
+    it('answers a whole 2xx that is not a JSON object (a proxy’s HTML page) with 502 upstream_malformed; nothing stored', async () => {
+      const k = key();
+      replies.set('html page', {
+        kind: 'raw',
+        status: 200,
+        headers: { 'content-type': 'text/html' },
+        body: '<html></html>',
+      });
+      const res = await post(ask('html page'), { 'idempotency-key': k });
+      expect(res.status).toBe(502);
+      expect(await res.json()).toMatchObject({ error: { code: 'upstream_malformed' } });
+      await expect(redis.exists(`idem:${TENANT_A.tenant}:POST:/v1/chat/completions:${k}`)).resolves.toBe(0);
+    });
+
     it('attaches a duplicate that arrives mid-stream: the events so far, then the live ones, from one upstream call', async () => {
       const k = key();
       const events = completionEvents('one call, two callers, the same stream of words', { usage: true });

@@ -167,6 +167,26 @@ export const GATEWAY_UPSTREAM_HEADER = 'x-gateway-upstream';
  */
 const FALLBACK_STATUSES = new Set([429, 500, 502, 503, 529]);
 
+/**
+ * What a whole 2xx answer of either API must be: JSON (by its content type)
+ * and an object (its first and last bytes, past whitespace, are braces).
+ * Structural, not a parse: a provider's body with a raw NUL or bytes that are
+ * not UTF-8 inside a string is relayed and stored as it came (docs/clients.md);
+ * an HTML page from a proxy, an empty body, or plain text is not.
+ */
+function looksLikeJsonObject(contentType: string | undefined, body: Buffer): boolean {
+  if (!/[/+]json\b/i.test(contentType ?? '')) return false;
+  let first = 0;
+  let last = body.length - 1;
+  while (first <= last && isJsonSpace(body[first])) first++;
+  while (last >= first && isJsonSpace(body[last])) last--;
+  return first < last && body[first] === 0x7b && body[last] === 0x7d;
+}
+
+function isJsonSpace(byte: number): boolean {
+  return byte === 0x20 || byte === 0x0a || byte === 0x0d || byte === 0x09;
+}
+
 function upstreamHeader(call: CallState): Record<string, string> {
   return { [GATEWAY_UPSTREAM_HEADER]: call.upstream };
 }
@@ -420,6 +440,18 @@ export class ChatCompletionsRelay {
       );
     }
     const bytes = Buffer.concat(head.chunks);
+    if (!looksLikeJsonObject(upstream.headers['content-type'], bytes)) {
+      end();
+      this.metrics.call('upstream_malformed');
+      throw new OpenAiErrorException(
+        502,
+        'upstream_malformed',
+        `The model provider answered ${upstream.status} with a body that is not a JSON object (content-type ${JSON.stringify(
+          upstream.headers['content-type'] ?? 'none',
+        )}). Nothing was stored; retry with the same Idempotency-Key.`,
+        upstreamHeader(call),
+      );
+    }
     const responseId = api.responseIdOf?.(bytes);
     if (responseId !== undefined) await this.rememberResponse(responseId, call);
     end();

@@ -1,4 +1,4 @@
-import { isDoneEvent, responsesEventOf, type UpstreamPath } from '@app/llm';
+import { isDoneEvent, responsesEventOf, sseDataOf, type UpstreamPath } from '@app/llm';
 
 /**
  * Where a stream stands after one of its events:
@@ -31,10 +31,26 @@ export interface GatewayApi {
 const DONE: StreamEventRead = { kind: 'done' };
 const MORE: StreamEventRead = { kind: 'more' };
 
+const MALFORMED: StreamEventRead = { kind: 'malformed' };
+
+/**
+ * A chat completions event: `data: [DONE]`, or data that is a JSON object
+ * (looked at, not parsed: its first byte); a comment or a blank line is more
+ * of the stream; data that is neither is not the API's.
+ */
+function readChatEvent(event: string): StreamEventRead {
+  // The common case, without splitting lines: one `data: {...}` line.
+  if (event.startsWith('data: {')) return MORE;
+  if (isDoneEvent(event)) return DONE;
+  const data = sseDataOf(event);
+  if (data === undefined) return MORE;
+  return data.trimStart().startsWith('{') ? MORE : MALFORMED;
+}
+
 /** `POST /v1/chat/completions`: a stream ends with `data: [DONE]`. */
 export const CHAT_COMPLETIONS_API: GatewayApi = {
   path: 'chat/completions',
-  readEvent: (event) => (isDoneEvent(event) ? DONE : MORE),
+  readEvent: readChatEvent,
   unfinished: 'data: [DONE]',
 };
 

@@ -12,6 +12,7 @@ export const GATEWAY_OUTCOMES = [
   'upstream_error',
   'broken_stream',
   'upstream_failed',
+  'upstream_malformed',
   'upstream_unreachable',
   'upstream_timeout',
   'caller_gone',
@@ -43,7 +44,7 @@ export class GatewayMetrics {
   constructor(registry: Registry, @Inject(GATEWAY_OPTIONS) options: GatewayOptions, upstreams: GatewayUpstreams) {
     this.calls = new Counter({
       name: 'gateway_calls_total',
-      help: 'POST /v1/chat/completions and /v1/responses by outcome: forwarded (no key), new, replayed, attached, upstream_error (passed through), broken_stream, upstream_failed (a stream that reported its own failure), upstream_unreachable, upstream_timeout, caller_gone (a call without a key whose caller left), cut_by_shutdown, rejected (the gateway refused it)',
+      help: 'POST /v1/chat/completions and /v1/responses by outcome: forwarded (no key), new, replayed, attached, upstream_error (passed through), broken_stream, upstream_failed (a stream that reported its own failure), upstream_malformed (a 2xx whole answer that is not a JSON object), upstream_unreachable, upstream_timeout, caller_gone (a call without a key whose caller left), cut_by_shutdown, rejected (the gateway refused it)',
       labelNames: ['outcome'],
       registers: [registry],
     });
