@@ -14,6 +14,7 @@ import { format } from 'node:util';
 import { benchApiSideBySide, printApiSideBySide } from './api-side-by-side.bench';
 import { benchCluster, printCluster } from './cluster.bench';
 import { benchEndToEnd, printEndToEnd } from './end-to-end.bench';
+import { benchGatewaySideBySide, printGatewaySideBySide } from './gateway-side-by-side.bench';
 import { benchGateway, type GatewayBenchResults } from './gateway.bench';
 import { benchHostileInput } from './hostile-input.bench';
 import { benchIdempotencyStores } from './idempotency-stores.bench';
@@ -32,9 +33,22 @@ const databaseUrl = BASE_DATABASE_URL;
  * api (side by side with the plain route and the peer), worker (side by side
  * with BullMQ), e2e (the chain, open loop), workflows (the triage workflow end
  * to end beside the summaries chain, closed and open loop), stores, refunds,
- * hostile, gateway, cluster (one Redis against a local Redis Cluster).
+ * hostile, gateway (in one process, against the provider called directly),
+ * gateway-peers (each in its own process: the provider directly, Portkey,
+ * ours), cluster (one Redis against a local Redis Cluster).
  */
-const PARTS = ['api', 'worker', 'e2e', 'workflows', 'stores', 'refunds', 'hostile', 'gateway', 'cluster'] as const;
+const PARTS = [
+  'api',
+  'worker',
+  'e2e',
+  'workflows',
+  'stores',
+  'refunds',
+  'hostile',
+  'gateway',
+  'gateway-peers',
+  'cluster',
+] as const;
 const chosen = (process.env.BENCH ?? '')
   .split(',')
   .map((p) => p.trim())
@@ -85,6 +99,7 @@ async function main(): Promise<void> {
   if (want('refunds')) await printRefunds(benchDb);
   if (want('hostile')) await printHostile(benchDb);
   if (want('gateway')) printGateway(await benchGateway(`${redisBase}/15`, benchDb));
+  if (want('gateway-peers')) printGatewaySideBySide(await benchGatewaySideBySide(`${redisBase}/15`, benchDb));
   for (const failure of failures) console.log(`FAILED: ${failure}`);
   const file = process.env.BENCH_RESULTS ?? (chosen.length === 0 ? 'docs/bench-results.md' : undefined);
   if (file) {

@@ -4,8 +4,10 @@ import type { AddressInfo } from 'node:net';
 /*
  * The model for the out-of-process benches: POST /v1/chat/completions
  * answered with one fixed chat.completion after MODEL_LATENCY_MS (0: at
- * once), in a process of its own so its CPU is not the worker's. Only what
- * the openai SDK needs to parse a non-streamed answer; nothing is recorded,
+ * once), or, for `stream: true`, with STREAM_CHUNKS chunks (default 16) a
+ * chunk every STREAM_CHUNK_MS (default 2) and `data: [DONE]`, in a process
+ * of its own so its CPU is not the worker's. Only what the openai SDK needs
+ * to parse an answer; nothing is recorded,
  * so its memory does not grow with the jobs. Prints `fake model listening
  * on http://127.0.0.1:<port>/v1` on stderr when ready, and the number of
  * requests it answered on GET /count.
@@ -28,7 +30,15 @@ const server = createServer((req, res) => {
       res.writeHead(404).end();
       return;
     }
-    const { model } = JSON.parse(Buffer.concat(chunks).toString('utf8')) as { model?: string };
+    const { model, stream } = JSON.parse(Buffer.concat(chunks).toString('utf8')) as {
+      model?: string;
+      stream?: boolean;
+    };
+    if (stream === true) {
+      answered++;
+      void streamAnswer(res, model ?? 'bench', answered);
+      return;
+    }
     const answer = () => {
       answered++;
       if (res.destroyed) return;
@@ -54,6 +64,22 @@ const server = createServer((req, res) => {
     else answer();
   });
 });
+const streamChunks = Number(process.env.STREAM_CHUNKS ?? 16);
+const chunkMs = Number(process.env.STREAM_CHUNK_MS ?? 2);
+
+async function streamAnswer(res: import('node:http').ServerResponse, model: string, n: number): Promise<void> {
+  res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
+  const base = { id: `chatcmpl-${n}`, object: 'chat.completion.chunk', created: Math.floor(Date.now() / 1000), model };
+  for (let i = 0; i < streamChunks && !res.destroyed; i++) {
+    if (i > 0 && chunkMs > 0) await new Promise((r) => setTimeout(r, chunkMs));
+    const delta = i === 0 ? { role: 'assistant', content: '' } : { content: ` word${i}` };
+    res.write(`data: ${JSON.stringify({ ...base, choices: [{ index: 0, delta, finish_reason: null }] })}\n\n`);
+  }
+  res.end(
+    `data: ${JSON.stringify({ ...base, choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] })}\n\ndata: [DONE]\n\n`,
+  );
+}
+
 server.keepAliveTimeout = 65_000;
 server.listen(port, '127.0.0.1', () => {
   const { port: bound } = server.address() as AddressInfo;

@@ -1,0 +1,318 @@
+import { execFileSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { existsSync } from 'node:fs';
+import { request } from 'node:http';
+import { resolve } from 'node:path';
+import { Redis } from 'ioredis';
+import { type LoadGenerator, type LoadResult, startLoadGenerator } from './load';
+import { freePort, meter, REPO_ROOT, spawnServer, type SpawnedServer } from './processes';
+import { buildServers } from './servers/build';
+import { median, orderOf } from './support';
+import { startFakeModel } from './worker-side-by-side.bench';
+
+/*
+ * Issue 22: the gateway beside what users pick instead, in one run, each in
+ * a process of its own: the fake model called directly (the floor), the
+ * open-source Portkey gateway (@portkey-ai/gateway 1.15.2, its cache off, in
+ * test/bench/peer/portkey), and ours (the api as it ships: NODE_ENV=production,
+ * LOG_LEVEL=info) without a key, with a fresh Idempotency-Key per request, and
+ * replaying one key. Non-stream POST /v1/chat/completions under autocannon
+ * (load.ts, 32 connections), rounds in rotated order, medians: requests per
+ * second, p99, and the CPU µs per request of the process in front (for
+ * "direct", the fake model's own). Streams (16 chunks, 2 ms apart) one at a
+ * time from this process: time to the first and to the last byte, each
+ * side's median over the direct call's.
+ */
+
+const PORTKEY_DIR = resolve(REPO_ROOT, 'test/bench/peer/portkey');
+const KEY = 'bench-gateway-0123456789abcdef';
+const BODY = JSON.stringify({
+  model: 'gpt-4.1-mini',
+  messages: [{ role: 'user', content: 'Summarise the gateway bench in one line.' }],
+});
+const STREAM_BODY = JSON.stringify({ ...(JSON.parse(BODY) as object), stream: true });
+
+export interface GatewayPeerRow {
+  readonly side: string;
+  readonly rounds: number;
+  readonly perSecond: number;
+  readonly perSecondMin: number;
+  readonly perSecondMax: number;
+  readonly p99Ms: number;
+  readonly cpuMicrosPerRequest: number;
+  /** Requests per second over Portkey's, the median of the rounds' ratios. */
+  readonly overPortkey: number | undefined;
+}
+
+export interface GatewayPeerStreamRow {
+  readonly side: string;
+  readonly streams: number;
+  readonly firstByteP50Ms: number;
+  readonly lastByteP50Ms: number;
+  readonly addedFirstByteMs: number | undefined;
+  readonly addedLastByteMs: number | undefined;
+}
+
+export interface GatewaySideBySideResult {
+  readonly calls: GatewayPeerRow[];
+  readonly streams: GatewayPeerStreamRow[];
+}
+
+interface Side {
+  readonly name: string;
+  readonly url: () => string;
+  readonly headers: () => Record<string, string>;
+  /** The process whose CPU a request costs. */
+  readonly pid: () => number;
+  readonly replayed?: boolean;
+  readonly fresh?: boolean;
+  readonly prime?: () => Promise<void>;
+}
+
+/** Installs Portkey when it is missing (a fresh clone): `npm ci` in its folder (no install scripts run). */
+function ensurePortkeyInstalled(): void {
+  if (existsSync(resolve(PORTKEY_DIR, 'node_modules/@portkey-ai/gateway/build/start-server.js'))) return;
+  const npm = resolve(process.execPath, '..', 'npm');
+  execFileSync(existsSync(npm) ? npm : 'npm', ['ci', '--prefix', PORTKEY_DIR, '--no-audit', '--no-fund'], {
+    stdio: ['ignore', 'inherit', 'inherit'],
+    env: { ...process.env, PATH: `${resolve(process.execPath, '..')}:${process.env.PATH ?? ''}` },
+  });
+}
+
+/** One POST, its answer read whole: the times to its first and last byte, in ms. */
+function timedPost(
+  url: string,
+  headers: Record<string, string>,
+  body: string,
+): Promise<{ first: number; last: number }> {
+  return new Promise((done, fail) => {
+    const t0 = performance.now();
+    const req = request(url, { method: 'POST', headers: { ...headers, 'content-length': Buffer.byteLength(body) } });
+    req.on('error', fail);
+    req.on('response', (res) => {
+      let first: number | undefined;
+      res.on('data', () => (first ??= performance.now() - t0));
+      res.on('end', () => {
+        if (res.statusCode !== 200) fail(new Error(`${url}: ${res.statusCode}`));
+        else done({ first: first ?? performance.now() - t0, last: performance.now() - t0 });
+      });
+      res.on('error', fail);
+    });
+    req.end(body);
+  });
+}
+
+export async function benchGatewaySideBySide(
+  redisUrl: string,
+  databaseUrl: string,
+  options: { rounds?: number; secondsPerRound?: number; streamsPerRound?: number } = {},
+): Promise<GatewaySideBySideResult> {
+  const rounds = options.rounds ?? 5;
+  const seconds = options.secondsPerRound ?? 5;
+  const streamsPerRound = options.streamsPerRound ?? 40;
+  ensurePortkeyInstalled();
+  const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 });
+  await redis.flushdb();
+  const servers: SpawnedServer[] = [];
+  let load: LoadGenerator | undefined;
+  const built = buildServers();
+  try {
+    const model = await startFakeModel(0);
+    servers.push(model);
+    const portkeyPort = await freePort();
+    const portkey = await spawnServer({
+      name: 'portkey',
+      script: resolve(PORTKEY_DIR, 'node_modules/@portkey-ai/gateway/build/start-server.js'),
+      nodeArgs: ['--import', resolve(PORTKEY_DIR, 'loopback.mjs')],
+      args: [`--port=${portkeyPort}`, '--headless'],
+      cwd: PORTKEY_DIR,
+      env: { NODE_ENV: 'production' },
+      ready: { url: `http://127.0.0.1:${portkeyPort}/` },
+      stdout: 'ignore',
+    });
+    servers.push(portkey);
+    const oursPort = await freePort();
+    const ours = await spawnServer({
+      name: 'ours',
+      script: built.jsOf('test/bench/servers/ours.ts'),
+      nodeArgs: built.nodeArgs,
+      env: {
+        ...built.env,
+        NODE_ENV: 'production',
+        LOG_LEVEL: 'info',
+        PORT: String(oursPort),
+        REDIS_URL: redisUrl,
+        DATABASE_URL: databaseUrl,
+        API_KEYS: `bench:${KEY}`,
+        ADMIN_API_KEY: 'bench-admin-key-0123456789abcdef',
+        LLM_PROVIDER: 'openai',
+        OPENAI_API_KEY: 'sk-bench',
+        OPENAI_BASE_URL: model.url!,
+      },
+      ready: { url: `http://127.0.0.1:${oursPort}/metrics` },
+      stdout: 'ignore',
+    });
+    servers.push(ours);
+    load = await startLoadGenerator();
+
+    const runId = randomUUID();
+    const json = { 'content-type': 'application/json' };
+    const ourHeaders = { ...json, authorization: `Bearer ${KEY}` };
+    const replayKey = `gw-replay-${runId}`;
+    const sides: Side[] = [
+      {
+        name: 'direct (the fake model)',
+        url: () => `${model.url!}/chat/completions`,
+        headers: () => ({ ...json, authorization: 'Bearer sk-bench' }),
+        pid: () => model.pid,
+      },
+      {
+        name: 'Portkey 1.15.2 (cache off)',
+        url: () => `${portkey.url!}/v1/chat/completions`,
+        headers: () => ({
+          ...json,
+          authorization: 'Bearer sk-bench',
+          'x-portkey-provider': 'openai',
+          'x-portkey-custom-host': model.url!,
+        }),
+        pid: () => portkey.pid,
+      },
+      {
+        name: 'ours, no key',
+        url: () => `${ours.url!}/v1/chat/completions`,
+        headers: () => ourHeaders,
+        pid: () => ours.pid,
+      },
+      {
+        name: 'ours, a fresh key each',
+        url: () => `${ours.url!}/v1/chat/completions`,
+        headers: () => ({ ...ourHeaders, 'idempotency-key': `gw-${runId}-[<id>]` }),
+        pid: () => ours.pid,
+        fresh: true,
+        replayed: false,
+      },
+      {
+        name: 'ours, replay',
+        url: () => `${ours.url!}/v1/chat/completions`,
+        headers: () => ({ ...ourHeaders, 'idempotency-key': replayKey }),
+        pid: () => ours.pid,
+        replayed: true,
+        prime: async () => {
+          await timedPost(`${ours.url!}/v1/chat/completions`, { ...ourHeaders, 'idempotency-key': replayKey }, BODY);
+        },
+      },
+    ];
+    const gen = load;
+    const run = (side: Side, durationSeconds: number): Promise<LoadResult> => {
+      for (const server of servers) server.assertRunning();
+      return gen.run({
+        url: side.url(),
+        headers: side.headers(),
+        body: BODY,
+        freshIds: side.fresh === true,
+        connections: 32,
+        durationSeconds,
+        status: 200,
+        ...(side.replayed === undefined ? {} : { replayed: side.replayed }),
+      });
+    };
+    for (const side of sides) {
+      await side.prime?.();
+      await run(side, 3);
+    }
+    const results = new Map<string, { load: LoadResult; cpuMicros: number }[]>(sides.map((s) => [s.name, []]));
+    for (let r = 0; r < rounds; r++) {
+      for (const side of orderOf(sides, r)) {
+        await redis.flushdb();
+        await side.prime?.();
+        const m = meter(side.pid());
+        const result = await run(side, seconds);
+        results.get(side.name)!.push({ load: result, cpuMicros: m.stop().cpuMicros });
+      }
+    }
+    const portkeyRounds = results.get(sides[1].name)!;
+    const calls = sides.map((side): GatewayPeerRow => {
+      const rs = results.get(side.name)!;
+      const perSecond = rs.map((x) => x.load.perSecond);
+      return {
+        side: side.name,
+        rounds: rs.length,
+        perSecond: Math.round(median(perSecond)),
+        perSecondMin: Math.round(Math.min(...perSecond)),
+        perSecondMax: Math.round(Math.max(...perSecond)),
+        p99Ms: +median(rs.map((x) => x.load.p99Ms)).toFixed(1),
+        cpuMicrosPerRequest: Math.round(median(rs.map((x) => x.cpuMicros / x.load.requests))),
+        overPortkey:
+          side === sides[1] || side === sides[0]
+            ? undefined
+            : +median(rs.map((x, i) => x.load.perSecond / portkeyRounds[i].load.perSecond)).toFixed(2),
+      };
+    });
+
+    // Streams, one at a time: the floor, Portkey, ours without and with a key.
+    const streamSides = sides.slice(0, 4);
+    const timings = new Map<string, { first: number; last: number }[][]>(streamSides.map((s) => [s.name, []]));
+    for (let r = 0; r < rounds; r++) {
+      for (const side of orderOf(streamSides, r)) {
+        const round: { first: number; last: number }[] = [];
+        for (let i = 0; i < streamsPerRound; i++) {
+          const headers = side.headers();
+          if (side.fresh) headers['idempotency-key'] = `gw-stream-${runId}-${r}-${i}`;
+          round.push(await timedPost(side.url(), headers, STREAM_BODY));
+        }
+        timings.get(side.name)!.push(round);
+      }
+    }
+    const roundMedian = (rs: { first: number; last: number }[][], pick: 'first' | 'last') =>
+      rs.map((round) => median(round.map((t) => t[pick])));
+    const direct = timings.get(streamSides[0].name)!;
+    const streams = streamSides.map((side, i): GatewayPeerStreamRow => {
+      const rs = timings.get(side.name)!;
+      const added = (pick: 'first' | 'last') =>
+        i === 0 ? undefined : +median(roundMedian(rs, pick).map((v, r) => v - roundMedian(direct, pick)[r])).toFixed(2);
+      return {
+        side: side.name,
+        streams: rs.length * streamsPerRound,
+        firstByteP50Ms: +median(roundMedian(rs, 'first')).toFixed(2),
+        lastByteP50Ms: +median(roundMedian(rs, 'last')).toFixed(2),
+        addedFirstByteMs: added('first'),
+        addedLastByteMs: added('last'),
+      };
+    });
+    return { calls, streams };
+  } finally {
+    await load?.stop();
+    for (const server of servers.reverse()) await server.stop();
+    redis.disconnect();
+  }
+}
+
+export function printGatewaySideBySide(result: GatewaySideBySideResult): void {
+  console.log(
+    'POST /v1/chat/completions side by side, each side its own process, load from autocannon (32 connections) in another: medians of alternating rounds',
+  );
+  console.table(
+    result.calls.map((r) => ({
+      side: r.side,
+      rounds: r.rounds,
+      'req/s': r.perSecond,
+      'req/s min-max': `${r.perSecondMin}-${r.perSecondMax}`,
+      '/ Portkey': r.overPortkey ?? '',
+      'p99 ms': r.p99Ms,
+      'CPU µs/req': r.cpuMicrosPerRequest,
+    })),
+  );
+  console.log(
+    'Streams (16 chunks, 2 ms apart), one at a time: medians, and what each side adds to calling the model directly',
+  );
+  console.table(
+    result.streams.map((r) => ({
+      side: r.side,
+      streams: r.streams,
+      'first byte p50 ms': r.firstByteP50Ms,
+      'last byte p50 ms': r.lastByteP50Ms,
+      'added first byte ms': r.addedFirstByteMs ?? '',
+      'added last byte ms': r.addedLastByteMs ?? '',
+    })),
+  );
+}
