@@ -16,6 +16,29 @@ function signal(): { promise: Promise<void>; resolve: () => void } {
   return { promise, resolve };
 }
 
+/**
+ * Reads an answer's body until `marker` has arrived (the caller has that much of a stream), and gives
+ * the whole body's text once it ends: a test resumes a stream only after its caller saw its start.
+ */
+async function readUntil(res: globalThis.Response, marker: string): Promise<{ rest: Promise<string> }> {
+  const reader = res.body!.getReader();
+  const decoder = new TextDecoder();
+  let text = '';
+  while (!text.includes(marker)) {
+    const { value, done } = await reader.read();
+    if (done) throw new Error(`the stream ended before ${marker}`);
+    text += decoder.decode(value, { stream: true });
+  }
+  const rest = (async () => {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) return text + decoder.decode();
+      text += decoder.decode(value, { stream: true });
+    }
+  })();
+  return { rest };
+}
+
 /** A stream's events for `text`, one delta per word, as OpenAI writes them. */
 const eventsOf = (text: string, options: { incomplete?: boolean } = {}): string[] =>
   responseEvents(
@@ -378,15 +401,141 @@ describe('the gateway: POST /v1/responses', () => {
           return held.promise;
         },
       });
-      const first = post(streamOf('resume live'), { 'idempotency-key': key() }).then((r) => r.text());
+      // The first caller has the stream's first events (response.created names the id) when it loses it.
+      const first = await readUntil(
+        await post(streamOf('resume live'), { 'idempotency-key': key() }),
+        '"sequence_number":2',
+      );
       await reached.promise;
       // The first caller lost its stream after event 2; it resumes from there while the call runs.
       const resumed = await get(id, '?stream=true&starting_after=2');
       expect(resumed.status).toBe(200);
       held.resolve();
       expect(await resumed.text()).toBe(events.filter((e) => seqOf(e) > 2).join(''));
-      expect(await first).toBe(events.join(''));
+      expect(await first.rest).toBe(events.join(''));
       expect(upstream('resume live')).toHaveLength(1);
+    });
+
+    it('never answers for one response with another: a broken stream’s id, retried under its key into a new response', async () => {
+      const broken = eventsOf('this one breaks');
+      const whole = eventsOf('this one completes');
+      const idOf = (events: string[]) =>
+        (JSON.parse(/^data: (.*)$/m.exec(events[0])![1]) as { response: { id: string } }).response.id;
+      let n = 0;
+      replies.set('one key, two responses', () => ({ kind: 'stream', events: ++n === 1 ? broken.slice(0, 3) : whole }));
+      const k = key();
+      await (await post(streamOf('one key, two responses'), { 'idempotency-key': k })).text();
+      expect(await (await post(streamOf('one key, two responses'), { 'idempotency-key': k })).text()).toBe(
+        whole.join(''),
+      );
+      const routes = provider.responseRouteCalls.length;
+      // The record under the key is the second response's: the first one's GET is its upstream's to answer (404 here).
+      expect((await get(idOf(broken))).status).toBe(404);
+      expect((await get(idOf(broken), '?stream=true')).status).toBe(404);
+      expect(provider.responseRouteCalls.slice(routes)).toEqual([
+        `GET responses/${idOf(broken)}`,
+        `GET responses/${idOf(broken)}?stream=true`,
+      ]);
+      expect(((await (await get(idOf(whole))).json()) as { id: string }).id).toBe(idOf(whole));
+    });
+
+    it('GET of a stream still running asks its upstream for the response as it stands, without waiting for the end', async () => {
+      const events = eventsOf('still running when read');
+      const id = (JSON.parse(/^data: (.*)$/m.exec(events[0])![1]) as { response: { id: string } }).response.id;
+      const held = signal();
+      const reached = signal();
+      replies.set('read while running', {
+        kind: 'stream',
+        events,
+        gate: (i) => {
+          if (i !== 3) return Promise.resolve();
+          reached.resolve();
+          return held.promise;
+        },
+      });
+      const first = await readUntil(
+        await post(streamOf('read while running'), { 'idempotency-key': key() }),
+        '"sequence_number":1',
+      );
+      await reached.promise;
+      provider.responseRoute = (call) =>
+        call === `GET responses/${id}`
+          ? {
+              kind: 'raw',
+              status: 200,
+              headers: { 'content-type': 'application/json' },
+              body: JSON.stringify({ id, status: 'in_progress' }),
+            }
+          : { kind: 'error', status: 404 };
+      try {
+        expect(await (await get(id)).json()).toEqual({ id, status: 'in_progress' });
+      } finally {
+        provider.responseRoute = () => ({ kind: 'error', status: 404 });
+        held.resolve();
+      }
+      expect(await first.rest).toBe(events.join(''));
+    });
+
+    it('a background response stored while queued: GET asks its upstream how it stands now', async () => {
+      const id = `resp_bg_${randomUUID().replaceAll('-', '')}`;
+      replies.set('in the background', {
+        kind: 'raw',
+        status: 200,
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ id, object: 'response', status: 'queued', background: true }),
+      });
+      await post({ ...ask('in the background'), background: true }, { 'idempotency-key': key() });
+      provider.responseRoute = (call) =>
+        call === `GET responses/${id}`
+          ? {
+              kind: 'raw',
+              status: 200,
+              headers: { 'content-type': 'application/json' },
+              body: JSON.stringify({ id, status: 'completed' }),
+            }
+          : call === `GET responses/${id}/input_items?limit=2`
+            ? {
+                kind: 'raw',
+                status: 200,
+                headers: { 'content-type': 'application/json' },
+                body: '{"object":"list","data":[]}',
+              }
+            : { kind: 'error', status: 404 };
+      try {
+        expect(await (await get(id)).json()).toEqual({ id, status: 'completed' });
+        // The SDK's inputItems.list goes to the same upstream, tenant-checked as the rest.
+        expect(await (await get(id, '/input_items?limit=2')).json()).toEqual({ object: 'list', data: [] });
+        expect((await get(id, '/input_items', TENANT_B)).status).toBe(404);
+      } finally {
+        provider.responseRoute = () => ({ kind: 'error', status: 404 });
+      }
+    });
+
+    it('a whole answer too large to store is still on record: its GET goes to its upstream', async () => {
+      const id = `resp_big_${randomUUID().replaceAll('-', '')}`;
+      replies.set('a huge response', {
+        kind: 'huge',
+        contentType: 'application/json',
+        bytes: 5 * 1024 * 1024,
+        prefix: `{"id":"${id}","object":"response","status":"completed","output_text":"`,
+        suffix: '"}',
+      });
+      const res = await post(ask('a huge response'), { 'idempotency-key': key() });
+      expect((await res.arrayBuffer()).byteLength).toBe(5 * 1024 * 1024);
+      const routes = provider.responseRouteCalls.length;
+      expect((await get(id)).status).toBe(404); // the fake upstream's answer: the gateway knew the id and asked
+      expect(provider.responseRouteCalls.slice(routes)).toEqual([`GET responses/${id}`]);
+    });
+
+    it('tolerates a data: [DONE] after the terminal event (a compatible proxy’s habit): stored and replayed', async () => {
+      const events = [...eventsOf('done twice'), 'data: [DONE]\n\n'];
+      replies.set('done twice', { kind: 'stream', events });
+      const k = key();
+      expect(await (await post(streamOf('done twice'), { 'idempotency-key': k })).text()).toBe(events.join(''));
+      const replay = await post(streamOf('done twice'), { 'idempotency-key': k });
+      expect(replay.headers.get('idempotent-replayed')).toBe('true');
+      expect(await replay.text()).toBe(events.join(''));
+      expect(upstream('done twice')).toHaveLength(1);
     });
 
     it('a keyless response is asked of the upstream that made it: GET, cancel and DELETE forwarded; after DELETE it is gone', async () => {
@@ -579,5 +728,53 @@ describe('the built-in fake model (LLM_PROVIDER=fake) speaks the Responses API',
     } finally {
       await api.close();
     }
+  });
+});
+
+describe('a response’s own routes on the PostgreSQL store (IDEMPOTENCY_STORE=postgres)', () => {
+  let gateway: GatewayHarness;
+  beforeAll(async () => {
+    gateway = await startGateway({ IDEMPOTENCY_STORE: 'postgres' });
+  });
+  afterAll(() => gateway.close());
+  const post = (body: object, key: string) =>
+    fetch(`${gateway.apiUrl}/v1/responses`, {
+      method: 'POST',
+      headers: { authorization: bearer(TENANT_A), 'content-type': 'application/json', 'idempotency-key': key },
+      body: JSON.stringify(body),
+    });
+  const get = (id: string, query = '') =>
+    fetch(`${gateway.apiUrl}/v1/responses/${id}${query}`, { headers: { authorization: bearer(TENANT_A) } });
+
+  it('reads a keyed response and resumes its stream from the PostgreSQL record, live, with no upstream call', async () => {
+    const whole = await post({ model: 'gpt-test', input: 'pg whole' }, `pg-${randomUUID()}`);
+    const body = await whole.text();
+    expect(await (await get((JSON.parse(body) as { id: string }).id)).text()).toBe(body);
+    const events = eventsOf('a stream kept in PostgreSQL');
+    const id = (JSON.parse(/^data: (.*)$/m.exec(events[0])![1]) as { response: { id: string } }).response.id;
+    const held = signal();
+    const reached = signal();
+    gateway.replies.set('pg stream', {
+      kind: 'stream',
+      events,
+      gate: (i) => {
+        if (i !== 4) return Promise.resolve();
+        reached.resolve();
+        return held.promise;
+      },
+    });
+    const first = await readUntil(
+      await post({ model: 'gpt-test', input: 'pg stream', stream: true }, `pg-${randomUUID()}`),
+      '"sequence_number":1',
+    );
+    await reached.promise;
+    const resumed = await get(id, '?stream=true&starting_after=1');
+    held.resolve();
+    const seqOf = (event: string) =>
+      (JSON.parse(/^data: (.*)$/m.exec(event)![1]) as { sequence_number: number }).sequence_number;
+    expect(await resumed.text()).toBe(events.filter((e) => seqOf(e) > 1).join(''));
+    expect(await first.rest).toBe(events.join(''));
+    expect(gateway.provider.responseRouteCalls).toEqual([]);
+    expect(gateway.upstreamCalls('pg stream')).toHaveLength(1);
   });
 });

@@ -5,6 +5,7 @@ import {
   sseEventBuffers,
   UpstreamTimeoutError,
   UpstreamUnreachableError,
+  isDoneEvent,
   usageOf,
   type TokenUsage,
   type UpstreamResponse,
@@ -187,6 +188,12 @@ function isJsonSpace(byte: number): boolean {
   return byte === 0x20 || byte === 0x0a || byte === 0x0d || byte === 0x09;
 }
 
+/** A response object's `id`, from the first bytes of one too large to parse whole: its first `"id"` member. */
+function responseIdNear(chunks: readonly Buffer[]): string | undefined {
+  const start = Buffer.concat(chunks.slice(0, 4)).subarray(0, 4096).toString('utf8');
+  return /^\s*\{\s*"id"\s*:\s*"([A-Za-z0-9_-]{1,256})"/.exec(start)?.[1];
+}
+
 function upstreamHeader(call: CallState): Record<string, string> {
   return { [GATEWAY_UPSTREAM_HEADER]: call.upstream };
 }
@@ -246,7 +253,12 @@ export class ChatCompletionsRelay {
   }: GatewayCall): Promise<Response | StreamedAnswer> {
     const keyed = idempotency !== undefined;
     const stream = json.stream === true;
-    const route = await this.routeOf(String(json.model), idempotency, tenant, json.previous_response_id);
+    const route = await this.routeOf(
+      String(json.model),
+      idempotency,
+      tenant,
+      api.responseIdOf === undefined ? undefined : json.previous_response_id,
+    );
     // The whole call, a whole stream included. A keyed call does not belong
     // to the caller's socket: one that goes away leaves it to finish and be
     // stored for its retry. A call without a key has nobody to store it for,
@@ -432,6 +444,9 @@ export class ChatCompletionsRelay {
       throw this.brokenOff(err, signal, call);
     }
     if (!head.whole) {
+      // Too large to hold: its id is read from its start (a response object names it first), so it can be found.
+      const responseId = api.responseIdOf === undefined ? undefined : responseIdNear(head.chunks);
+      if (responseId !== undefined) await this.rememberResponse(responseId, call);
       return new StreamedAnswer(
         upstream.status,
         relayed(upstream.headers, call.upstream),
@@ -554,8 +569,8 @@ export class ChatCompletionsRelay {
    * The provider's events, each exactly as it sent it, counting the tokens
    * of its usage. A chat stream ends after `data: [DONE]`; a responses stream
    * when the provider closes it after its terminal event (`api.readEvent`).
-   * A response id it names is recorded (GatewayRecords) before the stream
-   * counts as whole.
+   * A response id it names is recorded (GatewayRecords) before the event
+   * that names it is relayed.
    * A stream that ends before either, breaks, carries an event that is not
    * the API's, or reports its own failure (`response.failed`, `error`: that
    * event is relayed first) throws, so the answer is not stored and its
@@ -577,7 +592,7 @@ export class ChatCompletionsRelay {
     let done: boolean;
     let terminal = false;
     let first = true;
-    let remembered: Promise<void> | undefined;
+    let remembered = false;
     // The last usage the stream carried: a provider that repeats running totals is counted once.
     let usage: TokenUsage | undefined;
     const events = sseEventBuffers(upstream.body, { maxEventBytes: GATEWAY_MAX_EVENT_BYTES })[Symbol.asyncIterator]();
@@ -598,8 +613,13 @@ export class ChatCompletionsRelay {
         const text = event.toString('utf8');
         usage = usageOf(text) ?? usage;
         const read = api.readEvent(text);
-        const kind = read.kind;
-        if (read.responseId !== undefined) remembered ??= this.rememberResponse(read.responseId, call);
+        // A compatible proxy that ends a responses stream with chat's `data: [DONE]` after its terminal event.
+        const kind = terminal && read.kind === 'malformed' && isDoneEvent(text) ? 'more' : read.kind;
+        // On record before the caller learns the id (the event that names it): a GET or a resume right after finds it.
+        if (read.responseId !== undefined && !remembered) {
+          remembered = true;
+          await this.rememberResponse(read.responseId, call);
+        }
         if (kind === 'malformed') throw new StreamBrokenError('the provider sent an event that is not the API’s');
         if (kind === 'failed') {
           yield event;
@@ -632,8 +652,7 @@ export class ChatCompletionsRelay {
       throw new StreamBrokenError(`the provider’s stream ended before ${api.unfinished}`);
     }
     if (terminal) {
-      // Read to its end already: the provider's connection is free. Whole once its id is on record.
-      await remembered;
+      // Read to its end already: the provider's connection is free.
       end();
       this.metrics.call(keyed ? 'new' : 'forwarded');
       return;

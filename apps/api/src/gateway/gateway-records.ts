@@ -1,4 +1,4 @@
-import type { RedisClient } from '@app/redis';
+import { type Durability, type RedisClient, RedisScript } from '@app/redis';
 import type { DataSource } from 'typeorm';
 
 /** A response made through POST /v1/responses: whose it is, where it was made, and which record holds it. */
@@ -41,6 +41,8 @@ export const GATEWAY_RECORDS = 'gateway:records';
 
 /** Compare-and-delete: a pin another attempt has written since is left alone. */
 const UNPIN = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0`;
+/** A pin, written as the idempotency records are: on a cluster, waiting for a replica (REDIS_DURABILITY). */
+const PIN = new RedisScript('gateway-pin', `return redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])`);
 
 function responseRecordOf(value: unknown): ResponseRecord | undefined {
   const r = value as Partial<ResponseRecord> | null;
@@ -54,14 +56,18 @@ function responseRecordOf(value: unknown): ResponseRecord | undefined {
 
 /** One key per pin (`gateway:pin:<operation>`) and per response (`gateway:response:<id>`), expiring with them. */
 export class RedisGatewayRecords implements GatewayRecords {
-  constructor(private readonly redis: RedisClient) {}
+  constructor(
+    private readonly redis: RedisClient,
+    private readonly durability?: Durability,
+  ) {}
 
   async pinned(operation: string): Promise<string | undefined> {
     return (await this.redis.get(`gateway:pin:${operation}`)) ?? undefined;
   }
 
   async pin(operation: string, upstream: string, ttlMs: number): Promise<void> {
-    await this.redis.set(`gateway:pin:${operation}`, upstream, 'PX', ttlMs);
+    // A pin lost with a master that failed over would let the retry of an unknown outcome fall back.
+    await PIN.runDurably(this.redis, [`gateway:pin:${operation}`], [upstream, ttlMs], this.durability);
   }
 
   async unpin(operation: string, upstream: string): Promise<void> {

@@ -8,7 +8,7 @@ import {
   type OnApplicationShutdown,
 } from '@nestjs/common';
 import type { ChatCompletionsUpstreamModuleOptions } from '@app/llm';
-import { REDIS_CLIENT, type RedisClient } from '@app/redis';
+import { type Durability, REDIS_CLIENT, REDIS_DURABILITY, type RedisClient } from '@app/redis';
 import { DataSource } from 'typeorm';
 import { ChatCompletionsController } from './chat-completions.controller';
 import { ChatCompletionsRelay } from './chat-completions.relay';
@@ -55,9 +55,11 @@ export class GatewayModule implements NestModule, OnApplicationShutdown {
         { provide: GatewayUpstreams, useFactory: () => GatewayUpstreams.create(options.upstreams, options.provider) },
         {
           provide: GATEWAY_RECORDS,
-          inject: [REDIS_CLIENT, DataSource],
-          useFactory: (redis: RedisClient, dataSource: DataSource) =>
-            options.store === 'postgres' ? new PostgresGatewayRecords(dataSource) : new RedisGatewayRecords(redis),
+          inject: [REDIS_CLIENT, { token: REDIS_DURABILITY, optional: true }, DataSource],
+          useFactory: (redis: RedisClient, durability: Durability | undefined, dataSource: DataSource) =>
+            options.store === 'postgres'
+              ? new PostgresGatewayRecords(dataSource)
+              : new RedisGatewayRecords(redis, durability),
         },
         GatewayMetrics,
         GatewayCalls,

@@ -32,7 +32,14 @@ export class ResponseRequestPipe implements PipeTransform<unknown, ResponseReque
     if (typeof body !== 'object' || body === null || Array.isArray(body)) {
       throw invalid('The body must be a JSON object: a Responses API request.', 'body');
     }
-    const { model, input, stream, previous_response_id: previous } = body as Record<string, unknown>;
+    const { model, input, stream, previous_response_id: previous, conversation } = body as Record<string, unknown>;
+    // A conversation lives in the provider's account, which every tenant shares; the gateway records no owner of it.
+    if (conversation !== undefined && conversation !== null)
+      throw invalid(
+        'conversation is not supported through this gateway (a conversation lives in the provider account that all ' +
+          'tenants share); continue a conversation with previous_response_id.',
+        'conversation',
+      );
     if (typeof model !== 'string' || model.length === 0 || model.length > MAX_MODEL_LENGTH) {
       throw invalid(`model must be a string of 1 to ${MAX_MODEL_LENGTH} characters.`, 'model');
     }

@@ -1,6 +1,6 @@
 import { Inject, Injectable } from '@nestjs/common';
 import { type FrameEvent, type FramesRef, IdempotencyStore, InjectIdempotencyStore } from '@app/idempotency';
-import { responsesEventOf, type UpstreamPath, type UpstreamResponse, UpstreamTimeoutError } from '@app/llm';
+import { responsesEventOf, sseDataOf, type UpstreamPath, type UpstreamResponse, UpstreamTimeoutError } from '@app/llm';
 import type { Response as ExpressResponse } from 'express';
 import { GATEWAY_UPSTREAM_HEADER } from './chat-completions.relay';
 import { GATEWAY_RECORDS, type GatewayRecords, type ResponseRecord } from './gateway-records';
@@ -11,12 +11,39 @@ import { OpenAiErrorException, RESPONSES_BROKEN_STREAM_EVENT } from './openai-er
 /** A response's own routes, as the caller asked: read it, resume its stream, cancel it, delete it. */
 export type ResponseAction =
   | { readonly kind: 'get' }
+  | { readonly kind: 'input_items'; readonly query: string }
   | { readonly kind: 'stream'; readonly startingAfter: number | undefined }
   | { readonly kind: 'cancel' }
   | { readonly kind: 'delete' };
 
 /** OpenAI's response ids (`resp_` and hex); room for other providers' ids, never a path or a query. */
 const RESPONSE_ID = /^[A-Za-z0-9_-]{1,256}$/;
+
+function storeUnavailable(err: unknown): OpenAiErrorException {
+  return new OpenAiErrorException(
+    503,
+    'idempotency_store_unavailable',
+    `The gateway's records cannot be read right now (${err instanceof Error ? err.message : String(err)}). Retry.`,
+    { 'Retry-After': '1' },
+  );
+}
+
+/** The statuses after which a response changes no more: a stored one is then its final word. */
+const FINAL_STATUSES = new Set(['completed', 'incomplete', 'failed', 'cancelled']);
+
+/**
+ * Whether a stored whole answer is this response, in a state it will not
+ * leave: a `background: true` response is stored `queued` and goes on at its
+ * upstream, which alone can tell how it stands now.
+ */
+function isFinalResponse(body: Buffer, responseId: string): boolean {
+  try {
+    const response = JSON.parse(body.toString('utf8')) as { id?: unknown; status?: unknown } | null;
+    return response?.id === responseId && typeof response.status === 'string' && FINAL_STATUSES.has(response.status);
+  } catch {
+    return false;
+  }
+}
 
 function notFound(): OpenAiErrorException {
   return new OpenAiErrorException(
@@ -26,8 +53,11 @@ function notFound(): OpenAiErrorException {
   );
 }
 
+/** Writes a chunk and waits for the caller to take it; at once when the caller has gone (nothing will drain). */
 async function writeAll(res: ExpressResponse, chunk: Buffer): Promise<void> {
+  if (res.destroyed || res.writableEnded) return;
   if (res.write(chunk)) return;
+  if (res.destroyed) return;
   await new Promise<void>((resolve) => {
     const go = (): void => {
       res.off('drain', go).off('close', go);
@@ -58,7 +88,9 @@ export class ResponsesLookup {
   /** The record of a response of this tenant's, or 404 (unknown, expired, or another tenant's: the same answer). */
   async find(tenant: string, responseId: string): Promise<ResponseRecord> {
     if (!RESPONSE_ID.test(responseId)) throw notFound();
-    const record = await this.records.response(responseId);
+    const record = await this.records.response(responseId).catch((err: unknown) => {
+      throw storeUnavailable(err);
+    });
     if (record === undefined || record.tenant !== tenant) throw notFound();
     return record;
   }
@@ -68,13 +100,16 @@ export class ResponsesLookup {
     res.setHeader(GATEWAY_UPSTREAM_HEADER, record.upstream);
     if (action.kind === 'get' || action.kind === 'stream') {
       const recorded = await this.recorded(record);
-      if (action.kind === 'get' && recorded?.kind === 'whole') {
+      if (action.kind === 'get' && recorded?.kind === 'whole' && isFinalResponse(recorded.body, responseId)) {
         res.status(recorded.status).type('application/json').end(recorded.body);
         return;
       }
       if (recorded?.kind === 'frames') {
-        if (action.kind === 'stream') return this.resume(recorded.frames, action.startingAfter, res);
-        const whole = await this.finalResponse(recorded.frames);
+        if (action.kind === 'stream' && (await this.resume(recorded.frames, responseId, action.startingAfter, res)))
+          return;
+        // A stream still running has no final word yet: its upstream has the response as it stands.
+        const whole =
+          action.kind === 'get' && !recorded.live ? await this.finalResponse(recorded.frames, responseId) : undefined;
         if (whole !== undefined) {
           res.status(200).type('application/json').end(whole);
           return;
@@ -84,17 +119,26 @@ export class ResponsesLookup {
     await this.forward(record, responseId, action, res);
   }
 
-  /** The keyed call's answer in its idempotency record: a whole one, or its frames (completed or still coming). */
+  /**
+   * The keyed call's answer in its idempotency record: a whole one, or its
+   * frames (`live`: still coming). The record may hold another response than
+   * the one asked for (this one's call broke, and a retry under the same key
+   * made another): its readers check the id it carries.
+   */
   private async recorded(
     record: ResponseRecord,
-  ): Promise<{ kind: 'whole'; status: number; body: Buffer } | { kind: 'frames'; frames: FramesRef } | undefined> {
+  ): Promise<
+    { kind: 'whole'; status: number; body: Buffer } | { kind: 'frames'; frames: FramesRef; live: boolean } | undefined
+  > {
     if (record.operation === undefined || !this.store.peek) return undefined;
-    const found = await this.store.peek(record.operation);
+    const found = await this.store.peek(record.operation).catch((err: unknown) => {
+      throw storeUnavailable(err);
+    });
     if (found.outcome === 'completed') {
-      if (found.response.frames) return { kind: 'frames', frames: found.response.frames };
+      if (found.response.frames) return { kind: 'frames', frames: found.response.frames, live: false };
       return { kind: 'whole', status: found.response.status, body: found.response.body };
     }
-    if (found.outcome === 'in-progress' && found.frames) return { kind: 'frames', frames: found.frames };
+    if (found.outcome === 'in-progress' && found.frames) return { kind: 'frames', frames: found.frames, live: true };
     return undefined;
   }
 
@@ -105,20 +149,38 @@ export class ResponsesLookup {
     yield* log.follow(frames, signal);
   }
 
-  /** A completed stream's last word: the response of its terminal event, as JSON. */
-  private async finalResponse(frames: FramesRef): Promise<string | undefined> {
-    const stop = AbortSignal.timeout(this.options.timeoutMs);
-    let last: string | undefined;
+  /** A completed stream's last word: the response of its terminal event, as JSON (if it is the response asked for). */
+  private async finalResponse(frames: FramesRef, responseId: string): Promise<string | undefined> {
+    // A completed log is read to its end at once; the limit only bounds a store that stalls.
+    const stop = new AbortController();
+    const timer = setTimeout(() => stop.abort(), this.options.timeoutMs);
+    try {
+      return await this.terminalResponse(frames, responseId, stop.signal);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private async terminalResponse(
+    frames: FramesRef,
+    responseId: string,
+    stop: AbortSignal,
+  ): Promise<string | undefined> {
     for await (const event of this.follow(frames, stop)) {
       if (event.kind === 'end' || event.kind === 'gone') break;
       if (event.kind !== 'frame') continue;
       const text = event.data.toString('utf8');
-      if (responsesEventOf(text).kind !== 'terminal') continue;
-      const data = /^data: ?(.*)$/m.exec(text)?.[1];
-      const response = data === undefined ? undefined : (JSON.parse(data) as { response?: unknown }).response;
-      if (response !== undefined) last = JSON.stringify(response);
+      const read = responsesEventOf(text);
+      if (read.responseId !== undefined && read.responseId !== responseId) return undefined;
+      if (read.kind !== 'terminal') continue;
+      try {
+        const response = (JSON.parse(sseDataOf(text) ?? '') as { response?: unknown }).response;
+        return response === undefined ? undefined : JSON.stringify(response);
+      } catch {
+        return undefined;
+      }
     }
-    return last;
+    return undefined;
   }
 
   /**
@@ -127,13 +189,19 @@ export class ResponsesLookup {
    * was relayed. One that ends without its terminal event ends with the
    * Responses API's error event, as its first caller's did.
    */
-  private async resume(frames: FramesRef, startingAfter: number | undefined, res: ExpressResponse): Promise<void> {
+  private async resume(
+    frames: FramesRef,
+    responseId: string,
+    startingAfter: number | undefined,
+    res: ExpressResponse,
+  ): Promise<boolean> {
     const stop = new AbortController();
-    res.once('close', () => stop.abort());
+    const onClose = (): void => stop.abort();
+    res.once('close', onClose);
+    if (res.destroyed) stop.abort();
     const timer = setTimeout(() => stop.abort(), this.options.timeoutMs);
-    res.status(200).setHeader('content-type', 'text/event-stream; charset=utf-8');
-    res.setHeader('cache-control', 'no-cache');
     let whole = false;
+    let started = false;
     try {
       for await (const event of this.follow(frames, stop.signal)) {
         if (event.kind === 'end') {
@@ -142,17 +210,35 @@ export class ResponsesLookup {
         }
         if (event.kind === 'gone') break;
         if (event.kind !== 'frame') continue;
-        const seq = responsesEventOf(event.data.toString('utf8')).sequenceNumber;
-        if (startingAfter !== undefined && seq !== undefined && seq <= startingAfter) continue;
+        const read = responsesEventOf(event.data.toString('utf8'));
+        // The record holds another response (a retry's): this one is its upstream's to tell. (A log is one attempt's,
+        // so one response's: once its id has been seen, no other comes.)
+        if (read.responseId !== undefined && read.responseId !== responseId) {
+          if (!started) return false;
+          break;
+        }
+        if (startingAfter !== undefined && read.sequenceNumber !== undefined && read.sequenceNumber <= startingAfter)
+          continue;
+        if (!started) {
+          started = true;
+          res.status(200).setHeader('content-type', 'text/event-stream; charset=utf-8');
+          res.setHeader('cache-control', 'no-cache');
+        }
         await writeAll(res, event.data);
       }
     } catch {
       whole = false;
     } finally {
       clearTimeout(timer);
+      res.off('close', onClose);
+    }
+    if (!started) {
+      res.status(200).setHeader('content-type', 'text/event-stream; charset=utf-8');
+      res.setHeader('cache-control', 'no-cache');
     }
     if (!whole && !res.destroyed) await writeAll(res, Buffer.from(RESPONSES_BROKEN_STREAM_EVENT));
     res.end();
+    return true;
   }
 
   /** To the upstream that served it, as the caller asked; its answer relayed as it comes. */
@@ -170,7 +256,9 @@ export class ResponsesLookup {
         `The upstream that made this response (${record.upstream}) is no longer one of GATEWAY_UPSTREAMS.`,
       );
     const stop = new AbortController();
-    res.once('close', () => stop.abort(new Error('the caller went away')));
+    const gone = (): void => stop.abort(new Error('the caller went away'));
+    res.once('close', gone);
+    if (res.destroyed) gone();
     const timer = setTimeout(
       () => stop.abort(new DOMException('The call ran out of time', 'TimeoutError')),
       this.options.timeoutMs,
@@ -198,6 +286,7 @@ export class ResponsesLookup {
       );
     } finally {
       clearTimeout(timer);
+      res.off('close', gone);
     }
   }
 
@@ -216,6 +305,8 @@ export class ResponsesLookup {
         const path: UpstreamPath = `responses/${id}?stream=true${after}`;
         return upstream.client.send({ method: 'GET', path, signal });
       }
+      case 'input_items':
+        return upstream.client.send({ method: 'GET', path: `responses/${id}/input_items${action.query}`, signal });
       case 'cancel':
         return upstream.client.send({
           method: 'POST',

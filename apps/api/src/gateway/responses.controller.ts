@@ -164,6 +164,24 @@ export class ResponsesController {
     await this.lookup.answer(tenant, id, readAction(stream, startingAfter), res);
   }
 
+  @Get(':id/input_items')
+  @ApiOperation({
+    summary: 'The input items of a response (forwarded to the upstream that made it)',
+    description:
+      'For the tenant that made it; its answer is the upstream’s. 404 for any other tenant or an unknown id.',
+  })
+  @ApiOpenAiErrors({ 404: 'No response with this id was made through the gateway for this tenant.' })
+  async inputItems(
+    @Param('id') id: string,
+    @Req() req: Request,
+    @Tenant() tenant: string,
+    @Res() res: ExpressResponse,
+  ): Promise<void> {
+    // The list's own query (after, before, limit, order, include) goes as the caller sent it.
+    const at = req.originalUrl.indexOf('?');
+    await this.lookup.answer(tenant, id, { kind: 'input_items', query: at < 0 ? '' : req.originalUrl.slice(at) }, res);
+  }
+
   @Post(':id/cancel')
   @HttpCode(200)
   @ApiOperation({
