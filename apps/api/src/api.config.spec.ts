@@ -28,6 +28,7 @@ describe('api configuration', () => {
       openaiBaseUrl: undefined,
       openaiModel: 'gpt-4.1-mini',
       gatewayUpstreams: undefined,
+      tenantTokenLimits: undefined,
       gatewayTimeoutMs: 300_000,
       paymentsUrl: undefined,
       paymentsTimeoutMs: 10_000,
@@ -102,6 +103,35 @@ describe('api configuration', () => {
     expect(problemsOf({ LLM_PROVIDER: 'openai' })).toEqual(['LLM_PROVIDER']);
     expect(() => loadApiConfig({ LLM_PROVIDER: 'openai' })).toThrow(/LLM_PROVIDER.*OPENAI_API_KEY is unset/);
     expect(problemsOf({ GATEWAY_TIMEOUT_S: '0' })).toEqual(['GATEWAY_TIMEOUT_S']);
+  });
+
+  describe('TENANT_TOKEN_LIMITS', () => {
+    it('reads tenant=tokens/window entries and * for the tenants not named', () => {
+      const limits = loadApiConfig({ TENANT_TOKEN_LIMITS: 't1=200000/1d, t2=5000/1m,*=900/30s' }).tenantTokenLimits;
+      expect(limits?.byTenant).toEqual(
+        new Map([
+          ['t1', { tokens: 200_000, windowMs: 86_400_000, window: '1d' }],
+          ['t2', { tokens: 5000, windowMs: 60_000, window: '1m' }],
+        ]),
+      );
+      expect(limits?.others).toEqual({ tokens: 900, windowMs: 30_000, window: '30s' });
+      expect(loadApiConfig({ TENANT_TOKEN_LIMITS: '' }).tenantTokenLimits).toBeUndefined();
+    });
+
+    it.each([
+      ['no =', 't1=100/1m,t2:100/1m', /entry 2 is not tenant=tokens\/window/],
+      ['an empty entry', 't1=100/1m,', /entry 2 is not tenant=tokens\/window \(it is empty/],
+      ['a window of weeks', 't1=100/1w', /entry 1 is not tenant=tokens\/window with a window of Ns, Nm, Nh or Nd/],
+      ['no window', 't1=100', /entry 1 is not tenant=tokens\/window/],
+      ['zero tokens', 't1=0/1m', /entry 1: the tokens must be a positive whole number/],
+      ['a zero window', 't1=10/0s', /entry 1: the window must be positive/],
+      ['negative tokens', 't1=-5/1m', /entry 1 is not tenant=tokens\/window/],
+      ['a tenant named twice', 't1=10/1m,t2=5/1h,t1=20/1d', /entry 3: the tenant t1 is named twice/],
+      ['* twice', '*=10/1m,*=20/1m', /entry 2: \* is given a limit twice/],
+    ])('stops the start on %s, naming the entry', (_, raw, message) => {
+      expect(problemsOf({ TENANT_TOKEN_LIMITS: raw })).toEqual(['TENANT_TOKEN_LIMITS']);
+      expect(() => loadApiConfig({ TENANT_TOKEN_LIMITS: raw })).toThrow(message);
+    });
   });
 
   describe('GATEWAY_UPSTREAMS', () => {

@@ -97,6 +97,7 @@ export class ApiModule {
           tenants: [...new Set(config.apiKeys.map((entry) => entry.tenant))],
           provider: { provider: config.llmProvider, apiKey: config.openaiApiKey, baseUrl: config.openaiBaseUrl },
           upstreams: config.gatewayUpstreams,
+          tokenLimits: config.tenantTokenLimits,
           store: config.idempotencyStore,
           recordTtlMs: config.idempotencyResultTtlMs,
         }),

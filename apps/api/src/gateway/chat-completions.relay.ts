@@ -1,4 +1,5 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
+import { randomUUID } from 'node:crypto';
 import { fingerprintDigest, type IdempotencyRequestContext, StreamedAnswer } from '@app/idempotency';
 import { uuidV5 } from '@app/ids';
 import {
@@ -13,6 +14,12 @@ import {
 import type { GatewayApi } from './gateway-apis';
 import { type GatewayUpstream, GatewayUpstreams } from './gateway-upstreams';
 import { GATEWAY_RECORDS, type GatewayRecords } from './gateway-records';
+import {
+  DEFAULT_MAX_OUTPUT_TOKENS,
+  type Reservation,
+  TenantTokenLimiter,
+  worstCaseTokens,
+} from './tenant-token-limits';
 import { GatewayCalls } from './gateway-calls';
 import { GatewayMetrics } from './gateway.metrics';
 import { GATEWAY_OPTIONS, type GatewayOptions } from './gateway.options';
@@ -64,6 +71,13 @@ interface CallState {
   readonly tenant: string;
   /** A keyed call's idempotency operation: where its answer is recorded. */
   readonly operation: string | undefined;
+  /** The tokens the provider reported for it (usage), once it has. */
+  usageTokens?: number;
+  /**
+   * Whether the provider may have spent tokens on it: from the send on, until its answer proves otherwise (a
+   * non-2xx, a refusal). A call that may have and reported no usage settles its reservation at its worst case.
+   */
+  mayHaveSpent: boolean;
   /** The answer is whole: a caller leaving after this ends nothing. */
   answered: boolean;
   /** Aborted when a caller without a key went away before that. */
@@ -237,6 +251,7 @@ export class ChatCompletionsRelay {
 
   constructor(
     private readonly upstreams: GatewayUpstreams,
+    private readonly limiter: TenantTokenLimiter,
     @Inject(GATEWAY_RECORDS) private readonly records: GatewayRecords,
     @Inject(GATEWAY_OPTIONS) private readonly options: GatewayOptions,
     private readonly metrics: GatewayMetrics,
@@ -259,6 +274,10 @@ export class ChatCompletionsRelay {
       tenant,
       api.responseIdOf === undefined ? undefined : json.previous_response_id,
     );
+    // A tenant with a token limit reserves the call's worst case first (TENANT_TOKEN_LIMITS); nothing goes upstream
+    // for one that does not fit.
+    const worstCase = worstCaseTokens(body.length, json);
+    const reservation = await this.reserveTokens(tenant, worstCase);
     // The whole call, a whole stream included. A keyed call does not belong
     // to the caller's socket: one that goes away leaves it to finish and be
     // stored for its retry. A call without a key has nobody to store it for,
@@ -276,6 +295,7 @@ export class ChatCompletionsRelay {
       upstream: route.upstreams[0].name,
       tenant,
       operation: idempotency?.operation,
+      mayHaveSpent: false,
       answered: false,
       gone: gone.signal,
       timeout: timeout.signal,
@@ -289,9 +309,17 @@ export class ChatCompletionsRelay {
     }
     const signal = AbortSignal.any([timeout.signal, this.calls.signal, gone.signal]);
     const endCall = this.calls.begin();
+    let ended = false;
     const end = (): void => {
       clearTimeout(timer);
       endCall();
+      if (ended) return;
+      ended = true;
+      // The reservation settles to the tokens the provider reported; to the worst case when it may have spent some
+      // and said nothing (a stream without usage, a timeout after the send); to none when it proved it made nothing.
+      const tokens = call.usageTokens ?? (call.mayHaveSpent ? worstCase : 0);
+      if (reservation?.outcome === 'reserved')
+        void reservation.settle(tokens).catch((err: unknown) => this.settleFailed(tenant, err));
     };
     // Without a key, the caller leaving ends the call (its stream may never be read).
     if (!keyed) onCallerClosed(end);
@@ -311,8 +339,10 @@ export class ChatCompletionsRelay {
       }
       let upstream: UpstreamResponse;
       try {
+        call.mayHaveSpent = true;
         upstream = await target.client.send({ path: api.path, body, json, idempotencyKey: upstreamKey, signal });
       } catch (err) {
+        if (provesNothingSent(err)) call.mayHaveSpent = false;
         if (!last && provesNothingSent(err) && !signal.aborted) {
           await this.fellBack(route, idempotency, target);
           continue;
@@ -321,12 +351,15 @@ export class ChatCompletionsRelay {
         throw this.unreachable(err, call);
       }
       if (!last && FALLBACK_STATUSES.has(upstream.status)) {
+        call.mayHaveSpent = false;
         // The answer proves nothing was made: its body is read and dropped, and the next upstream is asked.
         await this.readCut(upstream, MAX_ERROR_BODY_BYTES, sent, stream).catch(() => undefined);
         await this.fellBack(route, idempotency, target);
         continue;
       }
       this.metrics.upstreamCall(target.name, is2xx(upstream.status) ? 'answered' : 'error_status');
+      // A refusal (non-2xx) made nothing to pay for.
+      if (!is2xx(upstream.status)) call.mayHaveSpent = false;
       try {
         return await this.relay(api, upstream, tenant, keyed, stream, signal, sent, end, call);
       } catch (err) {
@@ -334,6 +367,57 @@ export class ChatCompletionsRelay {
         throw err;
       }
     }
+  }
+
+  /**
+   * The tenant's worst case reserved against its limit, or undefined without
+   * one. One that does not fit: 429 `tenant_token_limit` with Retry-After (the
+   * window's end); one whose worst case alone is over the whole limit: 400
+   * `request_exceeds_token_limit` (no retry can fit; lower max_tokens).
+   */
+  private async reserveTokens(
+    tenant: string,
+    worstCase: number,
+  ): Promise<Extract<Reservation, { outcome: 'reserved' }> | undefined> {
+    if (this.limiter.limitOf(tenant) === undefined) return undefined;
+    let reserved: Reservation | undefined;
+    try {
+      reserved = await this.limiter.reserve(tenant, worstCase, randomUUID());
+    } catch (err) {
+      this.metrics.call('rejected');
+      throw new OpenAiErrorException(
+        503,
+        'token_limiter_unavailable',
+        `The tenant's token limit cannot be checked right now (${err instanceof Error ? err.message : String(err)}); nothing was sent upstream. Retry.`,
+        { 'Retry-After': '1' },
+      );
+    }
+    if (reserved === undefined || reserved.outcome === 'reserved') return reserved;
+    this.metrics.call('rejected');
+    this.metrics.tokenRefusal(tenant);
+    const { tokens, window } = reserved.limit;
+    if (reserved.outcome === 'too_large')
+      throw new OpenAiErrorException(
+        400,
+        'request_exceeds_token_limit',
+        `This call may use up to ${worstCase} tokens (its prompt, estimated, and its max_tokens or the default of ` +
+          `${DEFAULT_MAX_OUTPUT_TOKENS}), more than your whole limit of ${tokens} per ${window}. Lower max_tokens.`,
+      );
+    throw new OpenAiErrorException(
+      429,
+      'tenant_token_limit',
+      `Your token limit (${tokens} per ${window}) has no room for this call's worst case of ${worstCase} tokens ` +
+        `now; nothing was sent upstream. Retry after Retry-After seconds.`,
+      { 'Retry-After': String(reserved.retryAfterS) },
+    );
+  }
+
+  private settleFailed(tenant: string, err: unknown): void {
+    this.logger.warn(
+      `could not settle a token reservation of tenant ${tenant} (it frees at its lease's end): ${
+        err instanceof Error ? err.message : String(err)
+      }`,
+    );
   }
 
   /**
@@ -469,12 +553,18 @@ export class ChatCompletionsRelay {
     }
     const responseId = api.responseIdOf?.(bytes);
     if (responseId !== undefined) await this.rememberResponse(responseId, call);
+    this.countUsage(call, usageOf(bytes.toString('utf8')));
     end();
     call.answered = true;
-    const usage = usageOf(bytes.toString('utf8'));
-    if (usage) this.metrics.usage(tenant, usage);
     this.metrics.call(keyed ? 'new' : 'forwarded');
     return new Response(bytes, { status: upstream.status, headers: relayed(upstream.headers, call.upstream) });
+  }
+
+  /** A call's token counts: in the metrics, and what its limit's reservation settles to (CallState.usageTokens). */
+  private countUsage(call: CallState, usage: TokenUsage | undefined): void {
+    if (usage === undefined) return;
+    call.usageTokens = usage.prompt_tokens + usage.completion_tokens;
+    this.metrics.usage(call.tenant, usage);
   }
 
   /**
@@ -549,6 +639,8 @@ export class ChatCompletionsRelay {
         yield step.value;
       }
       settled = true;
+      // Counted before end(): its limit's reservation settles there, to these tokens.
+      this.countUsage(call, usageOfTail(tail.toString('utf8')));
     } catch (err) {
       settled = true;
       this.metrics.call(this.brokenBy(call));
@@ -560,8 +652,6 @@ export class ChatCompletionsRelay {
       end();
     }
     call.answered = true;
-    const usage = usageOfTail(tail.toString('utf8'));
-    if (usage) this.metrics.usage(tenant, usage);
     this.metrics.call(keyed ? 'new' : 'forwarded');
   }
 
@@ -611,7 +701,11 @@ export class ChatCompletionsRelay {
           this.metrics.firstByteAt('upstream', true, (performance.now() - sent) / 1000);
         }
         const text = event.toString('utf8');
-        usage = usageOf(text) ?? usage;
+        const counted = usageOf(text);
+        if (counted) {
+          usage = counted;
+          call.usageTokens = counted.prompt_tokens + counted.completion_tokens;
+        }
         const read = api.readEvent(text);
         // A compatible proxy that ends a responses stream with chat's `data: [DONE]` after its terminal event.
         const kind = terminal && read.kind === 'malformed' && isDoneEvent(text) ? 'more' : read.kind;

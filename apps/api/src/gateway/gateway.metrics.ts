@@ -1,8 +1,9 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { Counter, Histogram, Registry } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { TokenUsage } from '@app/llm';
 import { GATEWAY_OPTIONS, type GatewayOptions } from './gateway.options';
 import { GatewayUpstreams } from './gateway-upstreams';
+import { TenantTokenLimiter } from './tenant-token-limits';
 
 export const GATEWAY_OUTCOMES = [
   'forwarded',
@@ -40,8 +41,14 @@ export class GatewayMetrics {
   private readonly tokens: Counter<'tenant' | 'kind'>;
   private readonly firstByte: Histogram<'side' | 'stream'>;
   private readonly upstreamCalls: Counter<'upstream' | 'outcome'>;
+  private readonly tokenRefusals: Counter<'tenant'>;
 
-  constructor(registry: Registry, @Inject(GATEWAY_OPTIONS) options: GatewayOptions, upstreams: GatewayUpstreams) {
+  constructor(
+    registry: Registry,
+    @Inject(GATEWAY_OPTIONS) options: GatewayOptions,
+    upstreams: GatewayUpstreams,
+    limiter: TenantTokenLimiter,
+  ) {
     this.calls = new Counter({
       name: 'gateway_calls_total',
       help: 'POST /v1/chat/completions and /v1/responses by outcome: forwarded (no key), new, replayed, attached, upstream_error (passed through), broken_stream, upstream_failed (a stream that reported its own failure), upstream_malformed (a 2xx whole answer that is not a JSON object), upstream_unreachable, upstream_timeout, caller_gone (a call without a key whose caller left), cut_by_shutdown, rejected (the gateway refused it)',
@@ -67,6 +74,40 @@ export class GatewayMetrics {
       labelNames: ['upstream', 'outcome'],
       registers: [registry],
     });
+    this.tokenRefusals = new Counter({
+      name: 'tenant_token_refusals_total',
+      help: 'Gateway calls refused by their tenant token limit (TENANT_TOKEN_LIMITS): 429 tenant_token_limit, or 400 request_exceeds_token_limit',
+      labelNames: ['tenant'],
+      registers: [registry],
+    });
+    const limited = options.tenants.filter((tenant) => limiter.limitOf(tenant) !== undefined);
+    for (const tenant of limited) this.tokenRefusals.inc({ tenant }, 0);
+    new Gauge({
+      name: 'tenant_tokens_limit',
+      help: "Each limited tenant's token limit per window (TENANT_TOKEN_LIMITS)",
+      labelNames: ['tenant', 'window'],
+      registers: [registry],
+      collect() {
+        for (const tenant of limited) {
+          const limit = limiter.limitOf(tenant)!;
+          this.set({ tenant, window: limit.window }, limit.tokens);
+        }
+      },
+    });
+    new Gauge({
+      name: 'tenant_tokens_used',
+      help: "Tokens (prompt plus completion, from the provider's usage) each limited tenant has settled in its current window; live reservations not included",
+      labelNames: ['tenant', 'window'],
+      registers: [registry],
+      async collect() {
+        await Promise.all(
+          limited.map(async (tenant) => {
+            const used = await limiter.used(tenant).catch(() => undefined);
+            if (used !== undefined) this.set({ tenant, window: limiter.limitOf(tenant)!.window }, used);
+          }),
+        );
+      },
+    });
     for (const outcome of GATEWAY_OUTCOMES) this.calls.inc({ outcome }, 0);
     // Upstreams are bounded by GATEWAY_UPSTREAMS: every series exists from the start.
     for (const { name } of upstreams.all)
@@ -85,6 +126,10 @@ export class GatewayMetrics {
   usage(tenant: string, usage: TokenUsage): void {
     this.tokens.inc({ tenant, kind: 'prompt' }, usage.prompt_tokens);
     this.tokens.inc({ tenant, kind: 'completion' }, usage.completion_tokens);
+  }
+
+  tokenRefusal(tenant: string): void {
+    this.tokenRefusals.inc({ tenant });
   }
 
   upstreamCall(upstream: string, outcome: UpstreamOutcome): void {

@@ -19,6 +19,10 @@ import { GATEWAY_OPTIONS, type GatewayOptions } from './gateway.options';
 import { type GatewayUpstreamConfig, GatewayUpstreams } from './gateway-upstreams';
 import { RESPONSES_PATH, ResponsesController } from './responses.controller';
 import { ResponsesLookup } from './responses-lookup';
+import { type TenantTokenLimits, TenantTokenLimiter } from './tenant-token-limits';
+
+/** A token reservation's lease past GATEWAY_TIMEOUT_S: the call has ended by then, whatever became of its holder. */
+const TOKEN_LEASE_MARGIN_MS = 5000;
 import { GATEWAY_RECORDS, PostgresGatewayRecords, RedisGatewayRecords } from './gateway-records';
 
 export interface GatewayModuleOptions extends GatewayOptions {
@@ -26,6 +30,8 @@ export interface GatewayModuleOptions extends GatewayOptions {
   readonly provider: ChatCompletionsUpstreamModuleOptions;
   /** GATEWAY_UPSTREAMS, parsed; undefined when unset. */
   readonly upstreams?: readonly GatewayUpstreamConfig[];
+  /** TENANT_TOKEN_LIMITS, parsed; undefined when unset. */
+  readonly tokenLimits?: TenantTokenLimits;
   /** IDEMPOTENCY_STORE: where the gateway's own records (GatewayRecords) live, beside the idempotency records. */
   readonly store: 'redis' | 'postgres';
 }
@@ -60,6 +66,13 @@ export class GatewayModule implements NestModule, OnApplicationShutdown {
             options.store === 'postgres'
               ? new PostgresGatewayRecords(dataSource)
               : new RedisGatewayRecords(redis, durability),
+        },
+        {
+          provide: TenantTokenLimiter,
+          inject: [REDIS_CLIENT],
+          // A reservation outlives the longest call (GATEWAY_TIMEOUT_S) by a little: a holder that died frees it then.
+          useFactory: (redis: RedisClient) =>
+            new TenantTokenLimiter(redis, options.tokenLimits, options.timeoutMs + TOKEN_LEASE_MARGIN_MS),
         },
         GatewayMetrics,
         GatewayCalls,
