@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { worstCaseTokens, TenantTokenLimiter, tokensKey } from '../../apps/api/src/gateway/tenant-token-limits';
+import { worstCaseTokens, TenantTokenLimiter, tokensKey } from '@app/llm';
 import { bearer, TENANT_A, TENANT_B } from '../support/api-harness';
 import { completionEvents } from '../support/fake-openai-server';
 import { type GatewayHarness, startGateway } from '../support/gateway-harness';

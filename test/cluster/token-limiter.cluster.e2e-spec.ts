@@ -1,6 +1,6 @@
 import { createRedisClient, keySlot, type RedisClient } from '@app/redis';
 import type { Cluster } from 'ioredis';
-import { TenantTokenLimiter, tokensKey } from '../../apps/api/src/gateway/tenant-token-limits';
+import { TenantTokenLimiter, tokensKey } from '@app/llm';
 import { startRedisCluster, type RedisCluster } from '../support/redis-cluster';
 
 /*

@@ -15,7 +15,7 @@ import { jobStreamPartitionsEnv } from '@app/summary-queue';
 import { parseApiKeys } from './auth/api-keys';
 import { GATEWAY_SETTLE_MS } from './gateway/gateway.options';
 import { parseGatewayUpstreams } from './gateway/gateway-upstreams';
-import { parseTenantTokenLimits } from './gateway/tenant-token-limits';
+import { parseTenantTokenLimits, tenantTokenLimitsUnlessGatewayEnv, type TenantTokenLimits } from '@app/llm';
 
 /** Every variable the api reads (INTERFACE.md); the manifests are checked against it. */
 export const apiEnvSchema = {
@@ -69,14 +69,11 @@ export const apiEnvSchema = {
       'next only when the failure proves nothing was made (refused; `429`, `500`, `502`, `503`, `529`). Not JSON, ' +
       'a repeated name or an unset `api_key_env` stops the start, naming the entry, never a URL or key',
   }),
-  tenantTokenLimits: env.custom('TENANT_TOKEN_LIMITS', parseTenantTokenLimits, {
-    docDefault: 'unset: no limit',
-    describe:
-      '`tenant=tokens/window` entries, comma separated, window `Ns`, `Nm`, `Nh` or `Nd` (e.g. `t1=200000/1d,t2=5000/1m`); ' +
-      '`*=...` applies to every tenant not named. A gateway call reserves its worst case in Redis before it goes ' +
-      'upstream (`429` `tenant_token_limit` when it does not fit) and settles to the usage when it ends; fixed ' +
-      'windows (docs/clients.md, "Tenants\' token limits"). A malformed entry stops the start, named by its position',
-  }),
+  // The same row as the worker's: the docs' reference has one row per variable.
+  tenantTokenLimits: {
+    ...tenantTokenLimitsUnlessGatewayEnv.tenantTokenLimits,
+    parse: (raw: string | undefined): TenantTokenLimits | undefined => parseTenantTokenLimits(raw),
+  },
   gatewayTimeoutMs: env.secondsAsMs(
     'GATEWAY_TIMEOUT_S',
     300,

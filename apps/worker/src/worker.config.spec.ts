@@ -20,6 +20,19 @@ describe('worker configuration', () => {
     });
   });
 
+  it('reads TENANT_TOKEN_LIMITS when it calls the provider itself, and not through the gateway (the api reserves)', () => {
+    expect(loadWorkerConfig({}).tenantTokenLimits).toBeUndefined();
+    expect(loadWorkerConfig({ TENANT_TOKEN_LIMITS: 'acme=500/1m' }).tenantTokenLimits?.byTenant.get('acme')).toEqual({
+      tokens: 500,
+      windowMs: 60_000,
+      window: '1m',
+    });
+    expect(() => loadWorkerConfig({ TENANT_TOKEN_LIMITS: 'acme=500' })).toThrow(/TENANT_TOKEN_LIMITS.*entry 1/);
+    const gateway = { INTERNAL_API_KEY: 'internal-0123456789', LLM_GATEWAY_URL: 'http://api:3000' };
+    // Neither read nor checked in gateway mode, like the provider's variables.
+    expect(loadWorkerConfig({ ...gateway, TENANT_TOKEN_LIMITS: 'acme=500' }).tenantTokenLimits).toBeUndefined();
+  });
+
   it('calls the provider directly by default: no gateway, no internal key', () => {
     expect(loadWorkerConfig({})).toMatchObject({ internalApiKey: undefined, llmGatewayUrl: undefined });
   });

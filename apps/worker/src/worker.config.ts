@@ -10,7 +10,12 @@ import {
   processEnv,
   type Env,
 } from '@app/config';
-import { internalApiKeyEnv, llmGatewayEnv, llmProviderUnlessGatewayEnv } from '@app/llm';
+import {
+  internalApiKeyEnv,
+  llmGatewayEnv,
+  llmProviderUnlessGatewayEnv,
+  tenantTokenLimitsUnlessGatewayEnv,
+} from '@app/llm';
 import { jobStreamPartitionsEnv } from '@app/summary-queue';
 import { JOB_RECORD_TTL_MS } from '@app/workflows';
 
@@ -39,6 +44,7 @@ export const workerEnvSchema = {
   ),
   // With LLM_GATEWAY_URL, LLM_PROVIDER and OPENAI_API_KEY / OPENAI_BASE_URL are not read: the api holds the provider.
   ...llmProviderUnlessGatewayEnv,
+  ...tenantTokenLimitsUnlessGatewayEnv,
   ...internalApiKeyEnv,
   ...llmGatewayEnv,
   llmCallTimeoutMs: env.secondsAsMs(

@@ -76,6 +76,8 @@ export class WorkerModule {
           partitions: config.jobStreamPartitions,
           consumer: { ...consumerOptionsFrom(config), ...consumer },
           retry: retryOptionsFrom(config),
+          // Unset in gateway mode (the config reads it only for direct calls): the gateway reserves then.
+          ...(config.tenantTokenLimits ? { tokenLimits: config.tenantTokenLimits } : {}),
           imports: [
             LlmModule.forRoot({
               provider: config.llmProvider,

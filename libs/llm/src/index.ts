@@ -16,3 +16,4 @@ export * from './chat-completions-upstream.module';
 export * from './llm-gateway.settings';
 export * from './responses-events';
 export * from './responses-wire';
+export * from './tenant-token-limits';

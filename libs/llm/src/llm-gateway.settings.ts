@@ -1,3 +1,4 @@
+import { parseTenantTokenLimits, type TenantTokenLimits } from './tenant-token-limits';
 import { ConfigFieldError, type Env, type EnvField, env } from '@app/config';
 import { type LlmProvider, llmProviderEnv } from './llm-provider.settings';
 
@@ -100,10 +101,16 @@ export const llmGatewayEnv = {
 
 /**
  * The provider variables the worker does not use in gateway mode: the api's
- * gateway holds the provider and its key. OPENAI_MODEL is not among them (it
- * is still the model the worker asks for).
+ * gateway holds the provider and its key, and reserves for the tenants'
+ * token limits. OPENAI_MODEL is not among them (it is still the model the
+ * worker asks for).
  */
-export const GATEWAY_MODE_UNUSED_VARIABLES = ['LLM_PROVIDER', 'OPENAI_API_KEY', 'OPENAI_BASE_URL'] as const;
+export const GATEWAY_MODE_UNUSED_VARIABLES = [
+  'LLM_PROVIDER',
+  'OPENAI_API_KEY',
+  'OPENAI_BASE_URL',
+  'TENANT_TOKEN_LIMITS',
+] as const;
 
 /** Whether LLM_GATEWAY_URL is set (its own field checks it and INTERNAL_API_KEY). */
 const gatewayMode = (all: Env): boolean => (all.LLM_GATEWAY_URL?.trim() ?? '') !== '';
@@ -117,6 +124,29 @@ const gatewayMode = (all: Env): boolean => (all.LLM_GATEWAY_URL?.trim() ?? '') !
  * gateway). The docs are llmProviderEnv's: a variable's row is one for every
  * app, and LLM_GATEWAY_URL's says what gateway mode ignores.
  */
+/**
+ * TENANT_TOKEN_LIMITS for an app whose model calls may go to the provider
+ * directly (the worker): read only then; through the gateway, the api's
+ * reserves for them.
+ */
+export const tenantTokenLimitsUnlessGatewayEnv = {
+  tenantTokenLimits: env.custom(
+    'TENANT_TOKEN_LIMITS',
+    (raw, all): TenantTokenLimits | undefined => (gatewayMode(all) ? undefined : parseTenantTokenLimits(raw)),
+    {
+      docDefault: 'unset: no limit',
+      describe:
+        '`tenant=tokens/window` entries, comma separated, window `Ns`, `Nm`, `Nh` or `Nd` (e.g. `t1=200000/1d,t2=5000/1m`); ' +
+        '`*=...` applies to every tenant not named. A gateway call reserves its worst case in Redis before it goes ' +
+        'upstream (`429` `tenant_token_limit` when it does not fit) and settles to the usage when it ends; a ' +
+        "workflow step's model call waits for the window instead; fixed windows (docs/clients.md, " +
+        '"Tenants\' token limits"). The worker reads it only when it calls the provider itself (the api\'s ' +
+        'gateway reserves for it otherwise), with the same value as the api. A malformed entry stops the start, ' +
+        'named by its position',
+    },
+  ),
+};
+
 export const llmProviderUnlessGatewayEnv = {
   ...llmProviderEnv,
   llmProvider: {

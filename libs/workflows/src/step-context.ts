@@ -1,6 +1,23 @@
 import type { Logger } from '@nestjs/common';
 import { createHash } from 'node:crypto';
-import { classifyLlmError, EmptyCompletionError, type ChatRequest, type LlmClient } from '@app/llm';
+import {
+  classifyLlmError,
+  EmptyCompletionError,
+  type ChatRequest,
+  type ErrorClass,
+  type LlmClient,
+  type TenantTokenLimiter,
+} from '@app/llm';
+import { setTimeout as delay } from 'node:timers/promises';
+import { HandBackError } from './consumer/job.errors';
+import {
+  reserveStepTokens,
+  stepCallWorstCase,
+  TokenLimitTooLarge,
+  type TokenLimitWait,
+  tokenLimitWaitOf,
+  tokensUsed,
+} from './step-tokens';
 import type { NewOutboxMessage } from '@app/persistence';
 import type { ChatCompletion } from 'openai/resources/chat/completions';
 import type { EntityManager } from 'typeorm';
@@ -141,6 +158,10 @@ export interface StepRuntime<I> {
   readonly metrics: WorkerMetrics;
   readonly logger: Logger;
   readonly openTransaction: () => Promise<StepTransaction>;
+  /** TENANT_TOKEN_LIMITS when the worker calls the provider itself (through the gateway, the gateway reserves). */
+  readonly tokens?: TenantTokenLimiter;
+  /** Notes on the run's record that this step waits for the token limit until `untilMs` (GET /v1/runs shows it). */
+  readonly noteTokenWait?: (untilMs: number) => Promise<void>;
 }
 
 /** The StepContext of one delivery of a step; the engine reads back what it collected. */
@@ -219,16 +240,72 @@ export class StepContextImpl<I> implements StepContext<I> {
     const n = this.calls++;
     const idempotencyKey =
       options?.idempotencyKey ?? modelCallKey(this.rt.runId, this.rt.step, n, request, this.rt.llm.defaultModel);
+    // A tenant token limit that has no room now is waited for (TokenLimitWait), and then the call is made
+    // afresh: never a failed attempt of the call.
+    for (let reservation = 0; ; reservation++) {
+      try {
+        return await this.attempted(request, pick, n, idempotencyKey, `${idempotencyKey}:${reservation}`);
+      } catch (err) {
+        const wait = tokenLimitWaitOf(err instanceof RetryError ? err.cause : err);
+        if (wait === undefined) throw err;
+        await this.waitForTokens(wait);
+      }
+    }
+  }
+
+  /**
+   * The limit's wait, within this delivery when its time allows (its entry's
+   * lease is kept meanwhile, as for any running step); else the delivery is
+   * handed back, its count set back, and a later one tries again. Neither
+   * counts toward the call's attempts or the entry's deliveries.
+   */
+  private async waitForTokens(wait: TokenLimitWait): Promise<void> {
+    const { metrics } = this.rt;
+    const left = this.rt.deadline - performance.now() - MIN_CALL_TIME_MS;
+    // Shown until then: a hand-back's redelivery comes after CLAIM_IDLE_MS and notes its own wait.
+    await this.rt.noteTokenWait?.(Date.now() + wait.retryAfterMs).catch(() => undefined);
+    if (wait.retryAfterMs > left) {
+      metrics.tokenWaits.inc({ outcome: 'handed_back' });
+      throw new HandBackError(`${TOKEN_LIMIT.kind}: ${wait.message}; handed back for a later delivery`, TOKEN_LIMIT);
+    }
+    metrics.tokenWaits.inc({ outcome: 'waited' });
+    metrics.tokenWaitSeconds.inc(wait.retryAfterMs / 1000);
+    this.rt.logger.log(
+      { run_id: this.rt.runId, step: this.rt.step, wait_ms: wait.retryAfterMs },
+      "waiting for the tenant's token limit",
+    );
+    await delay(wait.retryAfterMs, undefined, { signal: this.rt.signal });
+  }
+
+  private async attempted<T>(
+    request: ChatRequest,
+    pick: (c: ChatCompletion) => T,
+    n: number,
+    idempotencyKey: string,
+    reservationId: string,
+  ): Promise<T> {
     const { retry, metrics, logger } = this.rt;
+    const worstCase = this.rt.tokens ? stepCallWorstCase(request) : 0;
+    const settle = await reserveStepTokens(this.rt.tokens, this.rt.tenant, worstCase, reservationId);
+    // What the provider may have spent when it reports no usage: the worst case once a call was sent.
+    let spent: number | undefined;
+    let sent = false;
     try {
       const outcome = await retry.run(
-        async (signal) => pick(await this.rt.llm.chat(request, { signal, idempotencyKey, tenant: this.rt.tenant })),
-        classifyLlmError,
+        async (signal) => {
+          sent = true;
+          const completion = await this.rt.llm.chat(request, { signal, idempotencyKey, tenant: this.rt.tenant });
+          spent = tokensUsed(completion);
+          return pick(completion);
+        },
+        classifyStepCallError,
         {
           deadline: this.rt.deadline,
           signal: this.rt.signal,
           stopRetrying: this.rt.stopRetrying,
           onAttemptFailed: (attempt, error) => {
+            // A limit's refusal is no failed attempt: the call waits for the window (call()).
+            if (error.kind === TOKEN_LIMIT.kind) return;
             metrics.llmCalls.inc({ outcome: 'failed', error_class: error.kind });
             logger.warn(
               {
@@ -248,10 +325,25 @@ export class StepContextImpl<I> implements StepContext<I> {
       metrics.llmAttempts.observe(outcome.attempts);
       return outcome.value;
     } catch (err) {
-      if (err instanceof RetryError) metrics.llmAttempts.observe(err.attempts);
+      if (err instanceof RetryError && tokenLimitWaitOf(err.cause) === undefined)
+        metrics.llmAttempts.observe(err.attempts);
       throw err;
+    } finally {
+      if (settle) await settle(spent ?? (sent ? worstCase : 0)).catch(() => undefined);
     }
   }
+}
+
+/** The limit's refusal, as RetryPolicy sees it: not retried there (call() waits instead), not a failure. */
+const TOKEN_LIMIT: ErrorClass = { kind: 'tenant_token_limit', retryable: true };
+
+/** A call shorter than this is not worth starting after a wait within the delivery. */
+const MIN_CALL_TIME_MS = 1000;
+
+function classifyStepCallError(err: unknown): ErrorClass {
+  if (tokenLimitWaitOf(err) !== undefined) return { ...TOKEN_LIMIT, retryable: false };
+  if (err instanceof TokenLimitTooLarge) return { kind: 'request_exceeds_token_limit', retryable: false };
+  return classifyLlmError(err);
 }
 
 /** A model's text as jsonb stores it: no U+0000, no lone surrogate; only whitespace is no answer. */

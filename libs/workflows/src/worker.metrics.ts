@@ -41,6 +41,8 @@ export class WorkerMetrics {
   readonly llmAttempts: Histogram;
   readonly deadLetters: Counter<'reason'>;
   readonly reclaimed: Counter;
+  readonly tokenWaits: Counter<'outcome'>;
+  readonly tokenWaitSeconds: Counter;
 
   constructor(registry: Registry) {
     const registers = [registry];
@@ -80,6 +82,19 @@ export class WorkerMetrics {
       help: 'Messages this worker took over from consumers that stopped refreshing them',
       registers,
     });
+    this.tokenWaits = new Counter({
+      name: 'worker_token_waits_total',
+      help: "Model calls of steps that their tenant's token limit (TENANT_TOKEN_LIMITS) made wait: waited (within the delivery), handed_back (for a later delivery, its count set back)",
+      labelNames: ['outcome'],
+      registers,
+    });
+    this.tokenWaitSeconds = new Counter({
+      name: 'worker_token_wait_seconds_total',
+      help: "Seconds steps waited within their deliveries for their tenant's token limit",
+      registers,
+    });
+    for (const outcome of ['waited', 'handed_back']) this.tokenWaits.inc({ outcome }, 0);
+    this.tokenWaitSeconds.inc(0);
     // Every known series from 0: a series that first appears at 1 has no
     // increase(), so the first dead letter of a fresh pod would not alert.
     for (const outcome of JOB_OUTCOMES) this.jobs.inc({ outcome }, 0);

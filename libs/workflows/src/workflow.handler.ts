@@ -1,5 +1,5 @@
-import { Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
-import { InjectLlmClient, type ErrorClass, type LlmClient } from '@app/llm';
+import { Inject, Injectable, Logger, type OnApplicationBootstrap } from '@nestjs/common';
+import { InjectLlmClient, type ErrorClass, type LlmClient, type TenantTokenLimiter } from '@app/llm';
 import { plainToInstance } from 'class-transformer';
 import { validate, type ValidationError } from 'class-validator';
 import type { ChainableCommander } from 'ioredis';
@@ -23,7 +23,8 @@ import { InjectStreamsConsumerOptions, type StreamsConsumerOptions } from './con
 import type { QueuePartition } from './queue-layout';
 import { RetryPolicy } from './retry/retry-policy.service';
 import { RetryError } from './retry/retry.errors';
-import { markRunFailed } from './run-record';
+import { markRunFailed, noteTokenWait } from './run-record';
+import { InjectRedis, type RedisClient } from '@app/redis';
 import { JOB_RECORD_TTL_MS } from './run-ids';
 import { StepContextImpl } from './step-context';
 import {
@@ -48,6 +49,7 @@ import {
 } from './workflow-store';
 import { WorkerMetrics } from './worker.metrics';
 import { WorkflowMetrics } from './workflow.metrics';
+import { STEP_TOKEN_LIMITER } from './workflows.options';
 
 /** A delivery's step, resolved: its queue's partition, workflow and step, the entry and its validated input. */
 interface Resolved {
@@ -124,6 +126,8 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
     private readonly metrics: WorkerMetrics,
     @InjectStreamsConsumerOptions() private readonly options: StreamsConsumerOptions,
     private readonly workflowMetrics: WorkflowMetrics,
+    @Inject(STEP_TOKEN_LIMITER) private readonly tokens: TenantTokenLimiter | null,
+    @InjectRedis() private readonly redis: RedisClient,
   ) {}
 
   /**
@@ -407,6 +411,9 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
       metrics: this.metrics,
       logger: this.logger,
       openTransaction: () => this.openTransaction(message, r),
+      ...(this.tokens ? { tokens: this.tokens } : {}),
+      noteTokenWait: (untilMs) =>
+        noteTokenWait(this.redis, r.partition.jobRecordKey(r.entry.runId), r.step.name, untilMs),
     });
     // Set just before the try whose finally clears them.
     const timer = setTimeout(() => stop.abort(new StepTimeoutError(limitMs)), Math.max(0, limitMs));

@@ -1,5 +1,8 @@
 import { type DynamicModule, Module, type Provider } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
+import { TenantTokenLimiter } from '@app/llm';
+import { REDIS_CLIENT, type RedisClient } from '@app/redis';
+import { STEP_TOKEN_LIMITER } from './workflows.options';
 import { JOB_HANDLER } from './consumer/job-handler';
 import { STREAMS_CONSUMER_OPTIONS, type StreamsConsumerOptions } from './consumer/streams-consumer.options';
 import { StreamsConsumer } from './consumer/streams.consumer';
@@ -64,6 +67,15 @@ export class WorkflowsModule {
       { provide: RETRY_SLEEP, useValue: realSleep },
       { provide: RETRY_RANDOM, useValue: Math.random },
       RetryPolicy,
+      {
+        provide: STEP_TOKEN_LIMITER,
+        inject: [REDIS_CLIENT],
+        // A reservation outlives the longest delivery (JOB_BUDGET_S) a little: a worker killed mid-call frees it then.
+        useFactory: (redis: RedisClient) =>
+          options.tokenLimits
+            ? new TenantTokenLimiter(redis, options.tokenLimits, options.consumer.jobBudgetMs + 5000)
+            : null,
+      },
       WorkerMetrics,
       WorkflowMetrics,
       WorkflowStore,

@@ -14,12 +14,7 @@ import {
 import type { GatewayApi } from './gateway-apis';
 import { type GatewayUpstream, GatewayUpstreams } from './gateway-upstreams';
 import { GATEWAY_RECORDS, type GatewayRecords } from './gateway-records';
-import {
-  DEFAULT_MAX_OUTPUT_TOKENS,
-  type Reservation,
-  TenantTokenLimiter,
-  worstCaseTokens,
-} from './tenant-token-limits';
+import { DEFAULT_MAX_OUTPUT_TOKENS, type Reservation, TenantTokenLimiter, worstCaseTokens } from '@app/llm';
 import { GatewayCalls } from './gateway-calls';
 import { GatewayMetrics } from './gateway.metrics';
 import { GATEWAY_OPTIONS, type GatewayOptions } from './gateway.options';

@@ -3,7 +3,7 @@ import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { TokenUsage } from '@app/llm';
 import { GATEWAY_OPTIONS, type GatewayOptions } from './gateway.options';
 import { GatewayUpstreams } from './gateway-upstreams';
-import { TenantTokenLimiter } from './tenant-token-limits';
+import { TenantTokenLimiter } from '@app/llm';
 
 export const GATEWAY_OUTCOMES = [
   'forwarded',

@@ -19,7 +19,7 @@ import { GATEWAY_OPTIONS, type GatewayOptions } from './gateway.options';
 import { type GatewayUpstreamConfig, GatewayUpstreams } from './gateway-upstreams';
 import { RESPONSES_PATH, ResponsesController } from './responses.controller';
 import { ResponsesLookup } from './responses-lookup';
-import { type TenantTokenLimits, TenantTokenLimiter } from './tenant-token-limits';
+import { type TenantTokenLimits, TenantTokenLimiter } from '@app/llm';
 
 /** A token reservation's lease past GATEWAY_TIMEOUT_S: the call has ended by then, whatever became of its holder. */
 const TOKEN_LEASE_MARGIN_MS = 5000;

@@ -45,4 +45,16 @@ export class RunStatusDto {
 
   @ApiPropertyOptional({ description: 'When failed: why, e.g. llm_client' })
   error?: string;
+
+  @ApiPropertyOptional({
+    description:
+      "While a step's model call waits for its tenant's token limit (TENANT_TOKEN_LIMITS): the step, and until when",
+    type: 'object',
+    properties: {
+      reason: { type: 'string', enum: ['token_limit'] },
+      step: { type: 'string' },
+      until: { type: 'string', format: 'date-time' },
+    },
+  })
+  waiting?: { reason: 'token_limit'; step: string; until: string };
 }

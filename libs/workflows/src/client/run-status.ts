@@ -9,6 +9,17 @@ export interface RunSnapshot {
   readonly output?: unknown;
   /** When failed: why (the dead-letter reason, or the step's error). */
   readonly error?: string;
+  /**
+   * While a step's model call waits for its tenant's token limit (TENANT_TOKEN_LIMITS): which step, and until
+   * when it waits (ISO 8601) before it tries again.
+   */
+  readonly waiting?: RunWait;
+}
+
+export interface RunWait {
+  readonly reason: 'token_limit';
+  readonly step: string;
+  readonly until: string;
 }
 
 export interface RunStepSnapshot {
@@ -44,6 +55,8 @@ export interface RunRecord {
   readonly workflow?: string;
   readonly status?: 'failed';
   readonly error?: string;
+  /** A wait for the token limit not over yet (the worker notes it on the record; the reader drops a past one). */
+  readonly waiting?: RunWait;
 }
 
 /** One queue's answer for the run's record: what it holds (nothing: undefined), or that Redis did not answer. */
@@ -95,6 +108,7 @@ export function runAnswer(facts: RunFacts): RunAnswer {
     const failedRecord = mine.find((m) => m.record.status === 'failed')?.record;
     const failed = row.status === 'failed' || (row.status === 'running' && failedRecord !== undefined);
     const status = failed ? 'failed' : row.status;
+    const waiting = status === 'running' ? mine.find((m) => m.record.waiting)?.record.waiting : undefined;
     return {
       kind: 'found',
       run: {
@@ -104,6 +118,7 @@ export function runAnswer(facts: RunFacts): RunAnswer {
         steps: stepsOf(row.steps, facts.stepRows),
         ...(status === 'done' && row.output != null ? { output: row.output } : {}),
         ...(status === 'failed' ? { error: row.error ?? failedRecord?.error ?? 'failed' } : {}),
+        ...(waiting ? { waiting } : {}),
       },
     };
   }
@@ -119,7 +134,13 @@ export function runAnswer(facts: RunFacts): RunAnswer {
     const run: RunSnapshot =
       record.status === 'failed'
         ? { run_id: runId, workflow, status: 'failed', steps: [], error: record.error ?? 'failed' }
-        : { run_id: runId, workflow, status: 'queued', steps: [] };
+        : {
+            run_id: runId,
+            workflow,
+            status: 'queued',
+            steps: [],
+            ...(record.waiting ? { waiting: record.waiting } : {}),
+          };
     return { kind: 'found', run };
   }
   const anotherTenants = facts.records.some((f) => !f.unavailable && f.record !== undefined);

@@ -113,10 +113,16 @@ export class WorkflowClient {
   private async record(key: string): Promise<RunRecord | undefined> {
     const h = await this.redis.hgetall(key);
     if (!h.tenant) return undefined;
+    const until = Number(h.tokens_wait_until);
+    const waiting =
+      h.tokens_wait_step && Number.isFinite(until) && until > Date.now()
+        ? { reason: 'token_limit' as const, step: h.tokens_wait_step, until: new Date(until).toISOString() }
+        : undefined;
     return {
       tenant: h.tenant,
       ...(h.workflow ? { workflow: h.workflow } : {}),
       ...(h.status === 'failed' ? { status: 'failed' as const, error: h.error ?? 'failed' } : {}),
+      ...(waiting ? { waiting } : {}),
     };
   }
 }
