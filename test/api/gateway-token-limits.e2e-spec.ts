@@ -99,13 +99,13 @@ describe('the gateway with tenant token limits', () => {
       expect(refused).toHaveLength(40 - fit);
       for (const r of refused) {
         expect(JSON.parse(r.body)).toMatchObject({ error: { code: 'tenant_token_limit', type: 'rate_limit_error' } });
-        expect(Number(r.retryAfter)).toBeGreaterThanOrEqual(1);
+        // Only live reservations were in the way (nothing settled yet): they free as their calls end, so soon.
+        expect(r.retryAfter).toBe('1');
       }
       expect(gateway.upstreamCalls(text)).toHaveLength(fit);
       // Settled to what the provider reported, not to the worst cases: the rest of the window is free again.
       const perCall = stream ? 11 + 3 : 12;
       await eventually(async () => ((await used()) === fit * perCall ? true : undefined), 5000, 'the settled usage');
-      expect(fit * perCall).toBeLessThanOrEqual(LIMIT);
       const fields = await gateway.redis.hkeys(tokensKey(TENANT_A.tenant));
       expect(fields.filter((f) => f.startsWith('r:'))).toEqual([]);
       await expect(
@@ -127,9 +127,11 @@ describe('the gateway with tenant token limits', () => {
     const text = `replay free ${randomUUID()}`;
     const k = `tl-${randomUUID()}`;
     expect((await post(chat(text), { 'idempotency-key': k })).status).toBe(200);
-    // The tenant's window is full: a new call does not fit.
+    // The tenant's window is full of settled tokens: a new call does not fit until the window ends.
     await gateway.redis.hset(tokensKey(TENANT_A.tenant), 'used', LIMIT);
-    expect((await post(chat(`${text} again`))).status).toBe(429);
+    const refused = await post(chat(`${text} again`));
+    expect(refused.status).toBe(429);
+    expect(Number(refused.headers.get('retry-after'))).toBeGreaterThan(1);
     const replay = await post(chat(text), { 'idempotency-key': k });
     expect(replay.status).toBe(200);
     expect(replay.headers.get('idempotent-replayed')).toBe('true');

@@ -35,7 +35,7 @@ it('reserves, refuses and settles per tenant on a cluster, each tenant on its ow
   expect(new Set(tenants.map((t) => keySlot(tokensKey(t)))).size).toBeGreaterThan(1);
   const limiter = new TenantTokenLimiter(
     client,
-    { byTenant: new Map(), others: { tokens: 100, windowMs: 60_000, window: '1m' } },
+    { byTenant: new Map(), others: { tokens: 100, windowMs: 86_400_000, window: '1d' } },
     10_000,
   );
   for (const tenant of tenants) {

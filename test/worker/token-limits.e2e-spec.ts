@@ -39,21 +39,25 @@ describe('workflow steps under tenant token limits', () => {
     Number(
       (await db.query<{ n: number }[]>('SELECT count(*)::int AS n FROM summaries WHERE job_id = $1', [jobId]))[0].n,
     );
-  /**
-   * Fills the tenant's current window of `windowMs` (Redis's clock, as the limiter's script reads it), with at
-   * least 1.5 s of it left, so the step meets it full and not the next one.
-   */
-  const fillWindow = async (windowMs: number) => {
-    for (;;) {
-      const [s, us] = await redis.time();
-      const now = Number(s) * 1000 + Math.floor(Number(us) / 1000);
-      const left = windowMs - (now % windowMs);
-      if (left >= 1500) {
-        await redis.hset(tokensKey(TENANT), 'w', now - (now % windowMs), 'used', 50_000);
-        return;
-      }
-      await new Promise((r) => setTimeout(r, left + 20));
-    }
+  /** Fills the tenant's day with settled tokens: nothing fits until the day ends (hours, past any delivery). */
+  const fillDay = async () => {
+    const [sec] = await redis.time();
+    const now = Number(sec) * 1000;
+    await redis.hset(tokensKey(TENANT), 'w', now - (now % 86_400_000), 'used', 50_000);
+  };
+  /** A live reservation of the whole limit that another call holds for `ms` more (its lease): soon free. */
+  const holdFor = async (ms: number) => {
+    const [sec, us] = await redis.time();
+    const now = Number(sec) * 1000 + Math.floor(Number(us) / 1000);
+    await redis.hset(
+      tokensKey(TENANT),
+      'w',
+      now - (now % 86_400_000),
+      'used',
+      0,
+      'r:another-call',
+      `50000:${now + ms}`,
+    );
   };
   const waits = (outcome: string) => metricValue(worker!.app.getHttpServer(), 'worker_token_waits_total', { outcome });
 
@@ -80,9 +84,9 @@ describe('workflow steps under tenant token limits', () => {
   });
 
   it('calling the provider itself: a full window makes the step wait within its delivery, then it runs once', async () => {
-    // A 4 s window, already full: the call fits when the next window starts, within the delivery's budget.
-    worker = await startWorker({ modelUrl: model.baseUrl, env: { TENANT_TOKEN_LIMITS: `${TENANT}=50000/4s` } });
-    await fillWindow(4000);
+    // Another call holds the whole limit for 1.5 s more: this one waits (1 s at a time) within its delivery.
+    worker = await startWorker({ modelUrl: model.baseUrl, env: { TENANT_TOKEN_LIMITS: `${TENANT}=50000/1d` } });
+    await holdFor(1500);
     const j = job();
     await new SummaryJobQueue(redis).enqueue(j);
     const [result] = await worker.consumer.runOnce();
@@ -90,15 +94,16 @@ describe('workflow steps under tenant token limits', () => {
     expect(result.deliveries).toBe(1);
     expect(model.calls).toBe(1);
     expect(await summaries(j.jobId)).toBe(1);
-    await expect(waits('waited')).resolves.toBe(1);
+    await expect(waits('waited')).resolves.toBeGreaterThanOrEqual(1);
     await expect(
       metricValue(worker.app.getHttpServer(), 'worker_llm_calls_total', {
         outcome: 'failed',
         error_class: 'tenant_token_limit',
       }),
     ).resolves.toBe(0);
-    // Settled to the usage the provider reported (7 + 5), in the new window.
+    // Settled to the usage the provider reported (7 + 5); the expired reservation is gone.
     expect(Number(await redis.hget(tokensKey(TENANT), 'used'))).toBe(12);
+    expect(await redis.hexists(tokensKey(TENANT), 'r:another-call')).toBe(0);
   });
 
   it('a window too far off: the delivery is handed back with its count set back, and a later one runs the step once', async () => {
@@ -106,7 +111,7 @@ describe('workflow steps under tenant token limits', () => {
       modelUrl: model.baseUrl,
       env: { TENANT_TOKEN_LIMITS: `${TENANT}=50000/1d`, CLAIM_IDLE_MS: '200', MAX_DELIVERIES: '2' },
     });
-    await fillWindow(86_400_000);
+    await fillDay();
     const j = job();
     await new SummaryJobQueue(redis).enqueue(j);
     // Three hand-backs, more than MAX_DELIVERIES: none counts, so nothing is dead-lettered.
@@ -144,13 +149,13 @@ describe('workflow steps under tenant token limits', () => {
   });
 
   it('through the gateway: its 429 tenant_token_limit is the wait, and the call goes upstream once', async () => {
-    gateway = await startGateway({ TENANT_TOKEN_LIMITS: `${TENANT}=50000/4s`, INTERNAL_API_KEY: INTERNAL_KEY });
+    gateway = await startGateway({ TENANT_TOKEN_LIMITS: `${TENANT}=50000/1d`, INTERNAL_API_KEY: INTERNAL_KEY });
     gateway.replies.set('placeholder', { kind: 'complete', content: 'unused' });
     worker = await startWorker({
       modelUrl: model.baseUrl,
       env: { LLM_GATEWAY_URL: gateway.apiUrl, INTERNAL_API_KEY: INTERNAL_KEY, TENANT_TOKEN_LIMITS: `${TENANT}=1/1s` },
     });
-    await fillWindow(4000);
+    await holdFor(1500);
     const j = job();
     await new SummaryJobQueue(redis).enqueue(j);
     const [result] = await worker.consumer.runOnce();

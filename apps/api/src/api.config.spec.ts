@@ -107,7 +107,10 @@ describe('api configuration', () => {
 
   describe('TENANT_TOKEN_LIMITS', () => {
     it('reads tenant=tokens/window entries and * for the tenants not named', () => {
-      const limits = loadApiConfig({ TENANT_TOKEN_LIMITS: 't1=200000/1d, t2=5000/1m,*=900/30s' }).tenantTokenLimits;
+      const limits = loadApiConfig({
+        API_KEYS: 't1:key-one,t2:key-two',
+        TENANT_TOKEN_LIMITS: 't1=200000/1d, t2=5000/1m,*=900/30s',
+      }).tenantTokenLimits;
       expect(limits?.byTenant).toEqual(
         new Map([
           ['t1', { tokens: 200_000, windowMs: 86_400_000, window: '1d' }],
@@ -128,9 +131,15 @@ describe('api configuration', () => {
       ['negative tokens', 't1=-5/1m', /entry 1 is not tenant=tokens\/window/],
       ['a tenant named twice', 't1=10/1m,t2=5/1h,t1=20/1d', /entry 3: the tenant t1 is named twice/],
       ['* twice', '*=10/1m,*=20/1m', /entry 2: \* is given a limit twice/],
+      [
+        'a tenant API_KEYS does not have (a typo would leave the one meant unlimited)',
+        'demo=10/1m,dmeo=5/1m',
+        /names tenants API_KEYS does not have: dmeo/,
+      ],
     ])('stops the start on %s, naming the entry', (_, raw, message) => {
-      expect(problemsOf({ TENANT_TOKEN_LIMITS: raw })).toEqual(['TENANT_TOKEN_LIMITS']);
-      expect(() => loadApiConfig({ TENANT_TOKEN_LIMITS: raw })).toThrow(message);
+      const env = { API_KEYS: 't1:key-one,t2:key-two,demo:demo-key', TENANT_TOKEN_LIMITS: raw };
+      expect(problemsOf(env)).toEqual(['TENANT_TOKEN_LIMITS']);
+      expect(() => loadApiConfig(env)).toThrow(message);
     });
   });
 

@@ -17,6 +17,24 @@ import { GATEWAY_SETTLE_MS } from './gateway/gateway.options';
 import { parseGatewayUpstreams } from './gateway/gateway-upstreams';
 import { parseTenantTokenLimits, tenantTokenLimitsUnlessGatewayEnv, type TenantTokenLimits } from '@app/llm';
 
+/**
+ * A limit for a tenant API_KEYS does not name would limit nobody (a typo
+ * leaves the tenant meant unlimited): it stops the start. API_KEYS that do
+ * not parse are reported on their own.
+ */
+function knownTenantsOnly(limits: TenantTokenLimits | undefined, all: Env): TenantTokenLimits | undefined {
+  if (limits === undefined) return undefined;
+  let tenants: Set<string>;
+  try {
+    tenants = new Set(parseApiKeys(all.API_KEYS, all.NODE_ENV === 'production').map((e) => e.tenant));
+  } catch {
+    return limits;
+  }
+  const unknown = [...limits.byTenant.keys()].filter((t) => !tenants.has(t));
+  if (unknown.length > 0) throw new ConfigFieldError(`names tenants API_KEYS does not have: ${unknown.join(', ')}`);
+  return limits;
+}
+
 /** Every variable the api reads (INTERFACE.md); the manifests are checked against it. */
 export const apiEnvSchema = {
   ...commonEnv,
@@ -72,7 +90,8 @@ export const apiEnvSchema = {
   // The same row as the worker's: the docs' reference has one row per variable.
   tenantTokenLimits: {
     ...tenantTokenLimitsUnlessGatewayEnv.tenantTokenLimits,
-    parse: (raw: string | undefined): TenantTokenLimits | undefined => parseTenantTokenLimits(raw),
+    parse: (raw: string | undefined, all: Env): TenantTokenLimits | undefined =>
+      knownTenantsOnly(parseTenantTokenLimits(raw), all),
   },
   gatewayTimeoutMs: env.secondsAsMs(
     'GATEWAY_TIMEOUT_S',

@@ -65,22 +65,26 @@ export function parseTenantTokenLimits(raw: string | undefined): TenantTokenLimi
   return { byTenant, ...(others ? { others } : {}) };
 }
 
-/** The worst case when a request names no output limit. */
+/** The worst case's output when a request names no output limit. */
 export const DEFAULT_MAX_OUTPUT_TOKENS = 4096;
 
 /**
  * A call's worst case, reserved before it goes upstream: its prompt,
- * estimated as a token per 4 bytes of the whole request body (over, not
- * under: the body holds names and punctuation besides the text), plus the
- * output it allows (`max_tokens`, `max_completion_tokens` or
- * `max_output_tokens`, else DEFAULT_MAX_OUTPUT_TOKENS).
+ * estimated as a token per 3 bytes of the whole request body (over, not
+ * under, for English, where a token is about 4 characters, and for text of 3
+ * UTF-8 bytes a character, where it is about one; the body holds names and
+ * punctuation besides), plus the output it allows (`max_completion_tokens`,
+ * `max_tokens` or `max_output_tokens`, else DEFAULT_MAX_OUTPUT_TOKENS) times
+ * `n` (the choices asked for). What it cannot see: images and files, and the
+ * earlier turns a `previous_response_id` brings (docs/clients.md).
  */
 export function worstCaseTokens(bodyBytes: number, json: Readonly<Record<string, unknown>>): number {
-  const prompt = Math.ceil(bodyBytes / 4);
+  const prompt = Math.ceil(bodyBytes / 3);
   const named = [json.max_completion_tokens, json.max_tokens, json.max_output_tokens].find(
     (v): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v > 0,
   );
-  return prompt + (named ?? DEFAULT_MAX_OUTPUT_TOKENS);
+  const n = typeof json.n === 'number' && Number.isSafeInteger(json.n) && json.n > 1 ? json.n : 1;
+  return prompt + (named ?? DEFAULT_MAX_OUTPUT_TOKENS) * n;
 }
 
 /**
@@ -93,8 +97,11 @@ export function worstCaseTokens(bodyBytes: number, json: Readonly<Record<string,
  *
  * reserve: expired reservations (their holder died: its lease ended) are
  * dropped; the call fits if `used` + the live reservations + its worst case
- * is within the limit. Reply `{1, ms until the window ends}` or
- * `{0, ms until the window ends}`.
+ * is within the limit. Reply `{1, 0}`, or `{0, ms to wait}`: until the
+ * window ends when the tokens settled leave no room for it, else 1 s (only
+ * live reservations are in the way, and they settle as their calls end).
+ * The key lives until the window's end or its latest lease's, whichever is
+ * later (a shorter lease of another app never cuts a longer one's).
  * settle: the reservation goes, and the call's actual tokens are added to
  * `used` (also when its lease had ended meanwhile: they were spent).
  */
@@ -107,14 +114,15 @@ local start = now - (now % windowMs)
 if tonumber(redis.call('HGET', KEYS[1], 'w') or '-1') ~= start then
   redis.call('HSET', KEYS[1], 'w', start, 'used', 0)
 end
-redis.call('PEXPIRE', KEYS[1], windowMs + tonumber(ARGV[6]) * 2)
-local left = start + windowMs - now
+local keep = math.max(start + windowMs, now + tonumber(ARGV[6])) + 1000
+if redis.call('PEXPIRETIME', KEYS[1]) < keep then redis.call('PEXPIREAT', KEYS[1], keep) end
 if ARGV[1] == 'settle' then
   redis.call('HDEL', KEYS[1], 'r:' .. ARGV[2])
   if tonumber(ARGV[3]) > 0 then redis.call('HINCRBY', KEYS[1], 'used', ARGV[3]) end
-  return {1, left}
+  return {1, 0}
 end
-local total = tonumber(redis.call('HGET', KEYS[1], 'used') or '0')
+local used = tonumber(redis.call('HGET', KEYS[1], 'used') or '0')
+local total = used
 local fields = redis.call('HGETALL', KEYS[1])
 for i = 1, #fields, 2 do
   if string.sub(fields[i], 1, 2) == 'r:' then
@@ -122,9 +130,13 @@ for i = 1, #fields, 2 do
     if tonumber(expires) <= now then redis.call('HDEL', KEYS[1], fields[i]) else total = total + tonumber(amount) end
   end
 end
-if total + tonumber(ARGV[3]) > tonumber(ARGV[4]) then return {0, left} end
-redis.call('HSET', KEYS[1], 'r:' .. ARGV[2], ARGV[3] .. ':' .. (now + tonumber(ARGV[6])))
-return {1, left}`,
+local amount = tonumber(ARGV[3])
+if total + amount > tonumber(ARGV[4]) then
+  if used + amount <= tonumber(ARGV[4]) then return {0, 1000} end
+  return {0, start + windowMs - now}
+end
+redis.call('HSET', KEYS[1], 'r:' .. ARGV[2], amount .. ':' .. (now + tonumber(ARGV[6])))
+return {1, 0}`,
 );
 
 export type Reservation =
@@ -156,12 +168,12 @@ export class TenantTokenLimiter {
     if (limit === undefined) return undefined;
     if (worstCase > limit.tokens) return { outcome: 'too_large', limit };
     const key = tokensKey(tenant);
-    const [fits, leftMs] = await TOKENS.run<[number, number]>(
+    const [fits, waitMs] = await TOKENS.run<[number, number]>(
       this.redis,
       [key],
       ['reserve', id, worstCase, limit.tokens, limit.windowMs, this.leaseMs],
     );
-    if (fits !== 1) return { outcome: 'refused', retryAfterS: Math.max(1, Math.ceil(leftMs / 1000)), limit };
+    if (fits !== 1) return { outcome: 'refused', retryAfterS: Math.max(1, Math.ceil(waitMs / 1000)), limit };
     let settled = false;
     return {
       outcome: 'reserved',

@@ -9,12 +9,13 @@ import {
   type TenantTokenLimiter,
 } from '@app/llm';
 import { setTimeout as delay } from 'node:timers/promises';
-import { HandBackError } from './consumer/job.errors';
+import { HandBackError, JobError } from './consumer/job.errors';
+import { randomUUID } from 'node:crypto';
 import {
   reserveStepTokens,
   stepCallWorstCase,
   TokenLimitTooLarge,
-  type TokenLimitWait,
+  TokenLimitWait,
   tokenLimitWaitOf,
   tokensUsed,
 } from './step-tokens';
@@ -242,39 +243,53 @@ export class StepContextImpl<I> implements StepContext<I> {
       options?.idempotencyKey ?? modelCallKey(this.rt.runId, this.rt.step, n, request, this.rt.llm.defaultModel);
     // A tenant token limit that has no room now is waited for (TokenLimitWait), and then the call is made
     // afresh: never a failed attempt of the call.
-    for (let reservation = 0; ; reservation++) {
+    let waited = false;
+    for (;;) {
       try {
-        return await this.attempted(request, pick, n, idempotencyKey, `${idempotencyKey}:${reservation}`);
+        const value = await this.attempted(request, pick, n, idempotencyKey);
+        // The run no longer waits (GET /v1/runs): the note's time is set to the past.
+        if (waited) await this.rt.noteTokenWait?.(0).catch(() => undefined);
+        return value;
       } catch (err) {
         const wait = tokenLimitWaitOf(err instanceof RetryError ? err.cause : err);
         if (wait === undefined) throw err;
+        waited = true;
         await this.waitForTokens(wait);
       }
     }
   }
 
   /**
-   * The limit's wait, within this delivery when its time allows (its entry's
-   * lease is kept meanwhile, as for any running step); else the delivery is
-   * handed back, its count set back, and a later one tries again. Neither
-   * counts toward the call's attempts or the entry's deliveries.
+   * The limit's wait: within this delivery when it is short (a slot held
+   * waiting is one other tenants' steps do not get) and leaves the call most
+   * of the delivery's time; else the delivery is handed back, its count set
+   * back, and a later one (after CLAIM_IDLE_MS) tries again. A drain hands it
+   * back at once. Neither counts toward the call's attempts or the entry's
+   * deliveries.
    */
   private async waitForTokens(wait: TokenLimitWait): Promise<void> {
     const { metrics } = this.rt;
-    const left = this.rt.deadline - performance.now() - MIN_CALL_TIME_MS;
-    // Shown until then: a hand-back's redelivery comes after CLAIM_IDLE_MS and notes its own wait.
+    const left = this.rt.deadline - performance.now();
     await this.rt.noteTokenWait?.(Date.now() + wait.retryAfterMs).catch(() => undefined);
-    if (wait.retryAfterMs > left) {
+    const handBack = (why: string): HandBackError => {
       metrics.tokenWaits.inc({ outcome: 'handed_back' });
-      throw new HandBackError(`${TOKEN_LIMIT.kind}: ${wait.message}; handed back for a later delivery`, TOKEN_LIMIT);
-    }
+      return new HandBackError(`${TOKEN_LIMIT.kind}: ${wait.message}; ${why}`, TOKEN_LIMIT);
+    };
+    if (wait.retryAfterMs > MAX_IN_DELIVERY_WAIT_MS || left - wait.retryAfterMs < Math.max(MIN_CALL_TIME_MS, left / 2))
+      throw handBack('handed back for a later delivery');
+    if (this.rt.stopRetrying.aborted) throw handBack('the worker is stopping');
     metrics.tokenWaits.inc({ outcome: 'waited' });
     metrics.tokenWaitSeconds.inc(wait.retryAfterMs / 1000);
     this.rt.logger.log(
       { run_id: this.rt.runId, step: this.rt.step, wait_ms: wait.retryAfterMs },
       "waiting for the tenant's token limit",
     );
-    await delay(wait.retryAfterMs, undefined, { signal: this.rt.signal });
+    try {
+      await delay(wait.retryAfterMs, undefined, { signal: AbortSignal.any([this.rt.signal, this.rt.stopRetrying]) });
+    } catch (err) {
+      if (this.rt.signal.aborted) throw err;
+      throw handBack('the worker is stopping');
+    }
   }
 
   private async attempted<T>(
@@ -282,21 +297,26 @@ export class StepContextImpl<I> implements StepContext<I> {
     pick: (c: ChatCompletion) => T,
     n: number,
     idempotencyKey: string,
-    reservationId: string,
   ): Promise<T> {
     const { retry, metrics, logger } = this.rt;
     const worstCase = this.rt.tokens ? stepCallWorstCase(request) : 0;
-    const settle = await reserveStepTokens(this.rt.tokens, this.rt.tenant, worstCase, reservationId);
-    // What the provider may have spent when it reports no usage: the worst case once a call was sent.
-    let spent: number | undefined;
-    let sent = false;
     try {
       const outcome = await retry.run(
         async (signal) => {
-          sent = true;
-          const completion = await this.rt.llm.chat(request, { signal, idempotencyKey, tenant: this.rt.tenant });
-          spent = tokensUsed(completion);
-          return pick(completion);
+          // Each attempt reserves its own worst case (a timed-out attempt may have spent it) and settles it.
+          const settle = await this.reserve(worstCase);
+          let spent: number | undefined;
+          try {
+            const completion = await this.rt.llm.chat(request, { signal, idempotencyKey, tenant: this.rt.tenant });
+            spent = tokensUsed(completion) ?? worstCase;
+            return pick(completion);
+          } catch (err) {
+            // A refusal proves nothing was spent; anything else after the send may have been.
+            spent ??= isProviderRefusal(err) ? 0 : worstCase;
+            throw err;
+          } finally {
+            if (settle) await settle(spent ?? worstCase).catch(() => undefined);
+          }
         },
         classifyStepCallError,
         {
@@ -328,21 +348,54 @@ export class StepContextImpl<I> implements StepContext<I> {
       if (err instanceof RetryError && tokenLimitWaitOf(err.cause) === undefined)
         metrics.llmAttempts.observe(err.attempts);
       throw err;
-    } finally {
-      if (settle) await settle(spent ?? (sent ? worstCase : 0)).catch(() => undefined);
     }
   }
+
+  /**
+   * The worker's own reservation (calling the provider itself): its settle,
+   * or undefined without a limit. Refused: TokenLimitWait. Redis unreachable:
+   * a retryable failure of the delivery. Over the whole limit: a failure for
+   * good (no window would ever fit it).
+   */
+  private async reserve(worstCase: number): Promise<((tokens: number) => Promise<void>) | undefined> {
+    try {
+      return await reserveStepTokens(this.rt.tokens, this.rt.tenant, worstCase, randomUUID());
+    } catch (err) {
+      if (err instanceof TokenLimitWait) throw err;
+      if (err instanceof TokenLimitTooLarge)
+        throw new JobError(`request_exceeds_token_limit: ${err.message}`, {
+          kind: 'request_exceeds_token_limit',
+          retryable: false,
+        });
+      throw new JobError(`token_limiter_unavailable: ${err instanceof Error ? err.message : String(err)}`, {
+        kind: 'token_limiter_unavailable',
+        retryable: true,
+      });
+    }
+  }
+}
+
+/** A provider's answer that refused the call (a status), which spent nothing. */
+function isProviderRefusal(err: unknown): boolean {
+  const status = (err as { status?: unknown } | null)?.status;
+  return typeof status === 'number' && status >= 400;
 }
 
 /** The limit's refusal, as RetryPolicy sees it: not retried there (call() waits instead), not a failure. */
 const TOKEN_LIMIT: ErrorClass = { kind: 'tenant_token_limit', retryable: true };
 
-/** A call shorter than this is not worth starting after a wait within the delivery. */
-const MIN_CALL_TIME_MS = 1000;
+/** What a wait within the delivery leaves the call at least (and at least half the delivery's time left). */
+const MIN_CALL_TIME_MS = 5000;
+/** The longest wait within a delivery; longer, the delivery is handed back (its slot freed for other tenants). */
+const MAX_IN_DELIVERY_WAIT_MS = 5000;
 
 function classifyStepCallError(err: unknown): ErrorClass {
   if (tokenLimitWaitOf(err) !== undefined) return { ...TOKEN_LIMIT, retryable: false };
-  if (err instanceof TokenLimitTooLarge) return { kind: 'request_exceeds_token_limit', retryable: false };
+  // The worker's own limiter (reserve()): as it classified itself.
+  if (err instanceof JobError) return err.failure;
+  // The gateway's refusal of a call over the whole limit (its 400): for good, named as it is.
+  if ((err as { code?: unknown } | null)?.code === 'request_exceeds_token_limit')
+    return { kind: 'request_exceeds_token_limit', retryable: false };
   return classifyLlmError(err);
 }
 

@@ -132,7 +132,12 @@ class SummariesController {
     return { job_id: jobId, status: 'queued' };
   }
 }
-Reflect.defineMetadata('design:paramtypes', [CreateSummaryDto, Object, Object], SummariesController.prototype, 'create');
+Reflect.defineMetadata(
+  'design:paramtypes',
+  [CreateSummaryDto, Object, Object],
+  SummariesController.prototype,
+  'create',
+);
 // Parameter decorators take (target, key, index).
 Body()(SummariesController.prototype, 'create', 0);
 Req()(SummariesController.prototype, 'create', 1);
