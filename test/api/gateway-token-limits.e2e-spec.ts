@@ -52,6 +52,7 @@ describe('the gateway with tenant token limits', () => {
   it.each([
     ['without keys, not streaming', false, false],
     ['with keys, not streaming', true, false],
+    ['without keys, streaming', false, true],
     ['with keys, streaming', true, true],
   ])(
     '40 concurrent calls %s: as many go upstream as the worst cases allow, the rest get 429, and the usage settles',

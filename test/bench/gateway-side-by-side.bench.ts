@@ -15,8 +15,9 @@ import { startFakeModel } from './worker-side-by-side.bench';
  * a process of its own: the fake model called directly (the floor), the
  * open-source Portkey gateway (@portkey-ai/gateway 1.15.2, its cache off, in
  * test/bench/peer/portkey), and ours (the api as it ships: NODE_ENV=production,
- * LOG_LEVEL=info) without a key, with a fresh Idempotency-Key per request, and
- * replaying one key. Non-stream POST /v1/chat/completions under autocannon
+ * LOG_LEVEL=info) without a key, with a fresh Idempotency-Key per request (also
+ * with its tenant under a TENANT_TOKEN_LIMITS limit the load never reaches: the
+ * limiter's own cost), and replaying one key. Non-stream POST /v1/chat/completions under autocannon
  * (load.ts, 32 connections), rounds in rotated order, medians: requests per
  * second, p99, and the CPU µs per request of the process in front (for
  * "direct", the fake model's own). Streams (16 chunks, 2 ms apart) one at a
@@ -131,28 +132,35 @@ export async function benchGatewaySideBySide(
       stdout: 'ignore',
     });
     servers.push(portkey);
-    const oursPort = await freePort();
-    const ours = await spawnServer({
-      name: 'ours',
-      script: built.jsOf('test/bench/servers/ours.ts'),
-      nodeArgs: built.nodeArgs,
-      env: {
-        ...built.env,
-        NODE_ENV: 'production',
-        LOG_LEVEL: 'info',
-        PORT: String(oursPort),
-        REDIS_URL: redisUrl,
-        DATABASE_URL: databaseUrl,
-        API_KEYS: `bench:${KEY}`,
-        ADMIN_API_KEY: 'bench-admin-key-0123456789abcdef',
-        LLM_PROVIDER: 'openai',
-        OPENAI_API_KEY: 'sk-bench',
-        OPENAI_BASE_URL: model.url!,
-      },
-      ready: { url: `http://127.0.0.1:${oursPort}/metrics` },
-      stdout: 'ignore',
-    });
-    servers.push(ours);
+    const startOurs = async (name: string, extra: Record<string, string>) => {
+      const port = await freePort();
+      const server = await spawnServer({
+        name,
+        script: built.jsOf('test/bench/servers/ours.ts'),
+        nodeArgs: built.nodeArgs,
+        env: {
+          ...built.env,
+          NODE_ENV: 'production',
+          LOG_LEVEL: 'info',
+          PORT: String(port),
+          REDIS_URL: redisUrl,
+          DATABASE_URL: databaseUrl,
+          API_KEYS: `bench:${KEY}`,
+          ADMIN_API_KEY: 'bench-admin-key-0123456789abcdef',
+          LLM_PROVIDER: 'openai',
+          OPENAI_API_KEY: 'sk-bench',
+          OPENAI_BASE_URL: model.url!,
+          ...extra,
+        },
+        ready: { url: `http://127.0.0.1:${port}/metrics` },
+        stdout: 'ignore',
+      });
+      servers.push(server);
+      return server;
+    };
+    const ours = await startOurs('ours', {});
+    // The same, its tenant under a token limit none of the load reaches (issue 23): the limiter's own cost.
+    const limited = await startOurs('ours, limited', { TENANT_TOKEN_LIMITS: 'bench=1000000000000/1d' });
     load = await startLoadGenerator();
 
     const runId = randomUUID();
@@ -188,6 +196,14 @@ export async function benchGatewaySideBySide(
         url: () => `${ours.url!}/v1/chat/completions`,
         headers: () => ({ ...ourHeaders, 'idempotency-key': `gw-${runId}-[<id>]` }),
         pid: () => ours.pid,
+        fresh: true,
+        replayed: false,
+      },
+      {
+        name: 'ours, a fresh key each, tenant token limit set',
+        url: () => `${limited.url!}/v1/chat/completions`,
+        headers: () => ({ ...ourHeaders, 'idempotency-key': `gw-limited-${runId}-[<id>]` }),
+        pid: () => limited.pid,
         fresh: true,
         replayed: false,
       },
