@@ -673,7 +673,17 @@ describe('triage runs when the worker process is killed (SIGKILL)', () => {
     replies.draft = () => ({ kind: 'error', status: 400 });
     await worker();
     const runId = await start();
-    expect(await runWhen(runId, 'failed')).toMatchObject({
+    // Failed once its step row says so too: GET reads PostgreSQL and the run's Redis record side by side, and
+    // the record (marked failed by the dead letter, just after the row) can be read a moment before the row.
+    const failed = await eventually(
+      async () => {
+        const run = await runOf(runId);
+        return run.status === 'failed' && (run.steps as { status: string }[])[1]?.status === 'failed' ? run : undefined;
+      },
+      WAIT_MS,
+      `run ${runId} failed with its draft step`,
+    );
+    expect(failed).toMatchObject({
       status: 'failed',
       steps: [
         { name: 'classify', status: 'done' },
