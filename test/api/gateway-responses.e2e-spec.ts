@@ -4,7 +4,7 @@ import { randomUUID } from 'node:crypto';
 import { responseEvents } from '@app/llm';
 import { RESPONSES_BROKEN_STREAM_EVENT } from '../../apps/api/src/gateway/openai-errors';
 import { bearer, startApi, TENANT_A, TENANT_B } from '../support/api-harness';
-import type { FakeOpenAiServer } from '../support/fake-openai-server';
+import type { FakeOpenAiServer, ModelReply } from '../support/fake-openai-server';
 import { type GatewayHarness, type GatewayReply, startGateway } from '../support/gateway-harness';
 import { eventually } from '../support/infra';
 import { metricValue } from '../support/metrics';
@@ -14,6 +14,28 @@ function signal(): { promise: Promise<void>; resolve: () => void } {
   let resolve!: () => void;
   const promise = new Promise<void>((r) => (resolve = r));
   return { promise, resolve };
+}
+
+/**
+ * A stream reply held before its event `at`: `reached` resolves when the provider has sent the events before
+ * it, and the rest follow once `release()` is called.
+ */
+function heldStream(events: string[], at: number): { reply: ModelReply; reached: Promise<void>; release: () => void } {
+  const reached = signal();
+  const held = signal();
+  return {
+    reply: {
+      kind: 'stream',
+      events,
+      gate: (i) => {
+        if (i !== at) return Promise.resolve();
+        reached.resolve();
+        return held.promise;
+      },
+    },
+    reached: reached.promise,
+    release: held.resolve,
+  };
 }
 
 /**
@@ -296,23 +318,14 @@ describe('the gateway: POST /v1/responses', () => {
     it('attaches a duplicate that arrives mid-stream: the events so far, then the live ones, from one upstream call', async () => {
       const k = key();
       const events = eventsOf('one call and two callers reading it');
-      const held = signal();
-      const reached = signal();
-      replies.set('attach a response', {
-        kind: 'stream',
-        events,
-        gate: (i) => {
-          if (i !== 4) return Promise.resolve();
-          reached.resolve();
-          return held.promise;
-        },
-      });
+      const hold = heldStream(events, 4);
+      replies.set('attach a response', hold.reply);
       const first = post(streamOf('attach a response'), { 'idempotency-key': k }).then((r) => r.text());
-      await reached.promise;
+      await hold.reached;
       // Its head arrives with the events so far, while the provider still holds the rest.
       const duplicate = await post(streamOf('attach a response'), { 'idempotency-key': k });
       expect(duplicate.headers.get('idempotent-replayed')).toBe('true');
-      held.resolve();
+      hold.release();
       expect(await first).toBe(events.join(''));
       expect(await duplicate.text()).toBe(events.join(''));
       expect(upstream('attach a response')).toHaveLength(1);
@@ -321,12 +334,8 @@ describe('the gateway: POST /v1/responses', () => {
     it('keeps the upstream call running for a caller that leaves; its retry gets the whole stream, no second call', async () => {
       const k = key();
       const events = eventsOf('the caller left and the model went on');
-      const held = signal();
-      replies.set('leave a response', {
-        kind: 'stream',
-        events,
-        gate: (i) => (i === 3 ? held.promise : Promise.resolve()),
-      });
+      const hold = heldStream(events, 3);
+      replies.set('leave a response', hold.reply);
       const controller = new AbortController();
       const stream = await sdk().responses.create(streamOf('leave a response'), {
         headers: { 'Idempotency-Key': k },
@@ -339,7 +348,7 @@ describe('the gateway: POST /v1/responses', () => {
           break;
         }
       }
-      held.resolve();
+      hold.release();
       const retry = await post(streamOf('leave a response'), { 'idempotency-key': k });
       expect(retry.headers.get('idempotent-replayed')).toBe('true');
       expect(await retry.text()).toBe(events.join(''));
@@ -390,27 +399,18 @@ describe('the gateway: POST /v1/responses', () => {
     it('resumes a stream that still runs: the events after starting_after, then the live ones, from one upstream call', async () => {
       const events = eventsOf('resumed while the model was still talking');
       const id = (JSON.parse(/^data: (.*)$/m.exec(events[0])![1]) as { response: { id: string } }).response.id;
-      const held = signal();
-      const reached = signal();
-      replies.set('resume live', {
-        kind: 'stream',
-        events,
-        gate: (i) => {
-          if (i !== 5) return Promise.resolve();
-          reached.resolve();
-          return held.promise;
-        },
-      });
+      const hold = heldStream(events, 5);
+      replies.set('resume live', hold.reply);
       // The first caller has the stream's first events (response.created names the id) when it loses it.
       const first = await readUntil(
         await post(streamOf('resume live'), { 'idempotency-key': key() }),
         '"sequence_number":2',
       );
-      await reached.promise;
+      await hold.reached;
       // The first caller lost its stream after event 2; it resumes from there while the call runs.
       const resumed = await get(id, '?stream=true&starting_after=2');
       expect(resumed.status).toBe(200);
-      held.resolve();
+      hold.release();
       expect(await resumed.text()).toBe(events.filter((e) => seqOf(e) > 2).join(''));
       expect(await first.rest).toBe(events.join(''));
       expect(upstream('resume live')).toHaveLength(1);
@@ -442,22 +442,13 @@ describe('the gateway: POST /v1/responses', () => {
     it('GET of a stream still running asks its upstream for the response as it stands, without waiting for the end', async () => {
       const events = eventsOf('still running when read');
       const id = (JSON.parse(/^data: (.*)$/m.exec(events[0])![1]) as { response: { id: string } }).response.id;
-      const held = signal();
-      const reached = signal();
-      replies.set('read while running', {
-        kind: 'stream',
-        events,
-        gate: (i) => {
-          if (i !== 3) return Promise.resolve();
-          reached.resolve();
-          return held.promise;
-        },
-      });
+      const hold = heldStream(events, 3);
+      replies.set('read while running', hold.reply);
       const first = await readUntil(
         await post(streamOf('read while running'), { 'idempotency-key': key() }),
         '"sequence_number":1',
       );
-      await reached.promise;
+      await hold.reached;
       provider.responseRoute = (call) =>
         call === `GET responses/${id}`
           ? {
@@ -471,7 +462,7 @@ describe('the gateway: POST /v1/responses', () => {
         expect(await (await get(id)).json()).toEqual({ id, status: 'in_progress' });
       } finally {
         provider.responseRoute = () => ({ kind: 'error', status: 404 });
-        held.resolve();
+        hold.release();
       }
       expect(await first.rest).toBe(events.join(''));
     });
@@ -752,24 +743,15 @@ describe('a response’s own routes on the PostgreSQL store (IDEMPOTENCY_STORE=p
     expect(await (await get((JSON.parse(body) as { id: string }).id)).text()).toBe(body);
     const events = eventsOf('a stream kept in PostgreSQL');
     const id = (JSON.parse(/^data: (.*)$/m.exec(events[0])![1]) as { response: { id: string } }).response.id;
-    const held = signal();
-    const reached = signal();
-    gateway.replies.set('pg stream', {
-      kind: 'stream',
-      events,
-      gate: (i) => {
-        if (i !== 4) return Promise.resolve();
-        reached.resolve();
-        return held.promise;
-      },
-    });
+    const hold = heldStream(events, 4);
+    gateway.replies.set('pg stream', hold.reply);
     const first = await readUntil(
       await post({ model: 'gpt-test', input: 'pg stream', stream: true }, `pg-${randomUUID()}`),
       '"sequence_number":1',
     );
-    await reached.promise;
+    await hold.reached;
     const resumed = await get(id, '?stream=true&starting_after=1');
-    held.resolve();
+    hold.release();
     const seqOf = (event: string) =>
       (JSON.parse(/^data: (.*)$/m.exec(event)![1]) as { sequence_number: number }).sequence_number;
     expect(await resumed.text()).toBe(events.filter((e) => seqOf(e) > 1).join(''));

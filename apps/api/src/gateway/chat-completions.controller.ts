@@ -1,13 +1,6 @@
 import { Body, Controller, HttpCode, Post, Req, Res, UseFilters, UseGuards } from '@nestjs/common';
 import { ApiBearerAuth, ApiBody, ApiHeader, ApiOkResponse, ApiOperation, ApiTags } from '@nestjs/swagger';
-import {
-  IdempotencyContext,
-  Idempotent,
-  onceClosed,
-  type IdempotencyRequestContext,
-  StreamedAnswer,
-} from '@app/idempotency';
-import { rawBodyOf } from '@app/problem';
+import { IdempotencyContext, Idempotent, type IdempotencyRequestContext, StreamedAnswer } from '@app/idempotency';
 import type { Request, Response as ExpressResponse } from 'express';
 import { AcceptsInternalKey, ApiKeyGuard } from '../auth/api-key.guard';
 import { Tenant } from '../auth/principal';
@@ -15,10 +8,7 @@ import { TENANT_KEY_AUTH } from '../openapi';
 import { type ChatCompletionRequest, ChatCompletionRequestPipe } from './chat-completion-request.pipe';
 import { ChatCompletionsRelay, is2xx } from './chat-completions.relay';
 import { CHAT_COMPLETIONS_API } from './gateway-apis';
-import { GatewayCalls } from './gateway-calls';
-import { GatewayMetrics } from './gateway.metrics';
-import { markGatewayRun } from './gateway-calls.middleware';
-import { ApiOpenAiErrors, openAiErrorFormat, OpenAiErrorFilter } from './openai-errors';
+import { ApiGatewayCallErrors, openAiErrorFormat, OpenAiErrorFilter } from './openai-errors';
 
 export const GATEWAY_PATH = 'v1/chat/completions';
 /** A whole conversation, images as data URLs included, fits; OpenAI's own limit is larger still. */
@@ -43,11 +33,7 @@ export const GATEWAY_ATTACH_WAIT_MS = 30_000;
 @AcceptsInternalKey()
 @UseFilters(OpenAiErrorFilter)
 export class ChatCompletionsController {
-  constructor(
-    private readonly relay: ChatCompletionsRelay,
-    private readonly metrics: GatewayMetrics,
-    private readonly calls: GatewayCalls,
-  ) {}
+  constructor(private readonly relay: ChatCompletionsRelay) {}
 
   @Post()
   @HttpCode(200)
@@ -97,25 +83,7 @@ export class ChatCompletionsController {
       'text/event-stream': { schema: { type: 'string' } },
     },
   })
-  @ApiOpenAiErrors({
-    400:
-      'The body is not a Chat Completions request, the Idempotency-Key or Idempotency-Scope is malformed, or ' +
-      'request_exceeds_token_limit (the call’s worst case is over your whole token limit). Nothing was done.',
-    401:
-      'No or unknown API key; X-Tenant sent with a tenant key; or INTERNAL_API_KEY without one X-Tenant naming a ' +
-      'tenant of API_KEYS.',
-    409: 'A call with this key is still running and has not started answering within 30 s; retry after Retry-After (retry-after-ms).',
-    422: 'This key was already used with a different body (another prompt, model, parameter, or stream flag).',
-    404: 'model_not_found: no upstream of GATEWAY_UPSTREAMS lists the model; nothing was sent upstream.',
-    429:
-      'tenant_token_limit: your token limit (TENANT_TOKEN_LIMITS) has no room for this call now, retry after Retry-After; ' +
-      'or the provider’s own answer, passed through (so is any non-2xx, with its body and Retry-After). Nothing was stored.',
-    502: 'The provider is unreachable; nothing was stored.',
-    503:
-      'The call cannot be made safe to retry right now (the idempotency store or the token limiter is unreachable); ' +
-      'nothing was sent upstream.',
-    504: 'The provider did not answer within GATEWAY_TIMEOUT_S; nothing was stored.',
-  })
+  @ApiGatewayCallErrors('The body is not a Chat Completions request')
   async create(
     @Body(ChatCompletionRequestPipe) body: ChatCompletionRequest,
     @Req() req: Request,
@@ -123,15 +91,6 @@ export class ChatCompletionsController {
     @IdempotencyContext() idempotency: IdempotencyRequestContext | undefined,
     @Res({ passthrough: true }) res: ExpressResponse,
   ): Promise<Response | StreamedAnswer> {
-    markGatewayRun(req);
-    this.calls.refuseIfShuttingDown(res, this.metrics);
-    return this.relay.call({
-      api: CHAT_COMPLETIONS_API,
-      body: rawBodyOf(req) ?? Buffer.from(JSON.stringify(body)),
-      json: body,
-      tenant,
-      idempotency,
-      onCallerClosed: (fn) => onceClosed(res, fn),
-    });
+    return this.relay.handle(CHAT_COMPLETIONS_API, req, res, body, tenant, idempotency);
   }
 }

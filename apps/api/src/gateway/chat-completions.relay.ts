@@ -1,6 +1,9 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
-import { fingerprintDigest, type IdempotencyRequestContext, StreamedAnswer } from '@app/idempotency';
+import { fingerprintDigest, type IdempotencyRequestContext, onceClosed, StreamedAnswer } from '@app/idempotency';
+import { rawBodyOf } from '@app/problem';
+import type { Request, Response as ExpressResponse } from 'express';
+import { markGatewayRun } from './gateway-calls.middleware';
 import { uuidV5 } from '@app/ids';
 import {
   sseEventBuffers,
@@ -252,6 +255,31 @@ export class ChatCompletionsRelay {
     private readonly metrics: GatewayMetrics,
     private readonly calls: GatewayCalls,
   ) {}
+
+  /**
+   * A completion route's handler (chat completions, responses): counted as a
+   * call that ran, refused while the instance stops, then the call, its body
+   * as the caller sent its bytes.
+   */
+  handle(
+    api: GatewayApi,
+    req: Request,
+    res: ExpressResponse,
+    json: GatewayRequestBody,
+    tenant: string,
+    idempotency: IdempotencyRequestContext | undefined,
+  ): Promise<Response | StreamedAnswer> {
+    markGatewayRun(req);
+    this.calls.refuseIfShuttingDown(res, this.metrics);
+    return this.call({
+      api,
+      body: rawBodyOf(req) ?? Buffer.from(JSON.stringify(json)),
+      json,
+      tenant,
+      idempotency,
+      onCallerClosed: (fn) => onceClosed(res, fn),
+    });
+  }
 
   async call({
     api,

@@ -209,3 +209,29 @@ export function ApiOpenAiErrors(descriptions: Readonly<Record<number, string>>):
     ),
   );
 }
+
+/**
+ * The OpenAPI answers of a route that makes completions (chat completions,
+ * responses), beside its own 400 (`bodyRefusals`: what its body check refuses).
+ */
+export function ApiGatewayCallErrors(bodyRefusals: string): MethodDecorator {
+  return ApiOpenAiErrors({
+    400:
+      `${bodyRefusals}, the Idempotency-Key or Idempotency-Scope is malformed, or request_exceeds_token_limit ` +
+      '(the call’s worst case is over your whole token limit). Nothing was done.',
+    401:
+      'No or unknown API key; X-Tenant sent with a tenant key; or INTERNAL_API_KEY without one X-Tenant naming a ' +
+      'tenant of API_KEYS.',
+    404: 'model_not_found: no upstream of GATEWAY_UPSTREAMS lists the model; nothing was sent upstream.',
+    409: 'A call with this key is still running and has not started answering within 30 s; retry after Retry-After (retry-after-ms).',
+    422: 'This key was already used with a different body (another prompt, model, parameter, or stream flag).',
+    429:
+      'tenant_token_limit: your token limit (TENANT_TOKEN_LIMITS) has no room for this call now, retry after Retry-After; ' +
+      'or the provider’s own answer, passed through (so is any non-2xx, with its body and Retry-After). Nothing was stored.',
+    502: 'The provider is unreachable; nothing was stored.',
+    503:
+      'The call cannot be made safe to retry right now (the idempotency store or the token limiter is unreachable); ' +
+      'nothing was sent upstream.',
+    504: 'The provider did not answer within GATEWAY_TIMEOUT_S; nothing was stored.',
+  });
+}

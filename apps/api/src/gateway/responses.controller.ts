@@ -13,14 +13,7 @@ import {
   UseGuards,
 } from '@nestjs/common';
 import { ApiBearerAuth, ApiBody, ApiHeader, ApiOkResponse, ApiOperation, ApiQuery, ApiTags } from '@nestjs/swagger';
-import {
-  IdempotencyContext,
-  Idempotent,
-  onceClosed,
-  type IdempotencyRequestContext,
-  StreamedAnswer,
-} from '@app/idempotency';
-import { rawBodyOf } from '@app/problem';
+import { IdempotencyContext, Idempotent, type IdempotencyRequestContext, StreamedAnswer } from '@app/idempotency';
 import type { Request, Response as ExpressResponse } from 'express';
 import { AcceptsInternalKey, ApiKeyGuard } from '../auth/api-key.guard';
 import { Tenant } from '../auth/principal';
@@ -28,10 +21,13 @@ import { TENANT_KEY_AUTH } from '../openapi';
 import { GATEWAY_ATTACH_WAIT_MS, GATEWAY_MAX_STORED_BYTES } from './chat-completions.controller';
 import { ChatCompletionsRelay, is2xx } from './chat-completions.relay';
 import { RESPONSES_API } from './gateway-apis';
-import { GatewayCalls } from './gateway-calls';
-import { GatewayMetrics } from './gateway.metrics';
-import { markGatewayRun } from './gateway-calls.middleware';
-import { ApiOpenAiErrors, OpenAiErrorException, openAiResponsesErrorFormat, OpenAiErrorFilter } from './openai-errors';
+import {
+  ApiGatewayCallErrors,
+  ApiOpenAiErrors,
+  OpenAiErrorException,
+  openAiResponsesErrorFormat,
+  OpenAiErrorFilter,
+} from './openai-errors';
 import { type ResponseAction, ResponsesLookup } from './responses-lookup';
 import { type ResponseRequest, ResponseRequestPipe } from './response-request.pipe';
 
@@ -54,8 +50,6 @@ export const RESPONSES_PATH = 'v1/responses';
 export class ResponsesController {
   constructor(
     private readonly relay: ChatCompletionsRelay,
-    private readonly metrics: GatewayMetrics,
-    private readonly calls: GatewayCalls,
     private readonly lookup: ResponsesLookup,
   ) {}
 
@@ -109,23 +103,7 @@ export class ResponsesController {
       'text/event-stream': { schema: { type: 'string' } },
     },
   })
-  @ApiOpenAiErrors({
-    400:
-      'The body is not a Responses API request, the Idempotency-Key or Idempotency-Scope is malformed, ' +
-      'previous_response_not_found, or request_exceeds_token_limit. Nothing was done.',
-    401: 'No or unknown API key; X-Tenant sent with a tenant key; or INTERNAL_API_KEY without one X-Tenant naming a tenant.',
-    409: 'A call with this key is still running and has not started answering within 30 s; retry after Retry-After.',
-    422: 'This key was already used with a different body.',
-    404: 'model_not_found: no upstream of GATEWAY_UPSTREAMS lists the model; nothing was sent upstream.',
-    429:
-      'tenant_token_limit: your token limit (TENANT_TOKEN_LIMITS) has no room for this call now, retry after Retry-After; ' +
-      'or the provider’s own answer, passed through (so is any non-2xx, with its body and Retry-After). Nothing was stored.',
-    502: 'The provider is unreachable; nothing was stored.',
-    503:
-      'The call cannot be made safe to retry right now (the idempotency store or the token limiter is unreachable); ' +
-      'nothing was sent upstream.',
-    504: 'The provider did not answer within GATEWAY_TIMEOUT_S; nothing was stored.',
-  })
+  @ApiGatewayCallErrors('The body is not a Responses API request (or names a previous_response_id not made for you)')
   async create(
     @Body(ResponseRequestPipe) body: ResponseRequest,
     @Req() req: Request,
@@ -133,16 +111,7 @@ export class ResponsesController {
     @IdempotencyContext() idempotency: IdempotencyRequestContext | undefined,
     @Res({ passthrough: true }) res: ExpressResponse,
   ): Promise<Response | StreamedAnswer> {
-    markGatewayRun(req);
-    this.calls.refuseIfShuttingDown(res, this.metrics);
-    return this.relay.call({
-      api: RESPONSES_API,
-      body: rawBodyOf(req) ?? Buffer.from(JSON.stringify(body)),
-      json: body,
-      tenant,
-      idempotency,
-      onCallerClosed: (fn) => onceClosed(res, fn),
-    });
+    return this.relay.handle(RESPONSES_API, req, res, body, tenant, idempotency);
   }
 
   @Get(':id')
