@@ -61,6 +61,14 @@ async function readUntil(res: globalThis.Response, marker: string): Promise<{ re
   return { rest };
 }
 
+/** The data of one event of a stream, parsed. */
+const dataOf = (event: string): Record<string, unknown> =>
+  JSON.parse(/^data: (.*)$/m.exec(event)![1]) as Record<string, unknown>;
+/** The response a stream's events make (its response.created names it). */
+const idOf = (events: readonly string[]): string => (dataOf(events[0]).response as { id: string }).id;
+/** An event's sequence_number. */
+const seqOf = (event: string): number => dataOf(event).sequence_number as number;
+
 /** A stream's events for `text`, one delta per word, as OpenAI writes them. */
 const eventsOf = (text: string, options: { incomplete?: boolean } = {}): string[] =>
   responseEvents(
@@ -361,8 +369,6 @@ describe('the gateway: POST /v1/responses', () => {
   describe('a response’s own routes: GET (and a resumed stream), cancel, DELETE, previous_response_id', () => {
     const get = (id: string, query = '', tenant: { key: string } = TENANT_A, method = 'GET') =>
       fetch(`${apiUrl}/v1/responses/${id}${query}`, { method, headers: { authorization: bearer(tenant) } });
-    const seqOf = (event: string) =>
-      (JSON.parse(/^data: (.*)$/m.exec(event)![1]) as { sequence_number: number }).sequence_number;
 
     it('GET of a keyed whole response: from the record, byte for byte, with no upstream call', async () => {
       const created = await post(ask('get me whole'), { 'idempotency-key': key() });
@@ -380,12 +386,12 @@ describe('the gateway: POST /v1/responses', () => {
 
     it('GET of a keyed stream: its terminal event’s response; with stream=true, the events after starting_after', async () => {
       const events = eventsOf('a stream to read again later');
-      const id = (JSON.parse(/^data: (.*)$/m.exec(events[0])![1]) as { response: { id: string } }).response.id;
+      const id = idOf(events);
       replies.set('stream to resume', { kind: 'stream', events });
       await (await post(streamOf('stream to resume'), { 'idempotency-key': key() })).text();
       const routes = provider.responseRouteCalls.length;
       const whole = await get(id);
-      const terminal = JSON.parse(/^data: (.*)$/m.exec(events.at(-1)!)![1]) as { response: unknown };
+      const terminal = dataOf(events.at(-1)!);
       expect(await whole.json()).toEqual(terminal.response);
       const all = await get(id, '?stream=true');
       expect(all.headers.get('content-type')).toBe('text/event-stream; charset=utf-8');
@@ -398,7 +404,7 @@ describe('the gateway: POST /v1/responses', () => {
 
     it('resumes a stream that still runs: the events after starting_after, then the live ones, from one upstream call', async () => {
       const events = eventsOf('resumed while the model was still talking');
-      const id = (JSON.parse(/^data: (.*)$/m.exec(events[0])![1]) as { response: { id: string } }).response.id;
+      const id = idOf(events);
       const hold = heldStream(events, 5);
       replies.set('resume live', hold.reply);
       // The first caller has the stream's first events (response.created names the id) when it loses it.
@@ -419,8 +425,6 @@ describe('the gateway: POST /v1/responses', () => {
     it('never answers for one response with another: a broken stream’s id, retried under its key into a new response', async () => {
       const broken = eventsOf('this one breaks');
       const whole = eventsOf('this one completes');
-      const idOf = (events: string[]) =>
-        (JSON.parse(/^data: (.*)$/m.exec(events[0])![1]) as { response: { id: string } }).response.id;
       let n = 0;
       replies.set('one key, two responses', () => ({ kind: 'stream', events: ++n === 1 ? broken.slice(0, 3) : whole }));
       const k = key();
@@ -441,7 +445,7 @@ describe('the gateway: POST /v1/responses', () => {
 
     it('GET of a stream still running asks its upstream for the response as it stands, without waiting for the end', async () => {
       const events = eventsOf('still running when read');
-      const id = (JSON.parse(/^data: (.*)$/m.exec(events[0])![1]) as { response: { id: string } }).response.id;
+      const id = idOf(events);
       const hold = heldStream(events, 3);
       replies.set('read while running', hold.reply);
       const first = await readUntil(
@@ -742,7 +746,7 @@ describe('a response’s own routes on the PostgreSQL store (IDEMPOTENCY_STORE=p
     const body = await whole.text();
     expect(await (await get((JSON.parse(body) as { id: string }).id)).text()).toBe(body);
     const events = eventsOf('a stream kept in PostgreSQL');
-    const id = (JSON.parse(/^data: (.*)$/m.exec(events[0])![1]) as { response: { id: string } }).response.id;
+    const id = idOf(events);
     const hold = heldStream(events, 4);
     gateway.replies.set('pg stream', hold.reply);
     const first = await readUntil(
@@ -752,8 +756,6 @@ describe('a response’s own routes on the PostgreSQL store (IDEMPOTENCY_STORE=p
     await hold.reached;
     const resumed = await get(id, '?stream=true&starting_after=1');
     hold.release();
-    const seqOf = (event: string) =>
-      (JSON.parse(/^data: (.*)$/m.exec(event)![1]) as { sequence_number: number }).sequence_number;
     expect(await resumed.text()).toBe(events.filter((e) => seqOf(e) > 1).join(''));
     expect(await first.rest).toBe(events.join(''));
     expect(gateway.provider.responseRouteCalls).toEqual([]);

@@ -334,10 +334,10 @@ export class ChatCompletionsRelay {
     const endCall = this.calls.begin();
     let ended = false;
     const end = (): void => {
-      clearTimeout(timer);
-      endCall();
       if (ended) return;
       ended = true;
+      clearTimeout(timer);
+      endCall();
       // The reservation settles to the tokens the provider reported; to the worst case when it may have spent some
       // and said nothing (a stream without usage, a timeout after the send); to none when it proved it made nothing.
       const tokens = call.usageTokens ?? (call.mayHaveSpent ? worstCase : 0);

@@ -1,7 +1,15 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { type FrameEvent, type FramesRef, IdempotencyStore, InjectIdempotencyStore } from '@app/idempotency';
+import {
+  type FrameEvent,
+  type FramesRef,
+  IdempotencyStore,
+  InjectIdempotencyStore,
+  onceClosed,
+} from '@app/idempotency';
 import { responsesEventOf, sseDataOf, type UpstreamPath, type UpstreamResponse, UpstreamTimeoutError } from '@app/llm';
 import type { Response as ExpressResponse } from 'express';
+import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import { GATEWAY_UPSTREAM_HEADER } from './chat-completions.relay';
 import { GATEWAY_RECORDS, type GatewayRecords, type ResponseRecord } from './gateway-records';
 import { type GatewayUpstream, GatewayUpstreams } from './gateway-upstreams';
@@ -51,20 +59,6 @@ function notFound(): OpenAiErrorException {
     'response_not_found',
     'No response with this id was made through this gateway for you.',
   );
-}
-
-/** Writes a chunk and waits for the caller to take it; at once when the caller has gone (nothing will drain). */
-async function writeAll(res: ExpressResponse, chunk: Buffer): Promise<void> {
-  if (res.destroyed || res.writableEnded) return;
-  if (res.write(chunk)) return;
-  if (res.destroyed) return;
-  await new Promise<void>((resolve) => {
-    const go = (): void => {
-      res.off('drain', go).off('close', go);
-      resolve();
-    };
-    res.on('drain', go).on('close', go);
-  });
 }
 
 /**
@@ -187,7 +181,9 @@ export class ResponsesLookup {
    * The stream's events with a sequence number above `startingAfter` (all
    * without it), from the record, then live while the call runs: each as it
    * was relayed. One that ends without its terminal event ends with the
-   * Responses API's error event, as its first caller's did.
+   * Responses API's error event, as its first caller's did. False, with
+   * nothing written, when the record holds another response (a retry's):
+   * this one is then its upstream's to tell.
    */
   private async resume(
     frames: FramesRef,
@@ -196,48 +192,62 @@ export class ResponsesLookup {
     res: ExpressResponse,
   ): Promise<boolean> {
     const stop = new AbortController();
-    const onClose = (): void => stop.abort();
-    res.once('close', onClose);
-    if (res.destroyed) stop.abort();
     const timer = setTimeout(() => stop.abort(), this.options.timeoutMs);
-    let whole = false;
-    let started = false;
-    try {
-      for await (const event of this.follow(frames, stop.signal)) {
-        if (event.kind === 'end') {
-          whole = event.outcome === 'completed';
-          break;
-        }
-        if (event.kind === 'gone') break;
-        if (event.kind !== 'frame') continue;
-        const read = responsesEventOf(event.data.toString('utf8'));
-        // The record holds another response (a retry's): this one is its upstream's to tell. (A log is one attempt's,
-        // so one response's: once its id has been seen, no other comes.)
-        if (read.responseId !== undefined && read.responseId !== responseId) {
-          if (!started) return false;
-          break;
-        }
-        if (startingAfter !== undefined && read.sequenceNumber !== undefined && read.sequenceNumber <= startingAfter)
-          continue;
-        if (!started) {
-          started = true;
-          res.status(200).setHeader('content-type', 'text/event-stream; charset=utf-8');
-          res.setHeader('cache-control', 'no-cache');
-        }
-        await writeAll(res, event.data);
-      }
-    } catch {
-      whole = false;
-    } finally {
+    onceClosed(res, () => stop.abort());
+    const events = this.follow(frames, stop.signal)[Symbol.asyncIterator]();
+    // Up to the first event that names a response: whose stream this is.
+    const before: Buffer[] = [];
+    let first: IteratorResult<FrameEvent>;
+    for (;;) {
+      first = await events.next().catch(() => ({ done: true, value: undefined }) as const);
+      if (first.done) break;
+      if (first.value.kind === 'head') continue;
+      if (first.value.kind !== 'frame') break;
+      before.push(first.value.data);
+      const named = responsesEventOf(first.value.data.toString('utf8')).responseId;
+      if (named === undefined) continue;
+      if (named === responseId) break;
       clearTimeout(timer);
-      res.off('close', onClose);
+      stop.abort();
+      await events.return?.(undefined);
+      return false;
     }
-    if (!started) {
-      res.status(200).setHeader('content-type', 'text/event-stream; charset=utf-8');
-      res.setHeader('cache-control', 'no-cache');
+    async function* relayed(): AsyncGenerator<Buffer> {
+      let whole = false;
+      try {
+        const pick = (data: Buffer): boolean => {
+          const seq = responsesEventOf(data.toString('utf8')).sequenceNumber;
+          return startingAfter === undefined || seq === undefined || seq > startingAfter;
+        };
+        for (const data of before) if (pick(data)) yield data;
+        let step = first;
+        // The first event after the ones read: an end, or more of the log.
+        while (!step.done) {
+          const event = step.value;
+          if (event.kind === 'end') {
+            whole = event.outcome === 'completed';
+            break;
+          }
+          if (event.kind === 'gone') break;
+          if (event.kind === 'frame' && step !== first) {
+            // A log is one attempt's, so one response's: no other id comes after this one's.
+            if (pick(event.data)) yield event.data;
+          }
+          step = await events.next();
+        }
+      } catch {
+        whole = false;
+      } finally {
+        clearTimeout(timer);
+        stop.abort();
+        await events.return?.(undefined).catch(() => undefined);
+      }
+      if (!whole) yield Buffer.from(RESPONSES_BROKEN_STREAM_EVENT);
     }
-    if (!whole && !res.destroyed) await writeAll(res, Buffer.from(RESPONSES_BROKEN_STREAM_EVENT));
-    res.end();
+    res.status(200).setHeader('content-type', 'text/event-stream; charset=utf-8');
+    res.setHeader('cache-control', 'no-cache');
+    // pipeline: the caller's pace, and the log let go when the caller goes away.
+    await pipeline(Readable.from(relayed()), res).catch(() => undefined);
     return true;
   }
 
@@ -256,9 +266,7 @@ export class ResponsesLookup {
         `The upstream that made this response (${record.upstream}) is no longer one of GATEWAY_UPSTREAMS.`,
       );
     const stop = new AbortController();
-    const gone = (): void => stop.abort(new Error('the caller went away'));
-    res.once('close', gone);
-    if (res.destroyed) gone();
+    onceClosed(res, () => stop.abort(new Error('the caller went away')));
     const timer = setTimeout(
       () => stop.abort(new DOMException('The call ran out of time', 'TimeoutError')),
       this.options.timeoutMs,
@@ -268,8 +276,8 @@ export class ResponsesLookup {
       res.status(answer.status);
       for (const [name, value] of Object.entries(answer.headers))
         if (name !== 'x-request-id') res.setHeader(name, value);
-      for await (const chunk of answer.body) await writeAll(res, chunk);
-      res.end();
+      // pipeline: the caller's pace; a caller gone, or a body that breaks, ends the other side too.
+      await pipeline(answer.body, res);
       if (action.kind === 'delete' && answer.status >= 200 && answer.status < 300)
         await this.records.forgetResponse(responseId).catch(() => undefined);
     } catch (err) {
@@ -286,7 +294,6 @@ export class ResponsesLookup {
       );
     } finally {
       clearTimeout(timer);
-      res.off('close', gone);
     }
   }
 
