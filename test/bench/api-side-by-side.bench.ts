@@ -22,30 +22,36 @@ import { KEY, median, ms, orderOf } from './support';
 
 /*
  * POST /v1/summaries side by side, every side a server process of its own
- * driven by one load generator process (autocannon, load.ts), in alternating
- * rounds (the order rotated each round) on one machine:
+ * driven by one load generator (wrk when it is on PATH, else autocannon:
+ * load.ts), in alternating rounds (the order rotated each round) on one
+ * machine, every request with a fresh Idempotency-Key unless it is a replay:
  *
- * - plain: the route without idempotency, on the api's own stack
+ * - bare Nest: the endpoint a team writes without us, on Nest 12
+ *   (peer/nest-anchor/server.js): a guard looking the Bearer key up in
+ *   API_KEYS, hand-written checks of the body, one XADD, the 202; no
+ *   logging, no metrics. The anchor of the goals;
+ * - peer: that same app with @node-idempotency/nestjs 1.0.4 and its Redis
+ *   adapter as its README configures it (PEER_IDEMPOTENCY=1), first request
+ *   and replay;
+ * - plain: our route without idempotency, on the api's own stack
  *   (servers/plain.ts: guard, DTO, validation pipe, logging, metrics, the
- *   same enqueue script);
- * - plain, no logging: the same at LOG_LEVEL=silent (an extra row);
- * - peer: @node-idempotency/nestjs 1.0.4 with its Redis adapter on Nest 10
- *   (peer/node-idempotency/server.js), a fresh key per request, and its
- *   replay (an extra row);
- * - ours: the real api (apps/api/src/main.ts, through servers/ours.ts) with
- *   a fresh key per request, and every request a replay of one key.
+ *   same enqueue script): with ours, it splits the cost between our stack
+ *   and idempotency;
+ * - ours: the real api (apps/api/src/main.ts, through servers/ours.ts),
+ *   first request and replay, as it ships (LOG_LEVEL=info: a line per
+ *   answer), and the first request at LOG_LEVEL=silent (what logging costs).
  *
- * The Nest 12 servers run as JavaScript transpiled ahead (servers/build.ts),
- * not through ts-node, whose compiler would add ~200 MiB to their RSS. Every
- * server runs NODE_ENV=production and LOG_LEVEL=info (one JSON line per
- * answer), its stdout to /dev/null. Redis is emptied before every round (not
- * measured), so every round starts from the same state, and the replay key
- * is made again then. CPU is the server process's utime + stime over the
- * round (/proc, 10 ms ticks), RSS its peak within the side's rounds. Redis
- * round trips are counted through MONITOR in a pass of their own after the
- * timed rounds (the bench's database only, what idle servers send taken
- * out); Redis's INFO count over the timed rounds is shown too, and is right
- * only when nothing else uses that Redis server.
+ * The Nest 12 servers of the repository run as JavaScript transpiled ahead
+ * (servers/build.ts), not through ts-node, whose compiler would add ~200 MiB
+ * to their RSS. Every server runs NODE_ENV=production, its stdout to
+ * /dev/null. Redis is emptied before every round (not measured), so every
+ * round starts from the same state, and the replay key is made again then.
+ * CPU is the server process's utime + stime over the round (/proc, 10 ms
+ * ticks), RSS its peak within the side's rounds. Redis round trips are
+ * counted through MONITOR in a pass of their own after the timed rounds (the
+ * bench's database only, what idle servers send taken out); Redis's INFO
+ * count over the timed rounds is shown too, and is right only when nothing
+ * else uses that Redis server.
  */
 
 export interface SideBySideOptions {
@@ -117,6 +123,8 @@ export interface SideRatio {
 
 export interface SideBySideResult {
   readonly node: string;
+  /** What made the load. */
+  readonly loadGenerator: string;
   readonly rounds: number;
   readonly secondsPerRound: number;
   readonly connections: number;
@@ -133,7 +141,9 @@ export interface SideBySideResult {
 
 const BODY = JSON.stringify({ text: 'Benchmarks measure; tests assert.', notify: 'bench@example.com' });
 const PATH = '/v1/summaries';
-export const PEER_DIR = resolve(REPO_ROOT, 'test/bench/peer/node-idempotency');
+const BARE = 'bare Nest (no idempotency, no logging)';
+const PLAIN = 'plain (our stack, no idempotency)';
+export const PEER_DIR = resolve(REPO_ROOT, 'test/bench/peer/nest-anchor');
 
 interface Side {
   readonly name: string;
@@ -204,7 +214,7 @@ export async function benchApiSideBySide(
         cwd,
         env: { ...common, ...(js ? built.env : {}), ...env, PORT: String(port) },
         // plain and the api print no ready line on stderr (pino writes to stdout): /metrics answers once they listen.
-        ready: name === 'peer' ? /peer listening on (\d+)/ : { url: `http://127.0.0.1:${port}/metrics` },
+        ready: cwd === PEER_DIR ? /anchor listening on (\d+)/ : { url: `http://127.0.0.1:${port}/metrics` },
         // SIDE_BY_SIDE_STDOUT_DIR keeps each server's log lines, to see why one stopped; unset they go to /dev/null.
         stdout: process.env.SIDE_BY_SIDE_STDOUT_DIR
           ? { file: resolve(process.env.SIDE_BY_SIDE_STDOUT_DIR, `${name}.log`) }
@@ -213,18 +223,18 @@ export async function benchApiSideBySide(
       servers.push(server);
       return server;
     };
-    // One at a time: the machine has two cores, and four ts-node boots at once slow each other past the timeout.
+    // One at a time: the machine has two cores, and boots at once slow each other past the timeout.
+    const bare = await start('bare', resolve(PEER_DIR, 'server.js'), {}, PEER_DIR);
+    const peer = await start('peer', resolve(PEER_DIR, 'server.js'), { PEER_IDEMPOTENCY: '1' }, PEER_DIR);
     const plain = await start('plain', 'test/bench/servers/plain.ts', {});
-    const plainSilent = await start('plain-silent', 'test/bench/servers/plain.ts', { LOG_LEVEL: 'silent' });
-    const peer = await start('peer', resolve(PEER_DIR, 'server.js'), {}, PEER_DIR);
     const ours = await start('ours', 'test/bench/servers/ours.ts', {});
+    const oursSilent = await start('ours-silent', 'test/bench/servers/ours.ts', { LOG_LEVEL: 'silent' });
     load = await startLoadGenerator();
     const idleRss = new Map(servers.map((server) => [server.name, sampleProcess(server.pid).rssBytes]));
 
     const runId = randomUUID();
     const sides: Side[] = [
-      { name: 'plain (no idempotency)', server: () => plain },
-      { name: 'plain, LOG_LEVEL=silent', server: () => plainSilent },
+      { name: BARE, server: () => bare, key: `bare-${runId}-[<id>]` },
       { name: 'peer first request', server: () => peer, key: `peer-${runId}-[<id>]`, replayed: false },
       {
         name: 'peer replay',
@@ -233,6 +243,7 @@ export async function benchApiSideBySide(
         replayed: true,
         prime: () => post(`${peer.url}${PATH}`, `peer-replay-${runId}`),
       },
+      { name: PLAIN, server: () => plain, key: `plain-${runId}-[<id>]` },
       { name: 'ours first request', server: () => ours, key: `ours-${runId}-[<id>]`, replayed: false },
       {
         name: 'ours replay',
@@ -240,6 +251,12 @@ export async function benchApiSideBySide(
         key: `ours-replay-${runId}`,
         replayed: true,
         prime: () => post(`${ours.url}${PATH}`, `ours-replay-${runId}`),
+      },
+      {
+        name: 'ours first request, LOG_LEVEL=silent',
+        server: () => oursSilent,
+        key: `silent-${runId}-[<id>]`,
+        replayed: false,
       },
     ];
     const gen = load;
@@ -261,6 +278,7 @@ export async function benchApiSideBySide(
           ...(side.key ? { 'idempotency-key': side.key } : {}),
         },
         body: BODY,
+        freshIds: true,
         connections,
         durationSeconds,
         status: 202,
@@ -295,10 +313,10 @@ export async function benchApiSideBySide(
         const c0 = await redisCommandCount(redisUrl);
         for (const running of servers) running.assertRunning();
         const server = meter(side.server().pid);
-        const generator = meter(gen.pid);
+        const generator = gen.pid === undefined ? undefined : meter(gen.pid);
         const result = await runSide(side, seconds);
         const s = server.stop();
-        const g = generator.stop();
+        const g = generator?.stop() ?? { ...s, cpuMicros: result.generatorCpuMicros ?? 0 };
         // Everything Redis processed meanwhile, whoever sent it (the MONITOR pass below is the servers' own).
         const commands = (await redisCommandCount(redisUrl)) - c0;
         byside.get(side.name)!.push({ load: result, server: s, generator: g, redisCommands: commands });
@@ -382,15 +400,18 @@ export async function benchApiSideBySide(
       };
     };
     const ratios = [
-      ratio('ours first request', 'plain (no idempotency)', 'ours first request / plain', '>= 0.8'),
+      ratio('ours first request', BARE, 'ours first request / bare Nest', '>= 0.8'),
       ratio('ours first request', 'peer first request', 'ours first request / peer first request', '>= 1.2'),
-      ratio('ours replay', 'plain (no idempotency)', 'ours replay / plain', '>= 1.0'),
-      ratio('peer first request', 'plain (no idempotency)', 'peer first request / plain', ''),
+      ratio('ours replay', BARE, "ours replay / bare Nest's first request", '>= 1.0'),
+      ratio('peer first request', BARE, 'peer first request / bare Nest', ''),
       ratio('ours replay', 'peer replay', 'ours replay / peer replay', ''),
+      ratio('ours first request', PLAIN, 'ours first request / plain (the cost of idempotency on our stack)', ''),
+      ratio(PLAIN, BARE, 'plain / bare Nest (the cost of our stack)', ''),
+      ratio('ours first request, LOG_LEVEL=silent', BARE, 'ours first request, silent / bare Nest', ''),
     ];
 
     const notes: string[] = [];
-    const plainRow = rows[0];
+    const plainRow = rows.find((row) => row.side === PLAIN)!;
     // INFO counts what scripts run inside Redis too: the plain side's own is what it sent plus that.
     const plainOwn = plainRow.redisCommandsPerRequest + plainRow.redisCommandsInScriptsPerRequest;
     if (Math.abs(plainRow.redisAllClientsCommandsPerRequest - plainOwn) > 0.1)
@@ -407,6 +428,7 @@ export async function benchApiSideBySide(
         );
     return {
       node: process.version,
+      loadGenerator: gen.tool === 'wrk' ? 'wrk, one thread' : 'autocannon, in another process',
       rounds,
       secondsPerRound: seconds,
       connections,
@@ -429,7 +451,7 @@ export async function benchApiSideBySide(
 /** The rows and ratios as console tables. */
 export function printApiSideBySide(result: SideBySideResult): void {
   console.log(
-    `POST /v1/summaries side by side, each side its own server process, load from autocannon in another ` +
+    `POST /v1/summaries side by side, each side its own server process, load from ${result.loadGenerator} ` +
       `(${result.connections} connections, keep-alive): medians of ${result.rounds} alternating rounds of ` +
       `${result.secondsPerRound} s, ${result.node}, the Nest 12 servers as ${result.servers}. Idle, the servers sent ${result.idleRedisCommandsPerSecond} Redis commands/s ` +
       `in the bench's database (taken out); the whole Redis server processed ${result.idleRedisAllClientsCommandsPerSecond}/s (other clients, in the INFO column).`,

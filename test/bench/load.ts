@@ -1,5 +1,9 @@
-import { fork, type ChildProcess } from 'node:child_process';
-import { REPO_ROOT } from './processes';
+import { execFile, execFileSync, fork, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { clockTicksPerSecond, REPO_ROOT } from './processes';
 
 /*
  * The load generator of the out-of-process benches: autocannon, run in a
@@ -45,18 +49,35 @@ export interface LoadResult {
   readonly maxMs: number;
   /** Answers that carried Idempotent-Replayed: true. */
   readonly replayedAnswers: number;
+  /** The generator's own CPU over the run, when it runs a process per run (wrk). */
+  readonly generatorCpuMicros?: number;
 }
 
 type Message = { id: number; spec: LoadSpec } | { id: number; result?: LoadResult; error?: string };
 
 export interface LoadGenerator {
-  readonly pid: number;
+  /** What makes the load: `autocannon` (in a Node process) or `wrk` (C, a process per run). */
+  readonly tool: 'autocannon' | 'wrk';
+  /** The long-lived generator's process, to meter; undefined when each run reports its own CPU. */
+  readonly pid?: number;
   run(spec: LoadSpec): Promise<LoadResult>;
   stop(): Promise<void>;
 }
 
-/** Forks the load generator (this file) and resolves once it is up. */
+/**
+ * The load generator: wrk when `BENCH_LOAD=wrk`, or when it is unset and
+ * `wrk` is on PATH (it takes a fraction of autocannon's CPU, which on two
+ * cores is CPU the server under test does not get); else autocannon.
+ */
 export async function startLoadGenerator(): Promise<LoadGenerator> {
+  const wanted = process.env.BENCH_LOAD ?? (wrkOnPath() ? 'wrk' : 'autocannon');
+  if (wanted === 'wrk') return wrkGenerator();
+  if (wanted !== 'autocannon') throw new Error(`BENCH_LOAD must be wrk or autocannon, not ${wanted}`);
+  return startAutocannon();
+}
+
+/** Forks the autocannon generator (this file) and resolves once it is up. */
+async function startAutocannon(): Promise<LoadGenerator> {
   const child: ChildProcess = fork(__filename, ['--child'], {
     cwd: REPO_ROOT,
     execArgv: __filename.endsWith('.ts') ? ['-r', require.resolve('ts-node/register')] : [],
@@ -86,6 +107,7 @@ export async function startLoadGenerator(): Promise<LoadGenerator> {
     child.once('exit', (code) => reject(new Error(`load generator exited before it was up (${code})`)));
   });
   return {
+    tool: 'autocannon',
     pid: child.pid!,
     run(spec) {
       if (exited) return Promise.reject(new Error('load generator has exited'));
@@ -100,6 +122,175 @@ export async function startLoadGenerator(): Promise<LoadGenerator> {
       child.kill('SIGTERM');
       await exit;
     },
+  };
+}
+
+function wrkOnPath(): boolean {
+  try {
+    execFileSync('wrk', ['--version'], { stdio: 'ignore' });
+    return true;
+  } catch (err) {
+    // wrk --version prints its version and exits 1; only a missing binary is "not on PATH".
+    return (err as NodeJS.ErrnoException).code !== 'ENOENT';
+  }
+}
+
+/** A Lua string literal of any text. */
+const lua = (text: string): string =>
+  `"${text.replace(/[\\"\n\r\0]/g, (c) => `\\${c.charCodeAt(0).toString().padStart(3, '0')}`)}"`;
+
+/**
+ * wrk's script for one run: every request built afresh (each `[<id>]` in the
+ * headers and body a fresh id when asked: a prefix unique to the run and a
+ * counter), every answer's status and Idempotent-Replayed header counted, and
+ * the figures printed as one JSON line that `runWrk` reads.
+ */
+function wrkScript(spec: LoadSpec): string {
+  const headers = Object.entries(spec.headers)
+    .map(([name, value]) => `[${lua(name)}] = ${lua(value)}`)
+    .join(', ');
+  const prefix = randomBytes(9).toString('base64url');
+  return `
+local method, body, fresh, prefix = ${lua(spec.method ?? 'POST')}, ${spec.body === undefined ? 'nil' : lua(spec.body)}, ${spec.freshIds ? 'true' : 'false'}, ${lua(prefix)}
+local headers = { ${headers} }
+local n = 0
+statuses, replayed, answers = {}, 0, 0
+request = function()
+  n = n + 1
+  local id = fresh and (prefix .. n) or "[<id>]"
+  local h = {}
+  for k, v in pairs(headers) do h[k] = (v:gsub("%[<id>%]", id)) end
+  return wrk.format(method, nil, h, body and (body:gsub("%[<id>%]", id)) or nil)
+end
+response = function(status, hdrs)
+  answers = answers + 1
+  statuses[status] = (statuses[status] or 0) + 1
+  if hdrs["Idempotent-Replayed"] == "true" or hdrs["idempotent-replayed"] == "true" then replayed = replayed + 1 end
+end
+local threads = {}
+setup = function(thread) table.insert(threads, thread) end
+done = function(summary, latency)
+  local st, rep, ans = {}, 0, 0
+  for _, t in ipairs(threads) do
+    for k, v in pairs(t:get("statuses")) do st[k] = (st[k] or 0) + v end
+    rep, ans = rep + t:get("replayed"), ans + t:get("answers")
+  end
+  local parts = {}
+  for k, v in pairs(st) do table.insert(parts, string.format('"%d":%d', k, v)) end
+  local e = summary.errors
+  io.write(string.format('WRK_RESULT {"requests":%d,"durationMicros":%d,"p50":%d,"p90":%d,"p99":%d,"max":%d,' ..
+    '"errors":%d,"timeouts":%d,"answers":%d,"replayed":%d,"statuses":{%s}}\\n',
+    summary.requests, summary.duration, latency:percentile(50), latency:percentile(90), latency:percentile(99),
+    latency.max, e.connect + e.read + e.write, e.timeout, ans, rep, table.concat(parts, ",")))
+end
+`;
+}
+
+interface WrkOutput {
+  requests: number;
+  durationMicros: number;
+  p50: number;
+  p90: number;
+  p99: number;
+  max: number;
+  errors: number;
+  timeouts: number;
+  answers: number;
+  replayed: number;
+  statuses: Record<string, number>;
+}
+
+/** wrk, one thread, a process per run; its CPU read from the shell that waited for it. */
+function wrkGenerator(): LoadGenerator {
+  const dir = mkdtempSync(join(tmpdir(), 'llmwf-wrk-'));
+  let runs = 0;
+  return {
+    tool: 'wrk',
+    async run(spec) {
+      const script = join(dir, `run-${++runs}.lua`);
+      writeFileSync(script, wrkScript(spec));
+      const args = [
+        '-t1',
+        `-c${spec.connections}`,
+        `-d${spec.durationSeconds}s`,
+        '--timeout',
+        '10s',
+        '-s',
+        script,
+        spec.url,
+      ];
+      // The shell's cutime and cstime (fields 16 and 17 of its stat) are wrk's, once it has waited for it.
+      const stdout = await new Promise<string>((resolve, reject) =>
+        execFile(
+          'sh',
+          ['-c', 'wrk "$@"; code=$?; echo "WRK_STAT $(cat /proc/$$/stat)"; exit $code', 'sh', ...args],
+          { maxBuffer: 16 * 1024 * 1024 },
+          (err, out, errOut) => (err ? reject(new Error(`wrk failed: ${err.message} ${errOut}`)) : resolve(out)),
+        ),
+      );
+      const line = /^WRK_RESULT (.*)$/m.exec(stdout);
+      const stat = /^WRK_STAT (.*)$/m.exec(stdout);
+      if (!line || !stat) throw new Error(`wrk printed no result: ${stdout}`);
+      const r = JSON.parse(line[1]) as WrkOutput;
+      const fields = stat[1].slice(stat[1].lastIndexOf(')') + 2).split(' ');
+      const childTicks = Number(fields[13]) + Number(fields[14]);
+      return check(spec, {
+        total: r.requests,
+        seconds: r.durationMicros / 1e6,
+        latencyMs: { p50: r.p50 / 1000, p90: r.p90 / 1000, p99: r.p99 / 1000, max: r.max / 1000 },
+        errors: r.errors,
+        timeouts: r.timeouts,
+        statuses: r.statuses,
+        answers: r.answers,
+        replayedAnswers: r.replayed,
+        generatorCpuMicros: Math.round((childTicks * 1e6) / clockTicksPerSecond()),
+      });
+    },
+    stop() {
+      rmSync(dir, { recursive: true, force: true });
+      return Promise.resolve();
+    },
+  };
+}
+
+interface RawRun {
+  total: number;
+  seconds: number;
+  latencyMs: { p50: number; p90: number; p99: number; max: number };
+  errors: number;
+  timeouts: number;
+  statuses: Record<string, number>;
+  answers: number;
+  replayedAnswers: number;
+  generatorCpuMicros?: number;
+}
+
+/** A run's figures, or why they do not count: any other status, error or timeout, or replays not as asked. */
+function check(spec: LoadSpec, run: RawRun): LoadResult {
+  const statuses = Object.entries(run.statuses);
+  const wrong = statuses.filter(([code]) => Number(code) !== spec.status);
+  if (wrong.length > 0 || run.errors > 0 || run.timeouts > 0) {
+    throw new Error(
+      `${spec.url}: expected every answer ${spec.status}; got ${statuses.map(([c, n]) => `${c} x${n}`).join(', ')}` +
+        `, ${run.errors} errors, ${run.timeouts} timeouts`,
+    );
+  }
+  const requests = run.statuses[String(spec.status)] ?? 0;
+  if (requests === 0) throw new Error(`${spec.url}: no answers`);
+  if (spec.replayed === true && run.replayedAnswers !== run.answers)
+    throw new Error(`${spec.url}: ${run.answers - run.replayedAnswers} of ${run.answers} answers were not replays`);
+  if (spec.replayed === false && run.replayedAnswers > 0)
+    throw new Error(`${spec.url}: ${run.replayedAnswers} of ${run.answers} answers were replays (keys not fresh?)`);
+  return {
+    requests,
+    seconds: run.seconds,
+    perSecond: requests / run.seconds,
+    p50Ms: run.latencyMs.p50,
+    p90Ms: run.latencyMs.p90,
+    p99Ms: run.latencyMs.p99,
+    maxMs: run.latencyMs.max,
+    replayedAnswers: run.replayedAnswers,
+    ...(run.generatorCpuMicros === undefined ? {} : { generatorCpuMicros: run.generatorCpuMicros }),
   };
 }
 
@@ -143,30 +334,16 @@ async function runLoad(spec: LoadSpec): Promise<LoadResult> {
       (err, res) => (err ? reject(err) : resolve(res)),
     ),
   );
-  const statuses = Object.entries(result.statusCodeStats);
-  const wrong = statuses.filter(([code]) => Number(code) !== spec.status);
-  if (wrong.length > 0 || result.errors > 0 || result.timeouts > 0) {
-    throw new Error(
-      `${spec.url}: expected every answer ${spec.status}; got ${statuses.map(([c, s]) => `${c} x${s.count}`).join(', ')}` +
-        `, ${result.errors} errors, ${result.timeouts} timeouts`,
-    );
-  }
-  const requests = result.statusCodeStats[String(spec.status)]?.count ?? 0;
-  if (requests === 0) throw new Error(`${spec.url}: no answers`);
-  if (spec.replayed === true && replayedAnswers !== answers)
-    throw new Error(`${spec.url}: ${answers - replayedAnswers} of ${answers} answers were not replays`);
-  if (spec.replayed === false && replayedAnswers > 0)
-    throw new Error(`${spec.url}: ${replayedAnswers} of ${answers} answers were replays (keys not fresh?)`);
-  return {
-    requests,
+  return check(spec, {
+    total: result.requests.total,
     seconds: result.duration,
-    perSecond: requests / result.duration,
-    p50Ms: result.latency.p50,
-    p90Ms: result.latency.p90,
-    p99Ms: result.latency.p99,
-    maxMs: result.latency.max,
+    latencyMs: result.latency,
+    errors: result.errors,
+    timeouts: result.timeouts,
+    statuses: Object.fromEntries(Object.entries(result.statusCodeStats).map(([code, s]) => [code, s.count])),
+    answers,
     replayedAnswers,
-  };
+  });
 }
 
 if (require.main === module && process.argv.includes('--child')) {
