@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { hash } from 'node:crypto';
 
 /** A value still to be written, a literal to emit, or the end of an object or array (for cycle detection). */
 type Step = { readonly value: unknown } | { readonly text: string } | { readonly leave: object };
@@ -460,12 +460,7 @@ export const FINGERPRINT_VERSION = 'v2:';
  */
 export function fingerprintBody(body: unknown, raw?: Uint8Array): string {
   const bytes = raw === undefined || raw.length === 0 ? undefined : canonicalJsonBytes(raw);
-  return (
-    FINGERPRINT_VERSION +
-    createHash('sha256')
-      .update(bytes ?? canonicalJson(body))
-      .digest('hex')
-  );
+  return FINGERPRINT_VERSION + hash('sha256', bytes ?? canonicalJson(body));
 }
 
 /**
@@ -474,7 +469,7 @@ export function fingerprintBody(body: unknown, raw?: Uint8Array): string {
  * Only for comparing with such a record; never stored again.
  */
 export function legacyFingerprint(body: unknown): string {
-  return createHash('sha256').update(canonicalJson(body)).digest('hex');
+  return hash('sha256', canonicalJson(body));
 }
 
 /**

@@ -2,7 +2,7 @@ import { CanActivate, ExecutionContext, HttpStatus, Inject, Injectable, Optional
 import { Reflector } from '@nestjs/core';
 import { ProblemException, ProblemTypes } from '@app/problem';
 import type { Request } from 'express';
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { hash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
 import type { ApiKeyEntry } from './api-keys';
 import { setPrincipal } from './principal';
@@ -22,7 +22,8 @@ export const X_TENANT = 'x-tenant';
  */
 export const AcceptsInternalKey = Reflector.createDecorator<void, true>({ transform: () => true });
 
-const digest = (value: string): Buffer => createHash('sha256').update(value).digest();
+// One-shot hash(): half the CPU of createHash().update().digest() for a key's few bytes.
+const digest = (value: string): Buffer => hash('sha256', value, 'buffer');
 
 /** Who a request's credentials name, or why they name no one (the 401's detail). */
 export type Authentication = { readonly tenant: string } | { readonly refused: string };
