@@ -65,6 +65,19 @@ export interface RunningChain {
   assertAlive(): void;
   /** Chat completions the fake model has answered so far. */
   modelCalls(): Promise<number>;
+  /** When each run of a notify address reached its stages (ms since the epoch), the runs whose outbox row exists. */
+  stagesOf(tos: readonly string[]): Promise<Map<string, StageTimes>>;
+}
+
+/**
+ * Where a run's time went, from what the system records anyway: the run
+ * record's accepted_at (when the api's start script ran: the XADD), the
+ * outbox row's created_at (its commit's transaction, on PostgreSQL's clock),
+ * and the webhook's arrival. One machine, one clock.
+ */
+export interface StageTimes {
+  readonly queuedAt: number;
+  readonly committedAt: number;
 }
 
 export interface ProcessUnderLoad {
@@ -122,6 +135,76 @@ export interface OpenLoopWindow extends ChainWindow {
   readonly lastTenthP50Ms: number;
   /** The most the generator's sends lagged their schedule. */
   readonly senderLagMaxMs: number;
+  /** Where the time went, stage by stage (summaries only: a run of its one step). */
+  readonly stages?: StageBreakdown;
+}
+
+/**
+ * p50 and p99 of each stage from the actual send: to the stream entry (the
+ * POST up to its XADD), to the commit (waiting in the stream, the worker's
+ * turn, the model, the group commit), to the webhook's arrival (the relay's
+ * wake-up and delivery); and, for the runs whose whole time is at or above
+ * the p99, the mean of each stage: where the tail goes.
+ */
+export interface StageBreakdown {
+  readonly runs: number;
+  readonly toQueued: { readonly p50Ms: number; readonly p99Ms: number };
+  readonly toCommitted: { readonly p50Ms: number; readonly p99Ms: number };
+  readonly toArrival: { readonly p50Ms: number; readonly p99Ms: number };
+  readonly tailMeanMs: { readonly toQueued: number; readonly toCommitted: number; readonly toArrival: number };
+}
+
+async function stageBreakdown(
+  chain: RunningChain,
+  first: ReadonlyMap<string, number>,
+  sentAt: Readonly<Record<string, number>>,
+): Promise<StageBreakdown | undefined> {
+  const times = await chain.stagesOf([...first.keys()]);
+  const runs = [...times].flatMap(([to, t]) => {
+    const sent = sentAt[to];
+    const arrived = first.get(to);
+    if (sent === undefined || arrived === undefined) return [];
+    return [
+      {
+        toQueued: t.queuedAt - sent,
+        toCommitted: t.committedAt - t.queuedAt,
+        toArrival: arrived - t.committedAt,
+        total: arrived - sent,
+      },
+    ];
+  });
+  if (runs.length === 0) return undefined;
+  const p = (xs: number[], q: number) =>
+    ms(
+      percentile(
+        [...xs].sort((a, b) => a - b),
+        q,
+      ),
+    );
+  const of = (k: 'toQueued' | 'toCommitted' | 'toArrival') => ({
+    p50Ms: p(
+      runs.map((r) => r[k]),
+      0.5,
+    ),
+    p99Ms: p(
+      runs.map((r) => r[k]),
+      0.99,
+    ),
+  });
+  const cut =
+    percentile(
+      runs.map((r) => r.total).sort((a, b) => a - b),
+      0.99,
+    ) ?? Infinity;
+  const tail = runs.filter((r) => r.total >= cut);
+  const mean = (k: 'toQueued' | 'toCommitted' | 'toArrival') => ms(tail.reduce((n, r) => n + r[k], 0) / tail.length);
+  return {
+    runs: runs.length,
+    toQueued: of('toQueued'),
+    toCommitted: of('toCommitted'),
+    toArrival: of('toArrival'),
+    tailMeanMs: { toQueued: mean('toQueued'), toCommitted: mean('toCommitted'), toArrival: mean('toArrival') },
+  };
 }
 
 export interface ClosedLoopWindow extends ChainWindow {
@@ -221,6 +304,7 @@ export async function withChain<T>(
         const res = await fetch(`${model.url}/count`);
         return ((await res.json()) as { answered: number }).answered;
       },
+      stagesOf: (tos) => stagesOf(redisUrl, databaseUrl, tos),
     });
   } catch (err) {
     if (died.length) throw new Error(died.join('\n'), { cause: err });
@@ -228,6 +312,37 @@ export async function withChain<T>(
   } finally {
     stopping = true;
     for (const s of started.reverse()) await s.stop();
+  }
+}
+
+async function stagesOf(
+  redisUrl: string,
+  databaseUrl: string,
+  tos: readonly string[],
+): Promise<Map<string, StageTimes>> {
+  const db = new Client({ connectionString: databaseUrl });
+  await db.connect();
+  const redis = new Redis(redisUrl);
+  try {
+    const { rows } = await db.query<{ to: string; job_id: string; committed: string }>(
+      `SELECT payload->>'to' AS to, payload->>'job_id' AS job_id, extract(epoch FROM created_at) * 1000 AS committed
+         FROM outbox WHERE payload->>'to' = ANY($1)`,
+      [tos],
+    );
+    // The run record's accepted_at: the api's clock when its start script ran (the stream entries are gone once acked).
+    const accepted = await Promise.all(rows.map((row) => redis.hget(`{summaries}:job:${row.job_id}`, 'accepted_at')));
+    const queuedAt = new Map(
+      rows.flatMap((row, i) => (accepted[i] ? [[row.job_id, Number(accepted[i])] as const] : [])),
+    );
+    const stages = new Map<string, StageTimes>();
+    for (const row of rows) {
+      const queued = queuedAt.get(row.job_id);
+      if (queued !== undefined) stages.set(row.to, { queuedAt: queued, committedAt: Number(row.committed) });
+    }
+    return stages;
+  } finally {
+    redis.disconnect();
+    await db.end();
   }
 }
 
@@ -287,6 +402,7 @@ export async function openLoopWindow(
     chain: route,
     ratePerSecond: rate,
     seconds,
+    stages: await stageBreakdown(chain, first, load.sentAt),
     sent: load.sent,
     statuses: load.statuses,
     errors: load.errors,

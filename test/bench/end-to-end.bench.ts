@@ -74,6 +74,28 @@ export function printEndToEnd(rows: readonly EndToEndRow[]): void {
       ...openLoopCells(r),
     })),
   );
+  console.log(
+    'Where the time went, from the actual send: to the stream entry (the POST up to its XADD), to the commit (the stream, ' +
+      "the worker's turn, the model, the group commit), to the webhook (the relay); p50 / p99 ms each, and the mean of " +
+      'each stage over the runs at or above the p99 of the whole',
+  );
+  console.table(
+    rows.flatMap((r) =>
+      r.stages
+        ? [
+            {
+              'jobs/s': r.ratePerSecond,
+              round: r.round,
+              runs: r.stages.runs,
+              'to XADD': `${r.stages.toQueued.p50Ms} / ${r.stages.toQueued.p99Ms}`,
+              'to commit': `${r.stages.toCommitted.p50Ms} / ${r.stages.toCommitted.p99Ms}`,
+              'to webhook': `${r.stages.toArrival.p50Ms} / ${r.stages.toArrival.p99Ms}`,
+              'tail: XADD, commit, webhook': `${r.stages.tailMeanMs.toQueued}, ${r.stages.tailMeanMs.toCommitted}, ${r.stages.tailMeanMs.toArrival}`,
+            },
+          ]
+        : [],
+    ),
+  );
   for (const r of rows)
     if (Object.keys(r.errors).length)
       console.log(`  ${r.ratePerSecond}/s round ${r.round}: POSTs without an answer: ${JSON.stringify(r.errors)}`);
