@@ -560,6 +560,40 @@ describe('the engine under races', () => {
     const waiting = (await redis.xpending(P1.jobs, 'workflows', '-', '+', 10)) as [string, string, number, number][];
     expect(waiting.map(([, , , deliveries]) => Number(deliveries))).toEqual([0]);
   });
+  it("a step's slot takes the next entry while its commit waits: a slow commit does not hold a slot", async () => {
+    const w = await worker({ WORKER_CONCURRENCY: '1' }, { blockMs: 50 });
+    // Every commit of `lone` writes wf_race_rows: a lock that lets reads through and no write holds them all.
+    const locker = db.createQueryRunner();
+    await locker.connect();
+    await locker.startTransaction();
+    let steps = 0;
+    try {
+      await locker.query('LOCK TABLE wf_race_rows IN EXCLUSIVE MODE');
+      const second = Promise.withResolvers<void>();
+      script.solo = () => {
+        if (++steps === 2) second.resolve();
+        return Promise.resolve();
+      };
+      const a = await entry('lone', {});
+      const b = await entry('lone', {});
+      w.consumer.start();
+      // One slot: the second run's step runs only if the first one's gave its slot up while its commit waits.
+      await second.promise;
+      await waitingOnALock("a commit waiting on the test's lock");
+      expect(await rows('SELECT run_id FROM workflow_steps WHERE run_id = ANY($1)', [[a.runId, b.runId]])).toEqual([]);
+      await locker.commitTransaction();
+    } finally {
+      if (locker.isTransactionActive) await locker.rollbackTransaction();
+      await locker.release();
+    }
+    await eventually(async () => {
+      const done = await rows(`SELECT count(*)::int AS n FROM workflow_steps WHERE status = 'done'`);
+      return done[0].n === 2 ? true : undefined;
+    });
+    expect(await rows('SELECT count(*)::int AS n FROM wf_race_rows')).toEqual([{ n: 2 }]);
+    expect(steps).toBe(2);
+  });
+
   describe('a first step run unbegun (its first delivery writes nothing before its commit)', () => {
     /** Holds `solo` on the deliveries given, until released; `reached(n)` resolves once delivery n is in the step. */
     const hold = (...deliveries: number[]) => {

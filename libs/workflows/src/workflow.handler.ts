@@ -430,6 +430,8 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
         await this.rollback(step);
         await this.failed(message, r, err, 'step', signal.aborted, runDeadlinePassed());
       }
+      // Only its writes are left: its slot can take the next entry while it commits.
+      ctx.workDone?.();
       const writes = step.writes();
       const commit: StepCommit = {
         runId: r.entry.runId,

@@ -24,6 +24,13 @@ export interface JobRunContext {
   readonly stopRetrying: AbortSignal;
   /** Aborted when shutdown's drain time is over: the call in progress is cut off too. */
   readonly signal: AbortSignal;
+  /**
+   * Says that what this delivery waits on outside (its model calls) is done
+   * and only its writes are left (a commit, the ack): the consumer gives its
+   * slot to the next entry meanwhile (SlotLimiter.finishing), so a slow model
+   * holds a slot for the call, not for the commit after it. Optional to call.
+   */
+  readonly workDone?: () => void;
 }
 
 /** An entry to add once a delivery is acked: its stream (in the acked entry's hash slot) and its flat fields. */

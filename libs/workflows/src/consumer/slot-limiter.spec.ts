@@ -117,4 +117,32 @@ describe('SlotLimiter reservations', () => {
     r.release();
     expect(slots.reserve(1).remaining).toBe(1);
   });
+
+  it('a finishing job gives its slot to the next one, up to `capacity` finishing at once, and stays in flight', async () => {
+    const slots = new SlotLimiter<void>(1);
+    const ends = [Promise.withResolvers<void>(), Promise.withResolvers<void>(), Promise.withResolvers<void>()];
+    const a = slots.hold('a', ends[0].promise);
+    slots.finishing('a');
+    // Its slot is free; it is still in flight (leases, drain).
+    expect([slots.free, slots.size, slots.has('a')]).toEqual([1, 1, true]);
+    const b = slots.hold('b', ends[1].promise);
+    slots.finishing('b');
+    // One finishing job already (the capacity): b keeps its slot.
+    expect([slots.free, slots.size]).toEqual([0, 2]);
+    ends[0].resolve();
+    await a;
+    expect([slots.free, slots.size]).toEqual([0, 1]);
+    // Once a finished, b may finish too: its slot frees, and a job that settles frees nothing twice.
+    slots.finishing('b');
+    expect(slots.free).toBe(1);
+    const c = slots.hold('c', ends[2].promise);
+    ends[1].resolve();
+    await b;
+    expect([slots.free, slots.size, slots.ids()]).toEqual([0, 1, ['c']]);
+    slots.finishing('nope');
+    expect(slots.free).toBe(0);
+    ends[2].resolve();
+    await c;
+    expect([slots.free, slots.size]).toEqual([1, 0]);
+  });
 });

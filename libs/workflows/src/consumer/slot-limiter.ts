@@ -15,13 +15,20 @@ export interface SlotReservation<T> {
 
 /**
  * At most `capacity` jobs at once, each holding its slot, by id, until its
- * work settles. Readers that share it (one loop per stream partition) reserve
+ * work settles, or until it says that only its writes are left (finishing):
+ * then its slot goes to the next entry while it commits and acks, up to
+ * `capacity` finishing jobs besides the running ones (a database that stalls
+ * commits stops new work there, rather than piling up finished work without
+ * bound). A finishing job is still in flight (size, ids, settled: leases and
+ * drain see it). Readers that share it (one loop per stream partition) reserve
  * slots before they read, so that what they read together never exceeds the
  * capacity. Whoever waits for a slot is woken when one frees up (or by wake(),
  * when shutdown begins).
  */
 export class SlotLimiter<T> {
   private readonly running = new Map<string, Promise<T>>();
+  /** Jobs of `running` whose slot was handed on: only their writes are left. */
+  private readonly finishingIds = new Set<string>();
   private readonly freed = new EventEmitter().setMaxListeners(0);
   private reserved = 0;
   /** Readers waiting for their turn, first come first served. */
@@ -33,9 +40,21 @@ export class SlotLimiter<T> {
     return this.running.size;
   }
 
-  /** Slots neither running a job nor reserved for a read. */
+  /** Slots neither running a job (a finishing one holds none) nor reserved for a read. */
   get free(): number {
-    return this.capacity - this.running.size - this.reserved;
+    return this.capacity - (this.running.size - this.finishingIds.size) - this.reserved;
+  }
+
+  /**
+   * `id`'s work is done but for its writes (its commit, its ack): its slot
+   * frees for the next entry, if fewer than `capacity` jobs are finishing
+   * already (else it keeps its slot until it settles). Once per job; a job
+   * not running is ignored.
+   */
+  finishing(id: string): void {
+    if (!this.running.has(id) || this.finishingIds.has(id) || this.finishingIds.size >= this.capacity) return;
+    this.finishingIds.add(id);
+    this.wake();
   }
 
   /**
@@ -94,7 +113,8 @@ export class SlotLimiter<T> {
   hold(id: string, work: Promise<T>): Promise<T> {
     const held = work.finally(() => {
       this.running.delete(id);
-      this.wake();
+      // A finishing job's slot was free already: nothing more frees.
+      if (!this.finishingIds.delete(id)) this.wake();
     });
     this.running.set(id, held);
     return held;

@@ -411,16 +411,22 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     // Every log line of the job, however deep, carries its entry and what the handler names it by.
     const bindings = { ...this.logFields(message), entry: message.id, ...this.partitionField(p) };
     p.inFlight.add(message.id);
+    // Stream ids are unique per stream only: the slot is named by partition and id.
+    const slot = `${p.source.queue}/${p.index}/${message.id}`;
     // Out of the partition's in-flight set before its slot frees, as the slot was before.
     const work = this.pino
-      .runInContext(() => this.process(p, message, deliveries), { bindings })
+      .runInContext(() => this.process(p, message, deliveries, () => this.slots.finishing(slot)), { bindings })
       .finally(() => p.inFlight.delete(message.id));
-    // Stream ids are unique per stream only: the slot is named by partition and id.
-    const outcome = slots.hold(`${p.source.queue}/${p.index}/${message.id}`, work);
+    const outcome = slots.hold(slot, work);
     return { id: message.id, deliveries, outcome };
   }
 
-  private async process(p: PartitionState, message: StreamMessage, deliveries: number): Promise<DeliveryOutcome> {
+  private async process(
+    p: PartitionState,
+    message: StreamMessage,
+    deliveries: number,
+    workDone: () => void,
+  ): Promise<DeliveryOutcome> {
     const startedAt = performance.now();
     const finish = (outcome: DeliveryOutcome): DeliveryOutcome => {
       this.metrics.jobs.inc({ outcome });
@@ -437,6 +443,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
         deadline: performance.now() + this.options.jobBudgetMs,
         stopRetrying: this.stopRetrying.signal,
         signal: this.hardStop.signal,
+        workDone,
       });
       if (typeof done === 'string') result = done;
       else ({ outcome: result, next } = done);
