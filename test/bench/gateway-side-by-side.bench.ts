@@ -18,7 +18,7 @@ import { startFakeModel } from './worker-side-by-side.bench';
  * LOG_LEVEL=info) without a key, with a fresh Idempotency-Key per request (also
  * with its tenant under a TENANT_TOKEN_LIMITS limit the load never reaches: the
  * limiter's own cost), and replaying one key. Non-stream POST /v1/chat/completions under autocannon
- * (load.ts, 32 connections), rounds in rotated order, medians: requests per
+ * (load.ts: wrk, or autocannon without it; 32 connections), rounds in rotated order, medians: requests per
  * second, p99, and the CPU µs per request of the process in front (for
  * "direct", the fake model's own). Streams (16 chunks, 2 ms apart) one at a
  * time from this process: time to the first and to the last byte, each
@@ -55,6 +55,8 @@ export interface GatewayPeerStreamRow {
 }
 
 export interface GatewaySideBySideResult {
+  /** What made the load: wrk or autocannon (load.ts). */
+  readonly loadGenerator: string;
   readonly calls: GatewayPeerRow[];
   readonly streams: GatewayPeerStreamRow[];
 }
@@ -295,7 +297,7 @@ export async function benchGatewaySideBySide(
         addedLastByteMs: added('last'),
       };
     });
-    return { calls, streams };
+    return { loadGenerator: gen.tool, calls, streams };
   } finally {
     await load?.stop();
     for (const server of servers.reverse()) await server.stop();
@@ -305,7 +307,7 @@ export async function benchGatewaySideBySide(
 
 export function printGatewaySideBySide(result: GatewaySideBySideResult): void {
   console.log(
-    'POST /v1/chat/completions side by side, each side its own process, load from autocannon (32 connections) in another: medians of alternating rounds',
+    `POST /v1/chat/completions side by side, each side its own process, load from ${result.loadGenerator} (32 connections) in another: medians of alternating rounds`,
   );
   console.table(
     result.calls.map((r) => ({
