@@ -52,6 +52,11 @@ export type Authentication = { readonly tenant: string } | { readonly refused: s
 export class ApiKeyGuard implements CanActivate {
   private readonly keys: readonly { digest: Buffer; tenant: string | undefined }[];
   private readonly tenants: ReadonlySet<string>;
+  /** What each request's key matched, while the request lives. */
+  private readonly matched = new WeakMap<
+    IncomingMessage,
+    { presented: string; match: { tenant: string | undefined } | undefined }
+  >();
 
   constructor(
     private readonly reflector: Reflector,
@@ -93,7 +98,7 @@ export class ApiKeyGuard implements CanActivate {
   authenticate(req: IncomingMessage, { internalKey }: { readonly internalKey: boolean }): Authentication {
     const presented = bearerToken(req);
     if (presented === undefined) return { refused: 'Send one Authorization: Bearer <api key> header.' };
-    const match = this.match(presented);
+    const match = this.matchOnce(req, presented);
     const claimed = req.headersDistinct[X_TENANT];
     if (match === undefined) return { refused: 'The API key is not valid.' };
     if (match.tenant !== undefined) {
@@ -107,6 +112,18 @@ export class ApiKeyGuard implements CanActivate {
     const tenant = claimed[0].trim();
     if (!this.tenants.has(tenant)) return { refused: 'X-Tenant must name a tenant of API_KEYS.' };
     return { tenant };
+  }
+
+  /**
+   * match(), once per request: a gateway request is authenticated before its body is read (which body limit
+   * applies) and again by the guard, and the key's digest and comparisons are most of what either costs.
+   */
+  private matchOnce(req: IncomingMessage, presented: string): { tenant: string | undefined } | undefined {
+    const known = this.matched.get(req);
+    if (known !== undefined && known.presented === presented) return known.match;
+    const match = this.match(presented);
+    this.matched.set(req, { presented, match });
+    return match;
   }
 
   /** The entry whose key was presented: every key is compared, whether or not one matched already. */
