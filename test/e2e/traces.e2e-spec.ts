@@ -275,7 +275,7 @@ describe('traces', () => {
       const seen = await hook.received;
       expect(seen.headers.traceparent).toBeUndefined();
       await stop(relay);
-      // Only the API, whose calls are no-ops without an SDK.
+      // No SDK, exporter or instrumentation: only the API, which prom-client loads anyway (for its exemplars).
       expect(loadedOtelPackages(relay)).toEqual(['@opentelemetry/api']);
       expect(receiver.exports.length).toBe(before);
     } finally {

@@ -1,16 +1,16 @@
-import { context, propagation, trace } from '@opentelemetry/api';
+import * as api from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
-import { activeTraceparent, inSpan, inSpanFrom, SpanKind } from './trace-context';
+import { activeTraceparent, inSpan, inSpanFrom, SpanKind, useOpenTelemetry } from './trace-context';
 
 const QUEUED = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
 
-describe('trace context across a queue, tracing off (no SDK registered)', () => {
-  it('has no traceparent to write, and runs the work as it is', async () => {
+describe('trace context across a queue, tracing off (the SDK not started)', () => {
+  it('has no traceparent to write, and runs the work as it is, without a span', async () => {
     expect(activeTraceparent()).toBeUndefined();
     await expect(inSpanFrom(QUEUED, 'deliver', {}, async () => activeTraceparent())).resolves.toBeUndefined();
-    await expect(inSpan('step', {}, async () => 42)).resolves.toBe(42);
+    await expect(inSpan('step', {}, async (span) => span ?? 42)).resolves.toBe(42);
   });
 });
 
@@ -19,15 +19,18 @@ describe('trace context across a queue, tracing on', () => {
   const provider = new TracerProvider({ spanProcessors: [new SimpleSpanProcessor({ exporter })] });
 
   beforeAll(() => {
-    context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
-    propagation.setGlobalPropagator(new W3CTraceContextPropagator());
-    trace.setGlobalTracerProvider(provider);
+    // What tracing-sdk.ts does once started, with an in-memory exporter.
+    api.context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+    api.propagation.setGlobalPropagator(new W3CTraceContextPropagator());
+    api.trace.setGlobalTracerProvider(provider);
+    useOpenTelemetry(api);
   });
   afterAll(async () => {
+    useOpenTelemetry(undefined);
     await provider.shutdown();
-    trace.disable();
-    propagation.disable();
-    context.disable();
+    api.trace.disable();
+    api.propagation.disable();
+    api.context.disable();
   });
   beforeEach(() => exporter.reset());
 

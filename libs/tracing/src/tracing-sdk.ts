@@ -1,4 +1,4 @@
-import { context, propagation, trace } from '@opentelemetry/api';
+import * as api from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { OTLPTraceExporter as JsonExporter } from '@opentelemetry/exporter-trace-otlp-http';
@@ -12,6 +12,7 @@ import { PinoInstrumentation } from '@opentelemetry/instrumentation-pino';
 import { UndiciInstrumentation } from '@opentelemetry/instrumentation-undici';
 import { defaultResource, detectResources, envDetector, resourceFromAttributes } from '@opentelemetry/resources';
 import { BatchSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
+import { useOpenTelemetry } from './trace-context';
 import type { TracingConfig } from './tracing.env';
 
 /** Probes and scrapes: a trace each every few seconds would bury the requests. */
@@ -40,9 +41,10 @@ export function startSdk(service: string, config: TracingConfig): () => Promise<
       .merge(resourceFromAttributes({ 'service.name': service })),
     spanProcessors: [new BatchSpanProcessor({ exporter, scheduledDelayMillis: config.otelScheduleDelayMs })],
   });
-  context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
-  propagation.setGlobalPropagator(new W3CTraceContextPropagator());
-  trace.setGlobalTracerProvider(provider);
+  api.context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+  api.propagation.setGlobalPropagator(new W3CTraceContextPropagator());
+  api.trace.setGlobalTracerProvider(provider);
+  useOpenTelemetry(api);
   registerInstrumentations({
     tracerProvider: provider,
     instrumentations: [

@@ -428,13 +428,13 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
         // The step's own span: its model calls and the outbox rows it asks for (their traceparent) are its children.
         output = await inSpan(
           `step ${r.workflow.name}.${r.step.name}`,
-          {
+          () => ({
             attributes: {
               'workflow.name': r.workflow.name,
               'workflow.step': r.step.name,
               'workflow.run_id': r.entry.runId,
             },
-          },
+          }),
           async () => host[r.step.method](step),
         );
       } catch (err) {

@@ -196,18 +196,21 @@ export class OutboxRelay implements OnApplicationBootstrap, BeforeApplicationShu
    * column): the webhook's request is its child and carries that trace's `traceparent`. A no-op when tracing is off.
    */
   private traced(message: ClaimedMessage): Promise<RowResult> {
-    const attributes = {
-      'messaging.system': 'postgresql',
-      'messaging.operation.type': 'process',
-      'messaging.destination.name': 'outbox',
-      'messaging.message.id': message.id,
-      'outbox.topic': message.topic,
-      'outbox.dedupe_key': message.dedupeKey,
-      'outbox.attempt': message.attempts + 1,
-    };
-    return inSpanFrom(message.traceparent, 'deliver outbox', { kind: SpanKind.CONSUMER, attributes }, async (span) => {
+    const options = () => ({
+      kind: SpanKind.CONSUMER,
+      attributes: {
+        'messaging.system': 'postgresql',
+        'messaging.operation.type': 'process',
+        'messaging.destination.name': 'outbox',
+        'messaging.message.id': message.id,
+        'outbox.topic': message.topic,
+        'outbox.dedupe_key': message.dedupeKey,
+        'outbox.attempt': message.attempts + 1,
+      },
+    });
+    return inSpanFrom(message.traceparent, 'deliver outbox', options, async (span) => {
       const result = await this.deliver(message);
-      span.setAttribute('outcome', result);
+      span?.setAttribute('outcome', result);
       return result;
     });
   }

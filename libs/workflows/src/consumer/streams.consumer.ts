@@ -431,27 +431,25 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
    * field, when tracing was on then): one trace from the POST through every step. A no-op when tracing is off.
    */
   private traced(p: PartitionState, message: StreamMessage, deliveries: number): Promise<DeliveryOutcome> {
-    const named: Record<string, string> = {};
-    for (const [k, v] of Object.entries(this.logFields(message))) if (v !== undefined) named[k] = v;
-    const attributes = {
-      'messaging.system': 'redis',
-      'messaging.operation.type': 'process',
-      'messaging.destination.name': p.stream,
-      'messaging.consumer.group.name': p.consumerGroup,
-      'messaging.message.id': message.id,
-      deliveries,
-      ...named,
+    const options = () => {
+      const named: Record<string, string> = {};
+      for (const [k, v] of Object.entries(this.logFields(message))) if (v !== undefined) named[k] = v;
+      const attributes = {
+        'messaging.system': 'redis',
+        'messaging.operation.type': 'process',
+        'messaging.destination.name': p.stream,
+        'messaging.consumer.group.name': p.consumerGroup,
+        'messaging.message.id': message.id,
+        deliveries,
+        ...named,
+      };
+      return { kind: SpanKind.CONSUMER, attributes };
     };
-    return inSpanFrom(
-      message.fields[TRACEPARENT],
-      `process ${p.stream}`,
-      { kind: SpanKind.CONSUMER, attributes },
-      async (span) => {
-        const outcome = await this.process(p, message, deliveries);
-        span.setAttribute('outcome', outcome);
-        return outcome;
-      },
-    );
+    return inSpanFrom(message.fields[TRACEPARENT], `process ${p.stream}`, options, async (span) => {
+      const outcome = await this.process(p, message, deliveries);
+      span?.setAttribute('outcome', outcome);
+      return outcome;
+    });
   }
 
   private async process(p: PartitionState, message: StreamMessage, deliveries: number): Promise<DeliveryOutcome> {
