@@ -101,119 +101,138 @@ describe('traces', () => {
     return { server, received };
   };
 
-  it('one request is one trace: POST, stream entry, delivery, step, model call, outbox, webhook', async () => {
-    const model = await new FakeOpenAiServer(() => ({ kind: 'complete', content: 'Traced.' })).start();
-    const hook = await webhook();
-    try {
-      const otel = {
-        OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
-        OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
-        OTEL_BSP_SCHEDULE_DELAY: '50',
-      };
-      const [api, worker, relay] = await Promise.all([
-        start('api', 86, { ...otel, API_KEYS: `${TENANT.tenant}:${TENANT.key}` }),
-        start('worker', 87, {
-          ...otel,
-          LLM_PROVIDER: 'openai',
-          OPENAI_API_KEY: 'test-key',
-          OPENAI_BASE_URL: model.baseUrl,
-        }),
-        start('relay', 88, { ...otel, NOTIFY_WEBHOOK_URL: hook.server.url('/notify') }),
-      ]);
+  it.each(['the provider', "the api's gateway"])(
+    'one request is one trace: POST, stream entry, delivery, step, model call (to %s), outbox, webhook',
+    async (through) => {
+      const gateway = through !== 'the provider';
+      const model = await new FakeOpenAiServer(() => ({ kind: 'complete', content: 'Traced.' })).start();
+      const hook = await webhook();
+      try {
+        const otel = {
+          OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+          OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+          OTEL_BSP_SCHEDULE_DELAY: '50',
+        };
+        const provider = { LLM_PROVIDER: 'openai', OPENAI_API_KEY: 'test-key', OPENAI_BASE_URL: model.baseUrl };
+        // Through the gateway, the worker calls the api (with the internal key), which calls the provider.
+        const internal = { INTERNAL_API_KEY: 'internal-traces-key-0123456789' };
+        const [api, worker, relay] = await Promise.all([
+          start('api', 86, {
+            ...otel,
+            API_KEYS: `${TENANT.tenant}:${TENANT.key}`,
+            ...(gateway ? { ...provider, ...internal } : {}),
+          }),
+          start('worker', 87, {
+            ...otel,
+            ...(gateway ? { ...internal, LLM_GATEWAY_URL: `http://127.0.0.1:${freePort(86)}` } : provider),
+          }),
+          start('relay', 88, { ...otel, NOTIFY_WEBHOOK_URL: hook.server.url('/notify') }),
+        ]);
 
-      const res = await fetch(`${api.url}/v1/summaries`, {
-        method: 'POST',
-        headers: {
-          authorization: `Bearer ${TENANT.key}`,
-          'idempotency-key': `traces-${randomUUID()}`,
-          'content-type': 'application/json',
-        },
-        body: JSON.stringify({ text: 'Follow me from the POST to the webhook.', notify: 'reader@example.com' }),
-      });
-      expect(res.status).toBe(202);
-      const { job_id: jobId } = (await res.json()) as { job_id: string };
+        const res = await fetch(`${api.url}/v1/summaries`, {
+          method: 'POST',
+          headers: {
+            authorization: `Bearer ${TENANT.key}`,
+            'idempotency-key': `traces-${randomUUID()}`,
+            'content-type': 'application/json',
+          },
+          body: JSON.stringify({ text: 'Follow me from the POST to the webhook.', notify: 'reader@example.com' }),
+        });
+        expect(res.status).toBe(202);
+        const { job_id: jobId } = (await res.json()) as { job_id: string };
 
-      // The webhook's request names the trace, and the relay's span that sent it.
-      const delivered = traceparentOf((await hook.received).headers.traceparent);
-      const { traceId } = delivered;
+        // The webhook's request names the trace, and the relay's span that sent it.
+        const delivered = traceparentOf((await hook.received).headers.traceparent);
+        const { traceId } = delivered;
 
-      // The model call carried the same trace, from the worker's span that made it.
-      expect(model.calls).toBe(1);
-      const modelCall = traceparentOf(model.requests[0].headers.traceparent);
-      expect(modelCall.traceId).toBe(traceId);
+        // The model call carried the same trace, from the span that made it (the worker's, or the gateway's).
+        expect(model.calls).toBe(1);
+        const modelCall = traceparentOf(model.requests[0].headers.traceparent);
+        expect(modelCall.traceId).toBe(traceId);
 
-      // The spans arrive on the exporters' timers: wait until both ends and the hops between are in.
-      const spans = await eventually(
-        () => {
-          const t = receiver.trace(traceId);
-          const has = (id: string) => t.some((s) => s.spanId === id);
-          const root = t.find((s) => s.service === 'api' && s.parentSpanId === undefined);
-          const relayed = t.find((s) => s.spanId === delivered.spanId);
-          return root && relayed && has(modelCall.spanId) && ancestors(relayed, t).includes(root) ? t : undefined;
-        },
-        20_000,
-        `the spans of trace ${traceId}`,
-      );
+        // The spans arrive on the exporters' timers: wait until both ends and the hops between are in.
+        const spans = await eventually(
+          () => {
+            const t = receiver.trace(traceId);
+            const has = (id: string) => t.some((s) => s.spanId === id);
+            const root = t.find((s) => s.service === 'api' && s.parentSpanId === undefined);
+            const relayed = t.find((s) => s.spanId === delivered.spanId);
+            return root && relayed && has(modelCall.spanId) && ancestors(relayed, t).includes(root) ? t : undefined;
+          },
+          20_000,
+          `the spans of trace ${traceId}`,
+        );
 
-      // One trace across the three apps, rooted at the api's server span of the POST.
-      expect(new Set(spans.map((s) => s.service))).toEqual(new Set(['api', 'worker', 'relay']));
-      const roots = spans.filter((s) => s.parentSpanId === undefined);
-      expect(roots).toEqual([
-        expect.objectContaining({ service: 'api', kind: SPAN_KIND.server, name: 'POST /v1/summaries' }),
-      ]);
-      const root = roots[0];
-      const named = (service: string, name: string) => {
-        const found = spans.filter((s) => s.service === service && s.name === name);
-        expect({ service, name, count: found.length }).toEqual({ service, name, count: 1 });
-        return found[0];
-      };
+        // One trace across the three apps, rooted at the api's server span of the POST.
+        expect(new Set(spans.map((s) => s.service))).toEqual(new Set(['api', 'worker', 'relay']));
+        const roots = spans.filter((s) => s.parentSpanId === undefined);
+        expect(roots).toEqual([
+          expect.objectContaining({ service: 'api', kind: SPAN_KIND.server, name: 'POST /v1/summaries' }),
+        ]);
+        const root = roots[0];
+        const named = (service: string, name: string) => {
+          const found = spans.filter((s) => s.service === service && s.name === name);
+          expect({ service, name, count: found.length }).toEqual({ service, name, count: 1 });
+          return found[0];
+        };
 
-      // The worker's delivery continues the POST's trace through the stream entry.
-      const delivery = named('worker', 'process {summaries}:jobs');
-      expect(delivery).toMatchObject({ kind: SPAN_KIND.consumer, attributes: { job_id: jobId, outcome: 'done' } });
-      expect(ancestors(delivery, spans)).toContain(root);
-      expect(ancestors(delivery, spans).every((s) => s.service === 'api')).toBe(true);
+        // The worker's delivery continues the POST's trace through the stream entry.
+        const delivery = named('worker', 'process {summaries}:jobs');
+        expect(delivery).toMatchObject({ kind: SPAN_KIND.consumer, attributes: { job_id: jobId, outcome: 'done' } });
+        expect(ancestors(delivery, spans)).toContain(root);
+        expect(ancestors(delivery, spans).every((s) => s.service === 'api')).toBe(true);
 
-      // The step is the delivery's child, and the model call the step's.
-      const step = named('worker', 'step summaries.summarize');
-      expect(step.parentSpanId).toBe(delivery.spanId);
-      const call = spans.find((s) => s.spanId === modelCall.spanId)!;
-      expect(call).toMatchObject({ service: 'worker', kind: SPAN_KIND.client });
-      expect(ancestors(call, spans)).toContain(step);
+        // The step is the delivery's child, and the model call the step's.
+        const step = named('worker', 'step summaries.summarize');
+        expect(step.parentSpanId).toBe(delivery.spanId);
+        const call = spans.find((s) => s.spanId === modelCall.spanId)!;
+        expect(call).toMatchObject({ service: gateway ? 'api' : 'worker', kind: SPAN_KIND.client });
+        expect(ancestors(call, spans)).toContain(step);
+        if (gateway) {
+          // The gateway's server span is the worker's call's child, and the provider's call its descendant.
+          const served = named('api', 'POST /v1/chat/completions');
+          expect(served.kind).toBe(SPAN_KIND.server);
+          expect(ancestors(call, spans)).toContain(served);
+          expect(spans.find((s) => s.spanId === served.parentSpanId)).toMatchObject({
+            service: 'worker',
+            kind: SPAN_KIND.client,
+          });
+        }
 
-      // The relay's send continues the step's trace through the outbox row; the webhook's request is its child.
-      const send = named('relay', 'deliver outbox');
-      expect(send.parentSpanId).toBe(step.spanId);
-      const webhookCall = spans.find((s) => s.spanId === delivered.spanId)!;
-      expect(webhookCall).toMatchObject({ service: 'relay', kind: SPAN_KIND.client });
-      expect(webhookCall.parentSpanId).toBe(send.spanId);
+        // The relay's send continues the step's trace through the outbox row; the webhook's request is its child.
+        const send = named('relay', 'deliver outbox');
+        expect(send.parentSpanId).toBe(step.spanId);
+        const webhookCall = spans.find((s) => s.spanId === delivered.spanId)!;
+        expect(webhookCall).toMatchObject({ service: 'relay', kind: SPAN_KIND.client });
+        expect(webhookCall.parentSpanId).toBe(send.spanId);
 
-      // Redis and PostgreSQL commands inside the request show, under it.
-      expect(spans.some((s) => s.service === 'api' && /^eval/.test(s.name))).toBe(true);
-      expect(spans.some((s) => s.service === 'worker' && s.name.startsWith('pg.query'))).toBe(true);
+        // Redis and PostgreSQL commands inside the request show, under it.
+        expect(spans.some((s) => s.service === 'api' && /^eval/.test(s.name))).toBe(true);
+        expect(spans.some((s) => s.service === 'worker' && s.name.startsWith('pg.query'))).toBe(true);
 
-      // Log lines carry the trace and span they were written in.
-      const finished = await eventually(
-        () => worker.lines.find((l) => l.msg === 'job finished' && l.job_id === jobId),
-        5000,
-        "the worker's line for the job",
-      );
-      expect(finished).toMatchObject({ trace_id: traceId, span_id: delivery.spanId });
-      const answered = await eventually(
-        () => api.lines.find((l) => (l.req as { url?: string } | undefined)?.url === '/v1/summaries' && 'res' in l),
-        5000,
-        "the api's line for the POST",
-      );
-      expect(answered.trace_id).toBe(traceId);
+        // Log lines carry the trace and span they were written in.
+        const finished = await eventually(
+          () => worker.lines.find((l) => l.msg === 'job finished' && l.job_id === jobId),
+          5000,
+          "the worker's line for the job",
+        );
+        expect(finished).toMatchObject({ trace_id: traceId, span_id: delivery.spanId });
+        const answered = await eventually(
+          () => api.lines.find((l) => (l.req as { url?: string } | undefined)?.url === '/v1/summaries' && 'res' in l),
+          5000,
+          "the api's line for the POST",
+        );
+        expect(answered.trace_id).toBe(traceId);
 
-      // Traced, each app loaded the SDK.
-      await Promise.all([api, worker, relay].map(stop));
-      for (const proc of [api, worker, relay]) expect(loadedOtelPackages(proc)).toContain('@opentelemetry/sdk-trace');
-    } finally {
-      await hook.server.stop();
-      await model.stop();
-    }
-  });
+        // Traced, each app loaded the SDK.
+        await Promise.all([api, worker, relay].map(stop));
+        for (const proc of [api, worker, relay]) expect(loadedOtelPackages(proc)).toContain('@opentelemetry/sdk-trace');
+      } finally {
+        await hook.server.stop();
+        await model.stop();
+      }
+    },
+  );
 
   /** An outbox row as a step writes it, with `traceparent`, waking the relay. */
   const insertRow = async (key: string, traceparent: string | null) => {
