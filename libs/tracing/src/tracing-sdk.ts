@@ -14,6 +14,10 @@ import { defaultResource, detectResources, envDetector, resourceFromAttributes }
 import { BatchSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
 import { useOpenTelemetry } from './trace-context';
 import type { TracingConfig } from './tracing.env';
+import { setTimeout as sleep } from 'node:timers/promises';
+
+/** How long the last export may take at shutdown; what is not out by then is lost. */
+const SHUTDOWN_FLUSH_MS = 2000;
 
 /** Probes and scrapes: a trace each every few seconds would bury the requests. */
 const isProbe = (url: string | undefined): boolean =>
@@ -31,7 +35,7 @@ const isProbe = (url: string | undefined): boolean =>
  * relay's claims) would otherwise start a trace every second. Express's
  * middleware layers are left out (Nest's route handler is the span that says
  * which route). pino gets `trace_id` and `span_id` on every line logged in a
- * span. Returns the stop that flushes.
+ * span. Returns the stop that flushes, for at most SHUTDOWN_FLUSH_MS.
  */
 export function startSdk(service: string, config: TracingConfig): () => Promise<void> {
   const exporter = config.otlpProtocol === 'http/json' ? new JsonExporter() : new ProtobufExporter();
@@ -56,5 +60,7 @@ export function startSdk(service: string, config: TracingConfig): () => Promise<
       new PinoInstrumentation({ disableLogSending: true }),
     ],
   });
-  return () => provider.shutdown();
+  // At shutdown the drain is over: a collector that does not answer must not hold the exit up to the
+  // exporter's timeouts (10 s a request, 30 s a batch) and past the pod's grace period.
+  return () => Promise.race([provider.shutdown(), sleep(SHUTDOWN_FLUSH_MS, undefined, { ref: false })]);
 }
