@@ -32,6 +32,9 @@ describe('api configuration', () => {
       gatewayTimeoutMs: 300_000,
       paymentsUrl: undefined,
       paymentsTimeoutMs: 10_000,
+      otlpEndpoint: undefined,
+      otlpProtocol: 'http/protobuf',
+      otelScheduleDelayMs: 5000,
     });
   });
 

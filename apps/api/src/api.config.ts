@@ -1,4 +1,5 @@
 import { httpServerEnv } from '@app/http';
+import { tracingEnv } from '@app/tracing';
 import {
   commonEnv,
   redisDurabilityEnv,
@@ -40,6 +41,7 @@ export const apiEnvSchema = {
   ...commonEnv,
   ...redisDurabilityEnv,
   ...httpServerEnv,
+  ...tracingEnv,
   port: env.int('PORT', 3000, { min: 0, max: 65535 }),
   apiKeys: env.custom('API_KEYS', (raw, all) => parseApiKeys(raw, all.NODE_ENV === 'production'), {
     docDefault: '`demo:demo-key` outside production',

@@ -3,6 +3,7 @@ import { APP_FILTER, APP_PIPE } from '@nestjs/core';
 import { HealthModule, PostgresHealthIndicator, RedisHealthIndicator } from '@app/health';
 import { DEFAULT_REPLAY_HEADERS, IdempotencyModule, RedisIdempotencyStore } from '@app/idempotency';
 import { LoggingModule, MetricsModule } from '@app/observability';
+import { TracingModule } from '@app/tracing';
 import { PersistenceModule, PostgresIdempotencyStore } from '@app/persistence';
 import { ProblemDetailsFilter, RequestValidationPipe } from '@app/problem';
 import { type Durability, REDIS_CLIENT, REDIS_DURABILITY, RedisModule, type RedisClient } from '@app/redis';
@@ -51,6 +52,7 @@ export class ApiModule {
       module: ApiModule,
       imports: [
         LoggingModule.forRoot({ level: config.logLevel, app: 'api' }),
+        TracingModule,
         MetricsModule,
         RedisModule.forRoot({
           url: config.redisUrl,

@@ -1,3 +1,4 @@
+import './tracing';
 import 'reflect-metadata';
 import { serveHttpApp } from '@app/http';
 import { loadApiConfig } from './api.config';

@@ -1,3 +1,4 @@
+import './tracing';
 import 'reflect-metadata';
 import { createHttpApp, serveHttpApp } from '@app/http';
 import { loadRelayConfig } from './relay.config';

@@ -22,6 +22,9 @@ describe('relay configuration', () => {
       outboxBackoffBaseMs: 1000,
       outboxBackoffMaxMs: 300_000,
       outboxLeaseMs: 21_000,
+      otlpEndpoint: undefined,
+      otlpProtocol: 'http/protobuf',
+      otelScheduleDelayMs: 5000,
     });
   });
 
@@ -35,6 +38,9 @@ describe('relay configuration', () => {
 
   it.each([
     ['HEALTH_PORT', 'http'],
+    ['OTEL_EXPORTER_OTLP_ENDPOINT', 'collector:4318'],
+    ['OTEL_EXPORTER_OTLP_PROTOCOL', 'grpc'],
+    ['OTEL_BSP_SCHEDULE_DELAY', '5s'],
     ['NOTIFY_WEBHOOK_URL', 'ftp://x'],
     ['NOTIFY_WEBHOOK_URL', 'not a url'],
     ['NOTIFY_TIMEOUT_S', 'abc'],

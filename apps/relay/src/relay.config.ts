@@ -1,4 +1,5 @@
 import { httpServerEnv } from '@app/http';
+import { tracingEnv } from '@app/tracing';
 import { commonEnv, ConfigFieldError, ConfigOf, type Env, env, parseConfig, processEnv } from '@app/config';
 
 const BACKOFF_BASE_MS_DEFAULT = 1000;
@@ -7,6 +8,7 @@ const BACKOFF_BASE_MS_DEFAULT = 1000;
 export const relayEnvSchema = {
   ...commonEnv,
   ...httpServerEnv,
+  ...tracingEnv,
   healthPort: env.int('HEALTH_PORT', 3002, { min: 0, max: 65535 }, { describe: 'health and metrics' }),
   /** Unset: the log sender (quick start). */
   notifyWebhookUrl: env.optionalUrl('NOTIFY_WEBHOOK_URL', ['http:', 'https:'], {

@@ -2,6 +2,7 @@ import { DynamicModule, Module } from '@nestjs/common';
 import { APP_FILTER } from '@nestjs/core';
 import { HealthModule, PostgresHealthIndicator } from '@app/health';
 import { LoggingModule, MetricsModule } from '@app/observability';
+import { TracingModule } from '@app/tracing';
 import { PersistenceModule } from '@app/persistence';
 import { ProblemDetailsFilter } from '@app/problem';
 import { OutboxRelayModule } from './outbox/outbox-relay.module';
@@ -14,6 +15,7 @@ export class RelayModule {
       module: RelayModule,
       imports: [
         LoggingModule.forRoot({ level: config.logLevel, app: 'relay' }),
+        TracingModule,
         MetricsModule,
         PersistenceModule.forRoot({ url: config.databaseUrl, applicationName: 'relay' }),
         // PostgreSQL only: the relay has no Redis, so it neither checks nor opens it

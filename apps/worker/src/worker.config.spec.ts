@@ -17,6 +17,8 @@ describe('worker configuration', () => {
       llmMaxAttempts: 4,
       jobStreamPartitions: 1,
       workflowRunRetentionDays: 30,
+      otlpProtocol: 'http/protobuf',
+      otelScheduleDelayMs: 5000,
     });
   });
 

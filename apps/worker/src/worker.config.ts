@@ -1,4 +1,5 @@
 import { httpServerEnv } from '@app/http';
+import { tracingEnv } from '@app/tracing';
 import {
   commonEnv,
   ConfigFieldError,
@@ -26,6 +27,7 @@ export const workerEnvSchema = {
   ...commonEnv,
   ...redisDurabilityEnv,
   ...httpServerEnv,
+  ...tracingEnv,
   healthPort: env.int('HEALTH_PORT', 3001, { min: 0, max: 65535 }, { describe: 'health and metrics' }),
   concurrency: env.int('WORKER_CONCURRENCY', 16, { min: 1, max: 1000 }, { describe: 'jobs in flight per process' }),
   claimIdleMs: env.int(

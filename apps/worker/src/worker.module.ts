@@ -4,6 +4,7 @@ import { HealthModule, PostgresHealthIndicator, RedisHealthIndicator } from '@ap
 import { SummaryQueueModule } from '@app/summary-queue';
 import { LlmModule } from '@app/llm';
 import { LoggingModule, MetricsModule } from '@app/observability';
+import { TracingModule } from '@app/tracing';
 import { PersistenceModule } from '@app/persistence';
 import { ProblemDetailsFilter } from '@app/problem';
 import { RedisModule } from '@app/redis';
@@ -55,6 +56,7 @@ export class WorkerModule {
       module: WorkerModule,
       imports: [
         LoggingModule.forRoot({ level: config.logLevel, app: 'worker' }),
+        TracingModule,
         MetricsModule,
         RedisModule.forRoot({
           url: config.redisUrl,

@@ -9,6 +9,7 @@ import { RefundAttempts1764806400000 } from './migrations/1764806400000-refund-a
 import { IdempotencyBytes1764892800000 } from './migrations/1764892800000-idempotency-bytes';
 import { Workflows1764979200000 } from './migrations/1764979200000-workflows';
 import { GatewayRecords1765065600000 } from './migrations/1765065600000-gateway-records';
+import { OutboxTraceparent1765152000000 } from './migrations/1765152000000-outbox-traceparent';
 
 export const ENTITIES = [Summary, Outbox];
 /** Listed, not globbed: the apps are bundled, so there is no directory to scan. */
@@ -21,6 +22,7 @@ export const MIGRATIONS = [
   IdempotencyBytes1764892800000,
   Workflows1764979200000,
   GatewayRecords1765065600000,
+  OutboxTraceparent1765152000000,
 ];
 
 /** The longest the client waits for one query's answer: what bounds a request that reads PostgreSQL. */

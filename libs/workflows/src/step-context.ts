@@ -20,6 +20,7 @@ import {
   tokensUsed,
 } from './step-tokens';
 import type { NewOutboxMessage } from '@app/persistence';
+import { activeTraceparent } from '@app/tracing';
 import type { ChatCompletion } from 'openai/resources/chat/completions';
 import type { EntityManager } from 'typeorm';
 import { RetryError } from './retry/retry.errors';
@@ -219,7 +220,14 @@ export class StepContextImpl<I> implements StepContext<I> {
   }
 
   outbox(message: NewOutboxMessage): void {
-    this.messages.push({ topic: message.topic, dedupeKey: message.dedupeKey, payload: { ...message.payload } });
+    // The row carries the step's trace to the relay, whose send continues it (none when tracing is off).
+    const traceparent = activeTraceparent();
+    this.messages.push({
+      topic: message.topic,
+      dedupeKey: message.dedupeKey,
+      payload: { ...message.payload },
+      ...(traceparent === undefined ? {} : { traceparent }),
+    });
   }
 
   transaction(): Promise<EntityManager> {

@@ -59,6 +59,16 @@ describe('the step entry wire format', () => {
     ]); // prettier-ignore
   });
 
+  it('writes the trace an entry continues as `traceparent`, last, only when there is one', () => {
+    const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+    const flat = stepEntryFields({ runId: RUN, tenant: 't', payload: '{}', step: 'b', traceparent });
+    expect(flat.slice(-2)).toEqual(['traceparent', traceparent]);
+    expect(stepEntryFields({ runId: RUN, tenant: 't', payload: '{}' })).not.toContain('traceparent');
+    // A next step's entry is built from this one's fields without it: it continues the trace of the delivery.
+    const next = nextStepEntry(parseStepEntry(entryFieldMap(flat)), 'c', 'b', undefined);
+    expect(next).not.toHaveProperty('traceparent');
+  });
+
   it("reads an entry's run id and workflow without its payload; none without a run id", () => {
     expect(stepEntryRun({ job_id: RUN, tenant: 't', payload: '{', workflow: 'triage' })).toEqual({
       runId: RUN,

@@ -1,4 +1,5 @@
 import { isUuid } from '@app/ids';
+import { TRACEPARENT } from '@app/tracing';
 
 /**
  * The fields of a step entry on a queue's stream, written and read here and
@@ -8,7 +9,9 @@ import { isUuid } from '@app/ids';
  * workflow); `step` absent on a run's first entry; `state` the outputs the
  * earlier steps committed, by step name (absent: `{}`). An entry written by
  * the api before workflows existed (`job_id`, `tenant`, `payload`) is a valid
- * first-step entry of summaries.
+ * first-step entry of summaries. `traceparent` (W3C) is the trace of what
+ * queued the entry (the POST, the step before), when tracing is on: the
+ * consumer's delivery span continues it.
  */
 export const STEP_ENTRY_FIELDS = {
   runId: 'job_id',
@@ -18,6 +21,7 @@ export const STEP_ENTRY_FIELDS = {
   step: 'step',
   state: 'state',
   redriven: 'redriven',
+  traceparent: TRACEPARENT,
 } as const;
 
 /** A step entry as the engine sees it. */
@@ -120,6 +124,8 @@ export interface NewStepEntry {
   readonly workflow?: string;
   readonly step?: string;
   readonly state?: Readonly<Record<string, unknown>>;
+  /** The trace the entry continues (activeTraceparent); absent when tracing is off. */
+  readonly traceparent?: string;
 }
 
 /** An entry's flat field list for XADD. */
@@ -129,6 +135,7 @@ export function stepEntryFields(entry: NewStepEntry): string[] {
   if (entry.workflow !== undefined) out.push(f.workflow, entry.workflow);
   if (entry.step !== undefined) out.push(f.step, entry.step);
   if (entry.state !== undefined) out.push(f.state, JSON.stringify(entry.state));
+  if (entry.traceparent !== undefined) out.push(f.traceparent, entry.traceparent);
   return out;
 }
 

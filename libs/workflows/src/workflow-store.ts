@@ -201,7 +201,7 @@ export interface SerializedCommit {
   readonly output: string;
   readonly runOutput: string | null;
   readonly inserts: readonly { readonly table: string; readonly columns: readonly string[]; readonly row: string }[];
-  /** Each outbox message as JSON text ({topic, dedupe_key, payload}). */
+  /** Each outbox message as JSON text ({topic, dedupe_key, payload, traceparent?}). */
   readonly outbox: readonly string[];
   /** The outbox dedupe keys (the batch keeps two commits of one key apart). */
   readonly dedupeKeys: readonly string[];
@@ -250,7 +250,10 @@ export function serializeCommit(c: StepCommit): SerializedCommit {
       return { table, columns, row: toJson(row, `a row for ${table}`) };
     }),
     outbox: c.outbox.map((m) =>
-      toJson({ topic: m.topic, dedupe_key: m.dedupeKey, payload: m.payload }, `outbox message ${m.dedupeKey}`),
+      toJson(
+        { topic: m.topic, dedupe_key: m.dedupeKey, payload: m.payload, traceparent: m.traceparent },
+        `outbox message ${m.dedupeKey}`,
+      ),
     ),
     dedupeKeys: c.outbox.map((m) => m.dedupeKey),
     unbegun: c.unbegun
@@ -352,8 +355,8 @@ function commitStatement(steps: readonly SerializedCommit[]): { sql: string; par
     UNION ALL
     SELECT i.k, true, 1 FROM input i JOIN made_steps m ON m.run_id = i.run_id
   )${inserts.join('')}, message AS (
-    INSERT INTO outbox (topic, dedupe_key, payload)
-    SELECT e->'m'->>'topic', e->'m'->>'dedupe_key', e->'m'->'payload'
+    INSERT INTO outbox (topic, dedupe_key, payload, traceparent)
+    SELECT e->'m'->>'topic', e->'m'->>'dedupe_key', e->'m'->'payload', e->'m'->>'traceparent'
       FROM jsonb_array_elements($6::jsonb) e
       JOIN winners w ON w.k = (e->>'k')::bigint
     ON CONFLICT (dedupe_key) DO NOTHING

@@ -25,6 +25,7 @@ import { RetryPolicy } from './retry/retry-policy.service';
 import { RetryError } from './retry/retry.errors';
 import { markRunFailed, noteTokenWait } from './run-record';
 import { InjectRedis, type RedisClient } from '@app/redis';
+import { activeTraceparent, inSpan } from '@app/tracing';
 import { JOB_RECORD_TTL_MS } from './run-ids';
 import { StepContextImpl } from './step-context';
 import {
@@ -424,7 +425,18 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
       let output: unknown;
       try {
         const host = r.workflow.instance() as Record<string, (c: StepContextImpl<unknown>) => unknown>;
-        output = await host[r.step.method](step);
+        // The step's own span: its model calls and the outbox rows it asks for (their traceparent) are its children.
+        output = await inSpan(
+          `step ${r.workflow.name}.${r.step.name}`,
+          () => ({
+            attributes: {
+              'workflow.name': r.workflow.name,
+              'workflow.step': r.step.name,
+              'workflow.run_id': r.entry.runId,
+            },
+          }),
+          async () => host[r.step.method](step),
+        );
       } catch (err) {
         // Its writes go first, and its lock on the step row with them: marking the step failed needs that row.
         await this.rollback(step);
@@ -518,7 +530,12 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
   private advance(r: Resolved, output: unknown, outcome: string): DeliveryResult {
     const next = r.workflow.steps[r.index + 1];
     if (!next) return { outcome };
-    const fields = stepEntryFields(nextStepEntry(r.entry, next.name, r.step.name, output ?? undefined));
+    // The next step continues this delivery's trace (undefined, and no field, when tracing is off).
+    const traceparent = activeTraceparent();
+    const fields = stepEntryFields({
+      ...nextStepEntry(r.entry, next.name, r.step.name, output ?? undefined),
+      ...(traceparent === undefined ? {} : { traceparent }),
+    });
     // Once per (run, step), on the run's record: whichever delivery of this step acks, the next is added once.
     const gate = {
       key: r.partition.jobRecordKey(r.entry.runId),

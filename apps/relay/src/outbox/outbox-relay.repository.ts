@@ -11,6 +11,8 @@ export interface ClaimedMessage extends OutboxMessage {
   readonly attempts: number;
   /** The `lease_until` this claim stamped, to the millisecond (it round-trips through a JS Date exactly). */
   readonly lease: Date;
+  /** The trace of the step that wrote it: the send's span continues it. */
+  readonly traceparent?: string;
 }
 
 /** A row sent, and the lease it was claimed with. */
@@ -49,6 +51,7 @@ export class OutboxRelayRepository {
         payload: r.payload,
         attempts: r.attempts,
         lease: r.lease_until,
+        ...(r.traceparent === null ? {} : { traceparent: r.traceparent }),
       }))
       .sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1));
   }
@@ -110,6 +113,7 @@ interface ClaimRow {
   payload: Record<string, unknown>;
   attempts: number;
   lease_until: Date;
+  traceparent: string | null;
 }
 
 /**

@@ -3,6 +3,7 @@ import { MicroBatcher } from '@app/batching';
 import { backoffDelay } from '@app/config';
 import { HealthChecksRegistry } from '@app/health';
 import { deleteInBatches } from '@app/persistence';
+import { inSpanFrom, SpanKind } from '@app/tracing';
 import { PinoLogger } from 'nestjs-pino';
 import { once } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -140,7 +141,7 @@ export class OutboxRelay implements OnApplicationBootstrap, BeforeApplicationShu
     // Every log line about a row carries its row id, dedupe key and job id.
     const results = await Promise.all(
       claimed.map((message) =>
-        this.pino.runInContext(() => this.deliver(message), {
+        this.pino.runInContext(() => this.traced(message), {
           bindings: { outbox_id: message.id, dedupe_key: message.dedupeKey, job_id: message.payload.job_id },
         }),
       ),
@@ -188,6 +189,30 @@ export class OutboxRelay implements OnApplicationBootstrap, BeforeApplicationShu
     } finally {
       this.idling = undefined;
     }
+  }
+
+  /**
+   * The row's send and record as a span continuing the trace of the step that wrote it (its `traceparent`
+   * column): the webhook's request is its child and carries that trace's `traceparent`. A no-op when tracing is off.
+   */
+  private traced(message: ClaimedMessage): Promise<RowResult> {
+    const options = () => ({
+      kind: SpanKind.CONSUMER,
+      attributes: {
+        'messaging.system': 'postgresql',
+        'messaging.operation.type': 'process',
+        'messaging.destination.name': 'outbox',
+        'messaging.message.id': message.id,
+        'outbox.topic': message.topic,
+        'outbox.dedupe_key': message.dedupeKey,
+        'outbox.attempt': message.attempts + 1,
+      },
+    });
+    return inSpanFrom(message.traceparent, 'deliver outbox', options, async (span) => {
+      const result = await this.deliver(message);
+      span?.setAttribute('outcome', result);
+      return result;
+    });
   }
 
   private async deliver(message: ClaimedMessage): Promise<RowResult> {

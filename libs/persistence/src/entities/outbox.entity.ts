@@ -40,6 +40,10 @@ export class Outbox {
   @Column({ name: 'lease_until', type: 'timestamptz', nullable: true })
   leaseUntil!: Date | null;
 
+  /** The W3C trace of the step that wrote the row (unset when tracing was off): the relay's send continues it. */
+  @Column({ type: 'text', nullable: true })
+  traceparent!: string | null;
+
   /** Set when the row ran out of attempts; a person re-queues it. */
   @Column({ name: 'parked_at', type: 'timestamptz', nullable: true })
   parkedAt!: Date | null;

@@ -46,7 +46,7 @@ export const OutboxSql = {
           SET lease_until = date_trunc('milliseconds', now()) + $2::integer * interval '1 millisecond'
          FROM due
         WHERE o.id = due.id
-       RETURNING o.id, o.topic, o.dedupe_key, o.payload, o.attempts, o.lease_until`,
+       RETURNING o.id, o.topic, o.dedupe_key, o.payload, o.attempts, o.lease_until, o.traceparent`,
 
   /**
    * $1 ids, $2 their leases (arrays, one element per row): the rows sent
@@ -127,4 +127,6 @@ export interface NewOutboxMessage {
   readonly topic: string;
   readonly dedupeKey: string;
   readonly payload: Readonly<Record<string, unknown>>;
+  /** The W3C trace the row continues, its writer's (libs/tracing); the relay's send is its child. */
+  readonly traceparent?: string;
 }

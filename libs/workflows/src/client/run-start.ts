@@ -1,4 +1,5 @@
 import { type Durability, NotReplicatedError, RedisScript, type RedisClient } from '@app/redis';
+import { activeTraceparent } from '@app/tracing';
 import type { QueuePartition } from '../queue-layout';
 import { JOB_RECORD_TTL_MS } from '../run-ids';
 import { RunNotQueuedError, RunTenantMismatchError } from './workflow-client.errors';
@@ -18,9 +19,11 @@ const WRONG_TENANT = 'WRONGTENANT';
  * hand the run, and what GET shows of it, to the other. On the shared queue
  * the record and the entry name the workflow (ARGV[6]); on a queue of its own
  * they do not, so a summaries entry is exactly what the summaries route
- * always wrote (job_id, tenant, payload).
+ * always wrote (job_id, tenant, payload). With tracing on, the entry carries
+ * the request's `traceparent` too (ARGV[7]; wire.ts), which the worker's
+ * delivery continues.
  * KEYS: the run record, the stream. ARGV: run id, tenant, payload, accepted_at
- * (ms), record TTL (ms), workflow or ''.
+ * (ms), record TTL (ms), workflow or '', traceparent or ''.
  */
 const START = new RedisScript(
   'workflow-start',
@@ -35,10 +38,16 @@ else
 end
 redis.call('HSETNX', KEYS[1], 'accepted_at', ARGV[4])
 redis.call('PEXPIRE', KEYS[1], ARGV[5])
+local fields = {'job_id', ARGV[1], 'tenant', ARGV[2], 'payload', ARGV[3]}
 if ARGV[6] ~= '' then
-  return redis.call('XADD', KEYS[2], '*', 'job_id', ARGV[1], 'tenant', ARGV[2], 'payload', ARGV[3], 'workflow', ARGV[6])
+  table.insert(fields, 'workflow')
+  table.insert(fields, ARGV[6])
 end
-return redis.call('XADD', KEYS[2], '*', 'job_id', ARGV[1], 'tenant', ARGV[2], 'payload', ARGV[3])`,
+if ARGV[7] ~= '' then
+  table.insert(fields, 'traceparent')
+  table.insert(fields, ARGV[7])
+end
+return redis.call('XADD', KEYS[2], '*', unpack(fields))`,
 );
 
 /** A run's first step, as the start queues it. */
@@ -81,6 +90,7 @@ export async function writeRunStart(
     Date.now(),
     JOB_RECORD_TTL_MS,
     entry.workflow ?? '',
+    activeTraceparent() ?? '',
   ];
   try {
     return await START.runDurably<string>(

@@ -2,6 +2,7 @@ import { BeforeApplicationShutdown, Injectable, Logger, OnApplicationBootstrap, 
 import { backoffDelay } from '@app/config';
 import { HealthChecksRegistry } from '@app/health';
 import { InjectRedis, type RedisClient } from '@app/redis';
+import { inSpanFrom, SpanKind, TRACEPARENT } from '@app/tracing';
 import { PinoLogger } from 'nestjs-pino';
 import { setMaxListeners } from 'node:events';
 import { setTimeout as delay } from 'node:timers/promises';
@@ -37,6 +38,9 @@ interface PartitionState {
   /** Its queue's name and its index there: what the handler is told (EntrySource). */
   readonly source: EntrySource;
   readonly index: number;
+  /** Its stream's key and its queue's consumer group: what a delivery's span names. */
+  readonly stream: string;
+  readonly consumerGroup: string;
   /** Its loop's name for the liveness check. */
   readonly loopName: string;
   readonly group: ConsumerGroup;
@@ -129,6 +133,8 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
         return {
           source: { queue: queue.name, partition: partition.index },
           index: partition.index,
+          stream: partition.stream,
+          consumerGroup: queue.group,
           loopName: `${LOOP}${named}${numbered}`,
           group: new ConsumerGroup(redis, group, this.logger),
           leases: new LeaseManager(redis, lease, () => [...inFlight], this.logger),
@@ -415,10 +421,41 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     const slot = `${p.source.queue}/${p.index}/${message.id}`;
     // Out of the partition's in-flight set before its slot frees, as the slot was before.
     const work = this.pino
-      .runInContext(() => this.process(p, message, deliveries, () => this.slots.finishing(slot)), { bindings })
+      .runInContext(() => this.traced(p, message, deliveries, () => this.slots.finishing(slot)), { bindings })
       .finally(() => p.inFlight.delete(message.id));
     const outcome = slots.hold(slot, work);
     return { id: message.id, deliveries, outcome };
+  }
+
+  /**
+   * The delivery, its ack included, as a span continuing the trace of what queued the entry (its `traceparent`
+   * field, when tracing was on then): one trace from the POST through every step. A no-op when tracing is off.
+   */
+  private traced(
+    p: PartitionState,
+    message: StreamMessage,
+    deliveries: number,
+    workDone: () => void,
+  ): Promise<DeliveryOutcome> {
+    const options = () => {
+      const named: Record<string, string> = {};
+      for (const [k, v] of Object.entries(this.logFields(message))) if (v !== undefined) named[k] = v;
+      const attributes = {
+        'messaging.system': 'redis',
+        'messaging.operation.type': 'process',
+        'messaging.destination.name': p.stream,
+        'messaging.consumer.group.name': p.consumerGroup,
+        'messaging.message.id': message.id,
+        deliveries,
+        ...named,
+      };
+      return { kind: SpanKind.CONSUMER, attributes };
+    };
+    return inSpanFrom(message.fields[TRACEPARENT], `process ${p.stream}`, options, async (span) => {
+      const outcome = await this.process(p, message, deliveries, workDone);
+      span?.setAttribute('outcome', outcome);
+      return outcome;
+    });
   }
 
   private async process(
