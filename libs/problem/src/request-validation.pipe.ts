@@ -60,7 +60,7 @@ const TYPE_CHECKS: ReadonlySet<string> = new Set([
 ]);
 
 /** A property's messages: only its type's when the value has the wrong type, else every failed constraint's. */
-export function constraintMessages(constraints: Readonly<Record<string, string>>): string[] {
+function constraintMessages(constraints: Readonly<Record<string, string>>): string[] {
   const failed = Object.entries(constraints);
   const typeOnly = failed.filter(([name]) => TYPE_CHECKS.has(name));
   return (typeOnly.length > 0 ? typeOnly : failed).map(([, message]) => message);
