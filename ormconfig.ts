@@ -1,4 +1,4 @@
-// The DataSource the TypeORM CLI uses (`npm run migration:run`).
+// The DataSource of `npm run migration:run` (scripts/migrate.ts) and of the TypeORM CLI (`-d ormconfig.ts`).
 import { commonEnv, parseConfig, processEnv } from '@app/config';
 import { dataSourceOptions } from '@app/persistence';
 import { DataSource } from 'typeorm';

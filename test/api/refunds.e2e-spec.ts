@@ -1035,6 +1035,24 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       await expectPaidOnce(await post(key, fixed), key, fixed);
     });
 
+    it.each([
+      ['amount "1250"', { amount: '1250' }, 'amount: amount must be an integer number'],
+      ['amount null', { amount: null }, 'amount: amount must be an integer number'],
+      ['amount 1.5', { amount: 1.5 }, 'amount: amount must be an integer number'],
+      ['amount 0', { amount: 0 }, 'amount: amount must not be less than 1'],
+      ['a ticket_id object', { ticket_id: { id: 'T-1' } }, 'ticket_id: ticket_id must be a string'],
+    ])(
+      '%s: the detail says what is wrong, a type error as a type error (not the range it fails too)',
+      async (_name, over, detail) => {
+        const res = await post(newKey(), { ...newBody(), ...over });
+        expect({ status: res.status, type: res.body.type, detail: res.body.detail }).toEqual({
+          status: 400,
+          type: ProblemTypes.validationFailed,
+          detail,
+        });
+      },
+    );
+
     it('missing or malformed Idempotency-Key: 400 naming the header; no payout, no row, no record', async () => {
       const recordsBefore = Number((await db.query(`SELECT count(*) AS n FROM idempotency_keys`))[0].n);
       const refundsBefore = Number((await db.query(`SELECT count(*) AS n FROM refunds`))[0].n);

@@ -3,8 +3,8 @@ import 'tsconfig-paths/register';
 import type { Config } from '@jest/types';
 import { Redis } from 'ioredis';
 import { Client } from 'pg';
-import { execFileSync } from 'node:child_process';
 import { join } from 'node:path';
+import { buildAppsUnlessCurrent } from './app-builds';
 import { freshMigratedDatabase } from './databases';
 import { BASE_DATABASE_URL, BASE_REDIS_URL, testDatabaseName } from './infra';
 
@@ -15,7 +15,8 @@ const ROOT = join(__dirname, '..', '..');
  * PostgreSQL database with the migrations applied (the same migrations
  * production runs, never `synchronize`), and builds the apps once for the
  * suites that run them as processes (dist/apps/<app>/main.js): built per
- * suite, two jest workers could write one bundle at once.
+ * suite, two jest workers could write one bundle at once. Not again when the
+ * last run built them from the same sources (app-builds.ts).
  */
 export default async function globalSetup(globalConfig: Config.GlobalConfig): Promise<void> {
   const redis = new Redis(BASE_REDIS_URL, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
@@ -41,7 +42,7 @@ export default async function globalSetup(globalConfig: Config.GlobalConfig): Pr
   } finally {
     await admin.end();
   }
-  for (const app of ['api', 'worker', 'relay', 'admin']) {
-    execFileSync(join(ROOT, 'node_modules', '.bin', 'nest'), ['build', app], { cwd: ROOT, stdio: 'pipe' });
+  if (buildAppsUnlessCurrent(ROOT, ['api', 'worker', 'relay', 'admin']) === 'current') {
+    process.stderr.write('\ndist/apps: built from these very sources by the last run, not built again\n');
   }
 }

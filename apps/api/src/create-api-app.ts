@@ -22,8 +22,8 @@ export const MAX_JSON_VALUES = 20_000;
  * What the HTTP server needs beyond the module graph, shared by main.ts and
  * the end-to-end tests: JSON bodies of at most 1 MiB within structural limits,
  * refused as problem+json once logged and counted; pino as the logger, the
- * OpenAPI document at /docs. main.ts serves it (serveHttpApp: the server's
- * limits, shutdown hooks).
+ * OpenAPI document at /docs (the JSON at /docs/openapi.json). main.ts serves
+ * it (serveHttpApp: the server's limits, shutdown hooks).
  */
 export function configureApiApp(app: NestExpressApplication): NestExpressApplication {
   app.useLogger(app.get(Logger));
@@ -50,18 +50,19 @@ export function configureApiApp(app: NestExpressApplication): NestExpressApplica
         "Summarisation jobs behind idempotent POSTs, and an OpenAI-compatible gateway (chat completions and responses) whose retries never bill twice. Errors are application/problem+json (RFC 9457), except on the gateway, which answers in OpenAI's error envelope.",
       )
       .setVersion('1')
-      .addBearerAuth(
-        { type: 'http', scheme: 'bearer', description: 'An API key from API_KEYS; it names the tenant' },
-        TENANT_KEY_AUTH,
-      )
-      .addBearerAuth(
-        {
-          type: 'http',
-          scheme: 'bearer',
-          description: 'ADMIN_API_KEY, for the /admin endpoints only; tenant keys get 401',
-        },
-        ADMIN_KEY_AUTH,
-      )
+      // addSecurity, not addBearerAuth: that one adds `bearerFormat: JWT`, and our keys are opaque strings.
+      .addSecurity(TENANT_KEY_AUTH, {
+        type: 'http',
+        scheme: 'bearer',
+        description:
+          'An API key from API_KEYS, an opaque string sent as `Authorization: Bearer <key>`; it names the tenant',
+      })
+      .addSecurity(ADMIN_KEY_AUTH, {
+        type: 'http',
+        scheme: 'bearer',
+        description:
+          'ADMIN_API_KEY, an opaque string sent as `Authorization: Bearer <key>`, for the /admin endpoints only; tenant keys get 401',
+      })
       .build(),
   );
   SwaggerModule.setup('docs', app, document, { jsonDocumentUrl: 'docs/openapi.json' });

@@ -7,6 +7,8 @@ import { configureHttpServer } from './http-server';
 import type { HttpServerSettings } from './http-server.settings';
 import { captureProcessWarnings } from './process-warnings';
 
+const SHUTDOWN_SIGNALS = ['SIGTERM', 'SIGINT'];
+
 export interface ServedApp {
   readonly app: INestApplication;
   readonly port: number;
@@ -30,7 +32,13 @@ export function serveHttpApp(name: string, build: () => Promise<ServedApp>): voi
     // Nest's Logger, not pino's directly: it takes (fields, message) and adds its context.
     warnings.logTo(new NestLogger('ProcessWarning'));
     configureHttpServer(app.getHttpServer() as Server, http, new NestLogger('HttpServer'), app.get(Registry));
-    app.enableShutdownHooks(['SIGTERM', 'SIGINT'], { useProcessExit: true });
+    app.enableShutdownHooks(SHUTDOWN_SIGNALS, { useProcessExit: true });
+    // Nest lets go of its handlers once the app is closed, a moment before it
+    // calls process.exit(0); a repeat of the signal in that moment would kill
+    // the process (Ctrl-C under `npm start` comes twice: from the terminal,
+    // and from concurrently, which forwards it). While the app drains, Nest
+    // ignores repeats already; these keep ignoring them until the exit.
+    for (const signal of SHUTDOWN_SIGNALS) process.on(signal, () => undefined);
     await app.listen(port);
   };
   start().catch((err: unknown) => {

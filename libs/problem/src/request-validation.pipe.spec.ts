@@ -1,6 +1,6 @@
 import 'reflect-metadata';
 import { Type } from 'class-transformer';
-import { IsInt, IsString, ValidateNested } from 'class-validator';
+import { IsInt, IsString, Length, Max, Min, ValidateNested } from 'class-validator';
 import { ProblemException } from './problem';
 import { ProblemTypes } from './problem-types';
 import { MAX_LISTED_ERRORS, RequestValidationPipe } from './request-validation.pipe';
@@ -10,11 +10,14 @@ class LineDto {
   sku!: string;
 
   @IsInt()
+  @Min(1)
+  @Max(100)
   quantity!: number;
 }
 
 class OrderDto {
   @IsString()
+  @Length(1, 8)
   customer!: string;
 
   @ValidateNested()
@@ -95,6 +98,43 @@ describe('RequestValidationPipe', () => {
     expect((problem.problem.errors as { field: string }[]).map((e) => e.field).sort()).toEqual([
       'customer',
       'first.quantity',
+    ]);
+  });
+
+  it.each([
+    [
+      'a number as a string',
+      '{"customer":"c","first":{"sku":"a","quantity":"1250"},"lines":[]}',
+      'first.quantity',
+      ['quantity must be an integer number'],
+    ],
+    [
+      'a string as a number',
+      '{"customer":5,"first":{"sku":"a","quantity":1},"lines":[]}',
+      'customer',
+      ['customer must be a string'],
+    ],
+    ['a missing value', '{"first":{"sku":"a","quantity":1},"lines":[]}', 'customer', ['customer must be a string']],
+    [
+      'a nested DTO as a string',
+      '{"customer":"c","first":"a","lines":[]}',
+      'first',
+      ['nested property first must be either object or array'],
+    ],
+  ])(
+    'names a type error as one (%s): only the type check, not the range or length checks it fails too',
+    async (_, json, field, messages) => {
+      const problem = await problemOf(parsed(json));
+      expect(problem.problem.errors).toEqual([{ field, messages }]);
+      expect(problem.problem.detail).toBe(`${field}: ${messages.join(', ')}`);
+    },
+  );
+
+  it('lists every failed constraint of a value of the right type', async () => {
+    const problem = await problemOf(parsed('{"customer":"far too long","first":{"sku":"a","quantity":0},"lines":[]}'));
+    expect(problem.problem.errors).toEqual([
+      { field: 'customer', messages: ['customer must be shorter than or equal to 8 characters'] },
+      { field: 'first.quantity', messages: ['quantity must not be less than 1'] },
     ]);
   });
 

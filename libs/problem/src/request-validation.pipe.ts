@@ -1,6 +1,17 @@
 import { ArgumentMetadata, HttpStatus, Injectable, ValidationError, ValidationPipe } from '@nestjs/common';
 import type { MetadataStorage as TransformMetadataStorage } from 'class-transformer/types/MetadataStorage';
-import { getMetadataStorage } from 'class-validator';
+import {
+  getMetadataStorage,
+  IS_ARRAY,
+  IS_BOOLEAN,
+  IS_DATE,
+  IS_ENUM,
+  IS_INT,
+  IS_NUMBER,
+  IS_OBJECT,
+  IS_STRING,
+  ValidationTypes,
+} from 'class-validator';
 import { ProblemException } from './problem';
 import { ProblemTypes } from './problem-types';
 
@@ -29,10 +40,36 @@ function shortField(name: string): string {
   return name.length <= MAX_FIELD_CHARS ? name : `${name.slice(0, MAX_FIELD_CHARS)}…`;
 }
 
+/*
+ * class-validator's type checks (its decorator/typechecker folder), and the
+ * check that a nested DTO is an object. When one fails, the property's other
+ * constraints fail only as a consequence: `"amount": "1250"` breaks @Min and
+ * @Max too, and "must not be less than 1" misleads about a value that is no
+ * number at all.
+ */
+const TYPE_CHECKS: ReadonlySet<string> = new Set([
+  IS_ARRAY,
+  IS_BOOLEAN,
+  IS_DATE,
+  IS_ENUM,
+  IS_INT,
+  IS_NUMBER,
+  IS_OBJECT,
+  IS_STRING,
+  ValidationTypes.NESTED_VALIDATION,
+]);
+
+/** A property's messages: only its type's when the value has the wrong type, else every failed constraint's. */
+function constraintMessages(constraints: Readonly<Record<string, string>>): string[] {
+  const failed = Object.entries(constraints);
+  const typeOnly = failed.filter(([name]) => TYPE_CHECKS.has(name));
+  return (typeOnly.length > 0 ? typeOnly : failed).map(([, message]) => message);
+}
+
 function flatten(errors: readonly ValidationError[], parent = ''): FieldError[] {
   return errors.flatMap((e) => {
     const field = parent ? `${parent}.${e.property}` : e.property;
-    const own = e.constraints ? [{ field, messages: Object.values(e.constraints) }] : [];
+    const own = e.constraints ? [{ field, messages: constraintMessages(e.constraints) }] : [];
     return [...own, ...flatten(e.children ?? [], field)];
   });
 }
