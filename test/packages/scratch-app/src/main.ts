@@ -13,6 +13,7 @@ import 'reflect-metadata';
 import { Body, Controller, Get, HttpCode, Module, Post } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import {
+  DirectAnswerExpressAdapter,
   IdempotencyModule,
   Idempotent,
   ProblemDetailsFilter,
@@ -85,7 +86,8 @@ async function main(): Promise<void> {
   })
   class AppModule {}
 
-  const app = await NestFactory.create(AppModule, { logger: ['error', 'warn'] });
+  // Replays written straight to the response (on Nest 11, the only way they are sent).
+  const app = await NestFactory.create(AppModule, new DirectAnswerExpressAdapter(), { logger: ['error', 'warn'] });
   // Errors as problem+json, with their headers (a 409's Retry-After).
   app.useGlobalFilters(new ProblemDetailsFilter());
   app.enableShutdownHooks();
