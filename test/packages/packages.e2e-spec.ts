@@ -87,15 +87,19 @@ describe('npm run pack: the packages in an app outside the repository', () => {
   };
   const runs = async (): Promise<number> => ((await (await fetch(`${base}/runs`)).json()) as { runs: number }).runs;
 
-  async function recreateDatabase(): Promise<string> {
+  /** Runs `statements` on the server, from its maintenance database. */
+  async function onServer(...statements: string[]): Promise<void> {
     const admin = new Client({ connectionString: BASE_DATABASE_URL });
     await admin.connect();
     try {
-      await admin.query(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
-      await admin.query(`CREATE DATABASE ${database}`);
+      for (const statement of statements) await admin.query(statement);
     } finally {
       await admin.end();
     }
+  }
+
+  async function recreateDatabase(): Promise<string> {
+    await onServer(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`, `CREATE DATABASE ${database}`);
     const url = new URL(BASE_DATABASE_URL);
     url.pathname = `/${database}`;
     return url.toString();
@@ -156,6 +160,7 @@ describe('npm run pack: the packages in an app outside the repository', () => {
     }
     await api?.close();
     redis?.disconnect();
+    await onServer(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
