@@ -3,7 +3,7 @@ import { JOBS_STREAM } from '@app/summary-queue';
 import type { Redis } from 'ioredis';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -162,6 +162,16 @@ describe('npm run pack: the packages in an app outside the repository', () => {
     redis?.disconnect();
     await onServer(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
     if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('each package as installed has its README, its declarations and a licence', () => {
+    for (const name of ['@llm-workflows/nestjs-idempotency', '@llm-workflows/client']) {
+      const installed = join(dir, 'node_modules', name);
+      const manifest = JSON.parse(readFileSync(join(installed, 'package.json'), 'utf8')) as Record<string, string>;
+      expect(manifest.license).toEqual(expect.any(String));
+      expect(existsSync(join(installed, manifest.types))).toBe(true);
+      expect(readFileSync(join(installed, 'README.md'), 'utf8')).toContain(`# ${name}`);
+    }
   });
 
   it('@Idempotent(): a new key runs the handler, the same key and body replay its answer', async () => {
