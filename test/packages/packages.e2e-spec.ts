@@ -16,9 +16,10 @@ import { BASE_DATABASE_URL, freePort, freshRedis, testDatabaseName, testRedisUrl
  * `npm run pack`'s tarballs as someone else's app gets them: a folder in the
  * temp directory with no path aliases and no monorepo, the tarballs and
  * their peers installed by npm (our lockfile's versions, so the npm cache
- * serves them), the app of test/packages/scratch-app compiled by tsc against
- * the packages' declarations, then run. Effects asserted: the handler's
- * runs, the answers, the api's jobs.
+ * serves them; in a second folder, Nest 11), the app of
+ * test/packages/scratch-app compiled by tsc against the packages'
+ * declarations, then run. Effects asserted: the handler's runs, the
+ * answers, the api's jobs.
  */
 
 const ROOT = join(__dirname, '..', '..');
