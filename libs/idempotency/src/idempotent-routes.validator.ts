@@ -1,8 +1,10 @@
 import { Inject, Injectable, OnModuleInit } from '@nestjs/common';
 import { PATH_METADATA, ROUTE_ARGS_METADATA } from '@nestjs/common/constants';
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum';
-import { DiscoveryService, MetadataScanner, ModuleRef, Reflector } from '@nestjs/core';
+import { DiscoveryService, HttpAdapterHost, MetadataScanner, ModuleRef, Reflector } from '@nestjs/core';
 import { ContextUtils } from '@nestjs/core/internal';
+import { RouterResponseController } from '@nestjs/core/router/router-response-controller';
+import { sendsDirectAnswers } from './direct-answer';
 import { assertValidIdempotentOptions, IdempotentMetadata, type IdempotentOptions } from './idempotent.decorator';
 import { IDEMPOTENCY_MODULE_OPTIONS, type IdempotencyModuleOptions } from './idempotency.module-definition';
 
@@ -27,10 +29,12 @@ export class IdempotentRoutesValidator implements OnModuleInit {
     private readonly reflector: Reflector,
     @Inject(IDEMPOTENCY_MODULE_OPTIONS) private readonly options: IdempotencyModuleOptions,
     private readonly moduleRef: ModuleRef,
+    private readonly adapterHost: HttpAdapterHost,
   ) {}
 
   onModuleInit(): void {
     const problems: string[] = [];
+    let routes = 0;
     for (const wrapper of this.discovery.getControllers()) {
       const type = wrapper.metatype;
       if (typeof type !== 'function') continue;
@@ -44,6 +48,7 @@ export class IdempotentRoutesValidator implements OnModuleInit {
           type,
         ]);
         if (options === undefined) continue;
+        routes++;
         const where = `@Idempotent() on ${type.name}.${name}`;
         try {
           assertValidIdempotentOptions(options, where);
@@ -66,7 +71,22 @@ export class IdempotentRoutesValidator implements OnModuleInit {
         }
       }
     }
+    if (routes > 0 && this.adapterHost.httpAdapter && !this.answersAreSent()) {
+      problems.push(
+        'replays are answers this Nest cannot send (a web Response, which Nest 11 would send as {}): ' +
+          'create the app with DirectAnswerExpressAdapter: NestFactory.create(AppModule, new DirectAnswerExpressAdapter())',
+      );
+    }
     if (problems.length > 0) throw new Error(`Idempotency: ${problems.join('\n')}`);
+  }
+
+  /**
+   * A replay is a DirectAnswer when the adapter sends one (DirectAnswerExpressAdapter), else a web Response, which
+   * Nest's router sends from Nest 12 on (RouterResponseController's `stream`; the packaged library runs on 11 too).
+   */
+  private answersAreSent(): boolean {
+    const router = RouterResponseController.prototype as { stream?: unknown };
+    return sendsDirectAnswers(this.adapterHost.httpAdapter) || typeof router.stream === 'function';
   }
 
   /**

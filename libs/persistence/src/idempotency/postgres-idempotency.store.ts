@@ -3,7 +3,6 @@ import type { ClaimResult, IdempotencyStore, PeekResult, StoredResponse } from '
 import { randomUUID } from 'node:crypto';
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises';
 import type { ClientConfig, Pool, QueryResultRow } from 'pg';
-import { DataSource } from 'typeorm';
 import { PgNotificationListener } from './pg-notification-listener';
 import { PostgresFrameLog } from './postgres-frame-log';
 import { IDEMPOTENCY_FRAMES_CHANNEL, IdempotencySql, statementName, textBody } from './postgres-idempotency.sql';
@@ -66,7 +65,16 @@ function completeParams(
   ];
 }
 
-type Db = Pool | DataSource;
+/**
+ * A TypeORM DataSource on PostgreSQL, as far as the store needs one (its
+ * driver's pool). Named by shape, not imported: the store is also packaged
+ * for apps without TypeORM (@llm-workflows/nestjs-idempotency/postgres).
+ */
+export interface DataSourceLike {
+  readonly driver: object;
+}
+
+type Db = Pool | DataSourceLike;
 
 /**
  * IdempotencyStore in PostgreSQL: one row per key, claimed in one statement,
@@ -252,8 +260,8 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   }
 
   private pool(): Pool {
-    if (this.db instanceof DataSource) {
-      // TypeORM's postgres driver keeps its pg Pool as `master` (made by initialize()).
+    if ('driver' in this.db) {
+      // TypeORM's postgres driver keeps its pg Pool as `master` (made by initialize()); a pg Pool has no `driver`.
       const pool = (this.db.driver as unknown as { master?: Pool }).master;
       if (!pool) throw new Error('the DataSource is not initialized');
       return pool;
