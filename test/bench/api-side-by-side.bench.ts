@@ -1,7 +1,8 @@
 import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync } from 'node:fs';
-import { resolve } from 'node:path';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { Redis } from 'ioredis';
 import { type LoadGenerator, type LoadResult, startLoadGenerator } from './load';
@@ -17,6 +18,7 @@ import {
   type SpawnedServer,
   spawnServer,
 } from './processes';
+import { componentsOf, type CpuProfile } from './profile/components';
 import { buildServers } from './servers/build';
 import { KEY, median, ms, orderOf } from './support';
 
@@ -495,4 +497,136 @@ export function printApiSideBySide(result: SideBySideResult): void {
     })),
   );
   for (const note of result.notes) console.log(`note: ${note}`);
+}
+
+export interface ApiProfileResult {
+  /** The sides' names, in column order. */
+  readonly sides: readonly string[];
+  /** Requests answered in each side's profiled window. */
+  readonly requests: readonly number[];
+  /** Component → µs per request for each side (same order). */
+  readonly components: ReadonlyMap<string, readonly number[]>;
+}
+
+/**
+ * BENCH=api-profile: where each side's CPU per request goes. Each side is a
+ * fresh server process (the same as the side-by-side part's) with a CPU
+ * profiler preloaded (profile/window-profile.preload.js), warmed, then
+ * profiled over one load window of `seconds` only (not its boot, not its
+ * warm-up), and its samples charged to the components of the request's
+ * path (profile/components.ts). Sides run one at a time, each alone on the
+ * machine but for Redis and the load generator.
+ */
+export async function benchApiProfile(redisUrl: string, databaseUrl: string, seconds = 8): Promise<ApiProfileResult> {
+  ensurePeerInstalled();
+  const built = buildServers();
+  const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 });
+  const gen = await startLoadGenerator();
+  const dir = mkdtempSync(join(tmpdir(), 'llmwf-api-profile-'));
+  const preload = resolve(__dirname, 'profile/window-profile.preload.js');
+  const runId = randomUUID();
+  const sides: {
+    name: string;
+    script: string;
+    cwd?: string;
+    env: Record<string, string>;
+    key: string;
+    replay?: boolean;
+  }[] = [
+    { name: 'bare Nest', script: resolve(PEER_DIR, 'server.js'), cwd: PEER_DIR, env: {}, key: `bare-${runId}-[<id>]` },
+    {
+      name: 'peer, first',
+      script: resolve(PEER_DIR, 'server.js'),
+      cwd: PEER_DIR,
+      env: { PEER_IDEMPOTENCY: '1' },
+      key: `peer-${runId}-[<id>]`,
+    },
+    { name: 'plain (our stack)', script: 'test/bench/servers/plain.ts', env: {}, key: `plain-${runId}-[<id>]` },
+    { name: 'ours, first', script: 'test/bench/servers/ours.ts', env: {}, key: `ours-${runId}-[<id>]` },
+    { name: 'ours, replay', script: 'test/bench/servers/ours.ts', env: {}, key: `replay-${runId}`, replay: true },
+  ];
+  const columns = new Map<string, number[]>();
+  const requests: number[] = [];
+  try {
+    for (const [i, side] of sides.entries()) {
+      await redis.flushdb();
+      const out = join(dir, `side-${i}.cpuprofile`);
+      const port = await freePort();
+      const js = side.script.endsWith('.ts');
+      const server = await spawnServer({
+        name: side.name,
+        script: js ? built.jsOf(side.script) : side.script,
+        nodeArgs: [...(js ? built.nodeArgs : []), '-r', preload],
+        ...(side.cwd ? { cwd: side.cwd } : {}),
+        env: {
+          NODE_ENV: 'production',
+          LOG_LEVEL: 'info',
+          REDIS_URL: redisUrl,
+          DATABASE_URL: databaseUrl,
+          API_KEYS: `bench:${KEY}`,
+          ...(js ? built.env : {}),
+          ...side.env,
+          PORT: String(port),
+          BENCH_PROFILE_OUT: out,
+        },
+        ready: side.cwd ? /anchor listening on (\d+)/ : { url: `http://127.0.0.1:${port}/metrics` },
+        stdout: 'ignore',
+      });
+      try {
+        if (side.replay) await post(`${server.url}${PATH}`, side.key);
+        const spec = {
+          url: `${server.url}${PATH}`,
+          headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', 'idempotency-key': side.key },
+          body: BODY,
+          freshIds: true,
+          connections: 32,
+          status: 202,
+        };
+        await gen.run({ ...spec, durationSeconds: 3 });
+        process.kill(server.pid, 'SIGUSR1');
+        const result = await gen.run({ ...spec, durationSeconds: seconds });
+        process.kill(server.pid, 'SIGUSR2');
+        const deadline = performance.now() + 30_000;
+        while (!existsSync(out) || !server.stderr().includes('profile written')) {
+          if (performance.now() > deadline) throw new Error(`${side.name}: no profile written`);
+          await new Promise((r) => setTimeout(r, 100));
+        }
+        requests.push(result.requests);
+        const parts = componentsOf(JSON.parse(readFileSync(out, 'utf8')) as CpuProfile, result.requests);
+        for (const [name, us] of parts) {
+          if (!columns.has(name))
+            columns.set(
+              name,
+              sides.map(() => 0),
+            );
+          columns.get(name)![i] = us;
+        }
+      } finally {
+        await server.stop();
+      }
+    }
+  } finally {
+    await gen.stop();
+    await redis.flushdb().catch(() => undefined);
+    redis.disconnect();
+    rmSync(dir, { recursive: true, force: true });
+  }
+  return { sides: sides.map((s) => s.name), requests, components: columns };
+}
+
+/** The components' table: µs per request, each side a column, largest first for ours. */
+export function printApiProfile(result: ApiProfileResult): void {
+  console.log(
+    `Where CPU per request goes, from a V8 CPU profile of one load window of each side (each server alone, 32 connections, ` +
+      `a fresh key per request but for the replay), µs per request; requests in the window: ${result.requests.join(', ')}`,
+  );
+  const ours = result.sides.indexOf('ours, first');
+  const rows = [...result.components].sort((a, b) => b[1][ours] - a[1][ours]);
+  const total = result.sides.map((_, i) => rows.reduce((n, [, v]) => n + v[i], 0));
+  console.table(
+    [...rows, ['total', total] as const].map(([name, values]) => ({
+      component: name,
+      ...Object.fromEntries(result.sides.map((side, i) => [side, +values[i].toFixed(1)])),
+    })),
+  );
 }
