@@ -126,7 +126,7 @@ describe('traces', () => {
             ...otel,
             ...(gateway ? { ...internal, LLM_GATEWAY_URL: `http://127.0.0.1:${freePort(86)}` } : provider),
           }),
-          start('relay', 88, { ...otel, NOTIFY_WEBHOOK_URL: hook.server.url('/notify') }),
+          start('relay', 88, { ...otel, NOTIFY_WEBHOOK_URL: hook.server.url('/notify?token=webhook-secret-0123') }),
         ]);
 
         const res = await fetch(`${api.url}/v1/summaries`, {
@@ -205,6 +205,15 @@ describe('traces', () => {
         const webhookCall = spans.find((s) => s.spanId === delivered.spanId)!;
         expect(webhookCall).toMatchObject({ service: 'relay', kind: SPAN_KIND.client });
         expect(webhookCall.parentSpanId).toBe(send.spanId);
+
+        // The webhook's URL is exported as the logs write it: its query's values redacted.
+        expect(webhookCall.attributes).toMatchObject({
+          'url.full': expect.stringMatching(/\/notify\?token=\[redacted\]$/),
+        });
+        // No span holds what the request carried or what a script was given: the text, the address, the secret.
+        const exported = JSON.stringify(receiver.trace(traceId));
+        for (const secret of ['Follow me from the POST', 'reader@example.com', 'webhook-secret-0123', TENANT.key])
+          expect(exported).not.toContain(secret);
 
         // Redis and PostgreSQL commands inside the request show, under it.
         expect(spans.some((s) => s.service === 'api' && /^eval/.test(s.name))).toBe(true);

@@ -12,6 +12,7 @@ import { PinoInstrumentation } from '@opentelemetry/instrumentation-pino';
 import { UndiciInstrumentation } from '@opentelemetry/instrumentation-undici';
 import { defaultResource, detectResources, envDetector, resourceFromAttributes } from '@opentelemetry/resources';
 import { BatchSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
+import { redactedUrl } from '@app/observability/redacted-url';
 import { useOpenTelemetry } from './trace-context';
 import type { TracingConfig } from './tracing.env';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -52,15 +53,34 @@ export function startSdk(service: string, config: TracingConfig): () => Promise<
   registerInstrumentations({
     tracerProvider: provider,
     instrumentations: [
-      new HttpInstrumentation({ ignoreIncomingRequestHook: (req) => isProbe(req.url) }),
+      // A span says of a URL what a log line says: every query value redacted (clients put keys there).
+      new HttpInstrumentation({
+        ignoreIncomingRequestHook: (req) => isProbe(req.url),
+        startIncomingSpanHook: (req) => queryAttribute(req.url),
+      }),
       new ExpressInstrumentation({ ignoreLayersType: [ExpressLayerType.MIDDLEWARE] }),
-      new IORedisInstrumentation({ requireParentSpan: true }),
+      // The command's name only: a script's arguments are a request's text, its email address, a stored answer.
+      new IORedisInstrumentation({ requireParentSpan: true, dbStatementSerializer: (command) => command }),
       new PgInstrumentation({ requireParentSpan: true }),
-      new UndiciInstrumentation({ requireParentforSpans: true }),
+      // The webhook's URL is a secret's (NOTIFY_WEBHOOK_URL): its query values are redacted, as in the logs.
+      new UndiciInstrumentation({
+        requireParentforSpans: true,
+        startSpanHook: (request) => ({
+          'url.full': `${request.origin}${redactedUrl(request.path) ?? ''}`,
+          ...queryAttribute(request.path),
+        }),
+      }),
       new PinoInstrumentation({ disableLogSending: true }),
     ],
   });
   // At shutdown the drain is over: a collector that does not answer must not hold the exit up to the
   // exporter's timeouts (10 s a request, 30 s a batch) and past the pod's grace period.
   return () => Promise.race([provider.shutdown(), sleep(SHUTDOWN_FLUSH_MS, undefined, { ref: false })]);
+}
+
+/** `url.query` of a request target, its values redacted (redactedUrl); nothing when it has no query. */
+function queryAttribute(target: string | undefined): Record<string, string> {
+  const redacted = redactedUrl(target);
+  const at = redacted?.indexOf('?') ?? -1;
+  return redacted === undefined || at < 0 ? {} : { 'url.query': redacted.slice(at + 1) };
 }
