@@ -3,15 +3,17 @@
  * Redis and PostgreSQL of TEST_REDIS_URL / TEST_DATABASE_URL (else
  * REDIS_URL / DATABASE_URL), in Redis databases 13 to 15 (TEST_SLOT=4's:
  * never beside a test run in that slot) and databases of their own
- * (llmwf_bench*, migrated here), so a developer's data is not touched. Every figure is printed; a run of every
- * part also writes them, with the date, the machine and its load, to
- * docs/bench-results.md (BENCH_RESULTS=<file> writes any run elsewhere).
+ * (llmwf_bench*, migrated here), so a developer's data is not touched. Every figure is printed, and
+ * written, with the date, the machine and its load, to bench-results/<start time>.md (ignored by git:
+ * raw output is not committed; docs/benchmarks.md holds what a run showed); BENCH_RESULTS=<file>
+ * writes it elsewhere.
  */
 import 'reflect-metadata';
-import { writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
 import { cpus, loadavg, totalmem } from 'node:os';
 import { format } from 'node:util';
-import { benchApiSideBySide, printApiSideBySide } from './api-side-by-side.bench';
+import { benchApiProfile, benchApiSideBySide, printApiProfile, printApiSideBySide } from './api-side-by-side.bench';
 import { benchCluster, printCluster } from './cluster.bench';
 import { benchEndToEnd, printEndToEnd } from './end-to-end.bench';
 import { benchGatewaySideBySide, printGatewaySideBySide } from './gateway-side-by-side.bench';
@@ -30,7 +32,9 @@ const databaseUrl = BASE_DATABASE_URL;
 
 /**
  * BENCH=api,worker runs only those parts; unset, all:
- * api (side by side with the plain route and the peer), worker (side by side
+ * api (side by side with a bare Nest endpoint, that endpoint with @node-idempotency/nestjs, and our
+ * stack without idempotency), api-profile (where each of those sides' CPU per request goes, from a V8
+ * profile of a load window), worker (side by side
  * with BullMQ), e2e (the chain, open loop), workflows (the triage workflow end
  * to end beside the summaries chain, closed and open loop), stores, refunds,
  * hostile, gateway (in one process, against the provider called directly),
@@ -39,6 +43,7 @@ const databaseUrl = BASE_DATABASE_URL;
  */
 const PARTS = [
   'api',
+  'api-profile',
   'worker',
   'e2e',
   'workflows',
@@ -84,6 +89,7 @@ async function main(): Promise<void> {
   );
   const benchDb = await benchDatabaseNamed(databaseUrl, 'llmwf_bench');
   if (want('api')) printApiSideBySide(await benchApiSideBySide(`${redisBase}/14`, benchDb));
+  if (want('api-profile')) printApiProfile(await benchApiProfile(`${redisBase}/14`, benchDb));
   if (want('worker') || want('e2e') || want('workflows') || want('cluster')) {
     const workerDb = await benchDatabaseNamed(databaseUrl, 'llmwf_bench_worker');
     if (want('worker')) printWorkerSideBySide(await benchWorkerSideBySide(`${redisBase}/13`, workerDb));
@@ -101,19 +107,18 @@ async function main(): Promise<void> {
   if (want('gateway')) printGateway(await benchGateway(`${redisBase}/15`, benchDb));
   if (want('gateway-peers')) printGatewaySideBySide(await benchGatewaySideBySide(`${redisBase}/15`, benchDb));
   for (const failure of failures) console.log(`FAILED: ${failure}`);
-  const file = process.env.BENCH_RESULTS ?? (chosen.length === 0 ? 'docs/bench-results.md' : undefined);
-  if (file) {
-    const header = [
-      '# Benchmark results',
-      '',
-      `\`npm run bench\`${chosen.length ? ` (BENCH=${chosen.join(',')})` : ''}, ${startedAt.toISOString()} to ` +
-        `${new Date().toISOString()}; load average ${loadAtStart} at the start, ${load()} at the end. ` +
-        'Written by test/bench/run.ts; read [benchmarks.md](benchmarks.md) for what each table measures.',
-      '',
-    ];
-    writeFileSync(file, [...header, '```', ...printed, '```', ''].join('\n'));
-    log(`written to ${file}`);
-  }
+  const file = process.env.BENCH_RESULTS ?? `bench-results/${startedAt.toISOString().replace(/[:.]/g, '-')}.md`;
+  mkdirSync(dirname(resolve(file)), { recursive: true });
+  const header = [
+    '# Benchmark results',
+    '',
+    `\`npm run bench\`${chosen.length ? ` (BENCH=${chosen.join(',')})` : ''}, ${startedAt.toISOString()} to ` +
+      `${new Date().toISOString()}; load average ${loadAtStart} at the start, ${load()} at the end. ` +
+      'Written by test/bench/run.ts; docs/benchmarks.md says what each table measures.',
+    '',
+  ];
+  writeFileSync(file, [...header, '```', ...printed, '```', ''].join('\n'));
+  log(`written to ${file}`);
   if (failures.length) throw new Error(failures.join('\n'));
 }
 
