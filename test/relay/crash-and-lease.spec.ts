@@ -110,11 +110,11 @@ describe('relay: a crash between sending and recording, and lease ownership', ()
   it('fences every write on the lease value: the stale holder is refused while the new one holds it', async () => {
     const repo = new OutboxRelayRepository();
     const [key] = await insertOutboxRows(ds, 1, 'fence');
-    const [a] = await repo.claim(ds.manager, 10, 50, 10);
+    const [a] = await repo.claim(ds.manager, 10, 50, 10, false);
     // Not claimable while leased.
-    await expect(repo.claim(ds.manager, 10, 50, 10)).resolves.toEqual([]);
+    await expect(repo.claim(ds.manager, 10, 50, 10, false)).resolves.toEqual([]);
     await sleep(100);
-    const [b] = await repo.claim(ds.manager, 10, 60_000, 10);
+    const [b] = await repo.claim(ds.manager, 10, 60_000, 10, false);
     expect(b.id).toBe(a.id);
     expect(b.lease.getTime()).toBeGreaterThan(a.lease.getTime());
 
@@ -132,7 +132,7 @@ describe('relay: a crash between sending and recording, and lease ownership', ()
   it('markSentMany fences each row on its own lease: one statement, the stale row refused, the rest recorded', async () => {
     const repo = new OutboxRelayRepository();
     const keys = await insertOutboxRows(ds, 3, 'many');
-    const claimed = await repo.claim(ds.manager, 10, 60_000, 10);
+    const claimed = await repo.claim(ds.manager, 10, 60_000, 10, false);
     expect(claimed).toHaveLength(3);
     const stale = { id: claimed[1].id, lease: new Date(claimed[1].lease.getTime() - 1) };
     await expect(
@@ -149,7 +149,7 @@ describe('relay: a crash between sending and recording, and lease ownership', ()
   it('an expired lease nobody took over still records: no needless second send', async () => {
     const repo = new OutboxRelayRepository();
     const [key] = await insertOutboxRows(ds, 1, 'late');
-    const [a] = await repo.claim(ds.manager, 10, 50, 10);
+    const [a] = await repo.claim(ds.manager, 10, 50, 10, false);
     await sleep(100);
     await expect(repo.markSent(ds.manager, a.id, a.lease)).resolves.toBe(true);
     expect((await rowByKey(ds, key)).sent_at).toBeInstanceOf(Date);

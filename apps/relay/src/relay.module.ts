@@ -2,7 +2,7 @@ import { DynamicModule, Module } from '@nestjs/common';
 import { APP_FILTER } from '@nestjs/core';
 import { HealthModule, PostgresHealthIndicator } from '@app/health';
 import { LoggingModule, MetricsModule } from '@app/observability';
-import { TracingModule } from '@app/tracing';
+import { TracingModule, tracingOn } from '@app/tracing';
 import { PersistenceModule } from '@app/persistence';
 import { ProblemDetailsFilter } from '@app/problem';
 import { OutboxRelayModule } from './outbox/outbox-relay.module';
@@ -32,6 +32,7 @@ export class RelayModule {
           backoffBaseMs: config.outboxBackoffBaseMs,
           backoffMaxMs: config.outboxBackoffMaxMs,
           retentionDays: config.outboxRetentionDays,
+          traced: tracingOn(config),
         }),
       ],
       providers: [{ provide: APP_FILTER, useClass: ProblemDetailsFilter }],

@@ -1,5 +1,5 @@
 import { type Env, parseConfig, processEnv } from '@app/config';
-import { tracingEnv } from './tracing.env';
+import { tracingEnv, tracingOn } from './tracing.env';
 
 /** Flushes the spans still buffered and stops exporting; set once the SDK is started. */
 let stop: (() => Promise<void>) | undefined;
@@ -22,7 +22,7 @@ export function startTracing(service: string, source: Env = processEnv()): boole
   } catch {
     return false;
   }
-  if (config.otlpEndpoint === undefined) return false;
+  if (!tracingOn(config)) return false;
   // Required here, not imported: a static import would load the SDK in every process, traced or not.
   // eslint-disable-next-line @typescript-eslint/no-require-imports
   const sdk = require('./tracing-sdk') as typeof import('./tracing-sdk');

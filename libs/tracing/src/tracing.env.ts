@@ -28,3 +28,10 @@ export const tracingEnv = {
 };
 
 export type TracingConfig = ConfigOf<typeof tracingEnv>;
+
+/**
+ * Whether an app with this configuration traces: OTEL_EXPORTER_OTLP_ENDPOINT alone decides (startTracing starts the
+ * SDK on it). What writes or reads trace context outside a process (the relay's claim of `outbox.traceparent`) asks
+ * this rather than the variable.
+ */
+export const tracingOn = (config: Pick<TracingConfig, 'otlpEndpoint'>): boolean => config.otlpEndpoint !== undefined;

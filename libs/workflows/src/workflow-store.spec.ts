@@ -56,8 +56,23 @@ describe('serializeCommit', () => {
       inserts: [{ table: 'user', columns: ['id', 'order'], row: '{"order":2,"id":"x"}' }],
       outbox: ['{"topic":"a.b","dedupe_key":"k1","payload":{"x":1}}'],
       dedupeKeys: ['k1'],
+      traced: false,
       unbegun: null,
     });
+  });
+
+  it('says whether a message carries a trace: only then does the commit name outbox.traceparent', () => {
+    const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
+    const s = serializeCommit(
+      commit({
+        outbox: [
+          { topic: 'a.b', dedupeKey: 'k1', payload: {} },
+          { topic: 'a.b', dedupeKey: 'k2', payload: {}, traceparent },
+        ],
+      }),
+    );
+    expect(s.traced).toBe(true);
+    expect(s.outbox[1]).toBe(`{"topic":"a.b","dedupe_key":"k2","payload":{},"traceparent":"${traceparent}"}`);
   });
 
   it("carries an unbegun step's run (workflow, tenant, its steps as JSON text) for the commit to create", () => {

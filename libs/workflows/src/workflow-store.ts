@@ -203,6 +203,8 @@ export interface SerializedCommit {
   readonly inserts: readonly { readonly table: string; readonly columns: readonly string[]; readonly row: string }[];
   /** Each outbox message as JSON text ({topic, dedupe_key, payload, traceparent?}). */
   readonly outbox: readonly string[];
+  /** One of them has a `traceparent` (tracing is on): only then does the commit name the column (commitStatement). */
+  readonly traced: boolean;
   /** The outbox dedupe keys (the batch keeps two commits of one key apart). */
   readonly dedupeKeys: readonly string[];
   /** StepCommit's `unbegun`, the step list as JSON text. */
@@ -256,6 +258,7 @@ export function serializeCommit(c: StepCommit): SerializedCommit {
       ),
     ),
     dedupeKeys: c.outbox.map((m) => m.dedupeKey),
+    traced: c.outbox.some((m) => m.traceparent !== undefined),
     unbegun: c.unbegun
       ? { workflow: c.unbegun.workflow, tenant: c.unbegun.tenant, steps: JSON.stringify(c.unbegun.steps) }
       : null,
@@ -279,6 +282,12 @@ function jsonArray(items: readonly string[]): string {
  * run another delivery began meanwhile has a row (`locked`, or a conflict on
  * an insert not yet committed, which waits for it), and then the step row
  * guards as for any step. `made` says which winners created their run.
+ *
+ * The outbox insert names `outbox.traceparent` only when a message of the
+ * batch has one, which only a traced worker writes: untraced, the statement
+ * is the one from before the column existed, so a new worker commits against
+ * a database not migrated yet (a rolling upgrade) as the old one did
+ * (docs/operations.md, Upgrading: migrate before turning traces on).
  */
 function commitStatement(steps: readonly SerializedCommit[]): { sql: string; params: unknown[] } {
   const params: unknown[] = [
@@ -315,6 +324,7 @@ function commitStatement(steps: readonly SerializedCommit[]): { sql: string; par
     ON CONFLICT DO NOTHING
   )`;
   });
+  const traced = steps.some((s) => s.traced);
   const sql = `WITH input AS (
     SELECT * FROM unnest($1::uuid[], $2::text[], $3::jsonb[], $4::boolean[], $5::jsonb[],
                          $7::boolean[], $8::text[], $9::text[], $10::jsonb[]) WITH ORDINALITY
@@ -355,8 +365,8 @@ function commitStatement(steps: readonly SerializedCommit[]): { sql: string; par
     UNION ALL
     SELECT i.k, true, 1 FROM input i JOIN made_steps m ON m.run_id = i.run_id
   )${inserts.join('')}, message AS (
-    INSERT INTO outbox (topic, dedupe_key, payload, traceparent)
-    SELECT e->'m'->>'topic', e->'m'->>'dedupe_key', e->'m'->'payload', e->'m'->>'traceparent'
+    INSERT INTO outbox (topic, dedupe_key, payload${traced ? ', traceparent' : ''})
+    SELECT e->'m'->>'topic', e->'m'->>'dedupe_key', e->'m'->'payload'${traced ? ", e->'m'->>'traceparent'" : ''}
       FROM jsonb_array_elements($6::jsonb) e
       JOIN winners w ON w.k = (e->>'k')::bigint
     ON CONFLICT (dedupe_key) DO NOTHING

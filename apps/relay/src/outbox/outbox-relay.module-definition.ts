@@ -21,6 +21,11 @@ export interface OutboxRelayOptions {
   readonly retentionBatch?: number;
   /** How often retention runs (also once at start). Default hourly. */
   readonly retentionIntervalMs?: number;
+  /**
+   * The relay traces (tracingOn): its claim reads each row's `traceparent` for the send's span. Off, the column is
+   * not named at all, so the relay works on a database not migrated to it yet.
+   */
+  readonly traced: boolean;
   /** The backoff's random source in [0, 1). Default Math.random. */
   readonly random?: () => number;
 }

@@ -39,10 +39,18 @@ export class OutboxRelayRepository {
    * One statement, so one short transaction: lock due rows with SKIP LOCKED
    * (relays never wait for each other), stamp the lease, commit. The row
    * locks end with the statement; during the sends only the lease protects
-   * the rows, and nothing blocks another relay.
+   * the rows, and nothing blocks another relay. `withTraceparent` (the relay
+   * traces) reads each row's trace too: only then is the column named
+   * (OutboxSql.claim).
    */
-  async claim(em: EntityManager, batch: number, leaseMs: number, maxAttempts: number): Promise<ClaimedMessage[]> {
-    const rows = await returning<ClaimRow>(em, OutboxSql.claim, [batch, leaseMs, maxAttempts]);
+  async claim(
+    em: EntityManager,
+    batch: number,
+    leaseMs: number,
+    maxAttempts: number,
+    withTraceparent: boolean,
+  ): Promise<ClaimedMessage[]> {
+    const rows = await returning<ClaimRow>(em, OutboxSql.claim(withTraceparent), [batch, leaseMs, maxAttempts]);
     return rows
       .map((r) => ({
         id: r.id,
@@ -51,7 +59,7 @@ export class OutboxRelayRepository {
         payload: r.payload,
         attempts: r.attempts,
         lease: r.lease_until,
-        ...(r.traceparent === null ? {} : { traceparent: r.traceparent }),
+        ...(r.traceparent ? { traceparent: r.traceparent } : {}),
       }))
       .sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1));
   }
@@ -113,7 +121,8 @@ interface ClaimRow {
   payload: Record<string, unknown>;
   attempts: number;
   lease_until: Date;
-  traceparent: string | null;
+  /** Absent when the claim did not ask for it, null when the row has none. */
+  traceparent?: string | null;
 }
 
 /**

@@ -136,8 +136,8 @@ export class OutboxRelay implements OnApplicationBootstrap, BeforeApplicationShu
   async runOnce(): Promise<RelayPassResult> {
     const counts: Record<RowResult, number> = { sent: 0, failed: 0, parked: 0, leaseLost: 0, unrecorded: 0 };
     if (this.stopping) return { claimed: 0, ...counts };
-    const { batch, leaseMs, maxAttempts } = this.options;
-    const claimed = await this.repository.claim(this.dataSource.manager, batch, leaseMs, maxAttempts);
+    const { batch, leaseMs, maxAttempts, traced } = this.options;
+    const claimed = await this.repository.claim(this.dataSource.manager, batch, leaseMs, maxAttempts, traced);
     // Every log line about a row carries its row id, dedupe key and job id.
     const results = await Promise.all(
       claimed.map((message) =>

@@ -30,8 +30,13 @@ export const OutboxSql = {
      )
      SELECT dedupe_key, pg_notify('${OUTBOX_CHANNEL}', id::text) FROM message`,
 
-  /** $1 batch, $2 lease length in ms, $3 max attempts. */
-  claim: `WITH due AS MATERIALIZED (
+  /**
+   * $1 batch, $2 lease length in ms, $3 max attempts. `withTraceparent` (the
+   * relay traces) returns each row's `traceparent` too; untraced, the claim
+   * does not name the column, so a relay runs against a database not migrated
+   * to it yet (docs/operations.md, Upgrading).
+   */
+  claim: (withTraceparent: boolean): string => `WITH due AS MATERIALIZED (
          SELECT id FROM outbox
           WHERE sent_at IS NULL
             AND parked_at IS NULL
@@ -46,7 +51,7 @@ export const OutboxSql = {
           SET lease_until = date_trunc('milliseconds', now()) + $2::integer * interval '1 millisecond'
          FROM due
         WHERE o.id = due.id
-       RETURNING o.id, o.topic, o.dedupe_key, o.payload, o.attempts, o.lease_until, o.traceparent`,
+       RETURNING o.id, o.topic, o.dedupe_key, o.payload, o.attempts, o.lease_until${withTraceparent ? ', o.traceparent' : ''}`,
 
   /**
    * $1 ids, $2 their leases (arrays, one element per row): the rows sent
