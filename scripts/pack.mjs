@@ -1,4 +1,5 @@
-// npm run pack: builds the libraries other Nest apps install as npm tarballs, under dist/packages/:
+// npm run pack: builds the libraries other Nest apps install as npm tarballs, under dist/packages/ (PACK_OUT=<dir>
+// writes them there instead: the tests pack into a folder of their own):
 //   @llm-workflows/nestjs-idempotency  from libs/idempotency (and the files it needs of libs/problem, libs/redis,
 //                                      libs/config and libs/persistence's PostgreSQL store)
 //   @llm-workflows/client              from libs/client
@@ -16,7 +17,7 @@ import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const out = join(root, 'dist', 'packages');
+const out = process.env.PACK_OUT ? resolve(process.env.PACK_OUT) : join(root, 'dist', 'packages');
 
 const PACKAGES = [
   { dir: 'nestjs-idempotency', source: join(root, 'libs', 'idempotency', 'package') },
@@ -157,5 +158,5 @@ for (const { dir, source } of PACKAGES) {
   const [packed] = JSON.parse(
     execFileSync('npm', ['pack', '--json', '--pack-destination', out], { cwd: packageDir, encoding: 'utf8' }),
   );
-  console.log(`${join('dist', 'packages', packed.filename)}  ${packed.entryCount} files, ${packed.size} bytes`);
+  console.log(`${relative(root, join(out, packed.filename))}  ${packed.entryCount} files, ${packed.size} bytes`);
 }

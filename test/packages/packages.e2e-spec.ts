@@ -26,9 +26,13 @@ const ROOT = join(__dirname, '..', '..');
 const execFileAsync = promisify(execFile);
 
 /** Runs a command; when it fails, the error says what it printed (tsc's errors are on stdout). */
-async function run(command: string, args: string[], options = { cwd: ROOT }): Promise<{ stdout: string }> {
+async function run(
+  command: string,
+  args: string[],
+  options: { cwd?: string; env?: NodeJS.ProcessEnv } = {},
+): Promise<{ stdout: string }> {
   try {
-    return await execFileAsync(command, args, options);
+    return await execFileAsync(command, args, { cwd: ROOT, ...options });
   } catch (error) {
     const { stdout, stderr } = error as { stdout?: string; stderr?: string };
     throw new Error(`${command} ${args.join(' ')} failed:\n${stdout ?? ''}${stderr ?? ''}`, { cause: error });
@@ -49,12 +53,15 @@ const PEERS = [
   '@types/pg',
 ];
 
+/** Where this run packs the tarballs: a folder of its own, so that two slots' runs never share one. */
+const PACKED = mkdtempSync(join(tmpdir(), 'llmwf-packed-'));
+
 /** The tarball `npm pack` made of the package whose manifest is in libs/<lib>/package. */
 function tarball(lib: string): string {
   const { name, version } = JSON.parse(
     readFileSync(join(ROOT, 'libs', lib, 'package', 'package.manifest.json'), 'utf8'),
   ) as { name: string; version: string };
-  return `file:${join(ROOT, 'dist', 'packages', `${name.slice(1).replace('/', '-')}-${version}.tgz`)}`;
+  return `file:${join(PACKED, `${name.slice(1).replace('/', '-')}-${version}.tgz`)}`;
 }
 
 /** The Nest apps the packages are installed into: this repository's Nest (12), and the last Nest 11. */
@@ -87,6 +94,8 @@ interface Answer {
 
 describe('npm run pack: the packages in an app outside the repository', () => {
   const apps = new Map<string, ScratchApp>();
+  /** What each app's start made so far (its folder, its database, its process): removed after, however far it got. */
+  const made: { dir?: string; database?: string; child?: ChildProcess }[] = [];
   let redis: Redis;
   let api: ApiHarness;
 
@@ -106,9 +115,11 @@ describe('npm run pack: the packages in an app outside the repository', () => {
     { nest, tsconfig, versions }: (typeof APPS)[number],
     port: number,
   ): Promise<ScratchApp> {
-    const database = `${testDatabaseName()}_packages${nest}`;
+    const left: (typeof made)[number] = {};
+    made.push(left);
+    const database = (left.database = `${testDatabaseName()}_packages${nest}`);
     await onServer(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`, `CREATE DATABASE ${database}`);
-    const dir = mkdtempSync(join(tmpdir(), `llmwf-packages-nest${nest}-`));
+    const dir = (left.dir = mkdtempSync(join(tmpdir(), `llmwf-packages-nest${nest}-`)));
     cpSync(join(__dirname, 'scratch-app'), dir, { recursive: true });
     writeFileSync(
       join(dir, 'package.json'),
@@ -140,16 +151,26 @@ describe('npm run pack: the packages in an app outside the repository', () => {
       },
       stdio: ['ignore', 'pipe', 'inherit'],
     });
+    left.child = child;
     await new Promise<void>((resolve, reject) => {
-      child.stdout.on('data', (d: Buffer) => d.toString().includes('"listening"') && resolve());
-      child.once('exit', (code) => reject(new Error(`the Nest ${nest} scratch app exited (${code}) before listening`)));
+      // The test's own bound on a start that hangs (a store it cannot reach): far past a start's time.
+      const timer = setTimeout(() => reject(new Error(`the Nest ${nest} scratch app did not listen`)), 60_000);
+      child.stdout.on('data', (d: Buffer) => {
+        if (!d.toString().includes('"listening"')) return;
+        clearTimeout(timer);
+        resolve();
+      });
+      child.once('exit', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`the Nest ${nest} scratch app exited (${code}) before listening`));
+      });
     });
     return { dir, child, base: `http://127.0.0.1:${port}`, database };
   }
 
   beforeAll(async () => {
     redis = await freshRedis();
-    await run(process.execPath, [join(ROOT, 'scripts', 'pack.mjs')]);
+    await run(process.execPath, [join(ROOT, 'scripts', 'pack.mjs')], { env: { ...process.env, PACK_OUT: PACKED } });
     const started = await Promise.allSettled(APPS.map((app, i) => startScratchApp(app, freePort(90 + i))));
     started.forEach((s, i) => s.status === 'fulfilled' && apps.set(APPS[i].nest, s.value));
     for (const s of started) if (s.status === 'rejected') throw s.reason;
@@ -158,15 +179,17 @@ describe('npm run pack: the packages in an app outside the repository', () => {
   }, 120_000);
 
   afterAll(async () => {
-    for (const { child, dir, database } of apps.values()) {
-      if (child.exitCode === null) {
+    for (const { child, dir, database } of made) {
+      if (child && child.exitCode === null && child.signalCode === null) {
         child.kill('SIGTERM');
         await once(child, 'exit');
       }
-      await onServer(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
-      rmSync(dir, { recursive: true, force: true });
+      if (database) await onServer(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`);
+      if (dir) rmSync(dir, { recursive: true, force: true });
     }
+    rmSync(PACKED, { recursive: true, force: true });
     await api?.close();
+    for (const key of await redis.keys('packages:nest*')) await redis.del(key);
     redis?.disconnect();
   });
 
@@ -240,10 +263,15 @@ describe('npm run pack: the packages in an app outside the repository', () => {
           });
         }
       });
-      expect(answered.map((a) => a.status)).toEqual(Array(19).fill(409));
-      expect(answered.every((a) => Number(a.headers.get('retry-after')) >= 1)).toBe(true);
-      await send('/release');
-      const all = await Promise.all(storm);
+      let all: Answer[];
+      try {
+        expect(answered.map((a) => a.status)).toEqual(Array(19).fill(409));
+        expect(answered.every((a) => Number(a.headers.get('retry-after')) >= 1)).toBe(true);
+      } finally {
+        // Released whatever the assertions said: a held request would hold the app's stop up.
+        await send('/release');
+        all = await Promise.all(storm);
+      }
       expect(all.filter((a) => a.status === 201)).toHaveLength(1);
       expect(await runs()).toBe(before + 1);
 
