@@ -243,6 +243,111 @@ describe('traces', () => {
     },
   );
 
+  it('a workflow of three steps is one trace: each delivery continues the one before, the send the last step', async () => {
+    const model = await new FakeOpenAiServer((_n, text) => ({
+      kind: 'complete',
+      content: text.startsWith('Category:') ? 'We are refunding the second charge.' : 'billing',
+    })).start();
+    const hook = await webhook();
+    try {
+      const otel = {
+        OTEL_EXPORTER_OTLP_ENDPOINT: receiver.url,
+        OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+        OTEL_BSP_SCHEDULE_DELAY: '50',
+      };
+      const [api] = await Promise.all([
+        start('api', 86, { ...otel, API_KEYS: `${TENANT.tenant}:${TENANT.key}` }),
+        start('worker', 87, {
+          ...otel,
+          LLM_PROVIDER: 'openai',
+          OPENAI_API_KEY: 'test-key',
+          OPENAI_BASE_URL: model.baseUrl,
+        }),
+        start('relay', 88, { ...otel, NOTIFY_WEBHOOK_URL: hook.server.url('/notify') }),
+      ]);
+
+      const res = await fetch(`${api.url}/v1/triage`, {
+        method: 'POST',
+        headers: {
+          authorization: `Bearer ${TENANT.key}`,
+          'idempotency-key': `traces-${randomUUID()}`,
+          'content-type': 'application/json',
+        },
+        body: JSON.stringify({ ticket_id: 'T-1', text: 'Charged twice in March.', notify: 'agent@example.com' }),
+      });
+      expect(res.status).toBe(202);
+      const { run_id: runId } = (await res.json()) as { run_id: string };
+
+      // The last step's email, sent by the relay, names the trace.
+      const sent = await hook.received;
+      expect(JSON.parse(sent.body.toString('utf8'))).toMatchObject({ topic: 'email.triage_ready' });
+      const delivered = traceparentOf(sent.headers.traceparent);
+      const { traceId } = delivered;
+      // classify and draft called the model, each within the trace.
+      expect(model.requests.map((r) => traceparentOf(r.headers.traceparent).traceId)).toEqual([traceId, traceId]);
+
+      const DELIVERY = 'process {workflows}:jobs';
+      const spans = await eventually(
+        () => {
+          const t = receiver.trace(traceId);
+          const root = t.find((s) => s.service === 'api' && s.parentSpanId === undefined);
+          const relayed = t.find((s) => s.spanId === delivered.spanId);
+          const deliveries = t.filter((s) => s.name === DELIVERY).length;
+          const stepSpans = t.filter((s) => s.name.startsWith('step triage.')).length;
+          const calls = model.requests.every((r) =>
+            t.some((s) => s.spanId === traceparentOf(r.headers.traceparent).spanId),
+          );
+          const chained = root && relayed && ancestors(relayed, t).includes(root);
+          return chained && deliveries === 3 && stepSpans === 3 && calls ? t : undefined;
+        },
+        20_000,
+        `the spans of trace ${traceId}`,
+      );
+
+      const roots = spans.filter((s) => s.parentSpanId === undefined);
+      expect(roots).toEqual([
+        expect.objectContaining({ service: 'api', kind: SPAN_KIND.server, name: 'POST /v1/triage' }),
+      ]);
+      const root = roots[0];
+      const named = (service: string, name: string) => {
+        const found = spans.filter((s) => s.service === service && s.name === name);
+        expect({ service, name, count: found.length }).toEqual({ service, name, count: 1 });
+        return found[0];
+      };
+      const steps = ['classify', 'draft', 'notify'].map((step) => named('worker', `step triage.${step}`));
+      // Each step's delivery is its step span's parent: one delivery per step, each done.
+      const deliveries = steps.map((step) => spans.find((s) => s.spanId === step.parentSpanId)!);
+      for (const [i, delivery] of deliveries.entries()) {
+        expect(delivery).toMatchObject({
+          service: 'worker',
+          name: DELIVERY,
+          kind: SPAN_KIND.consumer,
+          attributes: { job_id: runId, workflow: 'triage', outcome: 'done' },
+        });
+        expect(delivery.attributes.step).toBe(i === 0 ? undefined : ['classify', 'draft', 'notify'][i]);
+      }
+      // The first delivery continues the POST; each next one the delivery before it, through the entry it added.
+      expect(ancestors(deliveries[0], spans)).toContain(root);
+      expect(ancestors(deliveries[0], spans).every((s) => s.service === 'api')).toBe(true);
+      expect(deliveries[1].parentSpanId).toBe(deliveries[0].spanId);
+      expect(deliveries[2].parentSpanId).toBe(deliveries[1].spanId);
+      // Each model call under its step.
+      for (const [i, request] of model.requests.entries()) {
+        const call = spans.find((s) => s.spanId === traceparentOf(request.headers.traceparent).spanId)!;
+        expect(ancestors(call, spans)).toContain(steps[i]);
+      }
+
+      // The relay's send continues the step that asked for the email; the webhook's request is its child.
+      const send = named('relay', 'deliver outbox');
+      expect(send).toMatchObject({ attributes: { 'outbox.topic': 'email.triage_ready', outcome: 'sent' } });
+      expect(send.parentSpanId).toBe(steps[2].spanId);
+      expect(spans.find((s) => s.spanId === delivered.spanId)?.parentSpanId).toBe(send.spanId);
+    } finally {
+      await hook.server.stop();
+      await model.stop();
+    }
+  });
+
   /** An outbox row as a step writes it, with `traceparent`, waking the relay. */
   const insertRow = async (key: string, traceparent: string | null) => {
     await db.query(
