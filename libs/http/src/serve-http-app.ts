@@ -6,8 +6,9 @@ import { Registry } from 'prom-client';
 import { configureHttpServer } from './http-server';
 import type { HttpServerSettings } from './http-server.settings';
 import { captureProcessWarnings } from './process-warnings';
+import { handleStopSignals } from './stop-signals';
 
-const SHUTDOWN_SIGNALS = ['SIGTERM', 'SIGINT'];
+const SHUTDOWN_SIGNALS: NodeJS.Signals[] = ['SIGTERM', 'SIGINT'];
 
 export interface ServedApp {
   readonly app: INestApplication;
@@ -19,7 +20,8 @@ export interface ServedApp {
 /**
  * The whole of an app's main.ts: builds the app, serves it on `port` with the
  * server's limits and JSON-only logs; SIGTERM and SIGINT drain (the modules'
- * shutdown hooks) and exit 0 rather than re-raising the signal. A
+ * shutdown hooks) and exit 0 rather than re-raising the signal, a repeat is
+ * ignored and a third signal exits at once (stop-signals.ts). A
  * configuration error is one line naming each bad variable, any other
  * failure to start its stack; both exit 1.
  */
@@ -33,12 +35,8 @@ export function serveHttpApp(name: string, build: () => Promise<ServedApp>): voi
     warnings.logTo(new NestLogger('ProcessWarning'));
     configureHttpServer(app.getHttpServer() as Server, http, new NestLogger('HttpServer'), app.get(Registry));
     app.enableShutdownHooks(SHUTDOWN_SIGNALS, { useProcessExit: true });
-    // Nest lets go of its handlers once the app is closed, a moment before it
-    // calls process.exit(0); a repeat of the signal in that moment would kill
-    // the process (Ctrl-C under `npm start` comes twice: from the terminal,
-    // and from concurrently, which forwards it). While the app drains, Nest
-    // ignores repeats already; these keep ignoring them until the exit.
-    for (const signal of SHUTDOWN_SIGNALS) process.on(signal, () => undefined);
+    // After Nest's: a repeat is ignored until the exit, a third signal ends a drain that hangs.
+    handleStopSignals(SHUTDOWN_SIGNALS, new NestLogger('Shutdown'));
     await app.listen(port);
   };
   start().catch((err: unknown) => {
