@@ -65,12 +65,18 @@ function tarball(lib: string): string {
 }
 
 /** The Nest apps the packages are installed into: this repository's Nest (12), and the last Nest 11. */
+/*
+ * Nest 12: an ES module app (its package.json's "type"), on Nest's default Express adapter. Nest 11: a
+ * CommonJS app (node10 resolution), on DirectAnswerExpressAdapter, which its README requires there.
+ */
 const APPS = [
-  { nest: '12', tsconfig: 'tsconfig.json', versions: {} },
+  { nest: '12', tsconfig: 'tsconfig.json', versions: {}, esm: true, env: { NEST_DEFAULT_ADAPTER: '1' } },
   {
     nest: '11',
     tsconfig: 'tsconfig.node10.json',
     versions: { '@nestjs/common': '11.2.10', '@nestjs/core': '11.2.10', '@nestjs/platform-express': '11.2.10' },
+    esm: false,
+    env: {},
   },
 ] as const;
 
@@ -112,7 +118,7 @@ describe('npm run pack: the packages in an app outside the repository', () => {
 
   /** A folder with the tarballs and Nest `nest` installed, the app compiled and started on its own database. */
   async function startScratchApp(
-    { nest, tsconfig, versions }: (typeof APPS)[number],
+    { nest, tsconfig, versions, esm, env }: (typeof APPS)[number],
     port: number,
   ): Promise<ScratchApp> {
     const left: (typeof made)[number] = {};
@@ -126,6 +132,7 @@ describe('npm run pack: the packages in an app outside the repository', () => {
       JSON.stringify({
         name: `scratch-app-nest${nest}`,
         private: true,
+        ...(esm ? { type: 'module' } : {}),
         dependencies: {
           '@llm-workflows/nestjs-idempotency': tarball('idempotency'),
           '@llm-workflows/client': tarball('client'),
@@ -147,6 +154,7 @@ describe('npm run pack: the packages in an app outside the repository', () => {
         PORT: String(port),
         REDIS_URL: testRedisUrl(),
         KEY_PREFIX: `packages:nest${nest}:`,
+        ...env,
         DATABASE_URL: url.toString(),
       },
       stdio: ['ignore', 'pipe', 'inherit'],

@@ -86,8 +86,13 @@ async function main(): Promise<void> {
   })
   class AppModule {}
 
-  // Replays written straight to the response (on Nest 11, the only way they are sent).
-  const app = await NestFactory.create(AppModule, new DirectAnswerExpressAdapter(), { logger: ['error', 'warn'] });
+  // Replays written straight to the response: on Nest 11 the only way they are sent; Nest 12's own router
+  // sends them too (NEST_DEFAULT_ADAPTER=1 runs it on Nest's default adapter, as most Nest 12 apps are).
+  const logger: ('error' | 'warn')[] = ['error', 'warn'];
+  const app =
+    process.env.NEST_DEFAULT_ADAPTER === '1'
+      ? await NestFactory.create(AppModule, { logger })
+      : await NestFactory.create(AppModule, new DirectAnswerExpressAdapter(), { logger });
   // Errors as problem+json, with their headers (a 409's Retry-After).
   app.useGlobalFilters(new ProblemDetailsFilter());
   app.enableShutdownHooks();
