@@ -11,6 +11,9 @@ export const TRACEPARENT = 'traceparent';
 /** @opentelemetry/api's SpanKind values, here so that naming one needs no import of it. */
 export const SpanKind = { INTERNAL: 0, SERVER: 1, CLIENT: 2, PRODUCER: 3, CONSUMER: 4 } as const;
 
+/** @opentelemetry/api's SpanStatusCode values, as SpanKind's. */
+export const SpanStatusCode = { UNSET: 0, OK: 1, ERROR: 2 } as const;
+
 /**
  * The OpenTelemetry API once the SDK is started (useOpenTelemetry), else
  * undefined: with tracing off the helpers below call nothing of it (not
@@ -88,6 +91,17 @@ async function ended<T>(api: typeof OpenTelemetryApi, span: Span, work: (span?: 
   } finally {
     span.end();
   }
+}
+
+/**
+ * Names the outcome of a span's work (`outcome`), and ends the span as an error when it is a failure the work
+ * returned rather than threw (a send the relay will retry or parked, a delivery left for redelivery or dead-lettered):
+ * tail sampling and a trace view pick out failed spans by their status, not by an attribute. A no-op without a span.
+ */
+export function setOutcome(span: Span | undefined, outcome: string, failed: boolean): void {
+  if (!span) return;
+  span.setAttribute('outcome', outcome);
+  if (failed) span.setStatus({ code: SpanStatusCode.ERROR, message: outcome });
 }
 
 export type { Span };

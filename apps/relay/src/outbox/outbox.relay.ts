@@ -3,7 +3,7 @@ import { MicroBatcher } from '@app/batching';
 import { backoffDelay } from '@app/config';
 import { HealthChecksRegistry } from '@app/health';
 import { deleteInBatches } from '@app/persistence';
-import { inSpanFrom, SpanKind } from '@app/tracing';
+import { inSpanFrom, setOutcome, SpanKind } from '@app/tracing';
 import { PinoLogger } from 'nestjs-pino';
 import { once } from 'node:events';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -210,7 +210,8 @@ export class OutboxRelay implements OnApplicationBootstrap, BeforeApplicationShu
     });
     return inSpanFrom(message.traceparent, 'deliver outbox', options, async (span) => {
       const result = await this.deliver(message);
-      span?.setAttribute('outcome', result);
+      // Anything but `sent` is a send that failed or was not recorded: the row is tried again, or parked.
+      setOutcome(span, result, result !== 'sent');
       return result;
     });
   }

@@ -2,7 +2,7 @@ import { BeforeApplicationShutdown, Injectable, Logger, OnApplicationBootstrap, 
 import { backoffDelay } from '@app/config';
 import { HealthChecksRegistry } from '@app/health';
 import { InjectRedis, type RedisClient } from '@app/redis';
-import { inSpanFrom, SpanKind, TRACEPARENT } from '@app/tracing';
+import { inSpanFrom, setOutcome, SpanKind, TRACEPARENT } from '@app/tracing';
 import { PinoLogger } from 'nestjs-pino';
 import { setMaxListeners } from 'node:events';
 import { setTimeout as delay } from 'node:timers/promises';
@@ -21,6 +21,12 @@ import type { DeliveryResult } from './job-handler';
  * its error's class decided: retryable is `transient`, anything else `dead_lettered`.
  */
 export type DeliveryOutcome = string;
+
+/**
+ * The outcomes of a delivery that failed: left for redelivery, or dead-lettered. The handler's own (`done`, and
+ * `duplicate` for work another delivery had committed) are not failures.
+ */
+const FAILED_OUTCOMES: ReadonlySet<DeliveryOutcome> = new Set(['transient', 'dead_lettered']);
 
 export interface Delivery {
   readonly id: string;
@@ -453,7 +459,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     };
     return inSpanFrom(message.fields[TRACEPARENT], `process ${p.stream}`, options, async (span) => {
       const outcome = await this.process(p, message, deliveries, workDone);
-      span?.setAttribute('outcome', outcome);
+      setOutcome(span, outcome, FAILED_OUTCOMES.has(outcome));
       return outcome;
     });
   }
