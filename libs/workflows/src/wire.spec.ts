@@ -5,6 +5,7 @@ import {
   parseStepEntry,
   stepEntryFields,
   stepEntryRun,
+  stepEntryTraceparent,
 } from './wire';
 
 const RUN = '2ed6657d-e927-568b-95e1-2665a8aea6a2';
@@ -63,7 +64,11 @@ describe('the step entry wire format', () => {
     const traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
     const flat = stepEntryFields({ runId: RUN, tenant: 't', payload: '{}', step: 'b', traceparent });
     expect(flat.slice(-2)).toEqual(['traceparent', traceparent]);
+    expect(stepEntryTraceparent(entryFieldMap(flat))).toBe(traceparent);
     expect(stepEntryFields({ runId: RUN, tenant: 't', payload: '{}' })).not.toContain('traceparent');
+    expect(stepEntryTraceparent(entryFieldMap(stepEntryFields({ runId: RUN, tenant: 't', payload: '{}' })))).toBe(
+      undefined,
+    );
     // A next step's entry is built from this one's fields without it: it continues the trace of the delivery.
     const next = nextStepEntry(parseStepEntry(entryFieldMap(flat)), 'c', 'b', undefined);
     expect(next).not.toHaveProperty('traceparent');

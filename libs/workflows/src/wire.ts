@@ -109,6 +109,14 @@ export function stepEntryRun(
   return workflow === undefined ? { runId } : { runId, workflow };
 }
 
+/**
+ * The trace an entry continues (its `traceparent` field), read without parsing the rest: the consumer's delivery
+ * span is its child, whatever the entry turns out to be. Undefined when it was queued with tracing off.
+ */
+export function stepEntryTraceparent(fields: Readonly<Record<string, string>>): string | undefined {
+  return fields[STEP_ENTRY_FIELDS.traceparent];
+}
+
 /** A stream entry's flat field list as Redis returns it (`[k1, v1, k2, v2, ...]`), as the map the parsers take. */
 export function entryFieldMap(flat: readonly string[]): Record<string, string> {
   const fields: Record<string, string> = {};

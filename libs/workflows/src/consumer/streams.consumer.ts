@@ -2,11 +2,12 @@ import { BeforeApplicationShutdown, Injectable, Logger, OnApplicationBootstrap, 
 import { backoffDelay } from '@app/config';
 import { HealthChecksRegistry } from '@app/health';
 import { InjectRedis, type RedisClient } from '@app/redis';
-import { inSpanFrom, setOutcome, SpanKind, TRACEPARENT } from '@app/tracing';
+import { inSpanFrom, setOutcome, SpanKind } from '@app/tracing';
 import { PinoLogger } from 'nestjs-pino';
 import { setMaxListeners } from 'node:events';
 import { setTimeout as delay } from 'node:timers/promises';
 import { failureOf, HandBackError } from './job.errors';
+import { stepEntryTraceparent } from '../wire';
 import { WorkerMetrics } from '../worker.metrics';
 import { ConsumerGroup } from './consumer-group';
 import { type EntrySource, InjectJobHandler, type JobHandler, type StreamMessage } from './job-handler';
@@ -457,7 +458,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
       };
       return { kind: SpanKind.CONSUMER, attributes };
     };
-    return inSpanFrom(message.fields[TRACEPARENT], `process ${p.stream}`, options, async (span) => {
+    return inSpanFrom(stepEntryTraceparent(message.fields), `process ${p.stream}`, options, async (span) => {
       const outcome = await this.process(p, message, deliveries, workDone);
       setOutcome(span, outcome, FAILED_OUTCOMES.has(outcome));
       return outcome;
