@@ -1042,14 +1042,18 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       ['amount 0', { amount: 0 }, 'amount: amount must not be less than 1'],
       ['a ticket_id object', { ticket_id: { id: 'T-1' } }, 'ticket_id: ticket_id must be a string'],
     ])(
-      '%s: the detail says what is wrong, a type error as a type error (not the range it fails too)',
+      '%s: the detail says what is wrong, a type error as a type error (not the range it fails too); nothing left behind',
       async (_name, over, detail) => {
-        const res = await post(newKey(), { ...newBody(), ...over });
+        const key = newKey();
+        const res = await post(key, { ...newBody(), ...over });
         expect({ status: res.status, type: res.body.type, detail: res.body.detail }).toEqual({
           status: 400,
           type: ProblemTypes.validationFailed,
           detail,
         });
+        expect(fake.requests).toHaveLength(0);
+        expect(await rows(refundIdOf(key))).toHaveLength(0);
+        expect(await record(key)).toBeUndefined();
       },
     );
 
