@@ -594,6 +594,31 @@ describe('the engine under races', () => {
     expect(steps).toBe(2);
   });
 
+  it("a drain waits for a commit whose step gave its slot up: the step's row is done once stop() resolves", async () => {
+    const w = await worker({ WORKER_CONCURRENCY: '1' }, { blockMs: 50 });
+    const locker = db.createQueryRunner();
+    await locker.connect();
+    await locker.startTransaction();
+    let stopped: Promise<void> | undefined;
+    const { runId } = await entry('lone', {});
+    try {
+      await locker.query('LOCK TABLE wf_race_rows IN EXCLUSIVE MODE');
+      w.consumer.start();
+      await waitingOnALock("the step's commit waiting on the test's lock");
+      stopped = w.consumer.stop();
+      // Its slot was given up, but the delivery is still in flight: what the drain waits for.
+      expect(w.consumer.inFlightCount).toBe(1);
+      await locker.commitTransaction();
+    } finally {
+      if (locker.isTransactionActive) await locker.rollbackTransaction();
+      await locker.release();
+    }
+    await stopped;
+    expect(await rows('SELECT status FROM workflow_steps WHERE run_id = $1', [runId])).toEqual([{ status: 'done' }]);
+    const [pending] = (await redis.xpending(P.jobs, 'workflows')) as [number];
+    expect(Number(pending)).toBe(0);
+  });
+
   describe('a first step run unbegun (its first delivery writes nothing before its commit)', () => {
     /** Holds `solo` on the deliveries given, until released; `reached(n)` resolves once delivery n is in the step. */
     const hold = (...deliveries: number[]) => {

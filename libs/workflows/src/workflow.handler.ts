@@ -442,8 +442,10 @@ export class WorkflowHandler implements JobHandler, OnApplicationBootstrap {
         await this.rollback(step);
         await this.failed(message, r, err, 'step', signal.aborted, runDeadlinePassed());
       }
-      // Only its writes are left: its slot can take the next entry while it commits.
-      ctx.workDone?.();
+      // Only its writes are left: its slot can take the next entry while it commits. Not a step in a transaction of
+      // its own: that one holds a pooled connection and its locks until its commit, and the pool is sized for one
+      // such step per slot.
+      if (!step.openedTransaction()) ctx.workDone?.();
       const writes = step.writes();
       const commit: StepCommit = {
         runId: r.entry.runId,

@@ -89,8 +89,9 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
   private readonly stopRetrying = new AbortController();
   /**
    * Aborted when the drain time is over: calls in progress are cut off. Each
-   * delivery listens on it while its step runs, so it warns of a leak only
-   * past twice WORKER_CONCURRENCY listeners (set in the constructor).
+   * delivery listens on it until its commit (up to twice WORKER_CONCURRENCY
+   * deliveries: the running and the committing), so it warns of a leak only
+   * past three times WORKER_CONCURRENCY listeners (set in the constructor).
    */
   private readonly hardStop = new AbortController();
   private readonly partitions: readonly PartitionState[];
@@ -115,7 +116,7 @@ export class StreamsConsumer implements OnApplicationBootstrap, BeforeApplicatio
     if (total === 0 || options.queues.some((q) => q.partitions.length === 0))
       throw new RangeError('the consumer needs at least one queue, each with at least one partition');
     this.slots = new SlotLimiter(options.concurrency);
-    setMaxListeners(Math.max(10, options.concurrency * 2), this.hardStop.signal);
+    setMaxListeners(Math.max(10, options.concurrency * 3), this.hardStop.signal);
     this.silenceMs = options.loopSilenceMs ?? Math.max(30_000, options.blockMs * 10);
     this.slotWaitMs = Math.min(1000, Math.max(1, Math.floor(this.silenceMs / 4)));
     this.share = Math.ceil(options.concurrency / total);
