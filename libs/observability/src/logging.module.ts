@@ -24,18 +24,20 @@ const isProbe = (url: string | undefined): boolean =>
 /**
  * JSON logs through pino, one line per answer with a request id (taken from
  * X-Request-Id when it looks like one, else new, and echoed back). Secrets and
- * bodies stay out: auth headers, idempotency keys and query values are
- * redacted.
+ * bodies stay out: no header of the request or the answer is logged, and
+ * query values are redacted.
  *
  * Lines go to stdout asynchronously, in batches: a line is buffered until
- * LOG_BUFFER_BYTES are waiting or LOG_FLUSH_MS have passed, so under load
+ * LOG_BUFFER_BYTES are waiting or the next LOG_FLUSH_MS tick, so under load
  * the lines of many answers go in one write() (a write per line was a
  * syscall per request, the largest part of a line's cost), an idle app's
- * lines are out within LOG_FLUSH_MS, and a slow reader of stdout (a full pipe
- * to the container runtime) never stalls the event loop, as a synchronous
- * write would. pino flushes what is left when the process exits (shutdown
- * ends in process.exit, an uncaught error too); only a SIGKILL can lose the
- * lines of its last LOG_FLUSH_MS.
+ * lines are out within about twice LOG_FLUSH_MS (a tick that finds a write
+ * under way leaves its lines for the next), and a slow reader of stdout (a
+ * full pipe to the container runtime) never stalls the event loop, as a
+ * synchronous write would. pino flushes what is left when the process exits
+ * (shutdown ends in process.exit, an uncaught error too); a death without an
+ * exit (SIGKILL, V8 out of memory, a native crash) loses the lines of its
+ * last moment.
  */
 @Module({})
 export class LoggingModule {
