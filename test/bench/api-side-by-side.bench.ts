@@ -581,6 +581,8 @@ export async function benchApiProfile(redisUrl: string, databaseUrl: string, sec
           freshIds: true,
           connections: 32,
           status: 202,
+          // Every answer checked to be what the column says: a replay, or a first request (the peer sends no header).
+          ...(side.cwd ? {} : { replayed: side.replay === true }),
         };
         await gen.run({ ...spec, durationSeconds: 3 });
         process.kill(server.pid, 'SIGUSR1');

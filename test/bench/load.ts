@@ -6,10 +6,12 @@ import { join } from 'node:path';
 import { clockTicksPerSecond, REPO_ROOT } from './processes';
 
 /*
- * The load generator of the out-of-process benches: autocannon, run in a
- * child process of its own (forked once, driven over IPC round after round),
- * so the load it makes costs neither the server's CPU nor the bench's event
- * loop, and its own CPU can be read from /proc like the servers'.
+ * The load generator of the out-of-process benches: wrk when it is on PATH
+ * (a process per run, its CPU read from the shell that waited for it), else
+ * autocannon in a child process of its own (forked once, driven over IPC
+ * round after round); either way the load it makes costs neither the
+ * server's CPU nor the bench's event loop, and its own CPU is measured like
+ * the servers'.
  *
  * Every request's status is checked: a run in which any answer has another
  * status than the expected one, or any request errs or times out, rejects

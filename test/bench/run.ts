@@ -62,8 +62,15 @@ for (const part of chosen)
   if (!(PARTS as readonly string[]).includes(part)) throw new Error(`BENCH: no part "${part}" (${PARTS.join(', ')})`);
 const want = (part: (typeof PARTS)[number]): boolean => chosen.length === 0 || chosen.includes(part);
 
-// The servers are child processes (processes.ts kills them on exit): an interrupted bench exits, and takes them along.
-for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => process.exit(130));
+/** When this run started: what its results file is named by. */
+const runStartedAt = new Date();
+// The servers are child processes (processes.ts kills them on exit): an interrupted bench writes what it printed,
+// exits, and takes them along.
+for (const signal of ['SIGINT', 'SIGTERM'] as const)
+  process.once(signal, () => {
+    writeResults(runStartedAt, load());
+    process.exit(130);
+  });
 
 /** Everything printed, for the results file: console.table prints through console.log. */
 const printed: string[] = [];
@@ -81,32 +88,42 @@ const load = (): string =>
 async function main(): Promise<void> {
   /** A guarantee a part saw broken (a notification missing or sent twice): printed, written, then the run fails. */
   const failures: string[] = [];
-  const startedAt = new Date();
+  const startedAt = runStartedAt;
   const loadAtStart = load();
   console.log(
     `node ${process.version}, ${cpus().length} cpus (${cpus()[0]?.model ?? 'unknown'}), ` +
       `${Math.round(totalmem() / 2 ** 30)} GiB, load ${loadAtStart}`,
   );
-  const benchDb = await benchDatabaseNamed(databaseUrl, 'llmwf_bench');
-  if (want('api')) printApiSideBySide(await benchApiSideBySide(`${redisBase}/14`, benchDb));
-  if (want('api-profile')) printApiProfile(await benchApiProfile(`${redisBase}/14`, benchDb));
-  if (want('worker') || want('e2e') || want('workflows') || want('cluster')) {
-    const workerDb = await benchDatabaseNamed(databaseUrl, 'llmwf_bench_worker');
-    if (want('worker')) printWorkerSideBySide(await benchWorkerSideBySide(`${redisBase}/13`, workerDb));
-    if (want('e2e')) printEndToEnd(await benchEndToEnd(`${redisBase}/13`, workerDb));
-    if (want('workflows')) {
-      const workflows = await benchWorkflows(`${redisBase}/13`, workerDb);
-      printWorkflows(workflows);
-      failures.push(...deliveryProblems(workflows));
+  try {
+    const benchDb = await benchDatabaseNamed(databaseUrl, 'llmwf_bench');
+    if (want('api')) printApiSideBySide(await benchApiSideBySide(`${redisBase}/14`, benchDb));
+    if (want('api-profile')) printApiProfile(await benchApiProfile(`${redisBase}/14`, benchDb));
+    if (want('worker') || want('e2e') || want('workflows') || want('cluster')) {
+      const workerDb = await benchDatabaseNamed(databaseUrl, 'llmwf_bench_worker');
+      if (want('worker')) printWorkerSideBySide(await benchWorkerSideBySide(`${redisBase}/13`, workerDb));
+      if (want('e2e')) printEndToEnd(await benchEndToEnd(`${redisBase}/13`, workerDb));
+      if (want('workflows')) {
+        const workflows = await benchWorkflows(`${redisBase}/13`, workerDb);
+        printWorkflows(workflows);
+        failures.push(...deliveryProblems(workflows));
+      }
+      if (want('cluster')) printCluster(await benchCluster(`${redisBase}/13`, workerDb));
     }
-    if (want('cluster')) printCluster(await benchCluster(`${redisBase}/13`, workerDb));
+    if (want('stores')) await printStores(benchDb);
+    if (want('refunds')) await printRefunds(benchDb);
+    if (want('hostile')) await printHostile(benchDb);
+    if (want('gateway')) printGateway(await benchGateway(`${redisBase}/15`, benchDb));
+    if (want('gateway-peers')) printGatewaySideBySide(await benchGatewaySideBySide(`${redisBase}/15`, benchDb));
+    for (const failure of failures) console.log(`FAILED: ${failure}`);
+  } finally {
+    // What was printed so far, a part that failed or an interrupted run included.
+    writeResults(startedAt, loadAtStart);
   }
-  if (want('stores')) await printStores(benchDb);
-  if (want('refunds')) await printRefunds(benchDb);
-  if (want('hostile')) await printHostile(benchDb);
-  if (want('gateway')) printGateway(await benchGateway(`${redisBase}/15`, benchDb));
-  if (want('gateway-peers')) printGatewaySideBySide(await benchGatewaySideBySide(`${redisBase}/15`, benchDb));
-  for (const failure of failures) console.log(`FAILED: ${failure}`);
+  if (failures.length) throw new Error(failures.join('\n'));
+}
+
+/** Everything printed, with the date, the machine's load and the parts, to bench-results/ (or BENCH_RESULTS). */
+function writeResults(startedAt: Date, loadAtStart: string): void {
   const file = process.env.BENCH_RESULTS ?? `bench-results/${startedAt.toISOString().replace(/[:.]/g, '-')}.md`;
   mkdirSync(dirname(resolve(file)), { recursive: true });
   const header = [
@@ -119,7 +136,6 @@ async function main(): Promise<void> {
   ];
   writeFileSync(file, [...header, '```', ...printed, '```', ''].join('\n'));
   log(`written to ${file}`);
-  if (failures.length) throw new Error(failures.join('\n'));
 }
 
 async function printStores(benchDb: string): Promise<void> {

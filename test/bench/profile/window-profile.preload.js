@@ -3,8 +3,8 @@
  * Preloaded (`node -r`) into a bench server by the api-profile part: a V8
  * CPU profile of exactly the load window, started on SIGUSR1 and written on
  * SIGUSR2 to $BENCH_PROFILE_OUT, so that neither the boot nor the warm-up is
- * in it. The sampling interval is V8's default (1 ms is too coarse for a
- * request of ~100 µs; 100 µs it is).
+ * in it. Sampled every 100 µs (V8's default, 1 ms, is too coarse for a
+ * request of ~100 µs). The main thread only: /proc's CPU counts every thread.
  */
 const inspector = require('node:inspector');
 const { writeFileSync } = require('node:fs');
