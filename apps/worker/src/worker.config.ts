@@ -29,7 +29,12 @@ export const workerEnvSchema = {
   ...httpServerEnv,
   ...tracingEnv,
   healthPort: env.int('HEALTH_PORT', 3001, { min: 0, max: 65535 }, { describe: 'health and metrics' }),
-  concurrency: env.int('WORKER_CONCURRENCY', 16, { min: 1, max: 1000 }, { describe: 'steps running per process (as many more may be committing)' }),
+  concurrency: env.int(
+    'WORKER_CONCURRENCY',
+    16,
+    { min: 1, max: 1000 },
+    { describe: 'steps running per process (as many more may be committing)' },
+  ),
   claimIdleMs: env.int(
     'CLAIM_IDLE_MS',
     30_000,
