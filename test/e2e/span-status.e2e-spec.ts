@@ -1,9 +1,6 @@
-import * as api from '@opentelemetry/api';
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
+import { SpanStatusCode } from '@opentelemetry/api';
 import { JOBS_STREAM, jobIdFor, SummaryJobQueue } from '@app/summary-queue';
-import { useOpenTelemetry } from '@app/tracing';
+import { useInMemoryTracing } from '@app/tracing/in-memory-tracing';
 import { randomUUID } from 'node:crypto';
 import { compileRelay, FakeProvider, insertOutboxRows } from '../relay/relay-harness';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
@@ -18,28 +15,12 @@ import { startWorker } from '../support/worker-harness';
  * exported to memory.
  */
 describe('the status of a send span and a delivery span', () => {
-  const exporter = new InMemorySpanExporter();
-  const provider = new TracerProvider({ spanProcessors: [new SimpleSpanProcessor({ exporter })] });
+  const exporter = useInMemoryTracing();
   const statusOf = (name: string) =>
     exporter
       .getFinishedSpans()
       .filter((s) => s.name === name)
       .map((s) => ({ outcome: s.attributes.outcome, status: s.status.code }));
-
-  beforeAll(() => {
-    api.context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
-    api.propagation.setGlobalPropagator(new W3CTraceContextPropagator());
-    api.trace.setGlobalTracerProvider(provider);
-    useOpenTelemetry(api);
-  });
-  afterAll(async () => {
-    useOpenTelemetry(undefined);
-    await provider.shutdown();
-    api.trace.disable();
-    api.propagation.disable();
-    api.context.disable();
-  });
-  beforeEach(() => exporter.reset());
 
   it("the relay's: an error for a send that failed, unset for one sent", async () => {
     const ds = await testDataSource();
@@ -52,8 +33,8 @@ describe('the status of a send span and a delivery span', () => {
       await expect(relay.relay.runOnce()).resolves.toMatchObject({ claimed: 2, sent: 1, failed: 1 });
       expect(webhook.deliveries.map((d) => d.idempotencyKey).sort()).toEqual([ok, bad].sort());
       expect(statusOf('deliver outbox').sort((a, b) => String(a.outcome).localeCompare(String(b.outcome)))).toEqual([
-        { outcome: 'failed', status: api.SpanStatusCode.ERROR },
-        { outcome: 'sent', status: api.SpanStatusCode.UNSET },
+        { outcome: 'failed', status: SpanStatusCode.ERROR },
+        { outcome: 'sent', status: SpanStatusCode.UNSET },
       ]);
     } finally {
       await relay.close();
@@ -79,8 +60,8 @@ describe('the status of a send span and a delivery span', () => {
       expect(
         statusOf(`process ${JOBS_STREAM}`).sort((a, b) => String(a.outcome).localeCompare(String(b.outcome))),
       ).toEqual([
-        { outcome: 'dead_lettered', status: api.SpanStatusCode.ERROR },
-        { outcome: 'done', status: api.SpanStatusCode.UNSET },
+        { outcome: 'dead_lettered', status: SpanStatusCode.ERROR },
+        { outcome: 'done', status: SpanStatusCode.UNSET },
       ]);
     } finally {
       await w.close();

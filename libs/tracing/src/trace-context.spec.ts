@@ -1,8 +1,5 @@
-import * as api from '@opentelemetry/api';
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import { W3CTraceContextPropagator } from '@opentelemetry/core';
-import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
-import { activeTraceparent, inSpan, inSpanFrom, SpanKind, useOpenTelemetry } from './trace-context';
+import { useInMemoryTracing } from './in-memory-tracing';
+import { activeTraceparent, inSpan, inSpanFrom, SpanKind } from './trace-context';
 
 const QUEUED = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01';
 
@@ -15,24 +12,7 @@ describe('trace context across a queue, tracing off (the SDK not started)', () =
 });
 
 describe('trace context across a queue, tracing on', () => {
-  const exporter = new InMemorySpanExporter();
-  const provider = new TracerProvider({ spanProcessors: [new SimpleSpanProcessor({ exporter })] });
-
-  beforeAll(() => {
-    // What tracing-sdk.ts does once started, with an in-memory exporter.
-    api.context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
-    api.propagation.setGlobalPropagator(new W3CTraceContextPropagator());
-    api.trace.setGlobalTracerProvider(provider);
-    useOpenTelemetry(api);
-  });
-  afterAll(async () => {
-    useOpenTelemetry(undefined);
-    await provider.shutdown();
-    api.trace.disable();
-    api.propagation.disable();
-    api.context.disable();
-  });
-  beforeEach(() => exporter.reset());
+  const exporter = useInMemoryTracing();
 
   it('a delivery continues the trace it was queued with, whatever is active; what it queues continues it', async () => {
     const written = await inSpan('unrelated', {}, () =>
