@@ -2,10 +2,10 @@ import { OpenAiLlmClient } from '@app/llm';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
 
 /**
- * The openai SDK reads OPENAI_* variables from process.env by itself. The
- * worker's validated config is its only source: with the SDK's variables set
- * around it, the client neither prints the user's text nor sends anything
- * they ask for.
+ * The openai SDK reads OPENAI_* variables from process.env by itself; the
+ * worker's client is not the SDK, and its validated config is its only
+ * source: with the SDK's variables set around it, the client neither prints
+ * the user's text nor sends anything they ask for.
  */
 describe('the openai client and the environment', () => {
   const SDK_ENV: Record<string, string> = {

@@ -5,8 +5,8 @@ import { monotonicClock, realSleep, type RetryPolicyOptions } from '../../libs/w
 import { FakeOpenAiServer } from '../support/fake-openai-server';
 import { eventually } from '../support/infra';
 
-/** The real `openai` SDK over HTTP to a local server, under RetryPolicy. */
-describe('model calls through the openai SDK and RetryPolicy', () => {
+/** The worker's model client over HTTP to a local server, under RetryPolicy. */
+describe('model calls through OpenAiLlmClient and RetryPolicy', () => {
   let server: FakeOpenAiServer;
   /** Every backoff the policy slept, in ms, in order. */
   const slept: number[] = [];

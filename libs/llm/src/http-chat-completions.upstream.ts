@@ -1,21 +1,6 @@
-import {
-  Agent as HttpAgent,
-  request as httpRequest,
-  type IncomingHttpHeaders,
-  type IncomingMessage,
-  type OutgoingHttpHeaders,
-  type RequestOptions,
-} from 'node:http';
-import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
-import type { Socket } from 'node:net';
-import { TLSSocket } from 'node:tls';
-import {
-  abortedBeforeHead,
-  type ChatCompletionsUpstream,
-  type UpstreamRequest,
-  type UpstreamResponse,
-  UpstreamUnreachableError,
-} from './chat-completions.upstream';
+import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
+import type { ChatCompletionsUpstream, UpstreamRequest, UpstreamResponse } from './chat-completions.upstream';
+import { NodeHttpTransport } from './node-http.transport';
 
 export interface HttpChatCompletionsUpstreamOptions {
   readonly apiKey: string;
@@ -47,48 +32,30 @@ export function relayedHeaders(headers: IncomingHttpHeaders): Record<string, str
 }
 
 /**
- * The provider's chat completions and responses over plain node:http(s), bytes relayed as
- * they are: no SDK, no fetch, so a call costs one request on a kept-alive
- * socket and the response's IncomingMessage is the body (its backpressure
- * reaches the provider's socket).
+ * The provider's chat completions and responses over NodeHttpTransport,
+ * bytes relayed as they are: no SDK, no fetch, so a call costs one request
+ * on a kept-alive socket and the response's IncomingMessage is the body (its
+ * backpressure reaches the provider's socket).
  */
 export class HttpChatCompletionsUpstream implements ChatCompletionsUpstream {
-  private readonly agent: HttpAgent;
-  private readonly request: typeof httpRequest;
-  private readonly target: RequestOptions;
-  /** The API root's path (no trailing slash) and its query (e.g. Azure's `?api-version=`), around each API's path. */
-  private readonly root: { readonly path: string; readonly search: string };
+  private readonly transport: NodeHttpTransport;
   private readonly authorization: string;
 
   constructor(options: HttpChatCompletionsUpstreamOptions) {
-    const url = new URL(options.baseUrl ?? DEFAULT_OPENAI_BASE_URL);
-    if (url.protocol !== 'http:' && url.protocol !== 'https:')
-      throw new Error(`the provider's URL must be http or https, got "${url.protocol}"`);
-    this.root = { path: url.pathname.replace(/\/+$/, ''), search: url.search };
-    const agentOptions = { keepAlive: true, maxSockets: options.maxSockets ?? 256 };
-    const https = url.protocol === 'https:';
-    this.agent = https ? new HttpsAgent(agentOptions) : new HttpAgent(agentOptions);
-    this.request = https ? httpsRequest : httpRequest;
-    this.target = {
-      protocol: url.protocol,
-      // An IPv6 literal without its brackets, as node:http wants it.
-      hostname: url.hostname.replace(/^\[(.*)\]$/, '$1'),
-      port: url.port === '' ? undefined : Number(url.port),
-      agent: this.agent,
-    };
+    this.transport = new NodeHttpTransport({
+      baseUrl: options.baseUrl ?? DEFAULT_OPENAI_BASE_URL,
+      ...(options.maxSockets === undefined ? {} : { maxSockets: options.maxSockets }),
+    });
     this.authorization = `Bearer ${options.apiKey}`;
   }
 
-  send({
+  async send({
     method = 'POST',
     path = 'chat/completions',
     body,
     idempotencyKey,
     signal,
   }: UpstreamRequest): Promise<UpstreamResponse> {
-    // The signal's own reason, as fetch rejects: whatever the aborter gave (shutdown passes its own).
-    // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
-    if (signal.aborted) return Promise.reject(abortedBeforeHead(signal));
     const headers: OutgoingHttpHeaders = {
       authorization: this.authorization,
       accept: 'application/json, text/event-stream',
@@ -98,110 +65,12 @@ export class HttpChatCompletionsUpstream implements ChatCompletionsUpstream {
       headers['content-length'] = body.length;
     }
     if (idempotencyKey !== undefined) headers['idempotency-key'] = idempotencyKey;
-    // A response's path may carry a query (`?stream=true&starting_after=3`); the API root's own query joins it.
-    const [route, query] = path.split('?', 2);
-    const search = [this.root.search.replace(/^\?/, ''), query ?? ''].filter((q) => q !== '').join('&');
-    return this.attempt(method, `${this.root.path}/${route}${search ? `?${search}` : ''}`, body, headers, signal);
+    const message = await this.transport.send(method, path, body, headers, signal);
+    return { status: message.statusCode ?? 502, headers: relayedHeaders(message.headers), body: message };
   }
 
   /** Ends every connection, those in use included: for shutdown, once no call is running. */
   close(): void {
-    this.agent.destroy();
-  }
-
-  /**
-   * One request, sent again on a new connection only when it provably never
-   * left. A kept-alive socket the provider closed while it sat idle is the
-   * one case to cover (node:http's documentation advises a retry on
-   * ECONNRESET for a reused socket): its FIN may still be unread when the
-   * agent hands the socket out. So on a reused socket nothing is written
-   * until one turn of the event loop has read what was waiting on it; a
-   * socket that turns out ended or destroyed then has carried no byte of the
-   * request, and the request goes on a new connection. Every other failure
-   * before the head, once the request was written, is an
-   * UpstreamUnreachableError whose `requestSent` says the provider may have
-   * it: resending it then would run (and bill) the call twice, as the
-   * provider may have been generating for minutes when it reset.
-   */
-  private attempt(
-    method: string,
-    path: string,
-    body: Buffer | undefined,
-    headers: OutgoingHttpHeaders,
-    signal: AbortSignal,
-  ): Promise<UpstreamResponse> {
-    return new Promise((resolve, reject) => {
-      const req = this.request({ ...this.target, method, path, headers });
-      let res: IncomingMessage | undefined;
-      let written = false;
-      // A reused socket is connected; a new one only once its handshake is done (bytes written before wait in Node).
-      let connected = false;
-      let settled = false;
-      const onAbort = (): void => {
-        if (res !== undefined) {
-          // The body's iteration throws the reason.
-          res.destroy(signal.reason as Error);
-        } else {
-          settled = true;
-          req.destroy();
-          // The signal's own reason, as above.
-          // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
-          reject(abortedBeforeHead(signal));
-        }
-      };
-      signal.addEventListener('abort', onAbort, { once: true });
-      const forget = (): void => signal.removeEventListener('abort', onAbort);
-      const write = (): void => {
-        written = true;
-        if (body === undefined) req.end();
-        else req.end(body);
-      };
-      /** Nothing of the request was written: it goes on another connection. */
-      const again = (): void => {
-        settled = true;
-        forget();
-        req.destroy();
-        resolve(this.attempt(method, path, body, headers, signal));
-      };
-
-      req.once('socket', (socket: Socket) => {
-        if (!req.reusedSocket) {
-          socket.once(socket instanceof TLSSocket ? 'secureConnect' : 'connect', () => (connected = true));
-          write();
-          return;
-        }
-        connected = true;
-        // A FIN or reset that arrived while the socket was idle is read in this turn's poll phase.
-        setImmediate(() => {
-          if (settled || signal.aborted) return;
-          if (socket.destroyed || socket.readableEnded || !socket.writable) again();
-          else write();
-        });
-      });
-      req.once('response', (message: IncomingMessage) => {
-        res = message;
-        settled = true;
-        // A break before anyone reads would otherwise be an uncaught 'error';
-        // the body's iterator still sees it (the stream keeps it as `errored`).
-        message.on('error', () => undefined);
-        message.once('close', forget);
-        resolve({ status: message.statusCode ?? 502, headers: relayedHeaders(message.headers), body: message });
-      });
-      req.on('error', (err: NodeJS.ErrnoException) => {
-        // After the head a break reaches the caller through the body.
-        if (res !== undefined || settled) return;
-        if (signal.aborted) {
-          forget();
-          return;
-        }
-        if (!written && req.reusedSocket) {
-          again();
-          return;
-        }
-        settled = true;
-        forget();
-        reject(new UpstreamUnreachableError(err, written && connected));
-      });
-    });
+    this.transport.close();
   }
 }

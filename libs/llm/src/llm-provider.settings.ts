@@ -25,10 +25,10 @@ export const llmProviderEnv = {
   ),
   openaiApiKey: env.optionalString('OPENAI_API_KEY'),
   openaiBaseUrl: env.optionalUrl('OPENAI_BASE_URL', ['http:', 'https:'], {
-    docDefault: "the SDK's (`https://api.openai.com/v1`)",
+    docDefault: '`https://api.openai.com/v1`',
     describe:
-      "any OpenAI-compatible API root; the SDK's own variables (`OPENAI_LOG`, `OPENAI_ORG_ID`, " +
-      '`OPENAI_PROJECT_ID`, `OPENAI_CUSTOM_HEADERS`, …) are ignored; it logs only warnings and errors, never requests',
+      "any OpenAI-compatible API root, called over node:http (not the `openai` SDK): the SDK's own variables " +
+      '(`OPENAI_LOG`, `OPENAI_ORG_ID`, `OPENAI_PROJECT_ID`, `OPENAI_CUSTOM_HEADERS`, …) have no effect; no request or answer is logged',
   }),
   openaiModel: env.string('OPENAI_MODEL', 'gpt-4.1-mini', {
     describe: "the worker's model; the gateway sends each request's own `model`",

@@ -1,15 +1,18 @@
-import { Logger } from '@nestjs/common';
-import OpenAI, { APIError, type ClientOptions } from 'openai';
+import type { IncomingMessage, OutgoingHttpHeaders } from 'node:http';
+import { APIConnectionError, APIConnectionTimeoutError, APIError, APIUserAbortError } from 'openai';
 import type { ChatCompletion } from 'openai/resources/chat/completions';
+import { DEFAULT_OPENAI_BASE_URL } from './http-chat-completions.upstream';
 import type { ChatOptions, ChatRequest, LlmClient, ModelCallOptions, SummarizeOptions } from './llm-client.interface';
 import { GatewayAuthError } from './llm.errors';
+import { NodeHttpTransport } from './node-http.transport';
 import { sanitizeSummary } from './summary.sanitizer';
 
 export interface OpenAiLlmOptions {
   readonly apiKey: string;
+  /** The API root; default https://api.openai.com/v1. */
   readonly baseUrl?: string;
   readonly model: string;
-  /** The SDK's own per-request timeout: a backstop behind RetryPolicy's wall-clock limit. */
+  /** Our own per-request timeout: a backstop behind RetryPolicy's wall-clock limit. */
   readonly requestTimeoutMs: number;
   /**
    * The gateway path: each call names its tenant in `X-Tenant` (the api takes
@@ -23,67 +26,49 @@ const SYSTEM_PROMPT =
   'Summarise the user text in a few sentences of plain prose. Keep names, numbers and dates exact. ' +
   'Do not add anything that is not in the text.';
 
-/**
- * The SDK fills every option left undefined from the environment: OPENAI_BASE_URL,
- * OPENAI_API_KEY, OPENAI_ADMIN_KEY, OPENAI_ORG_ID, OPENAI_PROJECT_ID,
- * OPENAI_WEBHOOK_SECRET, OPENAI_LOG (at `debug` it prints each request, the
- * user's text included) and OPENAI_CUSTOM_HEADERS. The worker's validated
- * config is its only source, so each option is given explicitly, null where
- * we have nothing. OPENAI_CUSTOM_HEADERS has no option that turns it off; as
- * we set no default headers, whatever the constructor put there came from
- * the environment, and is dropped.
- */
-class ConfiguredOpenAI extends OpenAI {
-  constructor(options: ClientOptions) {
-    super(options);
-    this._options = { ...this._options, defaultHeaders: undefined };
+/** What the backstop timer aborts a request with, told apart from the caller's own abort. */
+class BackstopTimeout extends Error {
+  constructor() {
+    super('the request timed out');
+    this.name = 'BackstopTimeout';
   }
 }
 
 /**
- * The official SDK with its own retries off (`maxRetries: 0`): RetryPolicy is
- * the one layer that decides about retries, so attempts are counted once.
- * Its warnings and errors go to our logger as their message line only (the
- * SDK's extra arguments can carry request details); info and debug, which
- * carry whole requests and responses, are dropped.
+ * The OpenAI API's `POST /chat/completions`, sent over NodeHttpTransport (the
+ * gateway's own client of the provider), not through the `openai` SDK: for
+ * the one call shape the worker makes, the SDK and the fetch under it cost
+ * about 350 CPU µs a call, a quarter of a job's CPU in the worker bench. What
+ * a caller sees is what the SDK gave it: the SDK's types, and its error
+ * classes, made by the SDK's own APIError.generate for a non-2xx (status,
+ * the `error` object, the headers, so RetryPolicy's classifier reads
+ * `x-should-retry` and `Retry-After` as before); APIConnectionError for a
+ * connection that failed or broke, APIConnectionTimeoutError when the
+ * backstop timer cut it, APIUserAbortError when the caller's signal did.
+ * Nothing retries here: RetryPolicy is the one layer that does. Nothing is
+ * read from the environment (the SDK's OPENAI_* variables have no effect), and
+ * nothing of a request or an answer is logged.
  */
 export class OpenAiLlmClient implements LlmClient {
-  private readonly logger = new Logger(OpenAiLlmClient.name);
-  private readonly client: OpenAI;
+  private readonly transport: NodeHttpTransport;
+  private readonly authorization: string;
 
   constructor(private readonly options: OpenAiLlmOptions) {
-    this.client = new ConfiguredOpenAI({
-      apiKey: options.apiKey,
-      baseURL: options.baseUrl ?? null, // null: the SDK's default URL, not OPENAI_BASE_URL
-      adminAPIKey: null,
-      organization: null,
-      project: null,
-      webhookSecret: null,
-      maxRetries: 0,
-      timeout: options.requestTimeoutMs,
-      logLevel: 'warn',
-      logger: {
-        error: (message: string) => this.logger.error(`openai: ${message}`),
-        warn: (message: string) => this.logger.warn(`openai: ${message}`),
-        info: () => undefined,
-        debug: () => undefined,
-      },
-    });
+    this.transport = new NodeHttpTransport({ baseUrl: options.baseUrl ?? DEFAULT_OPENAI_BASE_URL });
+    this.authorization = `Bearer ${options.apiKey}`;
   }
 
   async summarize(text: string, options: SummarizeOptions): Promise<string> {
-    const completion = await this.gatewayErrors(
-      this.client.chat.completions.create(
-        {
-          model: this.options.model,
-          messages: [
-            { role: 'system', content: SYSTEM_PROMPT },
-            { role: 'user', content: text },
-          ],
-        },
-        // Direct calls send no headers of ours, as before the gateway existed.
-        this.options.sendTenant ? this.requestOptions(options) : { signal: options.signal },
-      ),
+    const completion = await this.complete(
+      {
+        model: this.options.model,
+        messages: [
+          { role: 'system', content: SYSTEM_PROMPT },
+          { role: 'user', content: text },
+        ],
+      },
+      // Direct calls send no headers of ours, as before the gateway existed.
+      this.options.sendTenant ? options : { signal: options.signal },
     );
     return sanitizeSummary(completion.choices[0]?.message?.content);
   }
@@ -93,44 +78,98 @@ export class OpenAiLlmClient implements LlmClient {
   }
 
   chat(request: ChatRequest, options: ChatOptions): Promise<ChatCompletion> {
-    return this.gatewayErrors(
-      this.client.chat.completions.create(
-        { ...request, model: request.model ?? this.options.model, stream: false },
-        this.requestOptions(options),
-      ),
-    );
+    return this.complete({ ...request, model: request.model ?? this.options.model, stream: false }, options);
+  }
+
+  /** Ends the kept-alive connections (shutdown, once no call runs). */
+  close(): void {
+    this.transport.close();
+  }
+
+  /** One request, its answer parsed, or the SDK's error class for what went wrong. */
+  private async complete(body: object, { signal, idempotencyKey, tenant }: ModelCallOptions): Promise<ChatCompletion> {
+    if (signal.aborted) throw new APIUserAbortError();
+    const bytes = Buffer.from(JSON.stringify(body));
+    const headers: OutgoingHttpHeaders = {
+      authorization: this.authorization,
+      accept: 'application/json',
+      'content-type': 'application/json',
+      'content-length': bytes.length,
+      'user-agent': 'llm-workflows',
+    };
+    // Idempotency-Key when given; X-Tenant on the gateway path only (another endpoint has no use for it).
+    if (idempotencyKey !== undefined) headers['idempotency-key'] = idempotencyKey;
+    if (tenant !== undefined && this.options.sendTenant) headers['x-tenant'] = tenant;
+    // One controller for the call: the caller's signal and the backstop timer abort it.
+    const call = new AbortController();
+    const onAbort = (): void => call.abort(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    const timer = setTimeout(() => call.abort(new BackstopTimeout()), this.options.requestTimeoutMs);
+    let status: number;
+    let text: string;
+    let message: IncomingMessage | undefined;
+    try {
+      message = await this.transport.send('POST', 'chat/completions', bytes, headers, call.signal);
+      status = message.statusCode ?? 502;
+      text = await readText(message);
+    } catch (err) {
+      if (call.signal.reason instanceof BackstopTimeout) throw new APIConnectionTimeoutError();
+      if (signal.aborted) throw new APIUserAbortError();
+      throw new APIConnectionError({ cause: err instanceof Error ? err : new Error(String(err)) });
+    } finally {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', onAbort);
+    }
+    if (status >= 200 && status < 300) {
+      try {
+        return JSON.parse(text) as ChatCompletion;
+      } catch {
+        throw new Error(`the model answered ${status} with a body that is not JSON`);
+      }
+    }
+    throw this.statusError(status, text, message);
   }
 
   /**
-   * On the gateway path, a 401 or 403 that carries `WWW-Authenticate` is the
-   * api refusing our internal key (its guard sends `WWW-Authenticate: Bearer`,
-   * and has in every release), as a GatewayAuthError: a redelivery, not a
-   * dead letter (classifyLlmError). A provider's own 401, relayed by the
-   * gateway, never carries the header (the relay passes a fixed list of
-   * provider headers, relayedHeaders), so it stays the permanent client
-   * error it is when the worker calls the provider directly.
+   * A non-2xx as the SDK makes it (its makeStatusError): the body's JSON,
+   * wrapped in `{ error }` when it has no `error` of its own, else the text
+   * as the message. On the gateway path, a 401 or 403 that carries
+   * `WWW-Authenticate` is the api refusing our internal key (its guard sends
+   * `WWW-Authenticate: Bearer`, and has in every release), as a
+   * GatewayAuthError: a redelivery, not a dead letter (classifyLlmError). A
+   * provider's own 401, relayed by the gateway, never carries the header (the
+   * relay passes a fixed list of provider headers, relayedHeaders), so it
+   * stays the permanent client error it is when the worker calls the
+   * provider directly.
    */
-  private async gatewayErrors<T>(call: Promise<T>): Promise<T> {
-    if (!this.options.sendTenant) return call;
+  private statusError(status: number, text: string, message: IncomingMessage): Error {
+    const headers = new Headers();
+    const raw = message.rawHeaders;
+    for (let i = 0; i + 1 < raw.length; i += 2) headers.append(raw[i], raw[i + 1]);
+    let json: unknown;
     try {
-      return await call;
-    } catch (err) {
-      const status: unknown = err instanceof APIError ? err.status : undefined;
-      const headers = err instanceof APIError ? (err.headers as Headers | undefined) : undefined;
-      if ((status === 401 || status === 403) && headers?.has('www-authenticate'))
-        throw new GatewayAuthError(status, (err as Error).message, { cause: err });
-      throw err;
+      json = JSON.parse(text);
+    } catch {
+      json = undefined;
     }
+    const error =
+      json && typeof json === 'object' && (json as { error?: unknown }).error == null ? { error: json } : json;
+    const err = APIError.generate(status, error as object | undefined, json === undefined ? text : undefined, headers);
+    if (this.options.sendTenant && (status === 401 || status === 403) && headers.has('www-authenticate'))
+      return new GatewayAuthError(status, err.message, { cause: err });
+    return err;
   }
+}
 
-  /** Idempotency-Key when given; X-Tenant on the gateway path only (another endpoint has no use for it). */
-  private requestOptions({ signal, idempotencyKey, tenant }: ModelCallOptions): {
-    signal: AbortSignal;
-    headers: Record<string, string>;
-  } {
-    const headers: Record<string, string> = {};
-    if (idempotencyKey !== undefined) headers['Idempotency-Key'] = idempotencyKey;
-    if (tenant !== undefined && this.options.sendTenant) headers['X-Tenant'] = tenant;
-    return { signal, headers };
-  }
+/** The whole body as UTF-8; rejects with the stream's error if it breaks or is destroyed. */
+function readText(message: IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    message.on('data', (chunk: Buffer) => chunks.push(chunk));
+    message.once('end', () => resolve((chunks.length === 1 ? chunks[0] : Buffer.concat(chunks)).toString('utf8')));
+    message.once('error', reject);
+    message.once('close', () => {
+      if (!message.complete) reject(message.errored ?? new Error('the connection closed before the answer ended'));
+    });
+  });
 }

@@ -1,0 +1,177 @@
+import {
+  Agent as HttpAgent,
+  request as httpRequest,
+  type IncomingMessage,
+  type OutgoingHttpHeaders,
+  type RequestOptions,
+} from 'node:http';
+import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
+import type { Socket } from 'node:net';
+import { TLSSocket } from 'node:tls';
+import { abortedBeforeHead, UpstreamUnreachableError } from './chat-completions.upstream';
+
+export interface NodeHttpTransportOptions {
+  /** The API root (`https://api.openai.com/v1`, the gateway's `<origin>/v1`): paths are sent under it. */
+  readonly baseUrl: string;
+  /** Connections open at most (kept alive between calls); default 256. */
+  readonly maxSockets?: number;
+}
+
+/**
+ * Requests to one OpenAI-compatible API root over plain node:http(s), on
+ * kept-alive sockets: no SDK and no fetch under it, so a call costs one
+ * request and the response's IncomingMessage is the body (its backpressure
+ * reaches the server's socket). The gateway's upstream and the worker's
+ * model client both send through it; it owns the one hard case, a request
+ * on a kept-alive socket the server closed (`send`).
+ */
+export class NodeHttpTransport {
+  private readonly agent: HttpAgent;
+  private readonly request: typeof httpRequest;
+  private readonly target: RequestOptions;
+  /** The API root's path (no trailing slash) and its query (e.g. Azure's `?api-version=`), around each API's path. */
+  private readonly root: { readonly path: string; readonly search: string };
+
+  constructor(options: NodeHttpTransportOptions) {
+    const url = new URL(options.baseUrl);
+    if (url.protocol !== 'http:' && url.protocol !== 'https:')
+      throw new Error(`the provider's URL must be http or https, got "${url.protocol}"`);
+    this.root = { path: url.pathname.replace(/\/+$/, ''), search: url.search };
+    const agentOptions = { keepAlive: true, maxSockets: options.maxSockets ?? 256 };
+    const https = url.protocol === 'https:';
+    this.agent = https ? new HttpsAgent(agentOptions) : new HttpAgent(agentOptions);
+    this.request = https ? httpsRequest : httpRequest;
+    this.target = {
+      protocol: url.protocol,
+      // An IPv6 literal without its brackets, as node:http wants it.
+      hostname: url.hostname.replace(/^\[(.*)\]$/, '$1'),
+      port: url.port === '' ? undefined : Number(url.port),
+      agent: this.agent,
+    };
+  }
+
+  /**
+   * Sends `method` to `path` under the API root (a path may carry its own
+   * query, which the root's joins) and resolves with the response once its
+   * head has arrived; the body is the caller's to read (or destroy). Rejects,
+   * before the head, with UpstreamUnreachableError (refused, reset, DNS, TLS,
+   * a malformed answer), UpstreamTimeoutError (the signal aborted with a
+   * TimeoutError reason) or the signal's own reason for any other abort.
+   * After the head, an abort destroys the body with the signal's reason.
+   */
+  send(
+    method: string,
+    path: string,
+    body: Buffer | undefined,
+    headers: OutgoingHttpHeaders,
+    signal: AbortSignal,
+  ): Promise<IncomingMessage> {
+    // The signal's own reason, as fetch rejects: whatever the aborter gave (shutdown passes its own).
+    // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
+    if (signal.aborted) return Promise.reject(abortedBeforeHead(signal));
+    const [route, query] = path.split('?', 2);
+    const search = [this.root.search.replace(/^\?/, ''), query ?? ''].filter((q) => q !== '').join('&');
+    return this.attempt(method, `${this.root.path}/${route}${search ? `?${search}` : ''}`, body, headers, signal);
+  }
+
+  /** Ends every connection, those in use included: for shutdown, once no call is running. */
+  close(): void {
+    this.agent.destroy();
+  }
+
+  /**
+   * One request, sent again on a new connection only when it provably never
+   * left. A kept-alive socket the server closed while it sat idle is the
+   * one case to cover (node:http's documentation advises a retry on
+   * ECONNRESET for a reused socket): its FIN may still be unread when the
+   * agent hands the socket out. So on a reused socket nothing is written
+   * until one turn of the event loop has read what was waiting on it; a
+   * socket that turns out ended or destroyed then has carried no byte of the
+   * request, and the request goes on a new connection. Every other failure
+   * before the head, once the request was written, is an
+   * UpstreamUnreachableError whose `requestSent` says the server may have
+   * it: resending it then would run (and bill) the call twice, as the
+   * provider may have been generating for minutes when it reset.
+   */
+  private attempt(
+    method: string,
+    path: string,
+    body: Buffer | undefined,
+    headers: OutgoingHttpHeaders,
+    signal: AbortSignal,
+  ): Promise<IncomingMessage> {
+    return new Promise((resolve, reject) => {
+      const req = this.request({ ...this.target, method, path, headers });
+      let res: IncomingMessage | undefined;
+      let written = false;
+      // A reused socket is connected; a new one only once its handshake is done (bytes written before wait in Node).
+      let connected = false;
+      let settled = false;
+      const onAbort = (): void => {
+        if (res !== undefined) {
+          // The body's iteration throws the reason.
+          res.destroy(signal.reason as Error);
+        } else {
+          settled = true;
+          req.destroy();
+          // The signal's own reason, as above.
+          // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
+          reject(abortedBeforeHead(signal));
+        }
+      };
+      signal.addEventListener('abort', onAbort, { once: true });
+      const forget = (): void => signal.removeEventListener('abort', onAbort);
+      const write = (): void => {
+        written = true;
+        if (body === undefined) req.end();
+        else req.end(body);
+      };
+      /** Nothing of the request was written: it goes on another connection. */
+      const again = (): void => {
+        settled = true;
+        forget();
+        req.destroy();
+        resolve(this.attempt(method, path, body, headers, signal));
+      };
+
+      req.once('socket', (socket: Socket) => {
+        if (!req.reusedSocket) {
+          socket.once(socket instanceof TLSSocket ? 'secureConnect' : 'connect', () => (connected = true));
+          write();
+          return;
+        }
+        connected = true;
+        // A FIN or reset that arrived while the socket was idle is read in this turn's poll phase.
+        setImmediate(() => {
+          if (settled || signal.aborted) return;
+          if (socket.destroyed || socket.readableEnded || !socket.writable) again();
+          else write();
+        });
+      });
+      req.once('response', (message: IncomingMessage) => {
+        res = message;
+        settled = true;
+        // A break before anyone reads would otherwise be an uncaught 'error';
+        // the body's iterator still sees it (the stream keeps it as `errored`).
+        message.on('error', () => undefined);
+        message.once('close', forget);
+        resolve(message);
+      });
+      req.on('error', (err: NodeJS.ErrnoException) => {
+        // After the head a break reaches the caller through the body.
+        if (res !== undefined || settled) return;
+        if (signal.aborted) {
+          forget();
+          return;
+        }
+        if (!written && req.reusedSocket) {
+          again();
+          return;
+        }
+        settled = true;
+        forget();
+        reject(new UpstreamUnreachableError(err, written && connected));
+      });
+    });
+  }
+}
