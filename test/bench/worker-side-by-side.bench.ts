@@ -26,8 +26,9 @@ import { median, orderOf } from './support';
 /*
  * Issue 12: the project's worker against BullMQ doing the same job, each in a
  * process of its own, side by side in one run. The job, on both sides: the
- * pre-check (SELECT 1 FROM summaries), the model through the official openai
- * SDK against one local fake (test/bench/e2e-servers/fake-model.server.ts, a
+ * pre-check (SELECT 1 FROM summaries), the model's call (ours: its own client
+ * over node:http; BullMQ's side: the official openai SDK, as a team writes
+ * it) against one local fake (test/bench/e2e-servers/fake-model.server.ts, a
  * process of its own), and the summary with its outbox row in one statement
  * (our SummaryWriter's SQL), at concurrency 16. Each round fills its queue
  * with all its jobs first (ours: SummaryJobQueue.enqueue, as the api does;
@@ -97,6 +98,8 @@ export interface WorkerRound {
   readonly jobsPerSecond: number;
   readonly cpuMicrosPerJob: number;
   readonly modelCpuMicrosPerJob: number;
+  /** The fake's mean ms per answer as served (request read to answer written), over the same window. */
+  readonly modelAnswerMs: number;
   readonly postgresXactsPerJob: number;
   readonly readyRssBytes: number;
   readonly peakRssBytes: number;
@@ -120,6 +123,10 @@ export interface WorkerSideBySideRow {
   readonly jobsPerSecondMax: number;
   readonly cpuMicrosPerJob: number;
   readonly modelCpuMicrosPerJob: number;
+  /** Median of the rounds' mean ms per answer as the fake served it. */
+  readonly modelAnswerMs: number;
+  /** How long each slot took per job: concurrency × 1000 / jobs/s (the model's answer, and what the worker adds). */
+  readonly slotMsPerJob: number;
   /** From one extra, untimed round per side under MONITOR: commands its clients sent per job, scripts counted once. */
   readonly redisRoundTripsPerJob: number;
   /** The same round: commands Redis ran inside scripts, per job. */
@@ -368,6 +375,8 @@ function summarise(
       jobsPerSecondMax: Math.round(Math.max(...perSecond)),
       cpuMicrosPerJob: Math.round(medianOf(side, (s) => s.cpuMicrosPerJob)),
       modelCpuMicrosPerJob: Math.round(medianOf(side, (s) => s.modelCpuMicrosPerJob)),
+      modelAnswerMs: fixed(medianOf(side, (s) => s.modelAnswerMs)),
+      slotMsPerJob: fixed((concurrency * 1000) / medianOf(side, (s) => s.jobsPerSecond)),
       redisRoundTripsPerJob: fixed(traffic.sent / count.jobs),
       redisInScriptPerJob: fixed(traffic.inScripts / count.jobs),
       redisByCommandPerJob: byCommand,
@@ -434,6 +443,7 @@ async function oneRound(side: WorkerSide, ctx: RoundContext): Promise<WorkerRoun
     const readyRss = sampleProcess(worker.pid).rssBytes;
     const workerMeter = meter(worker.pid);
     const modelMeter = meter(ctx.modelPid);
+    const served0 = await modelServed(ctx.modelUrl);
     const doneBeforeReady = await count();
     const deadline = performance.now() + 120_000;
     while ((await count()) < jobs) {
@@ -442,6 +452,7 @@ async function oneRound(side: WorkerSide, ctx: RoundContext): Promise<WorkerRoun
     }
     const workerReading = workerMeter.stop();
     const modelReading = modelMeter.stop();
+    const served = await modelServed(ctx.modelUrl);
     const traffic = monitor?.stop();
     const { rows: span } = await poller.query<{ n: number; seconds: number }>(
       `SELECT count(*)::int AS n, extract(epoch FROM max(created_at) - min(created_at))::float8 AS seconds FROM summaries`,
@@ -464,6 +475,7 @@ async function oneRound(side: WorkerSide, ctx: RoundContext): Promise<WorkerRoun
       jobsPerSecond: (span[0].n - 1) / span[0].seconds,
       cpuMicrosPerJob: workerReading.cpuMicros / inWindow,
       modelCpuMicrosPerJob: modelReading.cpuMicros / inWindow,
+      modelAnswerMs: (served.heldMsTotal - served0.heldMsTotal) / Math.max(1, served.answered - served0.answered),
       postgresXactsPerJob: xactsDone / jobs,
       readyRssBytes: readyRss,
       peakRssBytes: workerReading.peakRssBytes,
@@ -479,6 +491,12 @@ async function oneRound(side: WorkerSide, ctx: RoundContext): Promise<WorkerRoun
       cause: err,
     });
   }
+}
+
+/** What the fake model has served so far: answers, and the ms it held them in all. */
+async function modelServed(modelUrl: string): Promise<{ answered: number; heldMsTotal: number }> {
+  const res = await fetch(new URL('/count', modelUrl));
+  return (await res.json()) as { answered: number; heldMsTotal: number };
 }
 
 /** The round's jobs, all queued before the worker starts. */
@@ -562,7 +580,7 @@ async function startWorker(side: WorkerSide, ctx: RoundContext): Promise<Spawned
 /** The table of benchWorkerSideBySide's rows. */
 export function printWorkerSideBySide(rows: readonly WorkerSideBySideRow[]): void {
   console.log(
-    'Worker side by side, each in its own process, the model a local fake through the openai SDK: medians of alternating rounds',
+    'Worker side by side, each in its own process, the model a local fake (ours over node:http, BullMQ through the openai SDK): medians of alternating rounds',
   );
   console.table(
     rows.map((r) => ({
@@ -576,6 +594,8 @@ export function printWorkerSideBySide(rows: readonly WorkerSideBySideRow[]): voi
       '/ceiling': r.overCeiling ?? '',
       'CPU µs/job': r.cpuMicrosPerJob,
       'model CPU µs/job': r.modelCpuMicrosPerJob,
+      'slot ms/job': r.slotMsPerJob,
+      'model ms/answer': r.modelAnswerMs,
       'Redis round trips/job': r.redisRoundTripsPerJob,
       'Redis cmds in scripts/job': r.redisInScriptPerJob,
       'PG xacts/job': r.postgresXactsPerJob,

@@ -9,18 +9,21 @@ import type { AddressInfo } from 'node:net';
  * of its own so its CPU is not the worker's. Only what the openai SDK needs
  * to parse an answer; nothing is recorded,
  * so its memory does not grow with the jobs. Prints `fake model listening
- * on http://127.0.0.1:<port>/v1` on stderr when ready, and the number of
- * requests it answered on GET /count.
+ * on http://127.0.0.1:<port>/v1` on stderr when ready, and on GET /count the
+ * number of requests it answered and the ms it held the non-stream ones in all
+ * (its latency as served: the timer's own lateness on a busy machine included).
  *
  * Args: [port (0: any)] [latency ms].
  */
 const port = Number(process.argv[2] ?? 0);
 const latencyMs = Number(process.argv[3] ?? 0);
 let answered = 0;
+/** The ms non-stream answers were held, from the request's last byte to the answer's end(): latency as served. */
+let heldMsTotal = 0;
 
 const server = createServer((req, res) => {
   if (req.method === 'GET' && req.url === '/count') {
-    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ answered }));
+    res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ answered, heldMsTotal }));
     return;
   }
   const chunks: Buffer[] = [];
@@ -39,8 +42,10 @@ const server = createServer((req, res) => {
       void streamAnswer(res, model ?? 'bench', answered);
       return;
     }
+    const received = performance.now();
     const answer = () => {
       answered++;
+      heldMsTotal += performance.now() - received;
       if (res.destroyed) return;
       res.writeHead(200, { 'content-type': 'application/json' }).end(
         JSON.stringify({
