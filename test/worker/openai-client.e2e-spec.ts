@@ -1,4 +1,5 @@
 import { classifyLlmError, GatewayAuthError, OpenAiLlmClient } from '@app/llm';
+import { getEventListeners } from 'node:events';
 import {
   APIConnectionError,
   APIConnectionTimeoutError,
@@ -8,6 +9,10 @@ import {
   BadRequestError,
   RateLimitError,
 } from 'openai';
+import { once } from 'node:events';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { gzipSync } from 'node:zlib';
 import { FakeOpenAiServer, type ModelReply } from '../support/fake-openai-server';
 import { eventually } from '../support/infra';
 
@@ -210,7 +215,145 @@ describe('OpenAiLlmClient over HTTP', () => {
     );
     expect(server.requests).toHaveLength(0);
   });
+
+  it("leaves no listener on the caller's signal, after an answer or a failure", async () => {
+    const caller = new AbortController();
+    await direct().chat({ messages: [] }, { signal: caller.signal });
+    next = { kind: 'error', status: 500 };
+    await failureOf(direct().chat({ messages: [] }, { signal: caller.signal }));
+    next = { kind: 'reset' };
+    await failureOf(direct().chat({ messages: [] }, { signal: caller.signal }));
+    expect(getEventListeners(caller.signal, 'abort')).toHaveLength(0);
+  });
+
+  it('its backstop timer cuts a body that stops midway as a connection timeout', async () => {
+    next = {
+      kind: 'huge',
+      contentType: 'application/json',
+      bytes: 1024 * 1024,
+      pause: { afterBytes: 100_000, reached: () => undefined, until: new Promise(() => undefined) },
+    };
+    const err = await failureOf(direct(100).chat({ messages: [] }, { signal: signal() }));
+    expect(err).toBeInstanceOf(APIConnectionTimeoutError);
+  });
+
+  it('a 4xx whose body breaks off is still that status, permanent', async () => {
+    const server400 = await new RawServer((req, res) => {
+      // The request read first (a reset over unread bytes can drop the answer's head too), the head and a part sent.
+      req.resume();
+      req.on('end', () => {
+        res.writeHead(400, { 'content-type': 'application/json' });
+        res.write('{"error": {"message": "too long"', () => res.destroy());
+      });
+    }).start();
+    try {
+      const llm = new OpenAiLlmClient({ apiKey: 'k', baseUrl: server400.baseUrl, model: 'm', requestTimeoutMs: 5000 });
+      const err = await failureOf(llm.chat({ messages: [] }, { signal: signal() }));
+      expect(err).toBeInstanceOf(BadRequestError);
+      expect(classifyLlmError(err)).toEqual({ kind: 'client', retryable: false, status: 400 });
+    } finally {
+      await server400.stop();
+    }
+  });
+
+  it('a key that cannot be a header value is a TypeError before anything is sent, not retried', async () => {
+    const err = await failureOf(
+      direct().chat({ messages: [] }, { signal: signal(), idempotencyKey: 'run-1\r\nX-Evil: 1' }),
+    );
+    // node:http's own TypeError (another realm than jest's: its name and code are compared).
+    expect((err as Error).name).toBe('TypeError');
+    expect((err as { code?: string }).code).toBe('ERR_INVALID_CHAR');
+    expect(classifyLlmError(err)).toEqual({ kind: 'unknown', retryable: false });
+    expect(server.requests).toHaveLength(0);
+  });
+
+  it('a redirect is not followed: its error names where it points, without its query, permanent', async () => {
+    next = {
+      kind: 'raw',
+      status: 307,
+      headers: { location: 'https://models.example/v2/chat/completions?sig=secret' },
+      body: '',
+    };
+    const err = await failureOf(direct().chat({ messages: [] }, { signal: signal() }));
+    expect((err as Error).message).toBe('307 redirected to https://models.example/v2/chat/completions, not followed');
+    expect((err as Error).message).not.toContain('secret');
+    expect(classifyLlmError(err)).toEqual({ kind: 'client', retryable: false, status: 307 });
+    expect(server.requests).toHaveLength(1);
+  });
+
+  it('reads an answer a proxy gzipped anyway, and one that starts with a byte-order mark', async () => {
+    const completion = (content: string) =>
+      JSON.stringify({
+        id: 'c',
+        object: 'chat.completion',
+        choices: [{ index: 0, message: { role: 'assistant', content } }],
+      });
+    next = {
+      kind: 'raw',
+      status: 200,
+      headers: { 'content-type': 'application/json', 'content-encoding': 'gzip' },
+      body: gzipSync(completion('Zipped.')),
+    };
+    await expect(direct().summarize('x', { signal: signal() })).resolves.toBe('Zipped.');
+    expect(server.requests[0].headers['accept-encoding']).toBe('identity');
+    next = {
+      kind: 'raw',
+      status: 200,
+      headers: { 'content-type': 'application/json' },
+      body: `\uFEFF${completion('Marked.')}`,
+    };
+    await expect(direct().summarize('x', { signal: signal() })).resolves.toBe('Marked.');
+  });
+
+  it("keeps the API root's path and query (Azure's api-version) around the route", async () => {
+    const seen: string[] = [];
+    const azure = await new RawServer((req, res) => {
+      seen.push(req.url ?? '');
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ id: 'c', choices: [{ index: 0, message: { role: 'assistant', content: 'Azure.' } }] }));
+    }).start();
+    try {
+      const llm = new OpenAiLlmClient({
+        apiKey: 'k',
+        baseUrl: `${azure.origin}/openai/deployments/d1/?api-version=2024-10-21`,
+        model: 'm',
+        requestTimeoutMs: 5000,
+      });
+      await expect(llm.summarize('x', { signal: signal() })).resolves.toBe('Azure.');
+      expect(seen).toEqual(['/openai/deployments/d1/chat/completions?api-version=2024-10-21']);
+    } finally {
+      await azure.stop();
+    }
+  });
 });
+
+/** A bare HTTP server for the cases FakeOpenAiServer has no reply for. */
+class RawServer {
+  readonly server;
+
+  constructor(handler: Parameters<typeof createServer>[1]) {
+    this.server = createServer(handler);
+  }
+
+  async start(): Promise<this> {
+    this.server.listen(0, '127.0.0.1');
+    await once(this.server, 'listening');
+    return this;
+  }
+
+  get origin(): string {
+    return `http://127.0.0.1:${(this.server.address() as AddressInfo).port}`;
+  }
+
+  get baseUrl(): string {
+    return `${this.origin}/v1`;
+  }
+
+  async stop(): Promise<void> {
+    this.server.closeAllConnections();
+    await new Promise<void>((r) => this.server.close(() => r()));
+  }
+}
 
 /** Resolves once `done()` holds. */
 async function waitFor(done: () => boolean): Promise<void> {

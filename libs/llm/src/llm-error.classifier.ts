@@ -19,7 +19,7 @@ const RETRYABLE_STATUS = new Set([408, 409, 429]);
 export function classifyLlmError(err: unknown): LlmErrorClass {
   if (err instanceof CallTimeoutError) return { kind: 'timeout', retryable: true };
   if (err instanceof GatewayAuthError) return { kind: 'gateway_auth', retryable: true, status: err.status };
-  // Our own timer aborts the request: the SDK reports that as a user abort.
+  // Our own timer aborts the request: the client reports that as the SDK's user abort.
   if (err instanceof APIUserAbortError) return { kind: 'timeout', retryable: true };
   if (err instanceof APIConnectionError) return { kind: 'connection', retryable: true };
   if (err instanceof EmptyCompletionError) return { kind: 'empty_answer', retryable: false };

@@ -28,7 +28,8 @@ export const llmProviderEnv = {
     docDefault: '`https://api.openai.com/v1`',
     describe:
       "any OpenAI-compatible API root, called over node:http (not the `openai` SDK): the SDK's own variables " +
-      '(`OPENAI_LOG`, `OPENAI_ORG_ID`, `OPENAI_PROJECT_ID`, `OPENAI_CUSTOM_HEADERS`, …) have no effect; no request or answer is logged',
+      '(`OPENAI_LOG`, `OPENAI_ORG_ID`, `OPENAI_PROJECT_ID`, `OPENAI_CUSTOM_HEADERS`, …) have no effect, nor does ' +
+      '`HTTPS_PROXY`; a redirect is not followed (its error names where it points); no request or answer is logged',
   }),
   openaiModel: env.string('OPENAI_MODEL', 'gpt-4.1-mini', {
     describe: "the worker's model; the gateway sends each request's own `model`",

@@ -1,4 +1,4 @@
-import { DynamicModule, Module } from '@nestjs/common';
+import { DynamicModule, Inject, Module, type OnApplicationShutdown } from '@nestjs/common';
 import { FakeLlmClient } from './fake-llm.client';
 import { LlmClient } from './llm-client.interface';
 import type { LlmProvider } from './llm-provider.settings';
@@ -53,7 +53,14 @@ export function llmClientFor(options: LlmModuleOptions): LlmClient {
 }
 
 @Module({})
-export class LlmModule {
+export class LlmModule implements OnApplicationShutdown {
+  constructor(@Inject(LlmClient) private readonly client: LlmClient) {}
+
+  /** The client's kept-alive connections end with the app (idle ones would not hold the process, but would linger). */
+  onApplicationShutdown(): void {
+    if (this.client instanceof OpenAiLlmClient) this.client.close();
+  }
+
   static forRoot(options: LlmModuleOptions): DynamicModule {
     return {
       module: LlmModule,

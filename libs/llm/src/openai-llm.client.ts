@@ -1,4 +1,5 @@
-import type { IncomingMessage, OutgoingHttpHeaders } from 'node:http';
+import { type IncomingMessage, type OutgoingHttpHeaders, validateHeaderValue } from 'node:http';
+import { brotliDecompressSync, gunzipSync, inflateSync } from 'node:zlib';
 import { APIConnectionError, APIConnectionTimeoutError, APIError, APIUserAbortError } from 'openai';
 import type { ChatCompletion } from 'openai/resources/chat/completions';
 import { DEFAULT_OPENAI_BASE_URL } from './http-chat-completions.upstream';
@@ -54,7 +55,11 @@ export class OpenAiLlmClient implements LlmClient {
   private readonly authorization: string;
 
   constructor(private readonly options: OpenAiLlmOptions) {
-    this.transport = new NodeHttpTransport({ baseUrl: options.baseUrl ?? DEFAULT_OPENAI_BASE_URL });
+    // No cap of its own on connections (the SDK's fetch had none): WORKER_CONCURRENCY bounds the calls in flight.
+    this.transport = new NodeHttpTransport({
+      baseUrl: options.baseUrl ?? DEFAULT_OPENAI_BASE_URL,
+      maxSockets: Infinity,
+    });
     this.authorization = `Bearer ${options.apiKey}`;
   }
 
@@ -93,34 +98,47 @@ export class OpenAiLlmClient implements LlmClient {
     const headers: OutgoingHttpHeaders = {
       authorization: this.authorization,
       accept: 'application/json',
+      // Said outright: a proxy that compresses anyway is still read (decoded below).
+      'accept-encoding': 'identity',
       'content-type': 'application/json',
       'content-length': bytes.length,
-      'user-agent': 'llm-workflows',
+      'user-agent': USER_AGENT,
     };
-    // Idempotency-Key when given; X-Tenant on the gateway path only (another endpoint has no use for it).
-    if (idempotencyKey !== undefined) headers['idempotency-key'] = idempotencyKey;
-    if (tenant !== undefined && this.options.sendTenant) headers['x-tenant'] = tenant;
+    // Idempotency-Key when given; X-Tenant on the gateway path only (another endpoint has no use for it). A value
+    // that cannot be a header (a step's own key with a newline) throws its TypeError here, unretried, as the SDK did.
+    if (idempotencyKey !== undefined) headers['idempotency-key'] = headerValue('Idempotency-Key', idempotencyKey);
+    if (tenant !== undefined && this.options.sendTenant) headers['x-tenant'] = headerValue('X-Tenant', tenant);
     // One controller for the call: the caller's signal and the backstop timer abort it.
     const call = new AbortController();
     const onAbort = (): void => call.abort(signal.reason);
     signal.addEventListener('abort', onAbort, { once: true });
     const timer = setTimeout(() => call.abort(new BackstopTimeout()), this.options.requestTimeoutMs);
-    let status: number;
-    let text: string;
-    let message: IncomingMessage | undefined;
+    const failed = (err: unknown): Error => {
+      if (call.signal.reason instanceof BackstopTimeout) return new APIConnectionTimeoutError();
+      if (signal.aborted) return new APIUserAbortError();
+      return new APIConnectionError({ cause: err instanceof Error ? err : new Error(String(err)) });
+    };
+    let message: IncomingMessage;
     try {
       message = await this.transport.send('POST', 'chat/completions', bytes, headers, call.signal);
-      status = message.statusCode ?? 502;
+    } catch (err) {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', onAbort);
+      throw failed(err);
+    }
+    const status = message.statusCode ?? 502;
+    let text: string;
+    try {
       text = await readText(message);
     } catch (err) {
-      if (call.signal.reason instanceof BackstopTimeout) throw new APIConnectionTimeoutError();
-      if (signal.aborted) throw new APIUserAbortError();
-      throw new APIConnectionError({ cause: err instanceof Error ? err : new Error(String(err)) });
+      // A non-2xx whose body broke off is still that status (the SDK's too): its class decides, not the break.
+      if (is2xx(status) || call.signal.aborted) throw failed(err);
+      text = err instanceof Error ? err.message : String(err);
     } finally {
       clearTimeout(timer);
       signal.removeEventListener('abort', onAbort);
     }
-    if (status >= 200 && status < 300) {
+    if (is2xx(status)) {
       try {
         return JSON.parse(text) as ChatCompletion;
       } catch {
@@ -133,7 +151,9 @@ export class OpenAiLlmClient implements LlmClient {
   /**
    * A non-2xx as the SDK makes it (its makeStatusError): the body's JSON,
    * wrapped in `{ error }` when it has no `error` of its own, else the text
-   * as the message. On the gateway path, a 401 or 403 that carries
+   * as the message. A redirect is not followed (the SDK's fetch followed a
+   * 307 or 308): its error names where it points, so OPENAI_BASE_URL can be
+   * set to that. On the gateway path, a 401 or 403 that carries
    * `WWW-Authenticate` is the api refusing our internal key (its guard sends
    * `WWW-Authenticate: Bearer`, and has in every release), as a
    * GatewayAuthError: a redelivery, not a dead letter (classifyLlmError). A
@@ -154,22 +174,71 @@ export class OpenAiLlmClient implements LlmClient {
     }
     const error =
       json && typeof json === 'object' && (json as { error?: unknown }).error == null ? { error: json } : json;
-    const err = APIError.generate(status, error as object | undefined, json === undefined ? text : undefined, headers);
+    const location = status >= 300 && status < 400 ? headers.get('location') : null;
+    const said = location === null ? (json ? undefined : text) : `redirected to ${redacted(location)}, not followed`;
+    const err = APIError.generate(status, error as object | undefined, said, headers);
     if (this.options.sendTenant && (status === 401 || status === 403) && headers.has('www-authenticate'))
       return new GatewayAuthError(status, err.message, { cause: err });
     return err;
   }
 }
 
-/** The whole body as UTF-8; rejects with the stream's error if it breaks or is destroyed. */
+const USER_AGENT = 'llm-workflows';
+
+const is2xx = (status: number): boolean => status >= 200 && status < 300;
+
+/** The value, or a TypeError naming the header it cannot be (node:http's own check, before anything is sent). */
+function headerValue(name: string, value: string): string {
+  validateHeaderValue(name, value);
+  return value;
+}
+
+/** A redirect's target without its query or credentials, for an error message. */
+function redacted(location: string): string {
+  try {
+    const url = new URL(location);
+    return `${url.origin}${url.pathname}`;
+  } catch {
+    return 'an address that is not a URL';
+  }
+}
+
+/**
+ * The whole body as UTF-8, decoded if a proxy compressed it anyway (gzip,
+ * deflate, br), a byte-order mark dropped; rejects with the stream's error if
+ * it breaks or is destroyed.
+ */
 function readText(message: IncomingMessage): Promise<string> {
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     message.on('data', (chunk: Buffer) => chunks.push(chunk));
-    message.once('end', () => resolve((chunks.length === 1 ? chunks[0] : Buffer.concat(chunks)).toString('utf8')));
+    message.once('end', () => {
+      try {
+        const whole = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
+        const text = decoded(message.headers['content-encoding'], whole).toString('utf8');
+        resolve(text.charCodeAt(0) === 0xfeff ? text.slice(1) : text);
+      } catch (err) {
+        reject(err instanceof Error ? err : new Error(String(err)));
+      }
+    });
     message.once('error', reject);
     message.once('close', () => {
       if (!message.complete) reject(message.errored ?? new Error('the connection closed before the answer ended'));
     });
   });
+}
+
+/** The body as sent, before its Content-Encoding; an encoding it does not know is left as it is. */
+function decoded(encoding: string | undefined, bytes: Buffer): Buffer {
+  switch (encoding?.trim().toLowerCase()) {
+    case 'gzip':
+    case 'x-gzip':
+      return gunzipSync(bytes);
+    case 'deflate':
+      return inflateSync(bytes);
+    case 'br':
+      return brotliDecompressSync(bytes);
+    default:
+      return bytes;
+  }
 }
