@@ -10,7 +10,7 @@ import {
   UseGuards,
 } from '@nestjs/common';
 import { APP_INTERCEPTOR } from '@nestjs/core';
-import { Idempotent } from '@app/idempotency';
+import { DirectAnswer, Idempotent } from '@app/idempotency';
 import type { Response } from 'express';
 import { IsString } from 'class-validator';
 import { randomUUID } from 'node:crypto';
@@ -22,7 +22,7 @@ class NoteDto {
   @IsString() text!: string;
 }
 
-const runs = { json: 0, text: 0, empty: 0 };
+const runs = { json: 0, text: 0, empty: 0, whole: 0 };
 
 @Controller('test/answers')
 @UseGuards(ApiKeyGuard)
@@ -57,6 +57,22 @@ class AnswersController {
 
 @Module({ controllers: [AnswersController] })
 class AnswersModule {}
+
+/** A handler that answers with the bytes it holds (the gateway's relay does), for the api's adapter only. */
+@Controller('test/answers')
+@UseGuards(ApiKeyGuard)
+class WholeAnswersController {
+  @Post('whole')
+  @Idempotent()
+  whole(@Body() body: NoteDto): DirectAnswer {
+    runs.whole++;
+    const bytes = Buffer.from(JSON.stringify({ id: randomUUID(), text: body.text }));
+    return new DirectAnswer(201, { 'content-type': 'application/json' }, bytes);
+  }
+}
+
+@Module({ controllers: [WholeAnswersController] })
+class WholeAnswersModule {}
 
 /** An app-wide interceptor outside the idempotency one that maps every answer, as many apps have one. */
 @Module({ providers: [{ provide: APP_INTERCEPTOR, useClass: ClassSerializerInterceptor }] })
@@ -139,5 +155,35 @@ describe.each([
     expect(other.status).toBe(422);
     expect(other.headers['content-type']).toMatch(/^application\/problem\+json/);
     expect(runs.json - before).toBe(1);
+  });
+});
+
+describe("a handler's own DirectAnswer", () => {
+  let api: ApiHarness;
+  beforeAll(async () => {
+    api = await startApi({ imports: [WholeAnswersModule] });
+  });
+  afterAll(() => api.close());
+
+  it('is sent as it is, stored as sent, and replayed byte for byte; the handler runs once', async () => {
+    const key = randomUUID();
+    const before = runs.whole;
+    const post = () =>
+      request(api.server)
+        .post('/test/answers/whole')
+        .set('Authorization', bearer(TENANT_A))
+        .set('Idempotency-Key', key)
+        .send({ text: 'held' });
+    const first = await post();
+    const replay = await post();
+    expect(first.status).toBe(201);
+    expect(first.headers['content-type']).toBe('application/json');
+    expect((first.body as { text: string }).text).toBe('held');
+    expect(first.headers['idempotent-replayed']).toBeUndefined();
+    expect(replay.status).toBe(201);
+    expect(replay.text).toBe(first.text);
+    expect(replay.headers['content-type']).toBe('application/json');
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(runs.whole - before).toBe(1);
   });
 });

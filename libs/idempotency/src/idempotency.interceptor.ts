@@ -41,7 +41,7 @@ import {
 } from './idempotency-store.interface';
 import { operationPath } from './operation-path';
 import { pendingRecord } from './pending-record';
-import { sendsDirectAnswers } from './direct-answer';
+import { DirectAnswer, sendsDirectAnswers } from './direct-answer';
 import { brokenEnd, NULL_BODY_STATUSES, Replays, withNativeContentType } from './replays';
 import { RequestOutcomes } from './request-outcomes';
 import { HandlerDurations } from './retry-after';
@@ -319,15 +319,18 @@ export class IdempotencyInterceptor implements NestInterceptor {
     if (body instanceof StreamedAnswer) return this.recorder.record(body, res, attempt, lease, started);
     lease.stop();
     this.durations.record(attempt.handler, performance.now() - started);
-    const outcome = isWebResponse(body)
-      ? await webResponseOutcome(body, attempt.settings)
-      : ({
-          kind: 'returned',
-          body,
-          status: res.statusCode,
-          headers: res.getHeaders(),
-          headersSent: res.headersSent,
-        } satisfies HandlerOutcome);
+    const outcome =
+      body instanceof DirectAnswer
+        ? directAnswerOutcome(body, attempt.settings)
+        : isWebResponse(body)
+          ? await webResponseOutcome(body, attempt.settings)
+          : ({
+              kind: 'returned',
+              body,
+              status: res.statusCode,
+              headers: res.getHeaders(),
+              headersSent: res.headersSent,
+            } satisfies HandlerOutcome);
     const decision = settleDecision(outcome, attempt.settings);
     await this.settler.settle(attempt, lease, decision);
     // An answer that cannot be sent either: its error is the answer, for the exception filter.
@@ -364,6 +367,17 @@ export class IdempotencyInterceptor implements NestInterceptor {
     }
     return framesResponse(answer.status, new Headers(answer.headers), frames());
   }
+}
+
+/**
+ * A handler's DirectAnswer (a whole answer whose bytes it already holds, as the gateway's relay returns where the
+ * adapter sends one) as the decision needs it: the web Response's outcome without a stream to read. It is sent as
+ * it is, and what is sent is what is stored.
+ */
+function directAnswerOutcome(answer: DirectAnswer, settings: RouteSettings): HandlerOutcome {
+  const headers = { ...answer.headers };
+  if (!settings.storesStatus(answer.status)) return { kind: 'web-response', status: answer.status, headers };
+  return { kind: 'web-response', status: answer.status, headers, bytes: answer.body ?? Buffer.alloc(0) };
 }
 
 /**

@@ -11,4 +11,4 @@ export * from './idempotency.errors';
 export * from './canonical-json';
 export * from './idempotency.metrics';
 export { bytesOf, onceClosed, StreamedAnswer, type StreamedAnswerOptions } from './streamed-answer';
-export { DirectAnswer, DirectAnswerExpressAdapter } from './direct-answer';
+export { DirectAnswer, DirectAnswerExpressAdapter, sendsDirectAnswers } from './direct-answer';

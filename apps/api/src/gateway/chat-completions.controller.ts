@@ -1,6 +1,12 @@
 import { Body, Controller, HttpCode, Post, Req, Res, UseFilters, UseGuards } from '@nestjs/common';
 import { ApiBearerAuth, ApiBody, ApiHeader, ApiOkResponse, ApiOperation, ApiTags } from '@nestjs/swagger';
-import { IdempotencyContext, Idempotent, type IdempotencyRequestContext, StreamedAnswer } from '@app/idempotency';
+import {
+  type DirectAnswer,
+  IdempotencyContext,
+  Idempotent,
+  type IdempotencyRequestContext,
+  StreamedAnswer,
+} from '@app/idempotency';
 import type { Request, Response as ExpressResponse } from 'express';
 import { AcceptsInternalKey, ApiKeyGuard } from '../auth/api-key.guard';
 import { Tenant } from '../auth/principal';
@@ -90,7 +96,7 @@ export class ChatCompletionsController {
     @Tenant() tenant: string,
     @IdempotencyContext() idempotency: IdempotencyRequestContext | undefined,
     @Res({ passthrough: true }) res: ExpressResponse,
-  ): Promise<Response | StreamedAnswer> {
+  ): Promise<DirectAnswer | Response | StreamedAnswer> {
     return this.relay.handle(CHAT_COMPLETIONS_API, req, res, body, tenant, idempotency);
   }
 }

@@ -1,6 +1,14 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
+import { HttpAdapterHost } from '@nestjs/core';
 import { randomUUID } from 'node:crypto';
-import { fingerprintDigest, type IdempotencyRequestContext, onceClosed, StreamedAnswer } from '@app/idempotency';
+import {
+  DirectAnswer,
+  fingerprintDigest,
+  type IdempotencyRequestContext,
+  onceClosed,
+  sendsDirectAnswers,
+  StreamedAnswer,
+} from '@app/idempotency';
 import { rawBodyOf } from '@app/problem';
 import type { Request, Response as ExpressResponse } from 'express';
 import { markGatewayRun } from './gateway-calls.middleware';
@@ -254,7 +262,18 @@ export class ChatCompletionsRelay {
     @Inject(GATEWAY_OPTIONS) private readonly options: GatewayOptions,
     private readonly metrics: GatewayMetrics,
     private readonly calls: GatewayCalls,
+    private readonly adapterHost: HttpAdapterHost,
   ) {}
+
+  /**
+   * A whole answer: a DirectAnswer, one `end()` of its bytes, where the app's adapter sends one (the api's does);
+   * else a web Response, which Nest sends through a ReadableStream and a pipe, and the idempotency interceptor
+   * reads back to store.
+   */
+  private whole(status: number, headers: Record<string, string>, bytes: Buffer): DirectAnswer | Response {
+    if (sendsDirectAnswers(this.adapterHost.httpAdapter)) return new DirectAnswer(status, headers, bytes);
+    return new Response(bytes, { status, headers });
+  }
 
   /**
    * A completion route's handler (chat completions, responses): counted as a
@@ -268,7 +287,7 @@ export class ChatCompletionsRelay {
     json: GatewayRequestBody,
     tenant: string,
     idempotency: IdempotencyRequestContext | undefined,
-  ): Promise<Response | StreamedAnswer> {
+  ): Promise<DirectAnswer | Response | StreamedAnswer> {
     markGatewayRun(req);
     this.calls.refuseIfShuttingDown(res, this.metrics);
     return this.call({
@@ -288,7 +307,7 @@ export class ChatCompletionsRelay {
     tenant,
     idempotency,
     onCallerClosed,
-  }: GatewayCall): Promise<Response | StreamedAnswer> {
+  }: GatewayCall): Promise<DirectAnswer | Response | StreamedAnswer> {
     const keyed = idempotency !== undefined;
     const stream = json.stream === true;
     const route = await this.routeOf(
@@ -527,13 +546,13 @@ export class ChatCompletionsRelay {
     sent: number,
     end: () => void,
     call: CallState,
-  ): Promise<Response | StreamedAnswer> {
+  ): Promise<DirectAnswer | Response | StreamedAnswer> {
     if (!is2xx(upstream.status)) {
       const bytes = await this.readCut(upstream, MAX_ERROR_BODY_BYTES, sent, stream).catch(() => Buffer.alloc(0));
       call.answered = true;
       end();
       this.metrics.call('upstream_error');
-      return new Response(bytes, { status: upstream.status, headers: relayed(upstream.headers, call.upstream) });
+      return this.whole(upstream.status, relayed(upstream.headers, call.upstream), bytes);
     }
     if ((upstream.headers['content-type'] ?? '').toLowerCase().startsWith('text/event-stream')) {
       return new StreamedAnswer(
@@ -580,7 +599,7 @@ export class ChatCompletionsRelay {
     end();
     call.answered = true;
     this.metrics.call(keyed ? 'new' : 'forwarded');
-    return new Response(bytes, { status: upstream.status, headers: relayed(upstream.headers, call.upstream) });
+    return this.whole(upstream.status, relayed(upstream.headers, call.upstream), bytes);
   }
 
   /** A call's token counts: in the metrics, and what its limit's reservation settles to (CallState.usageTokens). */

@@ -13,7 +13,13 @@ import {
   UseGuards,
 } from '@nestjs/common';
 import { ApiBearerAuth, ApiBody, ApiHeader, ApiOkResponse, ApiOperation, ApiQuery, ApiTags } from '@nestjs/swagger';
-import { IdempotencyContext, Idempotent, type IdempotencyRequestContext, StreamedAnswer } from '@app/idempotency';
+import {
+  type DirectAnswer,
+  IdempotencyContext,
+  Idempotent,
+  type IdempotencyRequestContext,
+  StreamedAnswer,
+} from '@app/idempotency';
 import type { Request, Response as ExpressResponse } from 'express';
 import { AcceptsInternalKey, ApiKeyGuard } from '../auth/api-key.guard';
 import { Tenant } from '../auth/principal';
@@ -110,7 +116,7 @@ export class ResponsesController {
     @Tenant() tenant: string,
     @IdempotencyContext() idempotency: IdempotencyRequestContext | undefined,
     @Res({ passthrough: true }) res: ExpressResponse,
-  ): Promise<Response | StreamedAnswer> {
+  ): Promise<DirectAnswer | Response | StreamedAnswer> {
     return this.relay.handle(RESPONSES_API, req, res, body, tenant, idempotency);
   }
 
