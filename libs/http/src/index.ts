@@ -3,3 +3,4 @@ export * from './http-server.settings';
 export * from './http-server';
 export * from './process-warnings';
 export * from './serve-http-app';
+export * from './node-http.transport';

@@ -1,6 +1,12 @@
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
-import type { ChatCompletionsUpstream, UpstreamRequest, UpstreamResponse } from './chat-completions.upstream';
-import { NodeHttpTransport } from './node-http.transport';
+import { NodeHttpTransport, type NodeHttpTransportOptions } from '@app/http/node-http.transport';
+import {
+  abortedBeforeHead,
+  type ChatCompletionsUpstream,
+  UpstreamUnreachableError,
+  type UpstreamRequest,
+  type UpstreamResponse,
+} from './chat-completions.upstream';
 
 export interface HttpChatCompletionsUpstreamOptions {
   readonly apiKey: string;
@@ -42,7 +48,7 @@ export class HttpChatCompletionsUpstream implements ChatCompletionsUpstream {
   private readonly authorization: string;
 
   constructor(options: HttpChatCompletionsUpstreamOptions) {
-    this.transport = new NodeHttpTransport({
+    this.transport = providerTransport({
       baseUrl: options.baseUrl ?? DEFAULT_OPENAI_BASE_URL,
       ...(options.maxSockets === undefined ? {} : { maxSockets: options.maxSockets }),
     });
@@ -73,4 +79,15 @@ export class HttpChatCompletionsUpstream implements ChatCompletionsUpstream {
   close(): void {
     this.transport.close();
   }
+}
+
+/** The transport to a model provider: its failures before the head as the gateway names them (502, 504). */
+export function providerTransport(
+  options: Pick<NodeHttpTransportOptions, 'baseUrl' | 'maxSockets'>,
+): NodeHttpTransport {
+  return new NodeHttpTransport({
+    ...options,
+    unreachable: (cause, sent) => new UpstreamUnreachableError(cause, sent),
+    abortedBeforeHead,
+  });
 }

@@ -2,10 +2,10 @@ import { type IncomingMessage, type OutgoingHttpHeaders, validateHeaderValue } f
 import { brotliDecompressSync, gunzipSync, inflateSync } from 'node:zlib';
 import { APIConnectionError, APIConnectionTimeoutError, APIError, APIUserAbortError } from 'openai';
 import type { ChatCompletion } from 'openai/resources/chat/completions';
-import { DEFAULT_OPENAI_BASE_URL } from './http-chat-completions.upstream';
+import type { NodeHttpTransport } from '@app/http/node-http.transport';
+import { DEFAULT_OPENAI_BASE_URL, providerTransport } from './http-chat-completions.upstream';
 import type { ChatOptions, ChatRequest, LlmClient, ModelCallOptions, SummarizeOptions } from './llm-client.interface';
 import { GatewayAuthError } from './llm.errors';
-import { NodeHttpTransport } from './node-http.transport';
 import { sanitizeSummary } from './summary.sanitizer';
 
 export interface OpenAiLlmOptions {
@@ -56,7 +56,7 @@ export class OpenAiLlmClient implements LlmClient {
 
   constructor(private readonly options: OpenAiLlmOptions) {
     // No cap of its own on connections (the SDK's fetch had none): WORKER_CONCURRENCY bounds the calls in flight.
-    this.transport = new NodeHttpTransport({
+    this.transport = providerTransport({
       baseUrl: options.baseUrl ?? DEFAULT_OPENAI_BASE_URL,
       maxSockets: Infinity,
     });

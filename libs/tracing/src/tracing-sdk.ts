@@ -6,6 +6,7 @@ import { OTLPTraceExporter as ProtobufExporter } from '@opentelemetry/exporter-t
 import { registerInstrumentations } from '@opentelemetry/instrumentation';
 import { ExpressInstrumentation, ExpressLayerType } from '@opentelemetry/instrumentation-express';
 import { HttpInstrumentation } from '@opentelemetry/instrumentation-http';
+import type { RequestOptions } from 'node:http';
 import { IORedisInstrumentation } from '@opentelemetry/instrumentation-ioredis';
 import { PgInstrumentation } from '@opentelemetry/instrumentation-pg';
 import { PinoInstrumentation } from '@opentelemetry/instrumentation-pino';
@@ -57,6 +58,8 @@ export function startSdk(service: string, config: TracingConfig): () => Promise<
       new HttpInstrumentation({
         ignoreIncomingRequestHook: (req) => isProbe(req.url),
         startIncomingSpanHook: (req) => queryAttribute(req.url),
+        // Outgoing calls over node:http (the webhook, the model, the gateway's upstreams) as undici's below.
+        startOutgoingSpanHook: (options) => ({ 'url.full': outgoingUrl(options) }),
       }),
       new ExpressInstrumentation({ ignoreLayersType: [ExpressLayerType.MIDDLEWARE] }),
       // The command's name only: a script's arguments are a request's text, its email address, a stored answer.
@@ -76,6 +79,15 @@ export function startSdk(service: string, config: TracingConfig): () => Promise<
   // At shutdown the drain is over: a collector that does not answer must not hold the exit up to the
   // exporter's timeouts (10 s a request, 30 s a batch) and past the pod's grace period.
   return () => Promise.race([provider.shutdown(), sleep(SHUTDOWN_FLUSH_MS, undefined, { ref: false })]);
+}
+
+/** An outgoing node:http request's URL, its query values redacted (redactedUrl). */
+function outgoingUrl(options: RequestOptions): string {
+  const host = options.hostname ?? options.host ?? 'localhost';
+  const bracketed = host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
+  const protocol = options.protocol ?? 'http:';
+  const port = options.port === undefined || options.port === null || options.port === '' ? '' : `:${options.port}`;
+  return `${protocol}//${bracketed}${port}${redactedUrl(options.path ?? '/') ?? ''}`;
 }
 
 /** `url.query` of a request target, its values redacted (redactedUrl); nothing when it has no query. */

@@ -1,4 +1,4 @@
-import { Module, type Provider } from '@nestjs/common';
+import { Inject, Module, type OnApplicationShutdown, type Provider } from '@nestjs/common';
 import { LogSender } from './log.sender';
 import { NotificationSender } from './notification-sender.interface';
 import { OutboxListener } from './outbox-listener';
@@ -28,4 +28,13 @@ const senderProvider: Provider = {
   providers: [senderProvider, OutboxListener, OutboxRelayRepository, OutboxRelayMetrics, OutboxRelay],
   exports: [OutboxRelay, OutboxListener],
 })
-export class OutboxRelayModule extends ConfigurableModuleClass {}
+export class OutboxRelayModule extends ConfigurableModuleClass implements OnApplicationShutdown {
+  constructor(@Inject(NotificationSender) private readonly sender: NotificationSender) {
+    super();
+  }
+
+  /** After the relay's drain (beforeApplicationShutdown): the webhook's kept-alive connections end. */
+  onApplicationShutdown(): void {
+    if (this.sender instanceof WebhookSender) this.sender.close();
+  }
+}

@@ -8,21 +8,54 @@ import {
 import { Agent as HttpsAgent, request as httpsRequest } from 'node:https';
 import type { Socket } from 'node:net';
 import { TLSSocket } from 'node:tls';
-import { abortedBeforeHead, UpstreamUnreachableError } from './chat-completions.upstream';
 
 export interface NodeHttpTransportOptions {
-  /** The API root (`https://api.openai.com/v1`, the gateway's `<origin>/v1`): paths are sent under it. */
+  /**
+   * Where requests go: an API root (`https://api.openai.com/v1`) whose paths
+   * are sent under it, or a whole URL (a webhook's), sent to as it is.
+   */
   readonly baseUrl: string;
   /** Connections open at most (kept alive between calls); default 256. */
   readonly maxSockets?: number;
+  /** What a failure before the answer's head rejects with; default an UnreachableError. */
+  readonly unreachable?: (cause: unknown, requestSent: boolean) => Error;
+  /** What an abort before the head rejects with; default the signal's own reason. */
+  readonly abortedBeforeHead?: (signal: AbortSignal) => unknown;
+}
+
+/** The server could not be reached, or broke off before the answer's head. */
+export class UnreachableError extends Error {
+  /** The socket error's code (`ECONNREFUSED`, `ECONNRESET`, `ENOTFOUND`, ...), when it had one. */
+  readonly code: string | undefined;
+
+  /**
+   * @param requestSent whether the request had been written when it failed: then the server may have it (and be
+   *   acting on it), and the outcome is unknown rather than "nothing happened".
+   */
+  constructor(
+    cause: unknown,
+    readonly requestSent = false,
+  ) {
+    const said = cause instanceof Error ? cause.message : String(cause);
+    super(
+      requestSent
+        ? `the connection broke after the request was sent, before any answer: ${said}`
+        : `the server is unreachable: ${said}`,
+      { cause },
+    );
+    this.name = 'UnreachableError';
+    const code = (cause as { code?: unknown } | null)?.code;
+    this.code = typeof code === 'string' ? code : undefined;
+  }
 }
 
 /**
- * Requests to one OpenAI-compatible API root over plain node:http(s), on
- * kept-alive sockets: no SDK and no fetch under it, so a call costs one
- * request and the response's IncomingMessage is the body (its backpressure
- * reaches the server's socket). The gateway's upstream and the worker's
- * model client both send through it; it owns the one hard case, a request
+ * Requests to one server over plain node:http(s), on kept-alive sockets: no
+ * fetch under it (its Request, web streams and Response cost more than the
+ * call itself on a fast server), so a call costs one request and the
+ * response's IncomingMessage is the body (its backpressure reaches the
+ * server's socket). The gateway's upstream, the worker's model client and
+ * the relay's webhook send through it; it owns the one hard case, a request
  * on a kept-alive socket the server closed (`send`).
  */
 export class NodeHttpTransport {
@@ -31,11 +64,15 @@ export class NodeHttpTransport {
   private readonly target: RequestOptions;
   /** The API root's path (no trailing slash) and its query (e.g. Azure's `?api-version=`), around each API's path. */
   private readonly root: { readonly path: string; readonly search: string };
+  private readonly unreachable: (cause: unknown, requestSent: boolean) => Error;
+  private readonly abortedBeforeHead: (signal: AbortSignal) => unknown;
 
   constructor(options: NodeHttpTransportOptions) {
+    this.unreachable = options.unreachable ?? ((cause, sent) => new UnreachableError(cause, sent));
+    this.abortedBeforeHead = options.abortedBeforeHead ?? ((signal): unknown => signal.reason as unknown);
     const url = new URL(options.baseUrl);
     if (url.protocol !== 'http:' && url.protocol !== 'https:')
-      throw new Error(`the provider's URL must be http or https, got "${url.protocol}"`);
+      throw new Error(`the URL must be http or https, got "${url.protocol}"`);
     this.root = { path: url.pathname.replace(/\/+$/, ''), search: url.search };
     const agentOptions = { keepAlive: true, maxSockets: options.maxSockets ?? 256 };
     const https = url.protocol === 'https:';
@@ -52,12 +89,12 @@ export class NodeHttpTransport {
 
   /**
    * Sends `method` to `path` under the API root (a path may carry its own
-   * query, which the root's joins) and resolves with the response once its
-   * head has arrived; the body is the caller's to read (or destroy). Rejects,
-   * before the head, with UpstreamUnreachableError (refused, reset, DNS, TLS,
-   * a malformed answer), UpstreamTimeoutError (the signal aborted with a
-   * TimeoutError reason) or the signal's own reason for any other abort.
-   * After the head, an abort destroys the body with the signal's reason.
+   * query, which the root's joins; `''` is the root itself) and resolves with
+   * the response once its head has arrived; the body is the caller's to read
+   * (or destroy). Rejects, before the head, with what `unreachable` makes
+   * (refused, reset, DNS, TLS, a malformed answer), or what
+   * `abortedBeforeHead` makes of an aborted signal. After the head, an abort
+   * destroys the body with the signal's reason.
    */
   send(
     method: string,
@@ -68,10 +105,11 @@ export class NodeHttpTransport {
   ): Promise<IncomingMessage> {
     // The signal's own reason, as fetch rejects: whatever the aborter gave (shutdown passes its own).
     // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
-    if (signal.aborted) return Promise.reject(abortedBeforeHead(signal));
+    if (signal.aborted) return Promise.reject(this.abortedBeforeHead(signal));
     const [route, query] = path.split('?', 2);
     const search = [this.root.search.replace(/^\?/, ''), query ?? ''].filter((q) => q !== '').join('&');
-    return this.attempt(method, `${this.root.path}/${route}${search ? `?${search}` : ''}`, body, headers, signal);
+    const under = route === '' ? this.root.path || '/' : `${this.root.path}/${route}`;
+    return this.attempt(method, `${under}${search ? `?${search}` : ''}`, body, headers, signal);
   }
 
   /** Ends every connection, those in use included: for shutdown, once no call is running. */
@@ -89,9 +127,9 @@ export class NodeHttpTransport {
    * socket that turns out ended or destroyed then has carried no byte of the
    * request, and the request goes on a new connection. Every other failure
    * before the head, once the request was written, is an
-   * UpstreamUnreachableError whose `requestSent` says the server may have
+   * unreachable error whose `requestSent` says the server may have
    * it: resending it then would run (and bill) the call twice, as the
-   * provider may have been generating for minutes when it reset.
+   * server may have been at work for minutes (a model generating) when it reset.
    */
   private attempt(
     method: string,
@@ -116,7 +154,7 @@ export class NodeHttpTransport {
           req.destroy();
           // The signal's own reason, as above.
           // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors
-          reject(abortedBeforeHead(signal));
+          reject(this.abortedBeforeHead(signal));
         }
       };
       signal.addEventListener('abort', onAbort, { once: true });
@@ -170,7 +208,7 @@ export class NodeHttpTransport {
         }
         settled = true;
         forget();
-        reject(new UpstreamUnreachableError(err, written && connected));
+        reject(this.unreachable(err, written && connected));
       });
     });
   }
