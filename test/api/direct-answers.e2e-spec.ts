@@ -158,10 +158,13 @@ describe.each([
   });
 });
 
-describe("a handler's own DirectAnswer", () => {
+describe.each([
+  ['the api adapter (sent as it is)', false],
+  ["Nest's own Express adapter (sent as the web Response it stands for)", true],
+])("a handler's own DirectAnswer, through %s", (_name, nestAdapter) => {
   let api: ApiHarness;
   beforeAll(async () => {
-    api = await startApi({ imports: [WholeAnswersModule] });
+    api = await startApi({ imports: [WholeAnswersModule], nestAdapter });
   });
   afterAll(() => api.close());
 

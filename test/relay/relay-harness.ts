@@ -19,6 +19,8 @@ export interface Delivery {
   readonly path: string;
   readonly idempotencyKey: string | undefined;
   readonly contentType: string | undefined;
+  readonly authorization: string | undefined;
+  readonly userAgent: string | undefined;
   readonly rawBody: string;
   readonly body: { topic?: unknown; dedupe_key?: unknown; payload?: unknown };
   readonly receivedAt: number;
@@ -107,6 +109,8 @@ export class FakeProvider {
         path: req.url ?? '',
         idempotencyKey: typeof key === 'string' ? key : undefined,
         contentType: req.headers['content-type'],
+        authorization: req.headers.authorization,
+        userAgent: req.headers['user-agent'],
         rawBody,
         body,
         receivedAt: Date.now(),

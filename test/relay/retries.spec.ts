@@ -199,6 +199,39 @@ describe('relay: the webhook contract, a provider that is down, backoff and park
     expect(row.sent_at !== null).toBe(expected === 'sent');
   });
 
+  it.each([
+    ['/notify/', '/notify/'],
+    ['/notify/?token=s3cret&v=2', '/notify/?token=s3cret&v=2'],
+    ['', '/'],
+  ])('the webhook URL is posted to as it is given: %j as %j', async (tail, path) => {
+    const origin = new URL(provider.url).origin;
+    const exact = await compileRelay({ env: { NOTIFY_WEBHOOK_URL: `${origin}${tail}` } });
+    try {
+      const [key] = await insertOutboxRows(ds, 1, `url-${path.length}`);
+      await expect(exact.relay.runOnce()).resolves.toMatchObject({ claimed: 1, sent: 1 });
+      expect(provider.deliveriesFor(key).map((d) => d.path)).toEqual([path]);
+      expect(provider.deliveriesFor(key)[0].userAgent).toBe('llm-workflows-relay');
+    } finally {
+      await exact.close();
+    }
+  });
+
+  it("a webhook URL's credentials go as Basic authorization, not in the path", async () => {
+    const url = new URL(provider.url);
+    url.username = 'relay';
+    url.password = 'p@ss:word';
+    const withAuth = await compileRelay({ env: { NOTIFY_WEBHOOK_URL: url.toString() } });
+    try {
+      const [key] = await insertOutboxRows(ds, 1, 'basic');
+      await expect(withAuth.relay.runOnce()).resolves.toMatchObject({ claimed: 1, sent: 1 });
+      const [d] = provider.deliveriesFor(key);
+      expect(d.path).toBe('/notify');
+      expect(d.authorization).toBe(`Basic ${Buffer.from('relay:p@ss:word').toString('base64')}`);
+    } finally {
+      await withAuth.close();
+    }
+  });
+
   it('a provider that cannot be reached is a failure naming the network error', async () => {
     const unreachable = await compileRelay({
       env: { NOTIFY_WEBHOOK_URL: `http://127.0.0.1:${freePort(11)}/notify`, NOTIFY_TIMEOUT_S: '1' },

@@ -63,7 +63,8 @@ export class NodeHttpTransport {
   private readonly request: typeof httpRequest;
   private readonly target: RequestOptions;
   /** The API root's path (no trailing slash) and its query (e.g. Azure's `?api-version=`), around each API's path. */
-  private readonly root: { readonly path: string; readonly search: string };
+  /** Its path with no trailing slash (an API root, for paths under it), its path as given, its query. */
+  private readonly root: { readonly path: string; readonly whole: string; readonly search: string };
   private readonly unreachable: (cause: unknown, requestSent: boolean) => Error;
   private readonly abortedBeforeHead: (signal: AbortSignal) => unknown;
 
@@ -73,7 +74,7 @@ export class NodeHttpTransport {
     const url = new URL(options.baseUrl);
     if (url.protocol !== 'http:' && url.protocol !== 'https:')
       throw new Error(`the URL must be http or https, got "${url.protocol}"`);
-    this.root = { path: url.pathname.replace(/\/+$/, ''), search: url.search };
+    this.root = { path: url.pathname.replace(/\/+$/, ''), whole: url.pathname, search: url.search };
     const agentOptions = { keepAlive: true, maxSockets: options.maxSockets ?? 256 };
     const https = url.protocol === 'https:';
     this.agent = https ? new HttpsAgent(agentOptions) : new HttpAgent(agentOptions);
@@ -84,6 +85,10 @@ export class NodeHttpTransport {
       hostname: url.hostname.replace(/^\[(.*)\]$/, '$1'),
       port: url.port === '' ? undefined : Number(url.port),
       agent: this.agent,
+      // `https://user:secret@hooks.example/`: Basic credentials, as fetch would not send them (it refuses such URLs).
+      ...(url.username || url.password
+        ? { auth: `${decodeURIComponent(url.username)}:${decodeURIComponent(url.password)}` }
+        : {}),
     };
   }
 
@@ -108,7 +113,8 @@ export class NodeHttpTransport {
     if (signal.aborted) return Promise.reject(this.abortedBeforeHead(signal));
     const [route, query] = path.split('?', 2);
     const search = [this.root.search.replace(/^\?/, ''), query ?? ''].filter((q) => q !== '').join('&');
-    const under = route === '' ? this.root.path || '/' : `${this.root.path}/${route}`;
+    // The URL itself as given (a webhook's `/hook/` is not its `/hook`), or a route under the root.
+    const under = route === '' ? this.root.whole : `${this.root.path}/${route}`;
     return this.attempt(method, `${under}${search ? `?${search}` : ''}`, body, headers, signal);
   }
 

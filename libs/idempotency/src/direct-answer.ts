@@ -25,7 +25,10 @@ const NEVER_PIPED = { pipe: notPiped, once: notPiped } as unknown as Readable;
  * ClassSerializerInterceptor passes streams through, as it must, since the
  * body is already the bytes). Only an app created with
  * DirectAnswerExpressAdapter is sent one; on any other the interceptor
- * answers with a web Response instead (see `sendsDirectAnswers`).
+ * answers with a web Response instead (see `sendsDirectAnswers`), a
+ * handler's own DirectAnswer included. A handler may return one for a whole
+ * answer whose bytes it holds (the gateway's relay does): it is stored from
+ * those bytes, not read back from a stream.
  */
 export class DirectAnswer extends StreamableFile {
   constructor(

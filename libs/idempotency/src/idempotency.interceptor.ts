@@ -88,7 +88,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     @Inject(IDEMPOTENCY_MODULE_OPTIONS) private readonly options: IdempotencyModuleOptions,
     metrics: IdempotencyMetrics,
     private readonly moduleRef: ModuleRef,
-    adapterHost: HttpAdapterHost,
+    private readonly adapterHost: HttpAdapterHost,
   ) {
     const { lockTtlMs, resultTtlMs, maxStoredBodyBytes } = options;
     assertValidIdempotentOptions({ lockTtlMs, resultTtlMs, maxStoredBodyBytes }, 'IdempotencyModule options');
@@ -347,12 +347,22 @@ export class IdempotencyInterceptor implements NestInterceptor {
       const answer = this.replays.answer(decision.response);
       if (!isWebResponse(answer)) return answer;
     }
-    return body;
+    return this.sendable(body);
+  }
+
+  /**
+   * A handler's own DirectAnswer, as this app's adapter can send it: as it is with DirectAnswerExpressAdapter,
+   * else as the web Response it stands for (Nest's own adapter would try to pipe it).
+   */
+  private sendable(value: unknown): unknown {
+    if (!(value instanceof DirectAnswer) || sendsDirectAnswers(this.adapterHost.httpAdapter)) return value;
+    const body = NULL_BODY_STATUSES.has(value.status) ? null : value.body;
+    return new Response(body, { status: value.status, headers: value.headers });
   }
 
   /** A value for a caller without a key: a streamed answer is sent as it is, unrecorded. */
   private unrecorded(value: unknown, settings: RouteSettings): unknown {
-    if (!(value instanceof StreamedAnswer)) return value;
+    if (!(value instanceof StreamedAnswer)) return this.sendable(value);
     const answer = value;
     const logger = this.logger;
     async function* frames(): AsyncGenerator<Buffer> {

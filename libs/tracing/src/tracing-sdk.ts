@@ -7,6 +7,7 @@ import { registerInstrumentations } from '@opentelemetry/instrumentation';
 import { ExpressInstrumentation, ExpressLayerType } from '@opentelemetry/instrumentation-express';
 import { HttpInstrumentation } from '@opentelemetry/instrumentation-http';
 import type { RequestOptions } from 'node:http';
+import { isIPv6 } from 'node:net';
 import { IORedisInstrumentation } from '@opentelemetry/instrumentation-ioredis';
 import { PgInstrumentation } from '@opentelemetry/instrumentation-pg';
 import { PinoInstrumentation } from '@opentelemetry/instrumentation-pino';
@@ -29,8 +30,9 @@ const isProbe = (url: string | undefined): boolean =>
  * The SDK, loaded only when tracing is on (start-tracing.ts). The exporter and
  * reads the other OTEL_EXPORTER_OTLP_* variables itself (the endpoint,
  * headers). W3C trace context is the
- * propagator: `traceparent` on every outgoing request (http, and fetch
- * through undici: the model call, the gateway's upstream, the webhook), and
+ * propagator: `traceparent` on every outgoing request (node:http: the model
+ * call, the gateway's upstream, the webhook; fetch through undici: the
+ * payment provider), and
  * what libs/tracing's trace-context carries through a stream entry or an
  * outbox row. Redis and PostgreSQL commands are traced only inside a trace
  * (a request, a delivery): the polling loops (the worker's blocking reads, the
@@ -84,8 +86,8 @@ export function startSdk(service: string, config: TracingConfig): () => Promise<
 /** An outgoing node:http request's URL, its query values redacted (redactedUrl). */
 function outgoingUrl(options: RequestOptions): string {
   const host = options.hostname ?? options.host ?? 'localhost';
-  const bracketed = host.includes(':') && !host.startsWith('[') ? `[${host}]` : host;
-  const protocol = options.protocol ?? 'http:';
+  const bracketed = isIPv6(host) ? `[${host}]` : host;
+  const protocol = options.protocol ?? (options.agent as { protocol?: string } | undefined)?.protocol ?? 'http:';
   const port = options.port === undefined || options.port === null || options.port === '' ? '' : `:${options.port}`;
   return `${protocol}//${bracketed}${port}${redactedUrl(options.path ?? '/') ?? ''}`;
 }

@@ -132,6 +132,9 @@ function pinsUnavailable(err: unknown): OpenAiErrorException {
 
 export const is2xx = (status: number): boolean => status >= 200 && status < 300;
 
+/** Statuses an answer has no body with, whatever the provider sent (a web Response refuses one). */
+const NO_BODY_STATUSES: ReadonlySet<number> = new Set([204, 205, 304]);
+
 /** The start of a whole answer: all of it, or the part read before it passed the cap. */
 interface AnswerHead {
   readonly chunks: Buffer[];
@@ -271,8 +274,9 @@ export class ChatCompletionsRelay {
    * reads back to store.
    */
   private whole(status: number, headers: Record<string, string>, bytes: Buffer): DirectAnswer | Response {
-    if (sendsDirectAnswers(this.adapterHost.httpAdapter)) return new DirectAnswer(status, headers, bytes);
-    return new Response(bytes, { status, headers });
+    const body = NO_BODY_STATUSES.has(status) ? null : bytes;
+    if (sendsDirectAnswers(this.adapterHost.httpAdapter)) return new DirectAnswer(status, headers, body);
+    return new Response(body, { status, headers });
   }
 
   /**

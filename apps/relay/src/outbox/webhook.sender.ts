@@ -31,6 +31,8 @@ export class WebhookSender implements NotificationSender {
         'content-type': 'application/json',
         'content-length': body.length,
         'idempotency-key': message.dedupeKey,
+        // Some firewalls refuse a request without one (fetch sent `node`).
+        'user-agent': 'llm-workflows-relay',
       },
       signal,
     );
