@@ -13,7 +13,7 @@ import { orderOf } from './support';
 /*
  * Issue 12, the whole chain under open-loop load: POST /v1/summaries to the
  * api, the worker (the model a local fake answering at once, through the
- * openai SDK), the relay, and the notification's arrival at a local webhook
+ * worker's model client), the relay, and the notification's arrival at a local webhook
  * receiver, each in a process of its own (e2e-chain.ts). A load generator
  * (its own process) sends at a fixed rate whatever the answers; latency is the
  * notification's arrival minus the request's scheduled send time, matched by
