@@ -4,6 +4,7 @@ import { loadavg } from 'node:os';
 import { setTimeout as delay } from 'node:timers/promises';
 import { Client } from 'pg';
 import type { ChainName } from './e2e-servers/chains';
+import { harnessScript } from './servers/build';
 import type { ClosedLoopReport } from './e2e-servers/closed-loop.load';
 import type { LoadReport } from './e2e-servers/open-loop.load';
 import type { Arrival } from './e2e-servers/webhook-receiver.server';
@@ -257,7 +258,7 @@ export async function withChain<T>(
     const receiver = await start(
       spawnServer({
         name: 'webhook receiver',
-        script: 'test/bench/e2e-servers/webhook-receiver.server.ts',
+        script: harnessScript('webhook-receiver.server.ts'),
         ready: /listening on (http:\/\/\S+)/,
         stdout: 'ignore',
       }),
@@ -491,11 +492,11 @@ async function runLoad<R>(
 ): Promise<{ report: R; meters: Record<ChainProcess, Meter> }> {
   let meters = {} as Record<ChainProcess, Meter>;
   const stdout = await new Promise<string>((done, fail) => {
-    const child = spawn(
-      process.execPath,
-      ['-r', require.resolve('ts-node/register'), `test/bench/e2e-servers/${script}`, ...args],
-      { cwd: REPO_ROOT, env: { ...process.env, TS_NODE_TRANSPILE_ONLY: 'true' }, stdio: ['ignore', 'pipe', 'pipe'] },
-    );
+    const child = spawn(process.execPath, [harnessScript(script), ...args], {
+      cwd: REPO_ROOT,
+      env: process.env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     const out: Buffer[] = [];
     let err = '';
     child.stdout.on('data', (d: Buffer) => out.push(d));

@@ -20,7 +20,7 @@ import {
   type SpawnedServer,
   type SpawnServerOptions,
 } from './processes';
-import { buildServers } from './servers/build';
+import { buildServers, harnessScript } from './servers/build';
 import { median, orderOf } from './support';
 
 /*
@@ -195,7 +195,7 @@ export async function ensurePeerInstalled(): Promise<void> {
 export async function startFakeModel(latencyMs: number): Promise<SpawnedServer> {
   return spawnServer({
     name: `fake model (${latencyMs} ms)`,
-    script: 'test/bench/e2e-servers/fake-model.server.ts',
+    script: harnessScript('fake-model.server.ts'),
     args: ['0', String(latencyMs)],
     ready: /listening on (http:\/\/\S+)/,
     stdout: 'ignore',

@@ -18,6 +18,9 @@ import { REPO_ROOT } from '../processes';
  */
 
 export const BUILD_DIR = resolve(REPO_ROOT, 'node_modules/.cache/llmwf-bench-js');
+/** Where harnessScript puts the bench's own helper processes (the fake model, the receiver, the senders). */
+const HARNESS_DIR = resolve(REPO_ROOT, 'node_modules/.cache/llmwf-bench-harness');
+const HARNESS_SOURCES = 'test/bench/e2e-servers';
 const SOURCES = ['apps', 'libs', 'test/bench/servers'];
 
 function tsFiles(path: string): string[] {
@@ -41,8 +44,33 @@ export interface BuiltServers {
   readonly env: Readonly<Record<string, string>>;
 }
 
-/** Transpiles apps/, libs/ and the bench's servers afresh into BUILD_DIR. */
-export function buildServers(): BuiltServers {
+/**
+ * The JavaScript of one of the bench's helper processes (test/bench/e2e-servers/<name>.ts: the fake
+ * model, the webhook receiver, the load senders). They stand for the outside world, and under
+ * ts-node each would carry the TypeScript compiler's heap, whose major GCs (15-30 ms, measured) land
+ * in the latencies they time. They import only each other and Node's modules, so each is transpiled
+ * alone, once per bench process.
+ */
+export function harnessScript(name: string): string {
+  if (!harnessBuilt) {
+    rmSync(HARNESS_DIR, { recursive: true, force: true });
+    mkdirSync(HARNESS_DIR, { recursive: true });
+    const compilerOptions = commonJsOptions();
+    for (const file of tsFiles(HARNESS_SOURCES)) {
+      const { outputText } = ts.transpileModule(readFileSync(file, 'utf8'), { compilerOptions, fileName: file });
+      writeFileSync(
+        resolve(HARNESS_DIR, relative(resolve(REPO_ROOT, HARNESS_SOURCES), file).replace(/\.ts$/, '.js')),
+        outputText,
+      );
+    }
+    harnessBuilt = true;
+  }
+  return resolve(HARNESS_DIR, name.replace(/\.ts$/, '.js'));
+}
+let harnessBuilt = false;
+
+/** The root tsconfig's options, emitting CommonJS without maps or declarations. */
+function commonJsOptions(): ts.CompilerOptions {
   const parsed = ts.getParsedCommandLineOfConfigFile(
     resolve(REPO_ROOT, 'tsconfig.json'),
     {},
@@ -54,7 +82,7 @@ export function buildServers(): BuiltServers {
     },
   );
   if (!parsed) throw new Error('tsconfig.json could not be read');
-  const compilerOptions: ts.CompilerOptions = {
+  return {
     ...parsed.options,
     module: ts.ModuleKind.CommonJS,
     moduleResolution: undefined,
@@ -64,6 +92,11 @@ export function buildServers(): BuiltServers {
     declaration: false,
     noEmit: false,
   };
+}
+
+/** Transpiles apps/, libs/ and the bench's servers afresh into BUILD_DIR. */
+export function buildServers(): BuiltServers {
+  const compilerOptions = commonJsOptions();
   rmSync(BUILD_DIR, { recursive: true, force: true });
   for (const file of SOURCES.flatMap(tsFiles)) {
     const out = resolve(BUILD_DIR, relative(REPO_ROOT, file)).replace(/\.ts$/, '.js');
@@ -71,7 +104,7 @@ export function buildServers(): BuiltServers {
     mkdirSync(dirname(out), { recursive: true });
     writeFileSync(out, outputText);
   }
-  const paths = (parsed.options.paths ?? {}) as Record<string, string[]>;
+  const paths = (compilerOptions.paths ?? {}) as Record<string, string[]>;
   writeFileSync(
     resolve(BUILD_DIR, 'tsconfig.json'),
     JSON.stringify({ compilerOptions: { baseUrl: '.', paths } }, null, 2),
