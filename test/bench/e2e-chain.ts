@@ -1,6 +1,8 @@
 import { Redis } from 'ioredis';
 import { spawn } from 'node:child_process';
-import { loadavg } from 'node:os';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { loadavg, tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 import { setTimeout as delay } from 'node:timers/promises';
 import { Client } from 'pg';
 import type { ChainName } from './e2e-servers/chains';
@@ -68,6 +70,19 @@ export interface RunningChain {
   modelCalls(): Promise<number>;
   /** When each run of a notify address reached its stages (ms since the epoch), the runs whose outbox row exists. */
   stagesOf(tos: readonly string[]): Promise<Map<string, StageTimes>>;
+  /** With BENCH_PAUSES=1: where every process of the chain records what held it up (profile/pauses.preload.js). */
+  readonly pausesDir?: string;
+}
+
+/** What held one process up during a window: its GC pauses and its event loop's longest delays. */
+export interface ProcessPauses {
+  readonly gcMaxMs: number;
+  /** GC pauses summed over the window, ms per second of it. */
+  readonly gcMsPerSecond: number;
+  readonly gcOver10Ms: number;
+  /** The longest event-loop delay of any quarter second, and the share of quarter seconds held over 20 ms. */
+  readonly loopMaxMs: number;
+  readonly loopOver20MsShare: number;
 }
 
 /**
@@ -138,6 +153,8 @@ export interface OpenLoopWindow extends ChainWindow {
   readonly senderLagMaxMs: number;
   /** Where the time went, stage by stage (summaries only: a run of its one step). */
   readonly stages?: StageBreakdown;
+  /** With BENCH_PAUSES=1: what held each process up during the load, by process name. */
+  readonly pauses?: Readonly<Record<string, ProcessPauses>>;
 }
 
 /**
@@ -234,8 +251,16 @@ export async function withChain<T>(
   // As a pod runs them: in a cgroup of the manifest's limit, with the image's NODE_OPTIONS.
   const limit = (app: App): { memoryLimitMiB?: number } =>
     options.memoryLimits === false ? {} : { memoryLimitMiB: kubernetesMemoryLimitMiB(app) };
+  // BENCH_PAUSES=1: every process of the chain (the bench's helpers too, through this process's environment)
+  // records its GC pauses and event-loop delays for the windows to read.
+  const pausesDir = process.env.BENCH_PAUSES === '1' ? mkdtempSync(join(tmpdir(), 'llmwf-pauses-')) : undefined;
+  const watch = pausesDir === undefined ? '' : ` --require ${resolve(__dirname, 'profile/pauses.preload.js')}`;
+  if (pausesDir !== undefined) {
+    process.env.BENCH_PAUSES_DIR = pausesDir;
+    process.env.NODE_OPTIONS = `${process.env.NODE_OPTIONS ?? ''}${watch}`.trim();
+  }
   const nodeOptions: Record<string, string> =
-    options.memoryLimits === false ? {} : { NODE_OPTIONS: imageNodeOptions() };
+    options.memoryLimits === false ? {} : { NODE_OPTIONS: `${imageNodeOptions()}${watch}` };
   const redis = new Redis(redisUrl);
   await redis.flushdb();
   redis.disconnect();
@@ -272,7 +297,7 @@ export async function withChain<T>(
           name: app,
           ...how,
           ...limit(app),
-          env: { ...how.env, ...common, ...env, [portVariable]: String(port) },
+          env: { ...how.env, ...common, ...env, [portVariable]: String(port), BENCH_PAUSES_NAME: app },
           ready: { url: `http://127.0.0.1:${port}/health/live` },
         }),
       );
@@ -306,6 +331,7 @@ export async function withChain<T>(
         return ((await res.json()) as { answered: number }).answered;
       },
       stagesOf: (tos) => stagesOf(redisUrl, databaseUrl, tos),
+      ...(pausesDir === undefined ? {} : { pausesDir }),
     });
   } catch (err) {
     if (died.length) throw new Error(died.join('\n'), { cause: err });
@@ -313,7 +339,45 @@ export async function withChain<T>(
   } finally {
     stopping = true;
     for (const s of started.reverse()) await s.stop();
+    if (pausesDir !== undefined) {
+      delete process.env.BENCH_PAUSES_DIR;
+      process.env.NODE_OPTIONS = (process.env.NODE_OPTIONS ?? '').replace(watch, '').trim();
+      rmSync(pausesDir, { recursive: true, force: true });
+    }
   }
+}
+
+/** Each process's pauses between `from` and `to` (ms since the epoch), from the records in `dir`. */
+function pausesBetween(dir: string, from: number, to: number): Record<string, ProcessPauses> {
+  const out: Record<string, ProcessPauses> = {};
+  const seconds = Math.max(0.001, (to - from) / 1000);
+  for (const file of readdirSync(dir)) {
+    const lines = readFileSync(join(dir, file), 'utf8').split('\n').filter(Boolean);
+    const { name } = JSON.parse(lines[0]) as { name: string };
+    const gc: number[] = [];
+    const loop: number[] = [];
+    for (const text of lines.slice(1)) {
+      let tick: { t: number; loop: number; gc: [number, number][] };
+      try {
+        tick = JSON.parse(text) as typeof tick;
+      } catch {
+        continue; // the last line, caught mid-append
+      }
+      if (tick.t < from || tick.t > to) continue;
+      loop.push(tick.loop);
+      for (const [at, duration] of tick.gc) if (at >= from && at <= to) gc.push(duration);
+    }
+    if (loop.length === 0) continue; // not running in this window (a sender of another window)
+    loop.sort((a, b) => a - b);
+    out[name] = {
+      gcMaxMs: ms(Math.max(0, ...gc)),
+      gcMsPerSecond: ms(gc.reduce((a, b) => a + b, 0) / seconds),
+      gcOver10Ms: gc.filter((d) => d > 10).length,
+      loopMaxMs: ms(loop[loop.length - 1]),
+      loopOver20MsShare: +(loop.filter((d) => d > 20).length / loop.length).toFixed(2),
+    };
+  }
+  return out;
 }
 
 async function stagesOf(
@@ -361,6 +425,7 @@ export async function openLoopWindow(
   drainTimeoutMs: number,
 ): Promise<OpenLoopWindow> {
   const before = await begin(chain);
+  const loadFrom = Date.now();
   const { report: load, meters } = await runLoad<LoadReport>(chain, 'open-loop.load.ts', [
     chain.apiOrigin,
     KEY,
@@ -381,6 +446,7 @@ export async function openLoopWindow(
     if (seen.size >= accepted || performance.now() > deadline) break;
     await delay(100);
   }
+  const loadTo = Date.now();
   await delay(500); // a late duplicate would arrive now
   arrivals.push(...(await takeArrivals(chain)));
   const readings = stopMeters(meters);
@@ -421,6 +487,7 @@ export async function openLoopWindow(
     senderLagMaxMs: ms(load.lagMaxMs),
     loadAverage: +loadavg()[0].toFixed(1),
     processes: underLoad(readings, chain.cgroups, first.size),
+    ...(chain.pausesDir === undefined ? {} : { pauses: pausesBetween(chain.pausesDir, loadFrom, loadTo) }),
   };
 }
 

@@ -101,4 +101,24 @@ export function printEndToEnd(rows: readonly EndToEndRow[]): void {
       console.log(`  ${r.ratePerSecond}/s round ${r.round}: POSTs without an answer: ${JSON.stringify(r.errors)}`);
   console.log(`Each process under that load: ${PROCESSES_LEGEND('job')}`);
   console.table(rows.map((r) => ({ 'jobs/s': r.ratePerSecond, round: r.round, ...processesOf(r) })));
+  if (rows.some((r) => r.pauses !== undefined)) {
+    console.log(
+      'What held each process up during the load (BENCH_PAUSES=1): GC pauses, longest and ms per second; the longest ' +
+        'event-loop delay of any quarter second, and the share of quarter seconds held over 20 ms',
+    );
+    console.table(
+      rows.flatMap((r) =>
+        Object.entries(r.pauses ?? {}).map(([process, p]) => ({
+          'jobs/s': r.ratePerSecond,
+          round: r.round,
+          process,
+          'GC max ms': p.gcMaxMs,
+          'GC ms/s': p.gcMsPerSecond,
+          'GCs > 10 ms': p.gcOver10Ms,
+          'loop held max ms': p.loopMaxMs,
+          'quarter seconds held > 20 ms': p.loopOver20MsShare,
+        })),
+      ),
+    );
+  }
 }
