@@ -219,3 +219,19 @@ export class NodeHttpTransport {
     });
   }
 }
+
+/**
+ * The whole body of an answer `send` resolved with; rejects with the stream's error if it breaks, or is destroyed
+ * (the signal's abort), before its end.
+ */
+export function readBody(message: IncomingMessage): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    message.on('data', (chunk: Buffer) => chunks.push(chunk));
+    message.once('end', () => resolve(chunks.length === 1 ? chunks[0] : Buffer.concat(chunks)));
+    message.once('error', reject);
+    message.once('close', () => {
+      if (!message.complete) reject(message.errored ?? new Error('the connection closed before the answer ended'));
+    });
+  });
+}

@@ -2,7 +2,7 @@ import { type IncomingMessage, type OutgoingHttpHeaders, validateHeaderValue } f
 import { brotliDecompressSync, gunzipSync, inflateSync } from 'node:zlib';
 import { APIConnectionError, APIConnectionTimeoutError, APIError, APIUserAbortError } from 'openai';
 import type { ChatCompletion } from 'openai/resources/chat/completions';
-import type { NodeHttpTransport } from '@app/http/node-http.transport';
+import { type NodeHttpTransport, readBody } from '@app/http/node-http.transport';
 import { DEFAULT_OPENAI_BASE_URL, providerTransport } from './http-chat-completions.upstream';
 import type { ChatOptions, ChatRequest, LlmClient, ModelCallOptions, SummarizeOptions } from './llm-client.interface';
 import { GatewayAuthError } from './llm.errors';
@@ -203,29 +203,10 @@ function redacted(location: string): string {
   }
 }
 
-/**
- * The whole body as UTF-8, decoded if a proxy compressed it anyway (gzip,
- * deflate, br), a byte-order mark dropped; rejects with the stream's error if
- * it breaks or is destroyed.
- */
-function readText(message: IncomingMessage): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    message.on('data', (chunk: Buffer) => chunks.push(chunk));
-    message.once('end', () => {
-      try {
-        const whole = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
-        const text = decoded(message.headers['content-encoding'], whole).toString('utf8');
-        resolve(text.charCodeAt(0) === 0xfeff ? text.slice(1) : text);
-      } catch (err) {
-        reject(err instanceof Error ? err : new Error(String(err)));
-      }
-    });
-    message.once('error', reject);
-    message.once('close', () => {
-      if (!message.complete) reject(message.errored ?? new Error('the connection closed before the answer ended'));
-    });
-  });
+/** The whole body as UTF-8, decoded if a proxy compressed it anyway (gzip, deflate, br), a byte-order mark dropped. */
+async function readText(message: IncomingMessage): Promise<string> {
+  const text = decoded(message.headers['content-encoding'], await readBody(message)).toString('utf8');
+  return text.charCodeAt(0) === 0xfeff ? text.slice(1) : text;
 }
 
 /** The body as sent, before its Content-Encoding; an encoding it does not know is left as it is. */

@@ -1,5 +1,4 @@
-import { NodeHttpTransport } from '@app/http/node-http.transport';
-import type { IncomingMessage } from 'node:http';
+import { NodeHttpTransport, readBody } from '@app/http/node-http.transport';
 import type { NotificationSender, OutboxMessage } from './notification-sender.interface';
 import { NotificationRejectedError } from './notification-sender.interface';
 
@@ -37,7 +36,7 @@ export class WebhookSender implements NotificationSender {
       signal,
     );
     // Read the answer to the end (under the same signal) so the connection goes back to the pool.
-    await drained(res);
+    await readBody(res);
     const status = res.statusCode ?? 0;
     if (status < 200 || status > 299) throw new NotificationRejectedError(status);
   }
@@ -46,16 +45,4 @@ export class WebhookSender implements NotificationSender {
   close(): void {
     this.transport.close();
   }
-}
-
-/** Resolves once the answer's body has been read to its end; rejects if it breaks or the signal cuts it. */
-function drained(res: IncomingMessage): Promise<void> {
-  return new Promise((resolve, reject) => {
-    res.on('data', () => undefined);
-    res.once('end', resolve);
-    res.once('error', reject);
-    res.once('close', () => {
-      if (!res.complete) reject(res.errored ?? new Error('the connection closed before the answer ended'));
-    });
-  });
 }
