@@ -27,6 +27,19 @@ const TENANT = { tenant: 'acme', key: 'acme-traces-key-0123456789' };
 const SPAN_KIND = { server: 2, client: 3, consumer: 5 } as const;
 
 /** `00-<trace id>-<parent span id>-<flags>`, W3C's traceparent, as its parts. */
+/** POSTs `body` as the test tenant, with a fresh Idempotency-Key. */
+function postAsTenant(url: string, body: object): Promise<Response> {
+  return fetch(url, {
+    method: 'POST',
+    headers: {
+      authorization: `Bearer ${TENANT.key}`,
+      'idempotency-key': `traces-${randomUUID()}`,
+      'content-type': 'application/json',
+    },
+    body: JSON.stringify(body),
+  });
+}
+
 function traceparentOf(header: string | string[] | undefined): { traceId: string; spanId: string } {
   const m = /^00-([0-9a-f]{32})-([0-9a-f]{16})-0[01]$/.exec(typeof header === 'string' ? header : '');
   if (!m) throw new Error(`not a traceparent: ${String(header)}`);
@@ -129,14 +142,9 @@ describe('traces', () => {
           start('relay', 88, { ...otel, NOTIFY_WEBHOOK_URL: hook.server.url('/notify?token=webhook-secret-0123') }),
         ]);
 
-        const res = await fetch(`${api.url}/v1/summaries`, {
-          method: 'POST',
-          headers: {
-            authorization: `Bearer ${TENANT.key}`,
-            'idempotency-key': `traces-${randomUUID()}`,
-            'content-type': 'application/json',
-          },
-          body: JSON.stringify({ text: 'Follow me from the POST to the webhook.', notify: 'reader@example.com' }),
+        const res = await postAsTenant(`${api.url}/v1/summaries`, {
+          text: 'Follow me from the POST to the webhook.',
+          notify: 'reader@example.com',
         });
         expect(res.status).toBe(202);
         const { job_id: jobId } = (await res.json()) as { job_id: string };
@@ -266,14 +274,10 @@ describe('traces', () => {
         start('relay', 88, { ...otel, NOTIFY_WEBHOOK_URL: hook.server.url('/notify') }),
       ]);
 
-      const res = await fetch(`${api.url}/v1/triage`, {
-        method: 'POST',
-        headers: {
-          authorization: `Bearer ${TENANT.key}`,
-          'idempotency-key': `traces-${randomUUID()}`,
-          'content-type': 'application/json',
-        },
-        body: JSON.stringify({ ticket_id: 'T-1', text: 'Charged twice in March.', notify: 'agent@example.com' }),
+      const res = await postAsTenant(`${api.url}/v1/triage`, {
+        ticket_id: 'T-1',
+        text: 'Charged twice in March.',
+        notify: 'agent@example.com',
       });
       expect(res.status).toBe(202);
       const { run_id: runId } = (await res.json()) as { run_id: string };
