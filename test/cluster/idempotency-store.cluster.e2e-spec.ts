@@ -37,17 +37,23 @@ afterAll(async () => {
   await redisCluster?.stop();
 });
 
-describeIdempotencyStoreContract('RedisIdempotencyStore on a Redis Cluster', async () => {
-  const store = new RedisIdempotencyStore(await clusterClient());
+describeIdempotencyStoreContract('RedisIdempotencyStore on a Redis Cluster', async ({ idleCheckMs }) => {
+  const store = new RedisIdempotencyStore(await clusterClient(), { idleCheckMs });
   return { store, teardown: () => store.close() };
 });
 
 // As the api runs on a cluster (REDIS_DURABILITY): claims and answers through the pipeline with WAIT, whose replies
 // are text, so a replayed body that is not UTF-8 is read again as bytes.
-describeIdempotencyStoreContract('RedisIdempotencyStore on a Redis Cluster, waiting for a replica', async () => {
-  const store = new RedisIdempotencyStore(await clusterClient(), { durability: { replicas: 1, timeoutMs: 5000 } });
-  return { store, teardown: () => store.close() };
-});
+describeIdempotencyStoreContract(
+  'RedisIdempotencyStore on a Redis Cluster, waiting for a replica',
+  async ({ idleCheckMs }) => {
+    const store = new RedisIdempotencyStore(await clusterClient(), {
+      idleCheckMs,
+      durability: { replicas: 1, timeoutMs: 5000 },
+    });
+    return { store, teardown: () => store.close() };
+  },
+);
 
 describe('RedisIdempotencyStore on a Redis Cluster', () => {
   it('spreads records over the masters, each frames stream beside its record', async () => {

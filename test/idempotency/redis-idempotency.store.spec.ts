@@ -4,9 +4,9 @@ import { createRedisClient, NotReplicatedError } from '@app/redis';
 import type { Redis } from 'ioredis';
 import { freePort, freshRedis, startRedisServer } from '../support/infra';
 
-describeIdempotencyStoreContract('RedisIdempotencyStore', async () => {
+describeIdempotencyStoreContract('RedisIdempotencyStore', async ({ idleCheckMs }) => {
   const redis = await freshRedis();
-  const store = new RedisIdempotencyStore(redis);
+  const store = new RedisIdempotencyStore(redis, { idleCheckMs });
   return {
     store,
     teardown: async () => {

@@ -11,9 +11,9 @@ import { eventually, freePort, sleep, testDatabaseUrl, testDataSource } from '..
 const newPool = (max = 10) =>
   new Pool({ connectionString: testDatabaseUrl(), max, application_name: 'idempotency-test' });
 
-describeIdempotencyStoreContract('PostgresIdempotencyStore', async () => {
+describeIdempotencyStoreContract('PostgresIdempotencyStore', async ({ idleCheckMs }) => {
   const pool = newPool();
-  const store = new PostgresIdempotencyStore(pool);
+  const store = new PostgresIdempotencyStore(pool, { idleCheckMs });
   return {
     store,
     teardown: async () => {
