@@ -46,7 +46,8 @@ export class ChatCompletionsController {
   @Idempotent({
     required: false,
     storesStatus: is2xx,
-    attach: { waitMs: GATEWAY_ATTACH_WAIT_MS },
+    // No GET reads a chat completion's record: its caller need not wait for the store before its stream ends.
+    attach: { waitMs: GATEWAY_ATTACH_WAIT_MS, endStreamsFirst: true },
     errors: openAiErrorFormat,
     maxStoredBodyBytes: GATEWAY_MAX_STORED_BYTES,
     acceptsRunScope: true,
