@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import type { DataSource } from 'typeorm';
 import { bearer, type ApiHarness, startApi, TENANT_A } from '../support/api-harness';
 import { FakeOpenAiServer, type ModelReply } from '../support/fake-openai-server';
-import { eventually, testDataSource } from '../support/infra';
+import { testDataSource } from '../support/infra';
 
 /**
  * A provider's answer is relayed and stored as its bytes, whatever they are,
@@ -68,19 +68,12 @@ describe.each(['redis', 'postgres'] as const)('the gateway relays and stores byt
     await ds.destroy();
   });
 
-  /**
-   * In PostgreSQL mode, the answer is in its row (or its frame log), not only sent. A stream's record is completed
-   * just after the caller's stream ends (a retry meanwhile attaches to it): waited for, not assumed.
-   */
+  /** In PostgreSQL mode, the answer is in its row (or its frame log), not only sent. */
   async function expectStoredInPostgres(key: string, streamed: boolean): Promise<void> {
     if (store !== 'postgres') return;
-    const row = await eventually(async () => {
-      const [found] = await ds.query<{ state: string; streamed: boolean }[]>(
-        `SELECT state, streamed FROM idempotency_keys WHERE key = $1`,
-        [`${TENANT_A.tenant}:POST:/v1/chat/completions:${key}`],
-      );
-      return found?.state === 'running' ? undefined : found;
-    });
+    const [row] = await ds.query(`SELECT state, streamed FROM idempotency_keys WHERE key = $1`, [
+      `${TENANT_A.tenant}:POST:/v1/chat/completions:${key}`,
+    ]);
     expect(row).toEqual({ state: 'completed', streamed });
   }
 

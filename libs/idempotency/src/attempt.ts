@@ -31,8 +31,6 @@ export interface RouteSettings extends SettleRoute {
   readonly lockTtlMs: number;
   readonly resultTtlMs: number;
   readonly attachWaitMs: number | undefined;
-  /** A streamed answer's caller gets its end before the record is completed (attach.endStreamsFirst). */
-  readonly endStreamsFirst: boolean;
   readonly store: IdempotencyStore;
   readonly recover: IdempotentOptions['recover'];
   readonly acceptsRunScope: boolean;
@@ -73,7 +71,6 @@ export function routeSettings(
     maxStoredBodyBytes: route.maxStoredBodyBytes ?? options.maxStoredBodyBytes ?? DEFAULT_MAX_STORED_BODY_BYTES,
     storesStatus: route.storesStatus ?? storesByDefault,
     attachWaitMs: route.attach?.waitMs,
-    endStreamsFirst: route.attach?.endStreamsFirst === true,
     errors: route.errors,
     replayHeaders,
     store: storeNamed(route.store, options, defaultStore),

@@ -41,14 +41,6 @@ describe('@Idempotent() options', () => {
     expect(decorate({ acceptsRunScope: true })).not.toThrow();
   });
 
-  it('refuses an attach without a whole wait, or whose endStreamsFirst is not a boolean', () => {
-    expect(decorate({ attach: { waitMs: 0.5 } })).toThrow(/attach\.waitMs must be a positive whole number/);
-    expect(decorate({ attach: { waitMs: 1000, endStreamsFirst: 'yes' } })).toThrow(
-      /attach\.endStreamsFirst must be true or false, got 'yes'/,
-    );
-    expect(decorate({ attach: { waitMs: 1000, endStreamsFirst: true } })).not.toThrow();
-  });
-
   it('refuses bad options on a class, naming it', () => {
     expect(() => {
       @Idempotent({ resultTtlMs: 0.5 })

@@ -24,14 +24,8 @@ export interface IdempotentOptions {
    * getting a 409: a streamed answer from its first frame, live, and a whole
    * answer once it is stored, from whichever instance runs it. It waits at
    * most `waitMs` for the answer to start, then gets the 409.
-   *
-   * `endStreamsFirst`: a streamed answer's caller gets its end with its last
-   * frame, and the record is completed just after (a retry in between attaches
-   * to it and gets the same bytes), so the caller waits for no store. Off by
-   * default: the record is complete before the stream ends, for routes whose
-   * records something else reads once a caller has its answer.
    */
-  readonly attach?: { readonly waitMs: number; readonly endStreamsFirst?: boolean };
+  readonly attach?: { readonly waitMs: number };
   /** How this route's errors look when they are stored or end a stream. Default: problem+json, and a cut stream. */
   readonly errors?: IdempotencyErrorFormat;
   /** The name of one of the module's `stores`, for this route's records; default the module's `store`. */
@@ -129,9 +123,6 @@ export function assertValidIdempotentOptions(
         `${where}: attach.waitMs must be a positive whole number of milliseconds, got ${inspect(waitMs)}`,
       );
     }
-    const { endStreamsFirst } = attach as { endStreamsFirst?: unknown };
-    if (endStreamsFirst !== undefined && typeof endStreamsFirst !== 'boolean')
-      throw new Error(`${where}: attach.endStreamsFirst must be true or false, got ${inspect(endStreamsFirst)}`);
   }
   if (storesStatus !== undefined && typeof storesStatus !== 'function')
     throw new Error(`${where}: storesStatus must be a function`);

@@ -13,8 +13,7 @@ import { FrameChannel, framesAsBytes, framesResponse, onceClosed, type StreamedA
  * A streamed answer: each frame goes to the caller and to the store as it
  * comes (appends batched, one in flight at a time, so the store never
  * holds the answer back), and the record is complete, or freed, before the
- * caller's stream ends (with attach.endStreamsFirst, a stored one just after
- * it). The frames are read here, not by the caller: one
+ * caller's stream ends. The frames are read here, not by the caller: one
  * who goes away stops nothing, and the answer is stored for its retry.
  */
 export class StreamRecorder {
@@ -140,10 +139,6 @@ export class StreamRecorder {
       } catch (err) {
         broken = err ?? new Error('the stream broke');
       }
-      // Where the route says so (duplicates attach), the caller's stream ends with its last frame, and the record is
-      // completed just after: a retry in between attaches to it and gets the same bytes.
-      const endedFirst = broken === undefined && storing && settings.endStreamsFirst;
-      if (endedFirst) channel.end();
       lease.stop();
       await drained();
       await releasing;
@@ -171,7 +166,7 @@ export class StreamRecorder {
           return;
         }
       }
-      if (!endedFirst) channel.end();
+      channel.end();
     };
     void pump();
     return framesResponse(answer.status, new Headers(answer.headers), channel, () => channel.detach());

@@ -46,8 +46,7 @@ export class ChatCompletionsController {
   @Idempotent({
     required: false,
     storesStatus: is2xx,
-    // No GET reads a chat completion's record: its caller need not wait for the store before its stream ends.
-    attach: { waitMs: GATEWAY_ATTACH_WAIT_MS, endStreamsFirst: true },
+    attach: { waitMs: GATEWAY_ATTACH_WAIT_MS },
     errors: openAiErrorFormat,
     maxStoredBodyBytes: GATEWAY_MAX_STORED_BYTES,
     acceptsRunScope: true,
