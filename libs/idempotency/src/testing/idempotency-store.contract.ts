@@ -14,7 +14,7 @@ export interface StoreUnderTest {
 }
 
 /** How the contract asks for its stores to be built. */
-export interface StoreOptions {
+export interface StoreContractOptions {
   /**
    * How long a follower waits for news before it looks again (the store's idle check). The wake-up cases ask
    * for one far beyond their patience, so a follower that only an idle check would find out waits them out:
@@ -58,11 +58,13 @@ function framesOf(claim: ClaimResult): FramesRef {
 /**
  * The semantics every IdempotencyStore must have. Run it against each
  * implementation with a real backend: `describeIdempotencyStoreContract('redis', setup)`. It builds two
- * stores with `setup`: one with a one-second idle check, one whose idle check never comes.
+ * stores with `setup`, both alive at once: one with a one-second idle check, one whose idle check never
+ * comes. A setup that takes no options would build the second like the first, and a store that only polls
+ * would pass the wake-up cases: those cases fail instead, saying so.
  */
 export function describeIdempotencyStoreContract(
   name: string,
-  setup: (options: StoreOptions) => Promise<StoreUnderTest>,
+  setup: (options: StoreContractOptions) => Promise<StoreUnderTest>,
 ): void {
   describe(`IdempotencyStore contract: ${name}`, () => {
     let sut: StoreUnderTest;
@@ -360,6 +362,11 @@ export function describeIdempotencyStoreContract(
         let store: IdempotencyStore;
         let log: IdempotencyFrameLog;
         beforeAll(async () => {
+          if (setup.length === 0)
+            throw new Error(
+              'setup takes no options: build the store with the idleCheckMs it is given ({ idleCheckMs }), ' +
+                'or these cases cannot tell a woken follower from a polling one',
+            );
           woken = await setup({ idleCheckMs: NEVER_MS });
           store = woken.store;
           if (!store.frames) throw new Error('this store keeps no frames');
@@ -437,7 +444,9 @@ export function describeIdempotencyStoreContract(
           const k = key();
           await store.claim(k, 't1', 'fp', 10_000);
           const followed = collect(log, framesOf(await store.claim(k, 't2', 'fp', 10_000)));
-          await wait(100);
+          // A follower that first looks after the completion finds no frames and hears `gone`: it is given a
+          // second to start following (no idle check can answer for it on this store, so waiting hides nothing).
+          await wait(1000);
           await store.complete(k, 't1', 'fp', response, 60_000);
           // Not woken, it would wait out collect's patience and end with a 'timeout' marker.
           expect(await followed).toEqual([{ kind: 'end', outcome: 'completed' }]);
@@ -497,12 +506,15 @@ export function describeIdempotencyStoreContract(
           });
           await wait(300); // the followers are waiting, most likely, so the frames below are news to them
           const got: string[] = [];
-          for (const [i, k] of keys.entries()) {
-            await log.append(k, 't1', [`data: ${i}\n\n`]);
-            got.push(await seen[i]);
+          try {
+            for (const [i, k] of keys.entries()) {
+              await log.append(k, 't1', [`data: ${i}\n\n`]);
+              got.push(await seen[i]);
+            }
+          } finally {
+            clearTimeout(patience);
+            stop.abort();
           }
-          clearTimeout(patience);
-          stop.abort();
           for (const k of keys) await log.complete(k, 't1', 'fp', 60_000);
           expect(got).toEqual(keys.map((_, i) => `data: ${i}\n\n`));
         });
