@@ -20,6 +20,8 @@ export class GatewayCalls implements BeforeApplicationShutdown {
   private readonly logger = new Logger(GatewayCalls.name);
   private readonly stopping = new AbortController();
   private running = 0;
+  /** The running calls' own controllers, aborted if the drain runs out: no call listens on a shared signal. */
+  private readonly cuttable = new Set<AbortController>();
   private onIdle: (() => void) | undefined;
 
   constructor(
@@ -48,13 +50,19 @@ export class GatewayCalls implements BeforeApplicationShutdown {
     );
   }
 
-  /** Counts a call as running; call the returned function once, when it has ended. */
-  begin(): () => void {
+  /**
+   * Counts a call as running, and aborts `cut` (with the reason `signal` gives) if it still runs when the drain
+   * is over, or at once if that time has come; call the returned function once, when the call has ended.
+   */
+  begin(cut: AbortController): () => void {
     this.running++;
+    if (this.stopping.signal.aborted) cut.abort(this.stopping.signal.reason);
+    else this.cuttable.add(cut);
     let ended = false;
     return () => {
       if (ended) return;
       ended = true;
+      this.cuttable.delete(cut);
       this.running--;
       if (this.running === 0) this.onIdle?.();
     };
@@ -77,6 +85,8 @@ export class GatewayCalls implements BeforeApplicationShutdown {
       `cutting ${this.running} gateway call(s) still running after ${this.options.drainMs} ms; their keys are freed`,
     );
     this.stopping.abort(new Error('the api is shutting down'));
+    for (const cut of this.cuttable) cut.abort(this.stopping.signal.reason);
+    this.cuttable.clear();
     const settled = new AbortController();
     await Promise.race([idle, sleep(GATEWAY_SETTLE_MS, undefined, { signal: settled.signal }).catch(() => undefined)]);
     settled.abort();
