@@ -313,16 +313,16 @@ describe('the gateway: POST /v1/chat/completions', () => {
       }));
       await until(() => provider.requests.some((r) => r.userText === 'attach me'));
       await sleep(100);
-      const duplicate = post(streamOf('attach me'), { 'idempotency-key': k }).then(async (r) => ({
+      // Its head came while the call is held: it is attached to the running call, not a replay of a finished one.
+      const duplicate = await post(streamOf('attach me'), { 'idempotency-key': k }).then((r) => ({
         headers: r.headers,
-        text: await r.text(),
+        text: r.text(),
       }));
-      await sleep(200);
       release();
-      const [a, b] = await Promise.all([first, duplicate]);
+      const a = await first;
       expect(a.text).toBe(events.join(''));
-      expect(b.text).toBe(events.join(''));
-      expect(b.headers.get('idempotent-replayed')).toBe('true');
+      expect(await duplicate.text).toBe(events.join(''));
+      expect(duplicate.headers.get('idempotent-replayed')).toBe('true');
       expect(provider.requests.filter((r) => r.userText === 'attach me')).toHaveLength(1);
     });
 
@@ -424,12 +424,14 @@ describe('the gateway: POST /v1/chat/completions', () => {
       const first = post(streamOf('attached break'), { 'idempotency-key': k }).then((r) => r.text());
       await until(() => provider.requests.some((r) => r.userText === 'attached break'));
       await sleep(100);
-      const attached = post(streamOf('attached break'), { 'idempotency-key': k }).then((r) => r.text());
-      await sleep(200);
+      // Its head came while the call is held: it is attached to the running call.
+      const attached = await post(streamOf('attached break'), { 'idempotency-key': k });
+      expect(attached.headers.get('idempotent-replayed')).toBe('true');
       release();
       const expected = events.slice(0, 4).join('') + BROKEN_STREAM_EVENT;
       expect(await first).toBe(expected);
-      expect(await attached).toBe(expected);
+      expect(await attached.text()).toBe(expected);
+      expect(provider.requests.filter((r) => r.userText === 'attached break')).toHaveLength(1);
       await expect(redis.exists(`idem:${TENANT_A.tenant}:POST:/v1/chat/completions:${k}`)).resolves.toBe(0);
     });
 
@@ -753,7 +755,8 @@ describe('the gateway: POST /v1/chat/completions', () => {
         REDIS_URL: testRedisUrl(),
         DATABASE_URL: testDatabaseUrl(),
         API_KEYS: `${TENANT_A.tenant}:${TENANT_A.key}`,
-        LOG_LEVEL: 'warn',
+        // For the line its drain logs as it starts refusing new calls.
+        LOG_LEVEL: 'info',
         LLM_PROVIDER: 'openai',
         OPENAI_API_KEY: 'sk-upstream',
         OPENAI_BASE_URL: provider.baseUrl,
@@ -766,16 +769,31 @@ describe('the gateway: POST /v1/chat/completions', () => {
         events: completionEvents('cut short by a shutdown'),
         gate: (i) => (i === 2 ? held : Promise.resolve()),
       });
-      const streamed = post(
+      const answer = await post(
         { ...ask('stopping pod'), stream: true },
         { 'idempotency-key': k },
         TENANT_A,
         stopping.url,
-      ).then((r) => r.text());
-      await until(() => provider.requests.some((r) => r.userText === 'stopping pod'));
-      await sleep(200);
+      );
+      // The stream is under way (its first events reached the caller) before the SIGTERM, however slow the machine.
+      const reader = answer.body!.getReader();
+      const decoder = new TextDecoder();
+      let text = decoder.decode((await reader.read()).value, { stream: true });
+      const streamed = (async () => {
+        for (let chunk = await reader.read(); !chunk.done; chunk = await reader.read())
+          text += decoder.decode(chunk.value, { stream: true });
+        return text;
+      })();
       stopping.kill('SIGTERM');
-      await sleep(200);
+      // The gateway refuses new calls from when its drain begins, which it logs.
+      await eventually(
+        () =>
+          stopping.lines.find(
+            (l) => typeof l.msg === 'string' && /^waiting up to \d+ ms for 1 gateway call\(s\) to finish$/.test(l.msg),
+          ),
+        10_000,
+        'the drain to begin',
+      );
       const during = await post(
         ask('arrives while stopping'),
         { 'idempotency-key': key() },
@@ -786,8 +804,7 @@ describe('the gateway: POST /v1/chat/completions', () => {
         expect(during.status).toBe(503);
         expect(await during.json()).toMatchObject({ error: { code: 'shutting_down' } });
       }
-      const text = await streamed;
-      expect(text.endsWith(`${BROKEN_STREAM_EVENT}`)).toBe(true);
+      expect((await streamed).endsWith(`${BROKEN_STREAM_EVENT}`)).toBe(true);
       await expect(stopping.exited).resolves.toEqual({ code: 0, signal: null });
       await expect(redis.exists(`idem:${TENANT_A.tenant}:POST:/v1/chat/completions:${k}`)).resolves.toBe(0);
       expect(provider.requests.some((r) => r.userText === 'arrives while stopping')).toBe(false);

@@ -127,6 +127,15 @@ class OpsController {
     return { run };
   }
 
+  /** Its first run holds until the test lets it go, under a lock of 600 ms that only renewals keep. */
+  @Post('renewed')
+  @Idempotent({ lockTtlMs: 600 })
+  async renewed(): Promise<{ run: number }> {
+    const run = this.probe.run('renewed');
+    if (run === 1) await this.probe.hold();
+    return { run };
+  }
+
   @Post('held')
   @Idempotent({ lockTtlMs: 400 })
   async held(): Promise<{ run: number }> {
@@ -436,25 +445,27 @@ describe('IdempotencyInterceptor on any controller', () => {
     });
   });
 
-  it('renews the lock of a handler that runs three times its lock TTL: duplicates meanwhile get 409', async () => {
+  it('renews the lock of a handler that runs over twice its lock TTL: duplicates meanwhile get 409', async () => {
     const key = newKey();
-    // lock TTL 300 ms; the handler runs 1400 ms (over four TTLs). Unrenewed, the
-    // lock would be gone at 300 ms and the duplicates below would run it again.
-    const slow = post('/test/ops/slow', key, { ms: 1400 }).then((r) => r);
-    await eventually(() => (probe.count('slow') === 1 ? true : undefined));
+    // Lock TTL 600 ms, renewed every 200 ms; the handler runs until the test lets it go, after the duplicates.
+    // Unrenewed, the lock would be gone at 600 ms and the duplicates below (at 700 ms and 1.3 s) would run it again.
+    // Renewed, only a stall of some 400 ms between two renewals could let one in.
+    const slow = post('/test/ops/renewed', key).then((r) => r);
+    await eventually(() => (probe.count('renewed') === 1 ? true : undefined));
     const during: number[] = [];
-    for (const wait of [450, 350]) {
+    for (const wait of [700, 600]) {
       await sleep(wait);
-      const dup = await post('/test/ops/slow', key, { ms: 1400 });
+      const dup = await post('/test/ops/renewed', key);
       during.push(dup.status);
       expect(dup.body.type).toBe(IdempotencyProblemTypes.inProgress);
     }
+    probe.releaseAll();
     expect(during).toEqual([409, 409]);
     const first = await slow;
     expect(first.status).toBe(201);
     expect(first.body).toEqual({ run: 1 });
-    expect(probe.count('slow')).toBe(1);
-    const replay = await post('/test/ops/slow', key, { ms: 1400 }).expect(201);
+    expect(probe.count('renewed')).toBe(1);
+    const replay = await post('/test/ops/renewed', key).expect(201);
     expect(replay.body).toEqual({ run: 1 });
   });
 
@@ -624,18 +635,29 @@ describe('crash between XADD and finalise', () => {
         .set('Authorization', bearer(TENANT_A))
         .set('Idempotency-Key', key)
         .timeout(500)
-        .send(body);
-      await expect(lost).rejects.toThrow(/Timeout/);
-      expect(await redis.xlen(JOBS_STREAM)).toBe(1);
-
+        .send(body)
+        .then(
+          () => undefined,
+          (err: Error) => err,
+        );
+      // Pod A has claimed the key and enqueued (its entry is in the stream): the retry comes at once, well within the
+      // 1 s lock A's claim took, however slow the machine.
+      await eventually(
+        async () => ((await redis.xlen(JOBS_STREAM)) === 1 ? true : undefined),
+        5000,
+        'pod A to enqueue',
+      );
       const early = await request(survivor.server)
         .post('/v1/summaries')
         .set('Authorization', bearer(TENANT_A))
         .set('Idempotency-Key', key)
         .send(body);
       expect(early.status).toBe(409);
+      // Pod A never answers.
+      expect(await lost).toMatchObject({ message: expect.stringMatching(/Timeout/) });
+      expect(await redis.xlen(JOBS_STREAM)).toBe(1);
 
-      await sleep(1100);
+      await sleep(1100); // the lock A took, never renewed, is gone
       const retry = await request(survivor.server)
         .post('/v1/summaries')
         .set('Authorization', bearer(TENANT_A))

@@ -181,7 +181,12 @@ describe('the api on the PostgreSQL idempotency store', () => {
     await until(() => provider.requests.some((r) => r.userText === 'pg attach'), 'the upstream call');
     await sleep(100);
     const duplicate = chat(streamOf('pg attach'), key);
-    await sleep(200);
+    // The duplicate follows the running call: it registers on its row (watched) while the call still runs, held.
+    await eventually(
+      async () => ((await rowOf(`${TENANT_A.tenant}:POST:/v1/chat/completions:${key}`))?.watched ? true : undefined),
+      5000,
+      'the duplicate to follow the running call',
+    );
     expect(await rowOf(`${TENANT_A.tenant}:POST:/v1/chat/completions:${key}`)).toMatchObject({
       state: 'running',
       watched: true,

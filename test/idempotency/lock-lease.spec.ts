@@ -34,7 +34,7 @@ describe('LockLease on Redis', () => {
       renewals.push(renewal);
       answered[renewals.length - 1]?.();
     };
-    // The real store, with one blip: the first renewal times out 150 ms after it was sent.
+    // The real store, with one blip: the first renewal times out 1.5 s after it was sent.
     const store: IdempotencyStore = {
       claim: real.claim.bind(real),
       complete: real.complete.bind(real),
@@ -43,7 +43,7 @@ describe('LockLease on Redis', () => {
         const at = Date.now();
         sent.push(at);
         if (renewals.length === 0) {
-          await new Promise((r) => setTimeout(r, 150));
+          await new Promise((r) => setTimeout(r, 1500));
           seen({ at, result: 'error' });
           throw new Error('Command timed out');
         }
@@ -53,14 +53,16 @@ describe('LockLease on Redis', () => {
       },
     };
     const key = `tenant:POST:/lease:${randomUUID()}`;
-    const ttlMs = 400;
+    // Long enough on the real clock (Redis's) for the few commands between a renewal and the test's look at it, on
+    // a loaded machine: the lease's schedule is on the fake clock, which costs no time.
+    const ttlMs = 4000;
     expect(await real.claim(key, 'ours', 'fp', ttlMs)).toEqual({ outcome: 'claimed' });
     const lost: string[] = [];
     const errors: unknown[] = [];
-    // Claimed at 0, so the lock expires at 400 unless renewed. Renewal is due
-    // at 133 (a third of the TTL) and fails at 283. Waiting another third
-    // would try at 416, too late; the retry after an error comes an eighth
-    // later, at 333.
+    // Claimed at 0, so the lock expires at 4000 unless renewed. Renewal is due
+    // at 1333 (a third of the TTL) and fails at 2833. Waiting another third
+    // would try at 4166, too late; the retry after an error comes an eighth
+    // later, at 3333.
     const lease = new LockLease(
       store,
       key,
@@ -82,31 +84,31 @@ describe('LockLease on Redis', () => {
     try {
       await pushedOut();
       const first = renewalAnswered(1);
-      await jest.advanceTimersByTimeAsync(133 + 150);
-      expect(sent).toEqual([133]);
+      await jest.advanceTimersByTimeAsync(1333 + 1500);
+      expect(sent).toEqual([1333]);
       await first;
       expect(errors).toHaveLength(1);
       // The failed renewal changed nothing.
       expect(await redis.pttl(record)).toBeGreaterThan(ttlMs);
 
       const retry = renewalAnswered(2);
-      await jest.advanceTimersByTimeAsync(50);
-      expect(sent).toEqual([133, 333]);
+      await jest.advanceTimersByTimeAsync(500);
+      expect(sent).toEqual([1333, 3333]);
       await retry;
       expect(renewals).toEqual([
-        { at: 133, result: 'error' },
-        { at: 333, result: true },
+        { at: 1333, result: 'error' },
+        { at: 3333, result: true },
       ]);
       expect(renewals[1].at).toBeLessThan(ttlMs);
       await renewedInRedis();
 
-      // Back to a third of the TTL after a renewal that worked: 466, inside the 733 it bought.
+      // Back to a third of the TTL after a renewal that worked: 4666, inside the 7333 it bought.
       await pushedOut();
       const next = renewalAnswered(3);
-      await jest.advanceTimersByTimeAsync(133);
-      expect(sent).toEqual([133, 333, 466]);
+      await jest.advanceTimersByTimeAsync(1333);
+      expect(sent).toEqual([1333, 3333, 4666]);
       await next;
-      expect(renewals[2]).toEqual({ at: 466, result: true });
+      expect(renewals[2]).toEqual({ at: 4666, result: true });
       await renewedInRedis();
 
       expect(errors).toHaveLength(1);

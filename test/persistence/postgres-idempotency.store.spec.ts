@@ -307,7 +307,16 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
       for await (const e of store.frames.follow(ref, stop.signal)) events.push(e);
       return events;
     });
-    await sleep(200);
+    // Each follower subscribes, reads, then registers (watched) on its key: once all ten have, all ten listen, and
+    // the releases below write the end each one waits for.
+    await eventually(
+      async () =>
+        (await count(`SELECT count(*) AS n FROM idempotency_keys WHERE key = ANY($1) AND watched`, [keys])) === 10
+          ? true
+          : undefined,
+      10_000,
+      'all ten followers registered',
+    );
     expect(
       await count(
         `SELECT count(*) AS n FROM pg_stat_activity WHERE application_name = 'idempotency-listen' AND datname = current_database()`,

@@ -1,7 +1,7 @@
 import { NotificationSender, type OutboxMessage } from '../../apps/relay/src/outbox/notification-sender.interface';
 import { OutboxRelayRepository } from '../../apps/relay/src/outbox/outbox-relay.repository';
 import { WebhookSender } from '../../apps/relay/src/outbox/webhook.sender';
-import { eventually, sleep } from '../support/infra';
+import { sleep } from '../support/infra';
 import { compileRelay, insertOutboxRows, relayFixture, rowByKey, sample, type RelayHarness } from './relay-harness';
 
 /** A sender that runs `after` once the real webhook call has come back, before the relay records anything. */
@@ -19,8 +19,9 @@ function webhookThen(url: string, after: () => Promise<void>): NotificationSende
 }
 
 describe('relay: a crash between sending and recording, and lease ownership', () => {
-  // NOTIFY_TIMEOUT_S 0.25 → a lease of 1.5 s.
-  const env = { NOTIFY_TIMEOUT_S: '0.25' };
+  // A send may take as long as a loaded machine makes it (NOTIFY_TIMEOUT_S 10: a lease of 21 s). No test waits a
+  // lease out: where one must have passed, the test moves it into the past, as a pause that long would.
+  const env = { NOTIFY_TIMEOUT_S: '10' };
   let relayB: RelayHarness;
   const { ds, provider } = relayFixture(20, {
     setUp: async () => {
@@ -54,15 +55,8 @@ describe('relay: a crash between sending and recording, and lease ownership', ()
     expect(provider.deliveriesFor(key)).toHaveLength(1);
 
     // After it: relay B claims it and sends it again, with the same key and body.
-    const pass = await eventually(
-      async () => {
-        const r = await relayB.relay.runOnce();
-        return r.claimed > 0 ? r : undefined;
-      },
-      4000,
-      'relay B to claim the row after the lease',
-    );
-    expect(pass).toMatchObject({ claimed: 1, sent: 1 });
+    await ds.query(`UPDATE outbox SET lease_until = now() - interval '1 second' WHERE dedupe_key = $1`, [key]);
+    await expect(relayB.relay.runOnce()).resolves.toMatchObject({ claimed: 1, sent: 1 });
 
     const deliveries = provider.deliveriesFor(key);
     expect(deliveries).toHaveLength(2);
@@ -110,11 +104,13 @@ describe('relay: a crash between sending and recording, and lease ownership', ()
   it('fences every write on the lease value: the stale holder is refused while the new one holds it', async () => {
     const repo = new OutboxRelayRepository();
     const [key] = await insertOutboxRows(ds, 1, 'fence');
-    const [a] = await repo.claim(ds.manager, 10, 50, 10, false);
+    const [a] = await repo.claim(ds.manager, 10, 60_000, 10, false);
     // Not claimable while leased.
-    await expect(repo.claim(ds.manager, 10, 50, 10, false)).resolves.toEqual([]);
-    await sleep(100);
-    const [b] = await repo.claim(ds.manager, 10, 60_000, 10, false);
+    await expect(repo.claim(ds.manager, 10, 60_000, 10, false)).resolves.toEqual([]);
+    // A's lease runs out (moved into the past, as a long pause would), and another claim takes the row: a longer
+    // lease, so never the same value as A's.
+    await ds.query(`UPDATE outbox SET lease_until = now() - interval '1 second' WHERE dedupe_key = $1`, [key]);
+    const [b] = await repo.claim(ds.manager, 10, 120_000, 10, false);
     expect(b.id).toBe(a.id);
     expect(b.lease.getTime()).toBeGreaterThan(a.lease.getTime());
 

@@ -1,4 +1,4 @@
-import { eventually, sleep } from '../support/infra';
+import { eventually } from '../support/infra';
 import { insertOutboxRows, relayFixture, rowByKey, startRelay } from './relay-harness';
 
 describe('relay: shutdown (app.close(), as SIGTERM runs it)', () => {
@@ -17,8 +17,10 @@ describe('relay: shutdown (app.close(), as SIGTERM runs it)', () => {
       'the send to start',
     );
 
+    // A pass-through spy: the relay claims nothing new from when its shutdown hook begins.
+    const stopping = jest.spyOn(relay.relay, 'beforeApplicationShutdown');
     const closing = relay.close();
-    await sleep(100);
+    await eventually(() => (stopping.mock.calls.length > 0 ? true : undefined), 5000, 'the relay to begin stopping');
     // Committed (and notified) during the shutdown: left for the next relay.
     const [late] = await insertOutboxRows(ds, 1, 'late');
     await closing;

@@ -61,8 +61,16 @@ describe('worker process under load writes JSON lines only', () => {
     redis = await freshRedis();
     db = await testDataSource();
     await truncateAll(db);
-    // Slow enough that a whole slot's worth of calls is open at once.
-    model = await new FakeOpenAiServer((n) => ({ kind: 'complete', content: `Summary ${n}.`, delayMs: 300 })).start();
+    // No call is answered before a whole slot's worth is open at once (then none waits), however slowly a loaded
+    // machine opens them. A worker that never opens that many gets its answers 5 s after its first call, and the
+    // peak below fails the test.
+    const slotsOpen = Promise.withResolvers<void>();
+    model = await new FakeOpenAiServer(async (n) => {
+      if (n === 1) setTimeout(slotsOpen.resolve, 5000).unref();
+      if (model.peakConcurrency >= CONCURRENCY - 4) slotsOpen.resolve();
+      await slotsOpen.promise;
+      return { kind: 'complete', content: `Summary ${n}.` };
+    }).start();
   }, 120_000);
   afterAll(async () => {
     worker?.kill('SIGKILL');

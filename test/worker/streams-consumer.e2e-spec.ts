@@ -69,6 +69,13 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
     ((await client.xpending(JOBS_STREAM, CONSUMER_GROUP, '-', '+', 100)) as [string, string, number, number][]).map(
       ([id, consumer, , deliveries]): [string, string, number] => [id, consumer, deliveries],
     );
+  /**
+   * Sets how long `ids`, pending for `consumer`, have been idle (XCLAIM ... IDLE JUSTID: no delivery counted), as if
+   * that much time had passed since their delivery: the tests reason about CLAIM_IDLE_MS without waiting it out, so
+   * a slow machine cannot make an entry claimable before the test says it is.
+   */
+  const idleFor = (consumer: string, ids: readonly string[], ms: number) =>
+    redis.call('XCLAIM', JOBS_STREAM, CONSUMER_GROUP, consumer, 0, ...ids, 'IDLE', ms, 'JUSTID');
   const consumerNames = async () =>
     ((await redis.xinfo('CONSUMERS', JOBS_STREAM, CONSUMER_GROUP)) as string[][]).map((c) => fieldsOf(c).name).sort();
 
@@ -218,8 +225,10 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
   });
 
   it('crash between commit and XACK: another worker reclaims it; one model call, one summary, one outbox row', async () => {
-    const a = await worker({ CLAIM_IDLE_MS: '300' });
-    const b = await worker({ CLAIM_IDLE_MS: '300' });
+    // A minute: however long A's run takes on a slow machine, the entry is not idle long enough for B before the
+    // test makes it so. B scans the pending entries at every turn (its interval would be 5 s).
+    const a = await worker({ CLAIM_IDLE_MS: '60000' });
+    const b = await worker({ CLAIM_IDLE_MS: '60000' }, { reclaimIntervalMs: 0 });
     const job = newJob();
     await queue.enqueue(job);
     await createGroup();
@@ -235,7 +244,7 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
     expect(await pending()).toBe(1);
 
     expect(await b.consumer.runOnce()).toEqual([]); // not idle long enough yet
-    await sleep(350);
+    await idleFor('worker-a-dead', [entry.id], 61_000); // a minute and a second since A's delivery
     const results = await b.consumer.runOnce();
     expect(results).toEqual([{ id: entry.id, deliveries: 2, outcome: 'duplicate' }]);
     expect(model.calls).toBe(1);
@@ -247,7 +256,14 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
   it('a slow worker and a reclaimer on the same job at once: done and duplicate, two model calls, one outbox row', async () => {
     const a = await worker({ CLAIM_IDLE_MS: '200' });
     const b = await worker({ CLAIM_IDLE_MS: '200' });
-    model.reply = () => ({ kind: 'complete', content: 'Slowly summarised.', delayMs: 700 });
+    // The model answers neither call before both have come: B's run starts while A's is still at the model, however
+    // slow the machine. (B not calling the model at all leaves A's call to its 10 s deadline: transient, a failure.)
+    const bothCalled = Promise.withResolvers<void>();
+    model.reply = async (n) => {
+      if (n === 2) bothCalled.resolve();
+      await bothCalled.promise;
+      return { kind: 'complete', content: 'Slowly summarised.' };
+    };
     const job = newJob();
     await queue.enqueue(job);
     await createGroup();
@@ -257,7 +273,7 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
       stopRetrying: new AbortController().signal,
       signal: new AbortController().signal,
     });
-    await sleep(250);
+    await sleep(250); // past CLAIM_IDLE_MS
     const reclaimed = b.consumer.runOnce();
     const [first, [second]] = await Promise.all([slow, reclaimed]);
     expect([first, second.outcome].sort()).toEqual(['done', 'duplicate']);
@@ -268,11 +284,13 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
   });
 
   it('a consumer killed after XREADGROUP: not claimable before CLAIM_IDLE_MS, then claimed with delivery count 2', async () => {
-    const b = await worker({ CLAIM_IDLE_MS: '400' });
+    // Scanning the pending entries at every turn (its interval would be 5 s).
+    const b = await worker({ CLAIM_IDLE_MS: '60000' }, { reclaimIntervalMs: 0 });
     await queue.enqueue(newJob());
     await createGroup();
     const [entry] = await readAs('killed-consumer');
-    await sleep(200);
+    // Five seconds short of CLAIM_IDLE_MS: only a stall of five seconds before the claim could make it claimable.
+    await idleFor('killed-consumer', [entry.id], 55_000);
     expect(await b.consumer.runOnce()).toEqual([]);
     const [[, owner, , deliveriesBefore]] = (await redis.xpending(JOBS_STREAM, CONSUMER_GROUP, '-', '+', 10)) as [
       string,
@@ -281,28 +299,36 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
       number,
     ][];
     expect([owner, deliveriesBefore]).toEqual(['killed-consumer', 1]);
-    await sleep(250);
+    await idleFor('killed-consumer', [entry.id], 61_000); // a second past it
     expect(await b.consumer.runOnce()).toEqual([{ id: entry.id, deliveries: 2, outcome: 'done' }]);
     expect(model.calls).toBe(1);
   });
 
   it('a live worker whose job runs three times CLAIM_IDLE_MS keeps it: nobody else claims it, one model call', async () => {
-    const a = await worker({ CLAIM_IDLE_MS: '300' });
-    const b = await worker({ CLAIM_IDLE_MS: '300' });
-    model.reply = () => ({ kind: 'complete', content: 'Took a while.', delayMs: 900 });
+    // A refreshes every 25 ms what lapses after 500: only a stall of nearly half a second could let B in.
+    const a = await worker({ CLAIM_IDLE_MS: '500' }, { refreshIntervalMs: 25 });
+    const b = await worker({ CLAIM_IDLE_MS: '500' });
+    // A's job runs until the test has looked for 1.5 s (three times CLAIM_IDLE_MS), however slow the machine; a
+    // second call (B's, had it taken the job) is answered at once.
+    const answer = Promise.withResolvers<void>();
+    model.reply = async (n) => {
+      if (n === 1) await answer.promise;
+      return { kind: 'complete', content: 'Took a while.' };
+    };
     const id = await queue.enqueue(newJob());
     const running = a.consumer.runOnce();
+    await eventually(() => (model.calls === 1 ? true : undefined), 5000, 'the model call');
     const stolen: unknown[] = [];
     const counted: number[] = [];
     for (let t = 0; t < 10; t++) {
-      await sleep(100);
+      await sleep(150);
       stolen.push(...(await b.consumer.runOnce()));
       for (const [pendingId, , deliveries] of await pendingEntries()) if (pendingId === id) counted.push(deliveries);
     }
+    answer.resolve();
     expect(stolen).toEqual([]);
-    // Refreshes (XCLAIM ... JUSTID) reset the idle time without counting a delivery.
-    expect(counted.length).toBeGreaterThanOrEqual(6);
-    expect(new Set(counted)).toEqual(new Set([1]));
+    // Pending for A at every look; refreshes (XCLAIM ... JUSTID) reset the idle time without counting a delivery.
+    expect(counted).toEqual(Array(10).fill(1));
     expect(await running).toEqual([expect.objectContaining({ deliveries: 1, outcome: 'done' })]);
     expect(model.calls).toBe(1);
     expect(await count('outbox')).toBe(1);
@@ -481,13 +507,20 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
   it('never reclaims its own entry while the job runs, even when a refresh came too late', async () => {
     // No refresh within CLAIM_IDLE_MS: what a stalled event loop or a failed REFRESH leaves behind.
     const w = await worker({ CLAIM_IDLE_MS: '200' }, { refreshIntervalMs: 60_000 });
-    model.reply = () => ({ kind: 'complete', content: 'Slow.', delayMs: 700 });
+    // The job runs until the test lets it end: still running at the second turn, however slow the machine. (A
+    // second call, had the turn run the job again, is answered at once.)
+    const answer = Promise.withResolvers<void>();
+    model.reply = async (n) => {
+      if (n === 1) await answer.promise;
+      return { kind: 'complete', content: 'Slow.' };
+    };
     const id = await queue.enqueue(newJob());
     const running = w.consumer.runOnce();
     await eventually(() => (model.calls === 1 ? true : undefined), 5000, 'the model call');
     await sleep(300); // the entry is now idle past CLAIM_IDLE_MS, and claimable
     expect(await w.consumer.runOnce()).toEqual([]);
     expect(w.consumer.inFlightCount).toBe(1);
+    answer.resolve();
     expect(await running).toEqual([{ id, deliveries: 1, outcome: 'done' }]);
     expect(model.calls).toBe(1);
     expect(w.consumer.inFlightCount).toBe(0);
@@ -496,14 +529,15 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
 
   it('keeps the XAUTOCLAIM cursor between turns: reclaimable entries past the first scan window are reached', async () => {
     // One slot: each XAUTOCLAIM asks for one entry, so it looks at no more than ten pending ones.
-    const w = await worker({ CLAIM_IDLE_MS: '1000', WORKER_CONCURRENCY: '1' });
+    // A minute: the first 25 stay far from it however long the turns take on a slow machine.
+    const w = await worker({ CLAIM_IDLE_MS: '60000', WORKER_CONCURRENCY: '1' });
     const ids: string[] = [];
     for (let i = 0; i < 30; i++) ids.push(await queue.enqueue(newJob()));
     await createGroup();
     expect(await readAs('dead-consumer', 30)).toHaveLength(30);
-    await sleep(1100); // all 30 idle past CLAIM_IDLE_MS
-    // The first 25 are touched again (idle 0), so they fill the first scan windows with nothing to take.
-    await redis.xclaim(JOBS_STREAM, CONSUMER_GROUP, 'dead-consumer', 0, ...ids.slice(0, 25), 'JUSTID');
+    // Only the last 5 are idle past CLAIM_IDLE_MS; the first 25, just read, fill the first scan windows with nothing
+    // to take.
+    await idleFor('dead-consumer', ids.slice(25), 61_000);
     const turns: string[][] = [];
     for (let t = 0; t < 8; t++) turns.push((await w.consumer.runOnce()).map((r) => r.id));
     // ids 1-10, then 11-20 scanned; then 21-25 and the 26th claimed; one per turn after that; then the scan is over.

@@ -159,8 +159,10 @@ describe('workflow metrics and queue gauges', () => {
   });
 
   it('a step left for a redelivery: a transient delivery, then its commit at attempt 2; one start all the same', async () => {
-    // One model attempt per delivery: a 503 leaves the step pending, redelivered after CLAIM_IDLE_MS.
-    const w = await worker({ LLM_MAX_ATTEMPTS: '1', CLAIM_IDLE_MS: '200' });
+    // One model attempt per delivery: a 503 leaves the step pending, redelivered after CLAIM_IDLE_MS. A minute, so
+    // that no turn of the drain below redelivers it however slow the machine (the consumer scans for it at every
+    // turn); the test then makes it idle that long.
+    const w = await workers.start({ LLM_MAX_ATTEMPTS: '1', CLAIM_IDLE_MS: '60000' }, { reclaimIntervalMs: 0 });
     const s = w.app.getHttpServer();
     let failed = false;
     model.reply = (n, text) => {
@@ -173,11 +175,11 @@ describe('workflow metrics and queue gauges', () => {
     expect(await durations(s, 'classify', 'transient')).toBe(1);
     expect(await attempts(s, 'classify')).toEqual({ count: 0, sum: 0 });
 
-    // Reclaimed once idle past CLAIM_IDLE_MS (the consumer's own rule, polled: no fixed wait).
-    const reclaimed = await eventually(async () => {
-      const ran = await w.consumer.runOnce();
-      return ran.length > 0 ? ran : undefined;
-    }, 10_000);
+    // Reclaimed once idle past CLAIM_IDLE_MS: its idle time set a second past it (XCLAIM ... IDLE JUSTID, its
+    // delivery not counted), as a minute gone by would.
+    const [[id, consumer]] = (await redis.xpending(P.jobs, GROUP, '-', '+', 10)) as [string, string][];
+    await redis.call('XCLAIM', P.jobs, GROUP, consumer, 0, id, 'IDLE', 61_000, 'JUSTID');
+    const reclaimed = await w.consumer.runOnce();
     expect(reclaimed.map((r) => [r.deliveries, r.outcome])).toEqual([[2, 'done']]);
     expect(await drain(w)).toEqual(['done', 'done']);
 

@@ -520,7 +520,9 @@ describe('the engine under races', () => {
    * worker is loaded, not stuck.
    */
   it('a loaded worker stays live: loops waiting for a slot beat; an entry that never got one is handed back uncounted', async () => {
-    const silenceMs = 300;
+    // The loops beat every 50 ms (partition 0's reads) and every 150 ms (partition 1's wait for the slot, a quarter
+    // of the silence): only a stall of some 450 ms just before the probe could make one look silent.
+    const silenceMs = 600;
     const w = await worker(
       { JOB_STREAM_PARTITIONS: '2', WORKER_CONCURRENCY: '1' },
       { blockMs: 50, loopSilenceMs: silenceMs },
@@ -548,15 +550,15 @@ describe('the engine under races', () => {
       const [count] = (await redis.xpending(P1.jobs, 'workflows')) as [number];
       return Number(count) === 1 ? true : undefined;
     });
-    // The wait itself is what is tested: several times the silence a loop may keep.
-    await sleep(silenceMs * 4);
+    // The wait itself is what is tested: twice the silence a loop may keep.
+    await sleep(silenceMs * 2);
     const live = await request(w.app.getHttpServer()).get('/health/live');
-    expect({ status: live.status, body: live.body as unknown }).toMatchObject({ status: 200 });
     // Shutdown before partition 1's entry got a slot: it is handed back as if never delivered (its count as before
     // the read), for the next reclaim to take at once.
     const stopped = w.consumer.stop();
     release.resolve();
     await stopped;
+    expect({ status: live.status, body: live.body as unknown }).toMatchObject({ status: 200 });
     const waiting = (await redis.xpending(P1.jobs, 'workflows', '-', '+', 10)) as [string, string, number, number][];
     expect(waiting.map(([, , , deliveries]) => Number(deliveries))).toEqual([0]);
   });
