@@ -17,7 +17,9 @@ import { startFakeModel } from './worker-side-by-side.bench';
  * test/bench/peer/portkey), and ours (the api as it ships: NODE_ENV=production,
  * LOG_LEVEL=info) without a key, with a fresh Idempotency-Key per request (also
  * with its tenant under a TENANT_TOKEN_LIMITS limit the load never reaches: the
- * limiter's own cost), and replaying one key. Non-stream POST /v1/chat/completions under autocannon
+ * limiter's own cost), and replaying one key; beside them the floor, our parts
+ * alone (servers/gateway-floor.ts: store, transport, fingerprint, log line, no
+ * Nest or Express), a yardstick for a leaner path, not a peer. Non-stream POST /v1/chat/completions under autocannon
  * (load.ts: wrk, or autocannon without it; 32 connections), rounds in rotated order, medians: requests per
  * second, p99, and the CPU µs per request of the process in front (for
  * "direct", the fake model's own). Streams (16 chunks, 2 ms apart) one at a
@@ -161,6 +163,25 @@ export async function benchGatewaySideBySide(
       return server;
     };
     const ours = await startOurs('ours', {});
+    // Our parts without Nest or Express (servers/gateway-floor.ts): how far a leaner path could go, not a product.
+    const floorPort = await freePort();
+    const floor = await spawnServer({
+      name: 'floor',
+      script: built.jsOf('test/bench/servers/gateway-floor.ts'),
+      nodeArgs: built.nodeArgs,
+      env: {
+        ...built.env,
+        NODE_ENV: 'production',
+        PORT: String(floorPort),
+        REDIS_URL: redisUrl,
+        API_KEYS: `bench:${KEY}`,
+        OPENAI_API_KEY: 'sk-bench',
+        OPENAI_BASE_URL: model.url!,
+      },
+      ready: /gateway floor listening on (\d+)/,
+      stdout: 'ignore',
+    });
+    servers.push(floor);
     // The same, its tenant under a token limit none of the load reaches (issue 23): the limiter's own cost.
     const limited = await startOurs('ours, limited', { TENANT_TOKEN_LIMITS: 'bench=1000000000000/1d' });
     load = await startLoadGenerator();
@@ -169,6 +190,7 @@ export async function benchGatewaySideBySide(
     const json = { 'content-type': 'application/json' };
     const ourHeaders = { ...json, authorization: `Bearer ${KEY}` };
     const replayKey = `gw-replay-${runId}`;
+    const floorReplayKey = `gw-floor-replay-${runId}`;
     const sides: Side[] = [
       {
         name: 'direct (the fake model)',
@@ -217,6 +239,34 @@ export async function benchGatewaySideBySide(
         replayed: true,
         prime: async () => {
           await timedPost(`${ours.url!}/v1/chat/completions`, { ...ourHeaders, 'idempotency-key': replayKey }, BODY);
+        },
+      },
+      {
+        name: 'floor (our parts, no Nest or Express), no key',
+        url: () => `${floor.url!}/v1/chat/completions`,
+        headers: () => ourHeaders,
+        pid: () => floor.pid,
+      },
+      {
+        name: 'floor, a fresh key each',
+        url: () => `${floor.url!}/v1/chat/completions`,
+        headers: () => ({ ...ourHeaders, 'idempotency-key': `gw-floor-${runId}-[<id>]` }),
+        pid: () => floor.pid,
+        fresh: true,
+        replayed: false,
+      },
+      {
+        name: 'floor, replay',
+        url: () => `${floor.url!}/v1/chat/completions`,
+        headers: () => ({ ...ourHeaders, 'idempotency-key': floorReplayKey }),
+        pid: () => floor.pid,
+        replayed: true,
+        prime: async () => {
+          await timedPost(
+            `${floor.url!}/v1/chat/completions`,
+            { ...ourHeaders, 'idempotency-key': floorReplayKey },
+            BODY,
+          );
         },
       },
     ];
