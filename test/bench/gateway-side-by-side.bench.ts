@@ -1,11 +1,13 @@
 import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { request } from 'node:http';
-import { resolve } from 'node:path';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
 import { Redis } from 'ioredis';
 import { type LoadGenerator, type LoadResult, startLoadGenerator } from './load';
 import { freePort, meter, REPO_ROOT, spawnServer, type SpawnedServer } from './processes';
+import { componentsOf, type CpuProfile } from './profile/components';
 import { buildServers } from './servers/build';
 import { median, orderOf } from './support';
 import { startFakeModel } from './worker-side-by-side.bench';
@@ -381,6 +383,139 @@ export function printGatewaySideBySide(result: GatewaySideBySideResult): void {
       'last byte p50 ms': r.lastByteP50Ms,
       'added first byte ms': r.addedFirstByteMs ?? '',
       'added last byte ms': r.addedLastByteMs ?? '',
+    })),
+  );
+}
+
+export interface GatewayProfileResult {
+  readonly sides: readonly string[];
+  /** Requests answered in each side's profiled window. */
+  readonly requests: readonly number[];
+  /** Component → µs per request for each side (same order). */
+  readonly components: ReadonlyMap<string, readonly number[]>;
+}
+
+/**
+ * BENCH=gateway-profile: where a gateway call's CPU goes, ours beside the floor
+ * (servers/gateway-floor.ts). Each side a fresh server alone on the machine
+ * with the fake model, a V8 CPU profile of one load window after a warm-up
+ * (profile/window-profile.preload.js), each sample charged to the innermost
+ * component of its stack (profile/components.ts).
+ */
+export async function benchGatewayProfile(
+  redisUrl: string,
+  databaseUrl: string,
+  seconds = 8,
+): Promise<GatewayProfileResult> {
+  const built = buildServers();
+  const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 });
+  const gen = await startLoadGenerator();
+  const model = await startFakeModel(0);
+  const dir = mkdtempSync(join(tmpdir(), 'llmwf-gateway-profile-'));
+  const preload = resolve(__dirname, 'profile/window-profile.preload.js');
+  const runId = randomUUID();
+  const sides = [
+    { name: 'ours, no key', script: 'test/bench/servers/ours.ts', key: undefined, replay: false },
+    { name: 'ours, a fresh key', script: 'test/bench/servers/ours.ts', key: `ours-${runId}-[<id>]`, replay: false },
+    { name: 'ours, replay', script: 'test/bench/servers/ours.ts', key: `ours-replay-${runId}`, replay: true },
+    {
+      name: 'floor, a fresh key',
+      script: 'test/bench/servers/gateway-floor.ts',
+      key: `f-${runId}-[<id>]`,
+      replay: false,
+    },
+    { name: 'floor, replay', script: 'test/bench/servers/gateway-floor.ts', key: `f-replay-${runId}`, replay: true },
+  ];
+  const columns = new Map<string, number[]>();
+  const requests: number[] = [];
+  try {
+    for (const [i, side] of sides.entries()) {
+      await redis.flushdb();
+      const out = join(dir, `side-${i}.cpuprofile`);
+      const port = await freePort();
+      const floor = side.script.endsWith('gateway-floor.ts');
+      const server = await spawnServer({
+        name: side.name,
+        script: built.jsOf(side.script),
+        nodeArgs: [...built.nodeArgs, '-r', preload],
+        env: {
+          ...built.env,
+          NODE_ENV: 'production',
+          LOG_LEVEL: 'info',
+          PORT: String(port),
+          REDIS_URL: redisUrl,
+          DATABASE_URL: databaseUrl,
+          API_KEYS: `bench:${KEY}`,
+          ADMIN_API_KEY: 'bench-admin-key-0123456789abcdef',
+          LLM_PROVIDER: 'openai',
+          OPENAI_API_KEY: 'sk-bench',
+          OPENAI_BASE_URL: model.url!,
+          BENCH_PROFILE_OUT: out,
+        },
+        ready: floor ? /gateway floor listening on (\d+)/ : { url: `http://127.0.0.1:${port}/metrics` },
+        stdout: 'ignore',
+      });
+      try {
+        const url = `${server.url}/v1/chat/completions`;
+        const headers: Record<string, string> = { 'content-type': 'application/json', authorization: `Bearer ${KEY}` };
+        if (side.key !== undefined) headers['idempotency-key'] = side.key;
+        if (side.replay) await timedPost(url, headers, BODY);
+        const spec = {
+          url,
+          headers,
+          body: BODY,
+          freshIds: side.key !== undefined && !side.replay,
+          connections: 32,
+          status: 200,
+          ...(side.key === undefined ? {} : { replayed: side.replay }),
+        };
+        await gen.run({ ...spec, durationSeconds: 3 });
+        process.kill(server.pid, 'SIGUSR1');
+        const result = await gen.run({ ...spec, durationSeconds: seconds });
+        process.kill(server.pid, 'SIGUSR2');
+        const deadline = performance.now() + 30_000;
+        while (!existsSync(out) || !server.stderr().includes('profile written')) {
+          if (performance.now() > deadline) throw new Error(`${side.name}: no profile written`);
+          await new Promise((r) => setTimeout(r, 100));
+        }
+        requests.push(result.requests);
+        const parts = componentsOf(JSON.parse(readFileSync(out, 'utf8')) as CpuProfile, result.requests);
+        for (const [name, us] of parts) {
+          if (!columns.has(name))
+            columns.set(
+              name,
+              sides.map(() => 0),
+            );
+          columns.get(name)![i] = us;
+        }
+      } finally {
+        await server.stop();
+      }
+    }
+  } finally {
+    await gen.stop();
+    await model.stop();
+    await redis.flushdb().catch(() => undefined);
+    redis.disconnect();
+    rmSync(dir, { recursive: true, force: true });
+  }
+  return { sides: sides.map((s) => s.name), requests, components: columns };
+}
+
+/** The components' table: µs per request, each side a column, largest first for ours with a fresh key. */
+export function printGatewayProfile(result: GatewayProfileResult): void {
+  console.log(
+    `POST /v1/chat/completions: where CPU per request goes, from a V8 CPU profile of one load window of each side ` +
+      `(each server alone with the fake model, 32 connections), µs per request; requests in the window: ` +
+      result.requests.join(', '),
+  );
+  const ours = result.sides.indexOf('ours, a fresh key');
+  const rows = [...result.components].sort((a, b) => b[1][ours] - a[1][ours]);
+  const total = result.sides.map((_, i) => rows.reduce((n, [, v]) => n + v[i], 0));
+  console.table(
+    [...rows, ['total', total] as const].map(([name, values]) => ({
+      component: name,
+      ...Object.fromEntries(result.sides.map((side, i) => [side, +values[i].toFixed(1)])),
     })),
   );
 }

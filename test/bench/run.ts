@@ -16,7 +16,12 @@ import { format } from 'node:util';
 import { benchApiProfile, benchApiSideBySide, printApiProfile, printApiSideBySide } from './api-side-by-side.bench';
 import { benchCluster, printCluster } from './cluster.bench';
 import { benchEndToEnd, printEndToEnd } from './end-to-end.bench';
-import { benchGatewaySideBySide, printGatewaySideBySide } from './gateway-side-by-side.bench';
+import {
+  benchGatewayProfile,
+  benchGatewaySideBySide,
+  printGatewayProfile,
+  printGatewaySideBySide,
+} from './gateway-side-by-side.bench';
 import { benchGateway, type GatewayBenchResults } from './gateway.bench';
 import { benchHostileInput } from './hostile-input.bench';
 import { benchIdempotencyStores } from './idempotency-stores.bench';
@@ -39,7 +44,8 @@ const databaseUrl = BASE_DATABASE_URL;
  * to end beside the summaries chain, closed and open loop), stores, refunds,
  * hostile, gateway (in one process, against the provider called directly),
  * gateway-peers (each in its own process: the provider directly, Portkey,
- * ours), cluster (one Redis against a local Redis Cluster).
+ * ours, the floor), gateway-profile (where ours and the floor spend a call's CPU), cluster (one Redis
+ * against a local Redis Cluster).
  */
 const PARTS = [
   'api',
@@ -52,6 +58,7 @@ const PARTS = [
   'hostile',
   'gateway',
   'gateway-peers',
+  'gateway-profile',
   'cluster',
 ] as const;
 const chosen = (process.env.BENCH ?? '')
@@ -114,6 +121,7 @@ async function main(): Promise<void> {
     if (want('hostile')) await printHostile(benchDb);
     if (want('gateway')) printGateway(await benchGateway(`${redisBase}/15`, benchDb));
     if (want('gateway-peers')) printGatewaySideBySide(await benchGatewaySideBySide(`${redisBase}/15`, benchDb));
+    if (want('gateway-profile')) printGatewayProfile(await benchGatewayProfile(`${redisBase}/15`, benchDb));
     for (const failure of failures) console.log(`FAILED: ${failure}`);
   } finally {
     // What was printed so far, a part that failed or an interrupted run included.

@@ -40,6 +40,8 @@ const COMPONENTS: readonly (readonly [string, RegExp])[] = [
     /servers\/plain|nest-anchor\/server|summary-job|run-start|uuid-v5|run-ids|summaries\.controller|workflows\/src\/client/,
   ],
   ['problem+json filter', /libs\/problem/],
+  ['gateway (relay, routes, usage, its middleware)', /apps\/api\/src\/gateway|libs\/llm\//],
+  ['HTTP client (NodeHttpTransport)', /libs\/http\/src\/node-http\.transport/],
   ['Nest (core, common, rxjs)', /@nestjs\/|rxjs|direct-answer|reflect-metadata/],
   [
     'Express and its router',
