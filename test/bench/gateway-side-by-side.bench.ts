@@ -319,7 +319,7 @@ export async function benchGatewaySideBySide(
       };
     });
 
-    // Streams, one at a time: the floor, Portkey, ours without and with a key.
+    // Streams, one at a time: the fake model called directly, Portkey, ours without and with a key.
     const streamSides = sides.slice(0, 4);
     const timings = new Map<string, { first: number; last: number }[][]>(streamSides.map((s) => [s.name, []]));
     for (let r = 0; r < rounds; r++) {
@@ -409,9 +409,9 @@ export async function benchGatewayProfile(
 ): Promise<GatewayProfileResult> {
   const built = buildServers();
   const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 });
-  const gen = await startLoadGenerator();
-  const model = await startFakeModel(0);
   const dir = mkdtempSync(join(tmpdir(), 'llmwf-gateway-profile-'));
+  let gen: LoadGenerator | undefined;
+  let model: SpawnedServer | undefined;
   const preload = resolve(__dirname, 'profile/window-profile.preload.js');
   const runId = randomUUID();
   const sides = [
@@ -429,6 +429,8 @@ export async function benchGatewayProfile(
   const columns = new Map<string, number[]>();
   const requests: number[] = [];
   try {
+    gen = await startLoadGenerator();
+    model = await startFakeModel(0);
     for (const [i, side] of sides.entries()) {
       await redis.flushdb();
       const out = join(dir, `side-${i}.cpuprofile`);
@@ -493,8 +495,8 @@ export async function benchGatewayProfile(
       }
     }
   } finally {
-    await gen.stop();
-    await model.stop();
+    await gen?.stop();
+    await model?.stop();
     await redis.flushdb().catch(() => undefined);
     redis.disconnect();
     rmSync(dir, { recursive: true, force: true });

@@ -12,9 +12,10 @@ import { createRedisClient } from '@app/redis';
  * parsed, its fingerprint (canonical JSON of the bytes), the claim and the
  * completion on the same RedisIdempotencyStore, the call on the same
  * NodeHttpTransport, a replay answered from the record, and one access-log
- * line through pino as the api writes it. Not in it: Nest, Express, the body
- * parser and its limits, metrics, tracing, the error envelope, the gateway's
- * routing, pinning, usage and token rules. Not a product: a yardstick for how
+ * line of the api's shape through pino (a plain `info`, not pino-http's
+ * per-request logger). Not in it: Nest, Express, the body parser and its
+ * limits, metrics, tracing, the error envelope, the lock's renewal, the
+ * gateway's routing, pinning, usage and token rules. Not a product: a yardstick for how
  * far a gateway without Nest and Express in its path could go.
  */
 

@@ -332,7 +332,7 @@ export class ChatCompletionsRelay {
     // keeps the call's signal and async context alive for the whole 300 s.
     // The call's signal is one controller's, aborted by whichever comes first: the timer, the caller going away
     // (without a key), the drain running out (GatewayCalls aborts it). AbortSignal.any() of three signals, one
-    // shared by every call, cost about 10 µs a call in its composite bookkeeping.
+    // shared by every call, cost 12-21 µs a call in its composite bookkeeping (1-2 µs this way).
     const stop = new AbortController();
     const timeout = new AbortController();
     const timer = setTimeout(() => {
