@@ -3,7 +3,6 @@ import type { Durability } from '@app/redis';
 import { jobIdFor } from '@app/workflows';
 import { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
-import { once } from 'node:events';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import { ApiHarness, bearer, startApi, TENANT_A, TENANT_B } from '../support/api-harness';
@@ -264,7 +263,8 @@ describe('POST /v1/triage when the queue cannot take the run', () => {
       // Nothing stored: the key's row in PostgreSQL was released with the 503.
       expect(await keyRow(operation(key))).toEqual([]);
 
-      const reconnected = once(api.redis, 'ready');
+      // Not events.once: it rejects on the 'error' of a reconnect attempt made before the server is back.
+      const reconnected = new Promise<void>((resolve) => api.redis.once('ready', () => resolve()));
       server = await startRedisServer(port);
       await reconnected;
       const retry = await post(api, key).expect(202);
