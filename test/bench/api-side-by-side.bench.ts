@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -18,7 +18,7 @@ import {
   type SpawnedServer,
   spawnServer,
 } from './processes';
-import { componentsOf, type CpuProfile } from './profile/components';
+import { addColumn, printComponents, profileWindow, WINDOW_PROFILE_PRELOAD } from './profile/window';
 import { buildServers } from './servers/build';
 import { KEY, median, ms, orderOf } from './support';
 
@@ -523,7 +523,6 @@ export async function benchApiProfile(redisUrl: string, databaseUrl: string, sec
   const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 });
   const gen = await startLoadGenerator();
   const dir = mkdtempSync(join(tmpdir(), 'llmwf-api-profile-'));
-  const preload = resolve(__dirname, 'profile/window-profile.preload.js');
   const runId = randomUUID();
   const sides: {
     name: string;
@@ -556,7 +555,7 @@ export async function benchApiProfile(redisUrl: string, databaseUrl: string, sec
       const server = await spawnServer({
         name: side.name,
         script: js ? built.jsOf(side.script) : side.script,
-        nodeArgs: [...(js ? built.nodeArgs : []), '-r', preload],
+        nodeArgs: [...(js ? built.nodeArgs : []), '-r', WINDOW_PROFILE_PRELOAD],
         ...(side.cwd ? { cwd: side.cwd } : {}),
         env: {
           NODE_ENV: 'production',
@@ -584,25 +583,9 @@ export async function benchApiProfile(redisUrl: string, databaseUrl: string, sec
           // Every answer checked to be what the column says: a replay, or a first request (the peer sends no header).
           ...(side.cwd ? {} : { replayed: side.replay === true }),
         };
-        await gen.run({ ...spec, durationSeconds: 3 });
-        process.kill(server.pid, 'SIGUSR1');
-        const result = await gen.run({ ...spec, durationSeconds: seconds });
-        process.kill(server.pid, 'SIGUSR2');
-        const deadline = performance.now() + 30_000;
-        while (!existsSync(out) || !server.stderr().includes('profile written')) {
-          if (performance.now() > deadline) throw new Error(`${side.name}: no profile written`);
-          await new Promise((r) => setTimeout(r, 100));
-        }
-        requests.push(result.requests);
-        const parts = componentsOf(JSON.parse(readFileSync(out, 'utf8')) as CpuProfile, result.requests);
-        for (const [name, us] of parts) {
-          if (!columns.has(name))
-            columns.set(
-              name,
-              sides.map(() => 0),
-            );
-          columns.get(name)![i] = us;
-        }
+        const window = await profileWindow(server, gen, spec, seconds, out);
+        requests.push(window.requests);
+        addColumn(columns, window.components, i, sides.length);
       } finally {
         await server.stop();
       }
@@ -622,13 +605,5 @@ export function printApiProfile(result: ApiProfileResult): void {
     `Where CPU per request goes, from a V8 CPU profile of one load window of each side (each server alone, 32 connections, ` +
       `a fresh key per request but for the replay), µs per request; requests in the window: ${result.requests.join(', ')}`,
   );
-  const ours = result.sides.indexOf('ours, first');
-  const rows = [...result.components].sort((a, b) => b[1][ours] - a[1][ours]);
-  const total = result.sides.map((_, i) => rows.reduce((n, [, v]) => n + v[i], 0));
-  console.table(
-    [...rows, ['total', total] as const].map(([name, values]) => ({
-      component: name,
-      ...Object.fromEntries(result.sides.map((side, i) => [side, +values[i].toFixed(1)])),
-    })),
-  );
+  printComponents(result.sides, result.components, 'ours, first');
 }

@@ -1,13 +1,13 @@
 import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { Redis } from 'ioredis';
 import { type LoadGenerator, type LoadResult, startLoadGenerator } from './load';
 import { freePort, meter, REPO_ROOT, spawnServer, type SpawnedServer } from './processes';
-import { componentsOf, type CpuProfile } from './profile/components';
+import { addColumn, printComponents, profileWindow, WINDOW_PROFILE_PRELOAD } from './profile/window';
 import { buildServers } from './servers/build';
 import { median, orderOf } from './support';
 import { startFakeModel } from './worker-side-by-side.bench';
@@ -74,6 +74,22 @@ interface Side {
   readonly replayed?: boolean;
   readonly fresh?: boolean;
   readonly prime?: () => Promise<void>;
+}
+
+/** Our gateway's environment as the bench runs it (the api as it ships: production, LOG_LEVEL=info). */
+function gatewayEnv(port: number, redisUrl: string, databaseUrl: string, modelUrl: string): Record<string, string> {
+  return {
+    NODE_ENV: 'production',
+    LOG_LEVEL: 'info',
+    PORT: String(port),
+    REDIS_URL: redisUrl,
+    DATABASE_URL: databaseUrl,
+    API_KEYS: `bench:${KEY}`,
+    ADMIN_API_KEY: 'bench-admin-key-0123456789abcdef',
+    LLM_PROVIDER: 'openai',
+    OPENAI_API_KEY: 'sk-bench',
+    OPENAI_BASE_URL: modelUrl,
+  };
 }
 
 /** Installs Portkey when it is missing (a fresh clone): `npm ci` in its folder (no install scripts run). */
@@ -146,16 +162,7 @@ export async function benchGatewaySideBySide(
         nodeArgs: built.nodeArgs,
         env: {
           ...built.env,
-          NODE_ENV: 'production',
-          LOG_LEVEL: 'info',
-          PORT: String(port),
-          REDIS_URL: redisUrl,
-          DATABASE_URL: databaseUrl,
-          API_KEYS: `bench:${KEY}`,
-          ADMIN_API_KEY: 'bench-admin-key-0123456789abcdef',
-          LLM_PROVIDER: 'openai',
-          OPENAI_API_KEY: 'sk-bench',
-          OPENAI_BASE_URL: model.url!,
+          ...gatewayEnv(port, redisUrl, databaseUrl, model.url!),
           ...extra,
         },
         ready: { url: `http://127.0.0.1:${port}/metrics` },
@@ -191,8 +198,28 @@ export async function benchGatewaySideBySide(
     const runId = randomUUID();
     const json = { 'content-type': 'application/json' };
     const ourHeaders = { ...json, authorization: `Bearer ${KEY}` };
-    const replayKey = `gw-replay-${runId}`;
-    const floorReplayKey = `gw-floor-replay-${runId}`;
+    const at = (server: SpawnedServer) => `${server.url!}/v1/chat/completions`;
+    // A gateway of ours (or the floor) without a key, with a fresh key per request, and replaying one key.
+    const keyless = (name: string, server: SpawnedServer): Side => ({
+      name,
+      url: () => at(server),
+      headers: () => ourHeaders,
+      pid: () => server.pid,
+    });
+    const freshKeys = (name: string, server: SpawnedServer, prefix: string): Side => ({
+      ...keyless(name, server),
+      headers: () => ({ ...ourHeaders, 'idempotency-key': `${prefix}-[<id>]` }),
+      fresh: true,
+      replayed: false,
+    });
+    const replaying = (name: string, server: SpawnedServer, key: string): Side => ({
+      ...keyless(name, server),
+      headers: () => ({ ...ourHeaders, 'idempotency-key': key }),
+      replayed: true,
+      prime: async () => {
+        await timedPost(at(server), { ...ourHeaders, 'idempotency-key': key }, BODY);
+      },
+    });
     const sides: Side[] = [
       {
         name: 'direct (the fake model)',
@@ -211,66 +238,13 @@ export async function benchGatewaySideBySide(
         }),
         pid: () => portkey.pid,
       },
-      {
-        name: 'ours, no key',
-        url: () => `${ours.url!}/v1/chat/completions`,
-        headers: () => ourHeaders,
-        pid: () => ours.pid,
-      },
-      {
-        name: 'ours, a fresh key each',
-        url: () => `${ours.url!}/v1/chat/completions`,
-        headers: () => ({ ...ourHeaders, 'idempotency-key': `gw-${runId}-[<id>]` }),
-        pid: () => ours.pid,
-        fresh: true,
-        replayed: false,
-      },
-      {
-        name: 'ours, a fresh key each, tenant token limit set',
-        url: () => `${limited.url!}/v1/chat/completions`,
-        headers: () => ({ ...ourHeaders, 'idempotency-key': `gw-limited-${runId}-[<id>]` }),
-        pid: () => limited.pid,
-        fresh: true,
-        replayed: false,
-      },
-      {
-        name: 'ours, replay',
-        url: () => `${ours.url!}/v1/chat/completions`,
-        headers: () => ({ ...ourHeaders, 'idempotency-key': replayKey }),
-        pid: () => ours.pid,
-        replayed: true,
-        prime: async () => {
-          await timedPost(`${ours.url!}/v1/chat/completions`, { ...ourHeaders, 'idempotency-key': replayKey }, BODY);
-        },
-      },
-      {
-        name: 'floor (our parts, no Nest or Express), no key',
-        url: () => `${floor.url!}/v1/chat/completions`,
-        headers: () => ourHeaders,
-        pid: () => floor.pid,
-      },
-      {
-        name: 'floor, a fresh key each',
-        url: () => `${floor.url!}/v1/chat/completions`,
-        headers: () => ({ ...ourHeaders, 'idempotency-key': `gw-floor-${runId}-[<id>]` }),
-        pid: () => floor.pid,
-        fresh: true,
-        replayed: false,
-      },
-      {
-        name: 'floor, replay',
-        url: () => `${floor.url!}/v1/chat/completions`,
-        headers: () => ({ ...ourHeaders, 'idempotency-key': floorReplayKey }),
-        pid: () => floor.pid,
-        replayed: true,
-        prime: async () => {
-          await timedPost(
-            `${floor.url!}/v1/chat/completions`,
-            { ...ourHeaders, 'idempotency-key': floorReplayKey },
-            BODY,
-          );
-        },
-      },
+      keyless('ours, no key', ours),
+      freshKeys('ours, a fresh key each', ours, `gw-${runId}`),
+      freshKeys('ours, a fresh key each, tenant token limit set', limited, `gw-limited-${runId}`),
+      replaying('ours, replay', ours, `gw-replay-${runId}`),
+      keyless('floor (our parts, no Nest or Express), no key', floor),
+      freshKeys('floor, a fresh key each', floor, `gw-floor-${runId}`),
+      replaying('floor, replay', floor, `gw-floor-replay-${runId}`),
     ];
     const gen = load;
     const run = (side: Side, durationSeconds: number): Promise<LoadResult> => {
@@ -412,7 +386,6 @@ export async function benchGatewayProfile(
   const dir = mkdtempSync(join(tmpdir(), 'llmwf-gateway-profile-'));
   let gen: LoadGenerator | undefined;
   let model: SpawnedServer | undefined;
-  const preload = resolve(__dirname, 'profile/window-profile.preload.js');
   const runId = randomUUID();
   const sides = [
     { name: 'ours, no key', script: 'test/bench/servers/ours.ts', key: undefined, replay: false },
@@ -439,19 +412,10 @@ export async function benchGatewayProfile(
       const server = await spawnServer({
         name: side.name,
         script: built.jsOf(side.script),
-        nodeArgs: [...built.nodeArgs, '-r', preload],
+        nodeArgs: [...built.nodeArgs, '-r', WINDOW_PROFILE_PRELOAD],
         env: {
           ...built.env,
-          NODE_ENV: 'production',
-          LOG_LEVEL: 'info',
-          PORT: String(port),
-          REDIS_URL: redisUrl,
-          DATABASE_URL: databaseUrl,
-          API_KEYS: `bench:${KEY}`,
-          ADMIN_API_KEY: 'bench-admin-key-0123456789abcdef',
-          LLM_PROVIDER: 'openai',
-          OPENAI_API_KEY: 'sk-bench',
-          OPENAI_BASE_URL: model.url!,
+          ...gatewayEnv(port, redisUrl, databaseUrl, model.url!),
           BENCH_PROFILE_OUT: out,
         },
         ready: floor ? /gateway floor listening on (\d+)/ : { url: `http://127.0.0.1:${port}/metrics` },
@@ -471,25 +435,9 @@ export async function benchGatewayProfile(
           status: 200,
           ...(side.key === undefined ? {} : { replayed: side.replay }),
         };
-        await gen.run({ ...spec, durationSeconds: 3 });
-        process.kill(server.pid, 'SIGUSR1');
-        const result = await gen.run({ ...spec, durationSeconds: seconds });
-        process.kill(server.pid, 'SIGUSR2');
-        const deadline = performance.now() + 30_000;
-        while (!existsSync(out) || !server.stderr().includes('profile written')) {
-          if (performance.now() > deadline) throw new Error(`${side.name}: no profile written`);
-          await new Promise((r) => setTimeout(r, 100));
-        }
-        requests.push(result.requests);
-        const parts = componentsOf(JSON.parse(readFileSync(out, 'utf8')) as CpuProfile, result.requests);
-        for (const [name, us] of parts) {
-          if (!columns.has(name))
-            columns.set(
-              name,
-              sides.map(() => 0),
-            );
-          columns.get(name)![i] = us;
-        }
+        const window = await profileWindow(server, gen, spec, seconds, out);
+        requests.push(window.requests);
+        addColumn(columns, window.components, i, sides.length);
       } finally {
         await server.stop();
       }
@@ -511,13 +459,5 @@ export function printGatewayProfile(result: GatewayProfileResult): void {
       `(each server alone with the fake model, 32 connections), µs per request; requests in the window: ` +
       result.requests.join(', '),
   );
-  const ours = result.sides.indexOf('ours, a fresh key');
-  const rows = [...result.components].sort((a, b) => b[1][ours] - a[1][ours]);
-  const total = result.sides.map((_, i) => rows.reduce((n, [, v]) => n + v[i], 0));
-  console.table(
-    [...rows, ['total', total] as const].map(([name, values]) => ({
-      component: name,
-      ...Object.fromEntries(result.sides.map((side, i) => [side, +values[i].toFixed(1)])),
-    })),
-  );
+  printComponents(result.sides, result.components, 'ours, a fresh key');
 }
