@@ -62,8 +62,10 @@ export class NodeHttpTransport {
   private readonly agent: HttpAgent;
   private readonly request: typeof httpRequest;
   private readonly target: RequestOptions;
-  /** The API root's path (no trailing slash) and its query (e.g. Azure's `?api-version=`), around each API's path. */
-  /** Its path with no trailing slash (an API root, for paths under it), its path as given, its query. */
+  /**
+   * Its path with no trailing slash (an API root, for paths under it), its path as given (a whole URL's), and its
+   * query (e.g. Azure's `?api-version=`), joined to each path's.
+   */
   private readonly root: { readonly path: string; readonly whole: string; readonly search: string };
   private readonly unreachable: (cause: unknown, requestSent: boolean) => Error;
   private readonly abortedBeforeHead: (signal: AbortSignal) => unknown;

@@ -380,9 +380,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
 }
 
 /**
- * A handler's DirectAnswer (a whole answer whose bytes it already holds, as the gateway's relay returns where the
- * adapter sends one) as the decision needs it: the web Response's outcome without a stream to read. It is sent as
- * it is, and what is sent is what is stored.
+ * A handler's DirectAnswer (a whole answer whose bytes it already holds, as the gateway's relay returns) as the
+ * decision needs it: the web Response's outcome without a stream to read. It is sent as it is (or as the web
+ * Response it stands for, see `sendable`), and what is sent is what is stored.
  */
 function directAnswerOutcome(answer: DirectAnswer, settings: RouteSettings): HandlerOutcome {
   const headers = { ...answer.headers };

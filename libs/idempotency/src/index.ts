@@ -12,3 +12,4 @@ export * from './canonical-json';
 export * from './idempotency.metrics';
 export { bytesOf, onceClosed, StreamedAnswer, type StreamedAnswerOptions } from './streamed-answer';
 export { DirectAnswer, DirectAnswerExpressAdapter, sendsDirectAnswers } from './direct-answer';
+export { NULL_BODY_STATUSES } from './replays';

@@ -1,12 +1,11 @@
 import { Inject, Injectable, Logger } from '@nestjs/common';
-import { HttpAdapterHost } from '@nestjs/core';
 import { randomUUID } from 'node:crypto';
 import {
   DirectAnswer,
   fingerprintDigest,
   type IdempotencyRequestContext,
+  NULL_BODY_STATUSES,
   onceClosed,
-  sendsDirectAnswers,
   StreamedAnswer,
 } from '@app/idempotency';
 import { rawBodyOf } from '@app/problem';
@@ -132,8 +131,14 @@ function pinsUnavailable(err: unknown): OpenAiErrorException {
 
 export const is2xx = (status: number): boolean => status >= 200 && status < 300;
 
-/** Statuses an answer has no body with, whatever the provider sent (a web Response refuses one). */
-const NO_BODY_STATUSES: ReadonlySet<number> = new Set([204, 205, 304]);
+/**
+ * A whole answer as one `end()` of its bytes (no body for a status that has none, whatever the provider sent). The
+ * idempotency interceptor, on both of the gateway's routes, stores it from those bytes and sends it as it is, or as
+ * the web Response it stands for where the app's adapter cannot send it.
+ */
+function wholeAnswer(status: number, headers: Record<string, string>, bytes: Buffer): DirectAnswer {
+  return new DirectAnswer(status, headers, NULL_BODY_STATUSES.has(status) ? null : bytes);
+}
 
 /** The start of a whole answer: all of it, or the part read before it passed the cap. */
 interface AnswerHead {
@@ -265,19 +270,7 @@ export class ChatCompletionsRelay {
     @Inject(GATEWAY_OPTIONS) private readonly options: GatewayOptions,
     private readonly metrics: GatewayMetrics,
     private readonly calls: GatewayCalls,
-    private readonly adapterHost: HttpAdapterHost,
   ) {}
-
-  /**
-   * A whole answer: a DirectAnswer, one `end()` of its bytes, where the app's adapter sends one (the api's does);
-   * else a web Response, which Nest sends through a ReadableStream and a pipe, and the idempotency interceptor
-   * reads back to store.
-   */
-  private whole(status: number, headers: Record<string, string>, bytes: Buffer): DirectAnswer | Response {
-    const body = NO_BODY_STATUSES.has(status) ? null : bytes;
-    if (sendsDirectAnswers(this.adapterHost.httpAdapter)) return new DirectAnswer(status, headers, body);
-    return new Response(body, { status, headers });
-  }
 
   /**
    * A completion route's handler (chat completions, responses): counted as a
@@ -564,7 +557,7 @@ export class ChatCompletionsRelay {
       call.answered = true;
       end();
       this.metrics.call('upstream_error');
-      return this.whole(upstream.status, relayed(upstream.headers, call.upstream), bytes);
+      return wholeAnswer(upstream.status, relayed(upstream.headers, call.upstream), bytes);
     }
     if ((upstream.headers['content-type'] ?? '').toLowerCase().startsWith('text/event-stream')) {
       return new StreamedAnswer(
@@ -611,7 +604,7 @@ export class ChatCompletionsRelay {
     end();
     call.answered = true;
     this.metrics.call(keyed ? 'new' : 'forwarded');
-    return this.whole(upstream.status, relayed(upstream.headers, call.upstream), bytes);
+    return wholeAnswer(upstream.status, relayed(upstream.headers, call.upstream), bytes);
   }
 
   /** A call's token counts: in the metrics, and what its limit's reservation settles to (CallState.usageTokens). */
