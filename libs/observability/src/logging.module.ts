@@ -2,7 +2,8 @@ import { DynamicModule, Module } from '@nestjs/common';
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { LoggerModule } from 'nestjs-pino';
-import { destination } from 'pino';
+import { destination, type LevelWithSilent } from 'pino';
+import { type HttpLogger, type Options as HttpLoggerOptions, pinoHttp } from 'pino-http';
 import { answeredByServer } from './answered-by-server';
 import { redactedUrl } from './redacted-url';
 
@@ -20,6 +21,14 @@ export const LOG_FLUSH_MS = 50;
 
 const isProbe = (url: string | undefined): boolean =>
   url !== undefined && (url.startsWith('/health/') || url === '/metrics');
+
+/**
+ * The access log's middleware (pino-http) of an app whose LoggingModule is
+ * imported, for a route served without Express's router (the gateway's calls):
+ * an instance of its own, with the same options and the same destination, so
+ * its lines are those of every other route.
+ */
+export const HTTP_ACCESS_LOG = Symbol('observability:http-access-log');
 
 /**
  * JSON logs through pino, one line per answer with a request id (taken from
@@ -42,46 +51,48 @@ const isProbe = (url: string | undefined): boolean =>
 @Module({})
 export class LoggingModule {
   static forRoot(options: LoggingOptions): DynamicModule {
+    const stream = destination({ dest: 1, sync: false, minLength: LOG_BUFFER_BYTES, periodicFlush: LOG_FLUSH_MS });
     return {
       module: LoggingModule,
       global: true,
-      imports: [
-        LoggerModule.forRoot({
-          pinoHttp: [
-            {
-              level: options.level,
-              base: { app: options.app },
-              messageKey: 'msg',
-              genReqId: (req: IncomingMessage, res) => {
-                const given = req.headers['x-request-id'];
-                const id = typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
-                res.setHeader('X-Request-Id', id);
-                return id;
-              },
-              // Every answer gets its line, except probes and scrapes that succeed
-              // (a failing readiness check is worth a line, the kubelet's every
-              // ten seconds is not; http_request_duration_seconds counts them all)
-              // and requests the server itself answered and logged (libs/http).
-              customLogLevel: (req: IncomingMessage, res: ServerResponse, err?: Error) =>
-                (!err && res.statusCode < 400 && isProbe(req.url)) || answeredByServer(req) ? 'silent' : 'info',
-              // What a line says of the request and the answer: nothing else of either, so no header (the
-              // Authorization, the idempotency key, a cookie) and no body reaches a line, and nothing needs
-              // redacting afterwards (pino's redaction, of paths these never hold, cost a tenth of a line).
-              // Also what libs/http's own refusal lines (a 408 before any route) log as `req`.
-              serializers: {
-                req: (req: { id: unknown; method: string; url: string }) => ({
-                  id: req.id,
-                  method: req.method,
-                  url: redactedUrl(req.url),
-                }),
-                res: (res: { statusCode: number }) => ({ statusCode: res.statusCode }),
-              },
-            },
-            destination({ dest: 1, sync: false, minLength: LOG_BUFFER_BYTES, periodicFlush: LOG_FLUSH_MS }),
-          ],
-        }),
+      imports: [LoggerModule.forRoot({ pinoHttp: [httpLogOptions(options), stream] })],
+      // Options made anew for each instance: pino-http takes some of them out of the object it is given.
+      providers: [
+        { provide: HTTP_ACCESS_LOG, useFactory: (): HttpLogger => pinoHttp(httpLogOptions(options), stream) },
       ],
-      exports: [LoggerModule],
+      exports: [LoggerModule, HTTP_ACCESS_LOG],
     };
   }
+}
+
+function httpLogOptions(options: LoggingOptions): HttpLoggerOptions {
+  return {
+    level: options.level,
+    base: { app: options.app },
+    messageKey: 'msg',
+    genReqId: (req: IncomingMessage, res: ServerResponse) => {
+      const given = req.headers['x-request-id'];
+      const id = typeof given === 'string' && REQUEST_ID.test(given) ? given : randomUUID();
+      res.setHeader('X-Request-Id', id);
+      return id;
+    },
+    // Every answer gets its line, except probes and scrapes that succeed
+    // (a failing readiness check is worth a line, the kubelet's every
+    // ten seconds is not; http_request_duration_seconds counts them all)
+    // and requests the server itself answered and logged (libs/http).
+    customLogLevel: (req: IncomingMessage, res: ServerResponse, err?: Error): LevelWithSilent =>
+      (!err && res.statusCode < 400 && isProbe(req.url)) || answeredByServer(req) ? 'silent' : 'info',
+    // What a line says of the request and the answer: nothing else of either, so no header (the
+    // Authorization, the idempotency key, a cookie) and no body reaches a line, and nothing needs
+    // redacting afterwards (pino's redaction, of paths these never hold, cost a tenth of a line).
+    // Also what libs/http's own refusal lines (a 408 before any route) log as `req`.
+    serializers: {
+      req: (req: { id: unknown; method: string; url: string }) => ({
+        id: req.id,
+        method: req.method,
+        url: redactedUrl(req.url),
+      }),
+      res: (res: { statusCode: number }) => ({ statusCode: res.statusCode }),
+    },
+  };
 }

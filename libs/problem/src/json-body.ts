@@ -33,13 +33,27 @@ export function rawBodyOf(req: object): Buffer | undefined {
   return (req as { [RAW_BODY]?: Buffer })[RAW_BODY];
 }
 
+/** The app's JSON body parsers, called without Express's router (see `useJsonBody`). */
+export interface JsonBodyReader {
+  /**
+   * What the app's body middleware does for a request to `path` (exact, as
+   * sent): the same parsers in the same order, a refusal recorded for
+   * BodyRejectionGuard. Rejects only with what Express would pass on as an
+   * error (not a parser's refusal).
+   */
+  read(req: IncomingMessage, res: ServerResponse, path: string): Promise<void>;
+}
+
+type Middleware = (req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void) => void;
+
 /**
  * JSON bodies for an app created with `bodyParser: false`: the parser with a
  * byte limit, the structural limits checked on the bytes before JSON.parse
  * runs (the parser's verify hook), and the guard that answers every refusal
- * as problem+json once the request has been logged and counted.
+ * as problem+json once the request has been logged and counted. Returns the
+ * same parsers for a route served without Express's router.
  */
-export function useJsonBody(app: NestExpressApplication, options: JsonBodyOptions): void {
+export function useJsonBody(app: NestExpressApplication, options: JsonBodyOptions): JsonBodyReader {
   const { maxBytes, largerBodies = [], ...limits } = options;
   assertValidJsonLimits(limits);
   const verify = (req: IncomingMessage, _res: ServerResponse, buf: Buffer, charset: string): void => {
@@ -55,18 +69,47 @@ export function useJsonBody(app: NestExpressApplication, options: JsonBodyOption
   // express.json itself, not app.useBodyParser: Nest's typing of the latter
   // leaves out `verify`, the one hook that sees the bytes before JSON.parse.
   // A body parsed by the first parser that matches is left alone by the rest.
-  for (const route of largerBodies) {
-    const parse = express.json({ limit: route.maxBytes, verify });
+  const larger = largerBodies.map((route) => {
+    const parse = express.json({ limit: route.maxBytes, verify }) as Middleware;
     const when = route.when;
-    app.use(
-      route.path,
-      when
-        ? (req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void) =>
-            when(req) ? parse(req, res, next) : next()
-        : parse,
-    );
-  }
-  app.use(express.json({ limit: maxBytes, verify }));
+    const middleware: Middleware = when ? (req, res, next) => (when(req) ? parse(req, res, next) : next()) : parse;
+    return { path: route.path, middleware };
+  });
+  const parse = express.json({ limit: maxBytes, verify }) as Middleware;
+  for (const route of larger) app.use(route.path, route.middleware);
+  app.use(parse);
   app.use(bodyParserErrorHandler);
   app.useGlobalGuards(new BodyRejectionGuard());
+
+  const chains = new Map<string, readonly Middleware[]>();
+  const chainOf = (path: string): readonly Middleware[] => {
+    let chain = chains.get(path);
+    if (!chain) {
+      chain = [...larger.filter((route) => route.path === path).map((route) => route.middleware), parse];
+      chains.set(path, chain);
+    }
+    return chain;
+  };
+  return {
+    read: (req, res, path) =>
+      new Promise((resolve, reject) => {
+        const chain = chainOf(path);
+        let i = 0;
+        const next = (err?: unknown): void => {
+          if (err !== undefined) {
+            // What Express's error middleware would pass on, Express's final handler would answer (500).
+            bodyParserErrorHandler(err, req as never, res as never, (passed?: unknown) =>
+              passed === undefined
+                ? resolve()
+                : reject(new Error('the body parser failed with a value that is not an error')),
+            );
+            return;
+          }
+          const step = chain[i++];
+          if (step === undefined) resolve();
+          else step(req, res, next);
+        };
+        next();
+      }),
+  };
 }

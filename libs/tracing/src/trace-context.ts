@@ -21,11 +21,26 @@ export const SpanStatusCode = { UNSET: 0, OK: 1, ERROR: 2 } as const;
  */
 let otel: typeof OpenTelemetryApi | undefined;
 let tracer: OpenTelemetryApi.Tracer | undefined;
+let nameRoute: ((route: string) => void) | undefined;
 
-/** Called by the SDK's start (tracing-sdk.ts) once its provider, propagator and context manager are registered. */
-export function useOpenTelemetry(api: typeof OpenTelemetryApi | undefined): void {
+/**
+ * Called by the SDK's start (tracing-sdk.ts) once its provider, propagator and context manager are registered.
+ * `httpRoute` names the route of the request being served, as the Express instrumentation does for a route
+ * Express dispatches.
+ */
+export function useOpenTelemetry(api: typeof OpenTelemetryApi | undefined, httpRoute?: (route: string) => void): void {
   otel = api;
   tracer = api?.trace.getTracer('llm-workflows');
+  nameRoute = api ? httpRoute : undefined;
+}
+
+/**
+ * The route pattern of the HTTP request being served, for its server span (`http.route`, and the span's name):
+ * for a route served without Express's router, whose instrumentation would otherwise name it. Nothing when
+ * tracing is off.
+ */
+export function setHttpRoute(route: string): void {
+  nameRoute?.(route);
 }
 
 /** The active span's traceparent, to store beside work queued for later; undefined when tracing is off. */

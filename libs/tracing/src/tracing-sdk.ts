@@ -1,6 +1,6 @@
 import * as api from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
-import { W3CTraceContextPropagator } from '@opentelemetry/core';
+import { getRPCMetadata, RPCType, W3CTraceContextPropagator } from '@opentelemetry/core';
 import { OTLPTraceExporter as JsonExporter } from '@opentelemetry/exporter-trace-otlp-http';
 import { OTLPTraceExporter as ProtobufExporter } from '@opentelemetry/exporter-trace-otlp-proto';
 import { registerInstrumentations } from '@opentelemetry/instrumentation';
@@ -52,7 +52,10 @@ export function startSdk(service: string, config: TracingConfig): () => Promise<
   api.context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
   api.propagation.setGlobalPropagator(new W3CTraceContextPropagator());
   api.trace.setGlobalTracerProvider(provider);
-  useOpenTelemetry(api);
+  useOpenTelemetry(api, (route) => {
+    const rpc = getRPCMetadata(api.context.active());
+    if (rpc?.type === RPCType.HTTP) rpc.route = route;
+  });
   registerInstrumentations({
     tracerProvider: provider,
     instrumentations: [
