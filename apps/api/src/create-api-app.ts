@@ -7,6 +7,8 @@ import { DocumentBuilder, SwaggerModule } from '@nestjs/swagger';
 import { Logger } from 'nestjs-pino';
 import { GATEWAY_MAX_BODY_BYTES, GATEWAY_PATH } from './gateway/chat-completions.controller';
 import { RESPONSES_PATH } from './gateway/responses.controller';
+import { GatewayFastPath } from './gateway/gateway-fast-path';
+import { UnknownElementException } from '@nestjs/core/internal';
 import { ApiKeyGuard } from './auth/api-key.guard';
 import { ADMIN_KEY_AUTH, TENANT_KEY_AUTH } from './openapi';
 
@@ -29,7 +31,10 @@ export function configureApiApp(app: NestExpressApplication): NestExpressApplica
   app.useLogger(app.get(Logger));
   app.disable('x-powered-by');
   const keys = app.get(ApiKeyGuard);
-  useJsonBody(app, {
+  // Before every other middleware: the gateway's calls are served without Express's router.
+  const fast = gatewayFastPathOf(app);
+  if (fast) app.use(fast.middleware);
+  const bodies = useJsonBody(app, {
     maxBytes: MAX_BODY_BYTES,
     // A model's whole conversation (images as data URLs too) is larger than
     // any job of ours; only a tenant's request gets to send that much.
@@ -42,6 +47,7 @@ export function configureApiApp(app: NestExpressApplication): NestExpressApplica
     maxMembers: MAX_JSON_MEMBERS,
     maxValues: MAX_JSON_VALUES,
   });
+  fast?.readBodiesWith(bodies);
   const document = SwaggerModule.createDocument(
     app,
     new DocumentBuilder()
@@ -67,6 +73,16 @@ export function configureApiApp(app: NestExpressApplication): NestExpressApplica
   );
   SwaggerModule.setup('docs', app, document, { jsonDocumentUrl: 'docs/openapi.json' });
   return app;
+}
+
+/** The app's GatewayFastPath; none in an app without the gateway (a bench's side made of the api's parts). */
+function gatewayFastPathOf(app: NestExpressApplication): GatewayFastPath | undefined {
+  try {
+    return app.get(GatewayFastPath);
+  } catch (err) {
+    if (err instanceof UnknownElementException) return undefined;
+    throw err;
+  }
 }
 
 export async function createApiApp(root: DynamicModule | Type): Promise<INestApplication & NestExpressApplication> {

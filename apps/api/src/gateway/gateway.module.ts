@@ -14,6 +14,7 @@ import { ChatCompletionsController } from './chat-completions.controller';
 import { ChatCompletionsRelay } from './chat-completions.relay';
 import { GatewayCalls } from './gateway-calls';
 import { GatewayCallsMiddleware } from './gateway-calls.middleware';
+import { GatewayFastPath } from './gateway-fast-path';
 import { GatewayMetrics } from './gateway.metrics';
 import { GATEWAY_OPTIONS, type GatewayOptions } from './gateway.options';
 import { type GatewayUpstreamConfig, GatewayUpstreams } from './gateway-upstreams';
@@ -76,9 +77,11 @@ export class GatewayModule implements NestModule, OnApplicationShutdown {
         },
         GatewayMetrics,
         GatewayCalls,
+        GatewayFastPath,
         ChatCompletionsRelay,
         ResponsesLookup,
       ],
+      exports: [GatewayFastPath],
     };
   }
 
