@@ -1,6 +1,17 @@
+import {
+  ClassSerializerInterceptor,
+  type INestApplication,
+  type MiddlewareConsumer,
+  Module,
+  type NestModule,
+} from '@nestjs/common';
+import { APP_INTERCEPTOR } from '@nestjs/core';
 import { randomUUID } from 'node:crypto';
-import { bearer, TENANT_A } from '../support/api-harness';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import request from 'supertest';
+import { bearer, startApi, TENANT_A } from '../support/api-harness';
 import { type AppProcess, startAppProcess } from '../support/app-process';
+import { completionEvents } from '../support/fake-openai-server';
 import { type GatewayHarness, startGateway } from '../support/gateway-harness';
 import { eventually, freePort, testDatabaseUrl, testRedisUrl } from '../support/infra';
 import { metricValue } from '../support/metrics';
@@ -23,15 +34,7 @@ describe('the gateway served without Express’s router', () => {
 
   beforeAll(async () => {
     gateway = await startGateway();
-    // A layer right behind the fast path's (the first of the app's own): it sees what the fast path passed on.
-    const router = (gateway.api.app.getHttpAdapter().getInstance() as { router: ExpressRouter }).router;
-    const fastPath = router.stack.findIndex((layer) => layer.handle.name === 'middleware');
-    expect(fastPath).toBeGreaterThanOrEqual(0);
-    router.use((req, _res, next) => {
-      throughRouter.push(`${req.method} ${req.url}`);
-      next();
-    });
-    router.stack.splice(fastPath + 1, 0, router.stack.pop()!);
+    recordRouted(gateway.api.app, (seen) => throughRouter.push(seen));
   });
   afterAll(() => gateway.close());
   beforeEach(() => (throughRouter = []));
@@ -79,6 +82,55 @@ describe('the gateway served without Express’s router', () => {
       expect(await again.text()).toBe(body);
       expect(gateway.upstreamCalls(text)).toHaveLength(1);
     }
+  });
+
+  it('streams alike on both paths, and replays each stream byte for byte', async () => {
+    const streams = [];
+    for (const path of ['/v1/chat/completions', '/v1/chat/completions/']) {
+      const text = `stream ${path} ${randomUUID()}`;
+      const key = randomUUID();
+      gateway.replies.set(text, { kind: 'stream', events: completionEvents('streamed alike', { usage: true }) });
+      const body = { model: 'gpt-test', stream: true, messages: [{ role: 'user', content: text }] };
+      const first = await post(path, body, { 'idempotency-key': key });
+      const bytes = await first.text();
+      const again = await post(path, body, { 'idempotency-key': key });
+      expect(await again.text()).toBe(bytes);
+      expect(gateway.upstreamCalls(text)).toHaveLength(1);
+      streams.push({ status: first.status, type: first.headers.get('content-type'), headers: headerNames(first) });
+      expect(bytes).toContain('"content":"alike"');
+      expect(bytes.endsWith('data: [DONE]\n\n')).toBe(true);
+    }
+    expect(streams[0]).toEqual(streams[1]);
+    expect(streams[0]).toMatchObject({ status: 200, type: expect.stringMatching(/^text\/event-stream/) });
+    expect(throughRouter).toEqual(['POST /v1/chat/completions/', 'POST /v1/chat/completions/']);
+  });
+
+  it('takes a body over 1 MiB from a tenant only, on both paths', async () => {
+    const upstreamCallsBefore = gateway.provider.requests.length;
+    const large = (text: string) => ({
+      model: 'gpt-test',
+      messages: [
+        { role: 'user', content: text },
+        { role: 'user', content: 'x'.repeat(2 * 1024 * 1024) },
+      ],
+    });
+    const answers = [];
+    for (const path of ['/v1/chat/completions', '/v1/chat/completions/']) {
+      const text = `large ${randomUUID()}`;
+      const tenant = await post(path, large(text));
+      const nobody = await fetch(`${gateway.apiUrl}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify(large('nobody')),
+      });
+      answers.push([tenant.status, nobody.status, ((await nobody.json()) as { error: { code: string } }).error.code]);
+      expect(gateway.upstreamCalls(text)).toHaveLength(1);
+    }
+    expect(answers).toEqual([
+      [200, 413, 'payload_too_large'],
+      [200, 413, 'payload_too_large'],
+    ]);
+    expect(gateway.provider.requests).toHaveLength(upstreamCallsBefore + 2);
   });
 
   it('refuses a body alike on both paths, with nothing sent upstream', async () => {
@@ -137,6 +189,8 @@ describe('the gateway served without Express’s router', () => {
     });
 
     it('writes the same access line, and the request’s id on what is logged within it', async () => {
+      // Served by the fast path: it left neither route to Express.
+      expect(api.lines.filter((l) => l.context === 'GatewayFastPath')).toEqual([]);
       const lines = [];
       for (const path of ['/v1/chat/completions', '/v1/chat/completions/']) {
         const res = await fetch(`${api.url}${path}`, {
@@ -177,6 +231,53 @@ describe('the gateway served without Express’s router', () => {
     });
   });
 });
+
+describe('an app whose gateway routes have other parts than the fast path runs', () => {
+  @Module({ providers: [{ provide: APP_INTERCEPTOR, useClass: ClassSerializerInterceptor }] })
+  class SerializerModule {}
+
+  const seenBy = (x: string) => (req: IncomingMessage, _res: ServerResponse, next: () => void) => {
+    req.headers['x-seen-by'] = x;
+    next();
+  };
+  @Module({})
+  class ExtraMiddlewareModule implements NestModule {
+    configure(consumer: MiddlewareConsumer): void {
+      consumer.apply(seenBy('extra')).forRoutes('*');
+    }
+  }
+
+  it.each([
+    ['a global interceptor', SerializerModule],
+    ['a Nest middleware', ExtraMiddlewareModule],
+  ])('with %s, leaves the routes to Express and Nest, and says so', async (_, extra) => {
+    const api = await startApi({ env: { LLM_PROVIDER: 'fake', LOG_LEVEL: 'silent' }, outerImports: [extra] });
+    try {
+      const routed: string[] = [];
+      recordRouted(api.app, (seen) => routed.push(seen));
+      const res = await request(api.server)
+        .post('/v1/chat/completions')
+        .set('authorization', bearer(TENANT_A))
+        .send({ model: 'gpt-test', messages: [{ role: 'user', content: 'routed' }] });
+      expect(res.status).toBe(200);
+      expect(routed).toEqual(['POST /v1/chat/completions']);
+    } finally {
+      await api.close();
+    }
+  });
+});
+
+/** Calls `seen` for each request that reaches Express's router past the fast path (a layer right behind it). */
+function recordRouted(app: INestApplication, seen: (request: string) => void): void {
+  const router = (app.getHttpAdapter().getInstance() as { router: ExpressRouter }).router;
+  const fastPath = router.stack.findIndex((layer) => layer.handle.name === 'middleware');
+  expect(fastPath).toBeGreaterThanOrEqual(0);
+  router.use((req, _res, next) => {
+    seen(`${req.method} ${req.url}`);
+    next();
+  });
+  router.stack.splice(fastPath + 1, 0, router.stack.pop()!);
+}
 
 interface ExpressLayer {
   readonly handle: { readonly name: string };

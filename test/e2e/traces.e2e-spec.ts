@@ -205,6 +205,10 @@ describe('traces', () => {
             service: 'worker',
             kind: SPAN_KIND.client,
           });
+          // Between them the route's handler, as Express's instrumentation names it (the gateway's fast path too).
+          const handler = named('api', 'request handler - /v1/chat/completions');
+          expect(handler.parentSpanId).toBe(served.spanId);
+          expect(ancestors(call, spans)).toContain(handler);
         }
 
         // The relay's send continues the step's trace through the outbox row; the webhook's request is its child.

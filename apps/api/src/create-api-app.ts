@@ -47,7 +47,7 @@ export function configureApiApp(app: NestExpressApplication): NestExpressApplica
     maxMembers: MAX_JSON_MEMBERS,
     maxValues: MAX_JSON_VALUES,
   });
-  fast?.readBodiesWith(bodies);
+  fast?.serveFor(app, bodies);
   const document = SwaggerModule.createDocument(
     app,
     new DocumentBuilder()

@@ -56,7 +56,6 @@ export class LoggingModule {
       module: LoggingModule,
       global: true,
       imports: [LoggerModule.forRoot({ pinoHttp: [httpLogOptions(options), stream] })],
-      // Options made anew for each instance: pino-http takes some of them out of the object it is given.
       providers: [
         { provide: HTTP_ACCESS_LOG, useFactory: (): HttpLogger => pinoHttp(httpLogOptions(options), stream) },
       ],

@@ -42,6 +42,8 @@ export interface JsonBodyReader {
    * error (not a parser's refusal).
    */
   read(req: IncomingMessage, res: ServerResponse, path: string): Promise<void>;
+  /** The middleware functions it mounted on the app, to tell them from others in Express's router. */
+  readonly mounted: ReadonlySet<unknown>;
 }
 
 type Middleware = (req: IncomingMessage, res: ServerResponse, next: (err?: unknown) => void) => void;
@@ -91,6 +93,7 @@ export function useJsonBody(app: NestExpressApplication, options: JsonBodyOption
     return chain;
   };
   return {
+    mounted: new Set<unknown>([...larger.map((route) => route.middleware), parse, bodyParserErrorHandler]),
     read: (req, res, path) =>
       new Promise((resolve, reject) => {
         const chain = chainOf(path);

@@ -3,12 +3,16 @@ import {
   EXCEPTION_FILTERS_METADATA,
   GUARDS_METADATA,
   HEADERS_METADATA,
+  HOST_METADATA,
   HTTP_CODE_METADATA,
   INTERCEPTORS_METADATA,
   PIPES_METADATA,
   REDIRECT_METADATA,
+  RENDER_METADATA,
+  RESPONSE_PASSTHROUGH_METADATA,
   ROUTE_ARGS_METADATA,
   SSE_METADATA,
+  VERSION_METADATA,
 } from '@nestjs/common/constants';
 import type { ApplicationConfig } from '@nestjs/core';
 
@@ -35,17 +39,24 @@ export interface FastPathExpectations {
 const names = (values: readonly unknown[] | undefined): string[] =>
   (values ?? []).map((v) => (typeof v === 'function' ? v.name : ((v as object | null)?.constructor.name ?? String(v))));
 
-/** Each parameter's decorator key, index and pipes: equal for two methods decorated alike. */
+/**
+ * Each parameter's decorator key, index, pipes and declared type, and whether `@Res()` passes through: equal for
+ * two methods decorated alike.
+ */
 function parametersOf(owner: Type, method: string): string {
   const args = (Reflect.getMetadata(ROUTE_ARGS_METADATA, owner, method) ?? {}) as Record<
     string,
     { index: number; data?: unknown; pipes?: unknown[] }
   >;
-  return JSON.stringify(
-    Object.entries(args)
-      .map(([key, arg]) => [key, arg.index, arg.data ?? null, names(arg.pipes)] as const)
+  const prototype = owner.prototype as object;
+  const types = names(Reflect.getMetadata('design:paramtypes', prototype, method) as unknown[] | undefined);
+  const passthrough = Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, owner, method) as unknown;
+  return JSON.stringify({
+    parameters: Object.entries(args)
+      .map(([key, arg]) => [key, arg.index, arg.data ?? null, names(arg.pipes), types[arg.index] ?? null] as const)
       .sort((a, b) => a[1] - b[1]),
-  );
+    passthrough: passthrough ?? null,
+  });
 }
 
 /** Where `controller.create` would be served otherwise by Nest than by the fast path: empty when alike. */
@@ -84,11 +95,15 @@ export function fastPathMismatches(
     ['headers of create', HEADERS_METADATA],
   ] as const)
     compare(what, names(metadata(key, handler)), []);
-  for (const [what, key] of [
-    ['a redirect of create', REDIRECT_METADATA],
-    ['SSE of create', SSE_METADATA],
+  for (const [what, key, target] of [
+    ['a redirect of create', REDIRECT_METADATA, handler],
+    ['SSE of create', SSE_METADATA, handler],
+    ['a view of create', RENDER_METADATA, handler],
+    ['a version of create', VERSION_METADATA, handler],
+    ['a version', VERSION_METADATA, controller],
+    ['a host', HOST_METADATA, controller],
   ] as const)
-    if (Reflect.getMetadata(key, handler) !== undefined) found.push(`${what}`);
+    if (Reflect.getMetadata(key, target) !== undefined) found.push(what);
   const status = Reflect.getMetadata(HTTP_CODE_METADATA, handler) as unknown;
   if (status !== expected.status) found.push(`status of create: ${String(status)}, not ${expected.status}`);
   const parameters = parametersOf(controller, 'create');

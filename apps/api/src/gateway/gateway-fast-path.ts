@@ -6,33 +6,41 @@ import {
   Logger,
   type OnApplicationBootstrap,
   type PipeTransform,
+  RequestMethod,
   Req,
   Res,
   type Type,
 } from '@nestjs/common';
 import { ApplicationConfig, HttpAdapterHost, ModuleRef } from '@nestjs/core';
 import { ExecutionContextHost } from '@nestjs/core/helpers/execution-context-host.js';
+import { FORBIDDEN_MESSAGE } from '@nestjs/core/internal';
 import { markRejectedByPipes } from '@nestjs/core/router/rejected-by-pipes.js';
 import { RouterResponseController } from '@nestjs/core/router/router-response-controller.js';
 import { isStreamingBody } from '@nestjs/core/router/streaming-body.js';
-import { getIdempotencyContext, IdempotencyContext, IdempotencyInterceptor } from '@app/idempotency';
+import {
+  getIdempotencyContext,
+  IdempotencyContext,
+  IdempotencyInterceptor,
+  type IdempotencyRequestContext,
+} from '@app/idempotency';
 import { HTTP_ACCESS_LOG, HttpMetricsMiddleware } from '@app/observability';
 import { BodyRejectionGuard, type JsonBodyReader, RequestValidationPipe } from '@app/problem';
-import { setHttpRoute } from '@app/tracing';
-import type { NextFunction, Request, Response } from 'express';
+import type { CanActivate } from '@nestjs/common';
+import { inSpan, setHttpRoute } from '@app/tracing';
+import type { NextFunction, Request, Response as ExpressResponse } from 'express';
 import { PARAMS_PROVIDER_TOKEN, type Params, PinoLogger } from 'nestjs-pino';
 import type { HttpLogger } from 'pino-http';
 import { Registry } from 'prom-client';
-import { defer, from, lastValueFrom } from 'rxjs';
+import { defer, from, isObservable, lastValueFrom, type Observable } from 'rxjs';
 import { ApiKeyGuard } from '../auth/api-key.guard';
 import { requireTenant, Tenant } from '../auth/principal';
-import { ChatCompletionRequestPipe } from './chat-completion-request.pipe';
+import { type ChatCompletionRequest, ChatCompletionRequestPipe } from './chat-completion-request.pipe';
 import { ChatCompletionsController, GATEWAY_PATH } from './chat-completions.controller';
 import { GatewayCallsMiddleware } from './gateway-calls.middleware';
 import { type FastPathExpectations, fastPathMismatches } from './gateway-fast-path.check';
 import { GatewayMetrics } from './gateway.metrics';
 import { OpenAiErrorFilter } from './openai-errors';
-import { ResponseRequestPipe } from './response-request.pipe';
+import { type ResponseRequest, ResponseRequestPipe } from './response-request.pipe';
 import { RESPONSES_PATH, ResponsesController } from './responses.controller';
 
 /** A gateway call's route: its controller's `create`, and what Nest would run around it. */
@@ -47,24 +55,26 @@ interface FastRoute {
 }
 
 /**
- * The parameters GatewayFastPath gives each route's `create` (see `invoke`),
- * as their decorators: a route whose own differ fails the start.
+ * The parameters GatewayFastPath gives each route's `create` (see `invoke`), as their decorators: a route whose
+ * own differ is left to Express and Nest.
  */
-class Parameters {
+class FastPathParameters {
+  // The types as the controllers declare them: a build that emits their metadata without type information (webpack's)
+  // gives the same classes for both.
   chat(
-    @Body(ChatCompletionRequestPipe) _body: unknown,
-    @Req() _req: unknown,
+    @Body(ChatCompletionRequestPipe) _body: ChatCompletionRequest,
+    @Req() _req: Request,
     @Tenant() _tenant: string,
-    @IdempotencyContext() _idempotency: unknown,
-    @Res({ passthrough: true }) _res: unknown,
+    @IdempotencyContext() _idempotency: IdempotencyRequestContext | undefined,
+    @Res({ passthrough: true }) _res: ExpressResponse,
   ): void {}
 
   responses(
-    @Body(ResponseRequestPipe) _body: unknown,
-    @Req() _req: unknown,
+    @Body(ResponseRequestPipe) _body: ResponseRequest,
+    @Req() _req: Request,
     @Tenant() _tenant: string,
-    @IdempotencyContext() _idempotency: unknown,
-    @Res({ passthrough: true }) _res: unknown,
+    @IdempotencyContext() _idempotency: IdempotencyRequestContext | undefined,
+    @Res({ passthrough: true }) _res: ExpressResponse,
   ): void {}
 }
 
@@ -72,6 +82,8 @@ class Parameters {
 const OK = 200;
 /** What @Body() tells the pipes of the gateway's body parameters (an interface: no DTO to validate). */
 const BODY_PARAM = { type: 'body', metatype: Object, data: undefined } as const;
+/** What a custom parameter decorator tells the global pipes (its value is a string, or an object, never a DTO). */
+const CUSTOM_PARAM = { type: 'custom', metatype: Object, data: undefined } as const;
 const noop = (): void => undefined;
 
 /** What `run` does in place of Nest's enhancers, in Nest's order. */
@@ -84,17 +96,29 @@ const SERVED_AS: Omit<FastPathExpectations, 'parameters'> = {
   globalPipes: [RequestValidationPipe],
 };
 
+/** Nest's middleware the fast path runs: these two classes, and nestjs-pino's two (the access log, its context). */
+const NEST_MIDDLEWARE = new Set<unknown>([HttpMetricsMiddleware, GatewayCallsMiddleware]);
+const NESTJS_PINO_MIDDLEWARE = 2;
+
+/** A guard's answer as Nest's GuardsConsumer reads it: a boolean, or a promise or observable of one. */
+async function allowed(answer: boolean | Promise<boolean> | Observable<boolean>): Promise<boolean> {
+  return isObservable(answer) ? lastValueFrom(answer) : answer;
+}
+
 /**
  * The gateway's calls (`POST /v1/chat/completions`, `POST /v1/responses`)
- * served without Express's router and Nest's route pipeline, which cost
- * those calls a fifth of their CPU (docs/benchmarks.md). It runs, in
+ * served without Express's router and Nest's route pipeline, which took an
+ * eighth to a quarter of those calls' CPU (docs/benchmarks.md). It runs, in
  * Express's and Nest's order, the very parts they would run for the route:
  * the JSON body parsers and their refusal, the access log (its line and the
  * logger's request context), the HTTP metrics, the gateway's own middleware,
  * the body-rejection and API-key guards, the idempotency interceptor, the
  * pipes, the controller's handler, Nest's sending of what it returns, and the
- * route's OpenAI error filter. Any other request, and any other spelling of
- * these paths (a trailing slash, another case), goes on to Express as before.
+ * route's OpenAI error filter; for tracing, the route's name on the server
+ * span and a request-handler span, as Express's instrumentation makes them.
+ * Any other request, any other spelling of these paths (a trailing slash,
+ * another case), and a route whose parts differ from these (checked at start,
+ * with a warning) go on to Express as before.
  */
 @Injectable()
 export class GatewayFastPath implements OnApplicationBootstrap {
@@ -106,6 +130,7 @@ export class GatewayFastPath implements OnApplicationBootstrap {
   private readonly metrics: HttpMetricsMiddleware;
   private readonly calls: GatewayCallsMiddleware;
   private readonly pino: PinoLogger;
+  private app?: object;
   private bodies?: JsonBodyReader;
   // Set once Nest has made them (onApplicationBootstrap), before the first request.
   private keys!: ApiKeyGuard;
@@ -127,115 +152,225 @@ export class GatewayFastPath implements OnApplicationBootstrap {
     this.pino = new PinoLogger(loggerParams);
   }
 
-  /** The app's JSON body parsers (useJsonBody's), run here as Express would run them for these paths. */
-  readBodiesWith(bodies: JsonBodyReader): void {
+  /**
+   * The app (its Nest middleware is checked against what runs here) and its JSON body parsers (useJsonBody's, run
+   * here as Express would run them for these paths). Without this call, nothing is served here.
+   */
+  serveFor(app: object, bodies: JsonBodyReader): void {
+    this.app = app;
     this.bodies = bodies;
   }
 
-  /** Once Nest has registered its routes: the two routes, as Express would dispatch them. */
+  /** Once Nest has registered its routes and middleware: the routes to serve, those whose parts are these. */
   onApplicationBootstrap(): void {
-    const app = this.adapterHost.httpAdapter.getInstance<{ router?: { stack: RouterLayer[] } }>();
-    const expressRoute = (path: string): object => {
-      const route = app.router?.stack.find((l) => l.route?.path === path && l.route.methods?.post === true)?.route;
-      if (!route) throw new Error(`GatewayFastPath: Express has no POST ${path} route to serve`);
-      return route;
-    };
-    const get = <T>(type: Type<T>): T => this.moduleRef.get(type, { strict: false });
-    const route = (
-      path: string,
-      controller: Type,
-      pipe: PipeTransform,
-      parameters: keyof Parameters,
-    ): FastRoute | undefined => {
-      const mismatches = fastPathMismatches(
-        controller,
-        { ...SERVED_AS, parameters: { owner: Parameters, method: parameters } },
-        this.appConfig,
-      );
-      if (mismatches.length > 0) {
-        // Served as it is declared, by Express and Nest, rather than without what it was given.
+    if (this.bodies === undefined) return;
+    const stack = this.adapterHost.httpAdapter.getInstance<{ router?: { stack: RouterLayer[] } }>().router?.stack ?? [];
+    const served: readonly (readonly [string, Type, PipeTransform, keyof FastPathParameters])[] = [
+      [`/${GATEWAY_PATH}`, ChatCompletionsController, new ChatCompletionRequestPipe(), 'chat'],
+      [`/${RESPONSES_PATH}`, ResponsesController, new ResponseRequestPipe(), 'responses'],
+    ];
+    for (const [path, controller, pipe, parameters] of served) {
+      try {
+        const mismatches = [
+          ...fastPathMismatches(
+            controller,
+            { ...SERVED_AS, parameters: { owner: FastPathParameters, method: parameters } },
+            this.appConfig,
+          ),
+          ...this.middlewareMismatches(stack, path),
+        ];
+        const expressRoute = stack.find((l) => l.route?.path === path && l.route.methods?.post === true)?.route;
+        if (!expressRoute) mismatches.push(`Express has no POST ${path} route (a global prefix, or versioning)`);
+        if (mismatches.length > 0) throw new Error(mismatches.join('; '));
+        const get = <T>(type: Type<T>): T => this.moduleRef.get(type, { strict: false });
+        this.keys = get(ApiKeyGuard);
+        this.idempotency = get(IdempotencyInterceptor);
+        this.routes.set(path, {
+          path,
+          controller,
+          handler: (controller.prototype as { create: (...args: never[]) => unknown }).create,
+          instance: get(controller) as FastRoute['instance'],
+          pipe,
+          expressRoute: expressRoute!,
+        });
+      } catch (err) {
+        // Served as it is declared, by Express and Nest, rather than without a part it was given.
         this.logger.warn(
-          `POST ${path} goes through Express's router: ${controller.name}.create or the app has other parts than ` +
-            `GatewayFastPath runs (${mismatches.join('; ')})`,
+          `POST ${path} goes through Express's router: it or the app has other parts than GatewayFastPath runs ` +
+            `(${err instanceof Error ? err.message : String(err)})`,
         );
-        return undefined;
       }
-      return {
-        path,
-        controller,
-        handler: (controller.prototype as { create: (...args: never[]) => unknown }).create,
-        instance: get(controller) as FastRoute['instance'],
-        pipe,
-        expressRoute: expressRoute(path),
-      };
-    };
-    for (const fast of [
-      route(`/${GATEWAY_PATH}`, ChatCompletionsController, new ChatCompletionRequestPipe(), 'chat'),
-      route(`/${RESPONSES_PATH}`, ResponsesController, new ResponseRequestPipe(), 'responses'),
-    ])
-      if (fast) this.routes.set(fast.path, fast);
-    this.keys = get(ApiKeyGuard);
-    this.idempotency = get(IdempotencyInterceptor);
+    }
     this.responses = new RouterResponseController(this.adapterHost.httpAdapter);
   }
 
+  /**
+   * What else Express or Nest would run for POST `path`: the layers of Express's router that match it, from the
+   * fast path's to the route's, must be the body parsers and Nest's middleware, and Nest's middleware must be the
+   * classes run here (configured for the gateway's two routes, in GatewayCallsMiddleware's case).
+   */
+  private middlewareMismatches(stack: readonly RouterLayer[], path: string): string[] {
+    const found: string[] = [];
+    const at = stack.findIndex((layer) => unwrapped(layer.handle) === this.middleware);
+    if (at < 0) return ['GatewayFastPath.middleware is not mounted on Express'];
+    for (const layer of stack.slice(at + 1)) {
+      if (!layer.match(path)) continue;
+      if (layer.route) {
+        if (!layer.route.methods?.post && !layer.route.methods?._all) continue;
+        if (layer.route.path === path) break;
+        // Nest mounts a middleware bound to a controller's route as a route of its own.
+        if (layer.route.stack?.every((s) => unwrapped(s.handle).name === NEST_MIDDLEWARE_LAYER)) continue;
+        found.push(`another route for POST ${layer.route.path}`);
+      } else {
+        const handle = unwrapped(layer.handle);
+        if (this.bodies!.mounted.has(handle) || handle.name === NEST_MIDDLEWARE_LAYER) continue;
+        found.push(`middleware ${handle.name || '(anonymous)'} on Express`);
+      }
+    }
+    const container = (this.app as { middlewareContainer?: NestMiddlewareContainer } | undefined)?.middlewareContainer;
+    if (typeof container?.getConfigurations !== 'function') return [...found, "the app's Nest middleware is unknown"];
+    let pino = 0;
+    for (const configurations of container.getConfigurations().values()) {
+      for (const { middleware, forRoutes } of configurations) {
+        for (const type of middleware) {
+          if (!NEST_MIDDLEWARE.has(type)) {
+            pino++;
+            continue;
+          }
+          if (type !== GatewayCallsMiddleware) continue;
+          const routes = forRoutes
+            .map((r) =>
+              typeof r === 'object' && r !== null
+                ? `${String(r.method)} ${String(r.path).replace(/\/$/, '')}`
+                : String(r),
+            )
+            .sort();
+          const want = [`/${GATEWAY_PATH}`, `/${RESPONSES_PATH}`].map((p) => `${RequestMethod.POST} ${p}`);
+          if (JSON.stringify(routes) !== JSON.stringify(want))
+            found.push(`GatewayCallsMiddleware for ${routes.join(', ')}, not ${want.join(', ')}`);
+        }
+      }
+    }
+    if (pino !== NESTJS_PINO_MIDDLEWARE) found.push(`${pino} Nest middleware other than ours, not nestjs-pino's two`);
+    return found;
+  }
+
   /** Express middleware, mounted before every other: serves the two routes, passes anything else on. */
-  readonly middleware = (req: Request, res: Response, next: NextFunction): void => {
-    if (req.method !== 'POST' || this.bodies === undefined) return next();
+  readonly middleware = (req: Request, res: ExpressResponse, next: NextFunction): void => {
+    if (req.method !== 'POST') return next();
     const query = req.url.indexOf('?');
     const route = this.routes.get(query < 0 ? req.url : req.url.slice(0, query));
     if (route === undefined) return next();
-    this.serve(route, req, res).catch((err: unknown) => {
-      // Every error of the call is its filter's to answer; one here is a fault of this class. The body is read,
-      // so Express's route cannot run it again: the connection is closed, as Nest closes one it cannot answer.
-      this.logger.error(err instanceof Error ? err : String(err));
-      res.destroy();
-    });
+    this.serve(route, req, res).catch((err: unknown) => this.failed(err, res));
   };
 
-  private async serve(route: FastRoute, req: Request, res: Response): Promise<void> {
+  private async serve(route: FastRoute, req: Request, res: ExpressResponse): Promise<void> {
     // Express's order: the body parsers are mounted before Nest's middleware.
     await this.bodies!.read(req, res, route.path);
     this.accessLog(req, res);
     await this.pino.runInContext(() => this.run(route, req, res), { bindings: { req } });
   }
 
-  private async run(route: FastRoute, req: Request, res: Response): Promise<void> {
+  private async run(route: FastRoute, req: Request, res: ExpressResponse): Promise<void> {
     this.metrics.use(req, res, noop);
     (req as { route?: object }).route = route.expressRoute;
     setHttpRoute(route.path);
     this.calls.use(req, res, noop);
+    const attributes = { 'http.route': route.path, 'express.name': route.path, 'express.type': 'request_handler' };
+    await inSpan(`request handler - ${route.path}`, { attributes }, () => this.handle(route, req, res));
+  }
+
+  /** What Nest's router does for the route: guards, interceptors, pipes, the handler, the answer, the filter. */
+  private async handle(route: FastRoute, req: Request, res: ExpressResponse): Promise<void> {
     const context = new ExecutionContextHost([req, res, noop], route.controller, route.handler);
     try {
-      // Global guards first, then the controller's (Nest's order).
-      this.bodyGuard.canActivate(context);
-      if (!this.keys.canActivate(context)) throw new ForbiddenException();
+      for (const guard of [this.bodyGuard, this.keys] as CanActivate[])
+        if (!(await allowed(guard.canActivate(context)))) throw new ForbiddenException(FORBIDDEN_MESSAGE);
       res.status(OK);
       const handle = () => defer(() => from(this.invoke(route, req, res)));
-      const result = await lastValueFrom(await this.idempotency.intercept(context, { handle }), {
-        defaultValue: undefined,
-      });
+      // An interceptor that emits nothing is an EmptyError here, as in Nest: the filter's to answer.
+      const result = await lastValueFrom(await this.idempotency.intercept(context, { handle }));
+      // No status of its own, as Nest sends it: what the handler or an interceptor set on the response stands.
       await (isStreamingBody(result)
-        ? this.responses.stream(result, res, req, { statusCode: OK })
-        : this.responses.apply(result, res, OK));
+        ? this.responses.stream(result, res, req)
+        : this.responses.apply(result, res, undefined));
     } catch (err) {
       this.filter.catch(err, context);
     }
   }
 
-  /** The handler with its parameters, as Nest's pipes and parameter decorators give them. */
-  private async invoke(route: FastRoute, req: Request, res: Response): Promise<unknown> {
-    let body: unknown;
+  /** The handler with its parameters, as Nest's parameter decorators and pipes give them. */
+  private async invoke(route: FastRoute, req: Request, res: ExpressResponse): Promise<unknown> {
+    let args: unknown[];
     try {
-      body = await route.pipe.transform(await this.validation.transform(req.body, BODY_PARAM), BODY_PARAM);
+      const body: unknown = await route.pipe.transform(
+        await this.validation.transform(req.body, BODY_PARAM),
+        BODY_PARAM,
+      );
+      const tenant: unknown = await this.validation.transform(requireTenant(req), CUSTOM_PARAM);
+      const idempotency: unknown = await this.validation.transform(getIdempotencyContext(req), CUSTOM_PARAM);
+      args = [body, req, tenant, idempotency, res];
     } catch (err) {
       markRejectedByPipes(req);
       throw err;
     }
-    return route.instance.create(body, req, requireTenant(req), getIdempotencyContext(req), res);
+    return route.instance.create(...args);
+  }
+
+  /**
+   * A fault of this class, not of the call (whose every error is its filter's to answer): the body is read, so
+   * Express's route cannot run the call again. A 500 in the envelope if nothing was sent yet, else the connection
+   * closed, as a cut answer must not look whole.
+   */
+  private failed(err: unknown, res: ExpressResponse): void {
+    this.logger.error(err instanceof Error ? err : String(err));
+    if (res.headersSent) {
+      res.destroy();
+      return;
+    }
+    try {
+      res.statusCode = 500;
+      res.setHeader('content-type', 'application/json');
+      res.end(JSON.stringify(INTERNAL_ERROR));
+    } catch {
+      res.destroy();
+    }
   }
 }
 
+const INTERNAL_ERROR = {
+  error: { message: 'Internal server error', type: 'server_error', param: null, code: 'internal_error' },
+};
+
+/** A layer's own handler, under the wrapper OpenTelemetry's Express instrumentation puts around it (shimmer's). */
+function unwrapped(handle: LayerHandle): LayerHandle {
+  return handle.__original ?? handle;
+}
+
+/** Nest's name for the Express handler of its middleware (middleware-module.js). */
+const NEST_MIDDLEWARE_LAYER = 'handler';
+
+interface LayerHandle {
+  readonly name: string;
+  readonly __original?: LayerHandle;
+}
+
 interface RouterLayer {
-  readonly route?: { readonly path: string; readonly methods?: Record<string, boolean> };
+  readonly handle: LayerHandle;
+  match(path: string): unknown;
+  readonly route?: {
+    readonly path: string;
+    readonly methods?: Record<string, boolean>;
+    readonly stack?: readonly { readonly handle: LayerHandle }[];
+  };
+}
+
+interface NestMiddlewareContainer {
+  getConfigurations(): Map<
+    string,
+    Set<{
+      readonly middleware: readonly unknown[];
+      readonly forRoutes: readonly ({ readonly path?: unknown; readonly method?: unknown } | string | null)[];
+    }>
+  >;
 }
