@@ -20,6 +20,7 @@ import { isStreamingBody } from '@nestjs/core/router/streaming-body.js';
 import {
   getIdempotencyContext,
   IdempotencyContext,
+  onceClosed,
   IdempotencyInterceptor,
   type IdempotencyRequestContext,
 } from '@app/idempotency';
@@ -82,8 +83,9 @@ class FastPathParameters {
 const OK = 200;
 /** What @Body() tells the pipes of the gateway's body parameters (an interface: no DTO to validate). */
 const BODY_PARAM = { type: 'body', metatype: Object, data: undefined } as const;
-/** What a custom parameter decorator tells the global pipes (its value is a string, or an object, never a DTO). */
-const CUSTOM_PARAM = { type: 'custom', metatype: Object, data: undefined } as const;
+/** What the custom parameter decorators tell the global pipes: the tenant's type, and the idempotency context's. */
+const TENANT_PARAM = { type: 'custom', metatype: String, data: undefined } as const;
+const IDEMPOTENCY_PARAM = { type: 'custom', metatype: Object, data: undefined } as const;
 const noop = (): void => undefined;
 
 /** What `run` does in place of Nest's enhancers, in Nest's order. */
@@ -99,10 +101,13 @@ const SERVED_AS: Omit<FastPathExpectations, 'parameters'> = {
 /** Nest's middleware the fast path runs: these two classes, and nestjs-pino's two (the access log, its context). */
 const NEST_MIDDLEWARE = new Set<unknown>([HttpMetricsMiddleware, GatewayCallsMiddleware]);
 const NESTJS_PINO_MIDDLEWARE = 2;
+/** LoggerModule's routes for its middleware (nestjs-pino's DEFAULT_ROUTES), as compared below. */
+const NESTJS_PINO_ROUTES = `${RequestMethod.ALL} {/*splat}`;
 
 /** A guard's answer as Nest's GuardsConsumer reads it: a boolean, or a promise or observable of one. */
 async function allowed(answer: boolean | Promise<boolean> | Observable<boolean>): Promise<boolean> {
-  return isObservable(answer) ? lastValueFrom(answer) : answer;
+  const value = await answer;
+  return isObservable(value) ? lastValueFrom(value) : value;
 }
 
 /**
@@ -115,7 +120,8 @@ async function allowed(answer: boolean | Promise<boolean> | Observable<boolean>)
  * the body-rejection and API-key guards, the idempotency interceptor, the
  * pipes, the controller's handler, Nest's sending of what it returns, and the
  * route's OpenAI error filter; for tracing, the route's name on the server
- * span and a request-handler span, as Express's instrumentation makes them.
+ * span and a request-handler span like Express's instrumentation's (named
+ * with the route, which Express 5's is not).
  * Any other request, any other spelling of these paths (a trailing slash,
  * another case), and a route whose parts differ from these (checked at start,
  * with a warning) go on to Express as before.
@@ -163,7 +169,10 @@ export class GatewayFastPath implements OnApplicationBootstrap {
 
   /** Once Nest has registered its routes and middleware: the routes to serve, those whose parts are these. */
   onApplicationBootstrap(): void {
-    if (this.bodies === undefined) return;
+    if (this.bodies === undefined) {
+      this.logger.warn("the gateway's routes go through Express's router: GatewayFastPath.serveFor was not called");
+      return;
+    }
     const stack = this.adapterHost.httpAdapter.getInstance<{ router?: { stack: RouterLayer[] } }>().router?.stack ?? [];
     const served: readonly (readonly [string, Type, PipeTransform, keyof FastPathParameters])[] = [
       [`/${GATEWAY_PATH}`, ChatCompletionsController, new ChatCompletionRequestPipe(), 'chat'],
@@ -179,8 +188,12 @@ export class GatewayFastPath implements OnApplicationBootstrap {
           ),
           ...this.middlewareMismatches(stack, path),
         ];
-        const expressRoute = stack.find((l) => l.route?.path === path && l.route.methods?.post === true)?.route;
-        if (!expressRoute) mismatches.push(`Express has no POST ${path} route (a global prefix, or versioning)`);
+        const expressRoute = stack.find(
+          (l) => l.route?.path === path && l.route.methods?.post && !isNestMiddleware(l),
+        )?.route;
+        if (!expressRoute) mismatches.push(`Express has no POST ${path} route`);
+        if (this.appConfig.getGlobalPrefix()) mismatches.push('a global prefix');
+        if (this.appConfig.getVersioning()) mismatches.push('versioning');
         if (mismatches.length > 0) throw new Error(mismatches.join('; '));
         const get = <T>(type: Type<T>): T => this.moduleRef.get(type, { strict: false });
         this.keys = get(ApiKeyGuard);
@@ -217,9 +230,9 @@ export class GatewayFastPath implements OnApplicationBootstrap {
       if (!layer.match(path)) continue;
       if (layer.route) {
         if (!layer.route.methods?.post && !layer.route.methods?._all) continue;
+        // Nest mounts a middleware bound to a controller's route as a route of its own, on the same path.
+        if (isNestMiddleware(layer)) continue;
         if (layer.route.path === path) break;
-        // Nest mounts a middleware bound to a controller's route as a route of its own.
-        if (layer.route.stack?.every((s) => unwrapped(s.handle).name === NEST_MIDDLEWARE_LAYER)) continue;
         found.push(`another route for POST ${layer.route.path}`);
       } else {
         const handle = unwrapped(layer.handle);
@@ -232,26 +245,27 @@ export class GatewayFastPath implements OnApplicationBootstrap {
     let pino = 0;
     for (const configurations of container.getConfigurations().values()) {
       for (const { middleware, forRoutes } of configurations) {
-        for (const type of middleware) {
-          if (!NEST_MIDDLEWARE.has(type)) {
-            pino++;
-            continue;
-          }
-          if (type !== GatewayCallsMiddleware) continue;
-          const routes = forRoutes
-            .map((r) =>
-              typeof r === 'object' && r !== null
-                ? `${String(r.method)} ${String(r.path).replace(/\/$/, '')}`
-                : String(r),
-            )
-            .sort();
-          const want = [`/${GATEWAY_PATH}`, `/${RESPONSES_PATH}`].map((p) => `${RequestMethod.POST} ${p}`);
-          if (JSON.stringify(routes) !== JSON.stringify(want))
-            found.push(`GatewayCallsMiddleware for ${routes.join(', ')}, not ${want.join(', ')}`);
+        const routes = forRoutes
+          .map((r) =>
+            typeof r === 'object' && r !== null
+              ? `${String(r.method)} ${String(r.path).replace(/\/$/, '')}`
+              : String(r),
+          )
+          .sort();
+        if (!middleware.some((type) => NEST_MIDDLEWARE.has(type))) {
+          // nestjs-pino's: its middleware and its context's, for every route, as LoggerModule configures them.
+          if (middleware.length === NESTJS_PINO_MIDDLEWARE && routes.join() === NESTJS_PINO_ROUTES) pino++;
+          else found.push(`Nest middleware ${middleware.map((m) => (m as { name?: string }).name).join(', ')}`);
+          continue;
         }
+        if (middleware.length !== 1) found.push('Nest middleware applied beside ours');
+        if (!middleware.includes(GatewayCallsMiddleware)) continue;
+        const want = [`/${GATEWAY_PATH}`, `/${RESPONSES_PATH}`].map((p) => `${RequestMethod.POST} ${p}`);
+        if (routes.join() !== want.join())
+          found.push(`GatewayCallsMiddleware for ${routes.join(', ')}, not ${want.join(', ')}`);
       }
     }
-    if (pino !== NESTJS_PINO_MIDDLEWARE) found.push(`${pino} Nest middleware other than ours, not nestjs-pino's two`);
+    if (pino !== 1) found.push(`${pino} configurations of nestjs-pino's middleware, not one`);
     return found;
   }
 
@@ -277,7 +291,11 @@ export class GatewayFastPath implements OnApplicationBootstrap {
     setHttpRoute(route.path);
     this.calls.use(req, res, noop);
     const attributes = { 'http.route': route.path, 'express.name': route.path, 'express.type': 'request_handler' };
-    await inSpan(`request handler - ${route.path}`, { attributes }, () => this.handle(route, req, res));
+    await inSpan(`request handler - ${route.path}`, { attributes }, async (span) => {
+      await this.handle(route, req, res);
+      // As Express's instrumentation ends it: when the answer is over (a stream's is sent after handle resolves).
+      if (span) await new Promise<void>((done) => onceClosed(res, done));
+    });
   }
 
   /** What Nest's router does for the route: guards, interceptors, pipes, the handler, the answer, the filter. */
@@ -307,8 +325,8 @@ export class GatewayFastPath implements OnApplicationBootstrap {
         await this.validation.transform(req.body, BODY_PARAM),
         BODY_PARAM,
       );
-      const tenant: unknown = await this.validation.transform(requireTenant(req), CUSTOM_PARAM);
-      const idempotency: unknown = await this.validation.transform(getIdempotencyContext(req), CUSTOM_PARAM);
+      const tenant: unknown = await this.validation.transform(requireTenant(req), TENANT_PARAM);
+      const idempotency: unknown = await this.validation.transform(getIdempotencyContext(req), IDEMPOTENCY_PARAM);
       args = [body, req, tenant, idempotency, res];
     } catch (err) {
       markRejectedByPipes(req);
@@ -345,6 +363,11 @@ const INTERNAL_ERROR = {
 /** A layer's own handler, under the wrapper OpenTelemetry's Express instrumentation puts around it (shimmer's). */
 function unwrapped(handle: LayerHandle): LayerHandle {
   return handle.__original ?? handle;
+}
+
+/** A route Nest mounted for a middleware bound to a controller's route (every handler of it Nest's middleware's). */
+function isNestMiddleware(layer: RouterLayer): boolean {
+  return layer.route?.stack?.every((s) => unwrapped(s.handle).name === NEST_MIDDLEWARE_LAYER) ?? false;
 }
 
 /** Nest's name for the Express handler of its middleware (middleware-module.js). */
