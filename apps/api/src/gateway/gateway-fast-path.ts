@@ -40,7 +40,7 @@ import { ChatCompletionsController, GATEWAY_PATH } from './chat-completions.cont
 import { GatewayCallsMiddleware } from './gateway-calls.middleware';
 import { type FastPathExpectations, fastPathMismatches } from './gateway-fast-path.check';
 import { GatewayMetrics } from './gateway.metrics';
-import { OpenAiErrorFilter } from './openai-errors';
+import { OpenAiErrorFilter, toOpenAiError } from './openai-errors';
 import { type ResponseRequest, ResponseRequestPipe } from './response-request.pipe';
 import { RESPONSES_PATH, ResponsesController } from './responses.controller';
 
@@ -53,6 +53,8 @@ interface FastRoute {
   readonly pipe: PipeTransform;
   /** Express's route for the path: `req.route` as Express would set it (the metrics' route label reads it). */
   readonly expressRoute: object;
+  /** Its request-handler span's name and attributes. */
+  readonly span: { readonly name: string; readonly attributes: Readonly<Record<string, string>> };
 }
 
 /**
@@ -139,7 +141,8 @@ export class GatewayFastPath implements OnApplicationBootstrap {
   private app?: object;
   private bodies?: JsonBodyReader;
   // Set once Nest has made them (onApplicationBootstrap), before the first request.
-  private keys!: ApiKeyGuard;
+  /** Nest's order: the global guard, then the controllers' (ApiKeyGuard). */
+  private guards: readonly CanActivate[] = [];
   private idempotency!: IdempotencyInterceptor;
   private responses!: RouterResponseController;
 
@@ -196,7 +199,7 @@ export class GatewayFastPath implements OnApplicationBootstrap {
         if (this.appConfig.getVersioning()) mismatches.push('versioning');
         if (mismatches.length > 0) throw new Error(mismatches.join('; '));
         const get = <T>(type: Type<T>): T => this.moduleRef.get(type, { strict: false });
-        this.keys = get(ApiKeyGuard);
+        this.guards = [this.bodyGuard, get(ApiKeyGuard)];
         this.idempotency = get(IdempotencyInterceptor);
         this.routes.set(path, {
           path,
@@ -205,6 +208,10 @@ export class GatewayFastPath implements OnApplicationBootstrap {
           instance: get(controller) as FastRoute['instance'],
           pipe,
           expressRoute: expressRoute!,
+          span: {
+            name: `request handler - ${path}`,
+            attributes: { 'http.route': path, 'express.name': path, 'express.type': 'request_handler' },
+          },
         });
       } catch (err) {
         // Served as it is declared, by Express and Nest, rather than without a part it was given.
@@ -290,8 +297,7 @@ export class GatewayFastPath implements OnApplicationBootstrap {
     (req as { route?: object }).route = route.expressRoute;
     setHttpRoute(route.path);
     this.calls.use(req, res, noop);
-    const attributes = { 'http.route': route.path, 'express.name': route.path, 'express.type': 'request_handler' };
-    await inSpan(`request handler - ${route.path}`, { attributes }, async (span) => {
+    await inSpan(route.span.name, route.span, async (span) => {
       await this.handle(route, req, res);
       // As Express's instrumentation ends it: when the answer is over (a stream's is sent after handle resolves).
       if (span) await new Promise<void>((done) => onceClosed(res, done));
@@ -302,7 +308,7 @@ export class GatewayFastPath implements OnApplicationBootstrap {
   private async handle(route: FastRoute, req: Request, res: ExpressResponse): Promise<void> {
     const context = new ExecutionContextHost([req, res, noop], route.controller, route.handler);
     try {
-      for (const guard of [this.bodyGuard, this.keys] as CanActivate[])
+      for (const guard of this.guards)
         if (!(await allowed(guard.canActivate(context)))) throw new ForbiddenException(FORBIDDEN_MESSAGE);
       res.status(OK);
       const handle = () => defer(() => from(this.invoke(route, req, res)));
@@ -347,18 +353,16 @@ export class GatewayFastPath implements OnApplicationBootstrap {
       return;
     }
     try {
-      res.statusCode = 500;
+      // The envelope of an error that is no HttpException: a 500.
+      const { status, body } = toOpenAiError(err);
+      res.statusCode = status;
       res.setHeader('content-type', 'application/json');
-      res.end(JSON.stringify(INTERNAL_ERROR));
+      res.end(JSON.stringify(body));
     } catch {
       res.destroy();
     }
   }
 }
-
-const INTERNAL_ERROR = {
-  error: { message: 'Internal server error', type: 'server_error', param: null, code: 'internal_error' },
-};
 
 /** A layer's own handler, under the wrapper OpenTelemetry's Express instrumentation puts around it (shimmer's). */
 function unwrapped(handle: LayerHandle): LayerHandle {
