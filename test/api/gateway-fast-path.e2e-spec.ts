@@ -7,7 +7,8 @@ import {
 } from '@nestjs/common';
 import { APP_INTERCEPTOR } from '@nestjs/core';
 import { randomUUID } from 'node:crypto';
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import { type IncomingMessage, request as httpRequest, type ServerResponse } from 'node:http';
+import { gzipSync } from 'node:zlib';
 import request from 'supertest';
 import { bearer, startApi, TENANT_A } from '../support/api-harness';
 import { type AppProcess, startAppProcess } from '../support/app-process';
@@ -151,6 +152,73 @@ describe('the gateway served without Express’s router', () => {
     expect(throughRouter).toEqual(routed.map(() => 'POST /v1/chat/completions/'));
   });
 
+  it('reads every kind of body as the body parser does, on both paths', async () => {
+    // Each body sent to both spellings with the same bytes and headers: the exact path reads the common kind itself
+    // (JSON in UTF-8 with a Content-Length) and leaves the rest to body-parser, the other goes through body-parser.
+    const ask = (text: string, lead = '') =>
+      Buffer.from(`${lead}${JSON.stringify({ model: 'gpt-test', messages: [{ role: 'user', content: text }] })}`);
+    const cases: {
+      name: string;
+      body: (text: string) => Buffer;
+      headers?: Record<string, string>;
+      chunked?: boolean;
+    }[] = [
+      { name: 'plain', body: (t) => ask(t) },
+      { name: 'a byte-order mark', body: (t) => Buffer.concat([Buffer.from([0xef, 0xbb, 0xbf]), ask(t)]) },
+      { name: 'leading whitespace', body: (t) => ask(t, ' \r\n\t') },
+      {
+        name: 'the type in capitals',
+        body: (t) => ask(t),
+        headers: { 'content-type': 'Application/JSON; Charset=UTF-8' },
+      },
+      { name: 'chunked', body: (t) => ask(t), chunked: true },
+      { name: 'gzip', body: (t) => gzipSync(ask(t)), headers: { 'content-encoding': 'gzip' } },
+      { name: 'latin1', body: (t) => ask(t), headers: { 'content-type': 'application/json; charset=latin1' } },
+      { name: 'a number', body: () => Buffer.from('5') },
+      { name: 'a string', body: () => Buffer.from(' "text"') },
+      { name: 'empty', body: () => Buffer.alloc(0) },
+      { name: 'whitespace only', body: () => Buffer.from('   ') },
+      { name: 'a byte-order mark only', body: () => Buffer.from([0xef, 0xbb, 0xbf]) },
+      { name: 'cut', body: (t) => ask(t).subarray(0, 30) },
+      { name: 'a name twice', body: () => Buffer.from('{"model":"gpt-test","model":"other","messages":[]}') },
+      { name: 'too deep', body: () => Buffer.from(`{"model":${'['.repeat(200)}${']'.repeat(200)}}`) },
+      {
+        name: 'invalid UTF-8',
+        body: () =>
+          Buffer.concat([Buffer.from('{"model":"gpt-test","x":"'), Buffer.from([0xff, 0xfe]), Buffer.from('"}')]),
+      },
+    ];
+    const upstreamCallsBefore = gateway.provider.requests.length;
+    let accepted = 0;
+    for (const { name, body, headers = {}, chunked = false } of cases) {
+      const answers = [];
+      for (const path of ['/v1/chat/completions', '/v1/chat/completions/']) {
+        const text = `${name} ${randomUUID()}`;
+        const answer = await rawPost(
+          `${gateway.apiUrl}${path}`,
+          body(text),
+          {
+            authorization: bearer(TENANT_A),
+            'content-type': 'application/json',
+            'idempotency-key': randomUUID(),
+            ...headers,
+          },
+          chunked,
+        );
+        const upstream = gateway.upstreamCalls(text).length;
+        answers.push({ status: answer.status, body: answer.status === 200 ? 'an answer' : answer.body, upstream });
+      }
+      expect({ name, fast: answers[0] }).toEqual({ name, fast: answers[1] });
+      if (answers[0].status === 200) {
+        accepted++;
+        expect(answers[0].upstream).toBe(1);
+      }
+    }
+    expect(accepted).toBe(6);
+    expect(gateway.provider.requests).toHaveLength(upstreamCallsBefore + 2 * accepted);
+    expect(throughRouter).toEqual(cases.map(() => 'POST /v1/chat/completions/'));
+  });
+
   it('counts both paths under the route’s label, and a refusal by its status', async () => {
     const [ok, bad] = [await routeCount('200'), await routeCount('401')];
     await post('/v1/chat/completions', { model: 'gpt-test', messages: [{ role: 'user', content: 'counted' }] });
@@ -266,6 +334,32 @@ describe('an app whose gateway routes have other parts than the fast path runs',
     }
   });
 });
+
+/** A POST of exactly these bytes: with a Content-Length, or chunked. */
+function rawPost(
+  url: string,
+  body: Buffer,
+  headers: Record<string, string>,
+  chunked: boolean,
+): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(
+      url,
+      { method: 'POST', headers: chunked ? headers : { ...headers, 'content-length': String(body.length) } },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('end', () => resolve({ status: res.statusCode!, body: Buffer.concat(chunks).toString('utf8') }));
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    if (chunked) {
+      req.write(body.subarray(0, 10));
+      req.end(body.subarray(10));
+    } else req.end(body);
+  });
+}
 
 /** Calls `seen` for each request that reaches Express's router past the fast path (a layer right behind it). */
 function recordRouted(app: INestApplication, seen: (request: string) => void): void {
