@@ -3,7 +3,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { LoggerModule } from 'nestjs-pino';
 import { destination, type LevelWithSilent } from 'pino';
-import { type HttpLogger, type Options as HttpLoggerOptions, pinoHttp } from 'pino-http';
+import type { Options as HttpLoggerOptions } from 'pino-http';
 import { answeredByServer } from './answered-by-server';
 import { redactedUrl } from './redacted-url';
 
@@ -21,14 +21,6 @@ export const LOG_FLUSH_MS = 50;
 
 const isProbe = (url: string | undefined): boolean =>
   url !== undefined && (url.startsWith('/health/') || url === '/metrics');
-
-/**
- * The access log's middleware (pino-http) of an app whose LoggingModule is
- * imported, for a route served without Express's router (the gateway's calls):
- * an instance of its own, with the same options and the same destination, so
- * its lines are those of every other route.
- */
-export const HTTP_ACCESS_LOG = Symbol('observability:http-access-log');
 
 /**
  * JSON logs through pino, one line per answer with a request id (taken from
@@ -56,10 +48,7 @@ export class LoggingModule {
       module: LoggingModule,
       global: true,
       imports: [LoggerModule.forRoot({ pinoHttp: [httpLogOptions(options), stream] })],
-      providers: [
-        { provide: HTTP_ACCESS_LOG, useFactory: (): HttpLogger => pinoHttp(httpLogOptions(options), stream) },
-      ],
-      exports: [LoggerModule, HTTP_ACCESS_LOG],
+      exports: [LoggerModule],
     };
   }
 }
@@ -85,13 +74,20 @@ function httpLogOptions(options: LoggingOptions): HttpLoggerOptions {
     // Authorization, the idempotency key, a cookie) and no body reaches a line, and nothing needs
     // redacting afterwards (pino's redaction, of paths these never hold, cost a tenth of a line).
     // Also what libs/http's own refusal lines (a 408 before any route) log as `req`.
+    // Given the request and the answer themselves, not pino-std-serializers' copies of them: those read every
+    // header, the query string (Express parses it for them) and the answer's headers, twice a request, for the
+    // three fields kept here. What they would have given these three is what is read, as they read it.
+    wrapSerializers: false,
     serializers: {
-      req: (req: { id: unknown; method: string; url: string }) => ({
+      req: (req: { id: unknown; method: string; url: string; originalUrl?: string }) => ({
         id: req.id,
         method: req.method,
-        url: redactedUrl(req.url),
+        url: redactedUrl(req.originalUrl || req.url),
       }),
-      res: (res: { statusCode: number }) => ({ statusCode: res.statusCode }),
+      // An answer logged before its head was sent (the caller went away first) has no status yet.
+      res: (res: { statusCode: number; headersSent?: boolean }) => ({
+        statusCode: res.headersSent ? res.statusCode : null,
+      }),
     },
   };
 }

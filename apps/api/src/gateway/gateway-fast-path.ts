@@ -1,7 +1,6 @@
 import {
   Body,
   ForbiddenException,
-  Inject,
   Injectable,
   Logger,
   type OnApplicationBootstrap,
@@ -24,13 +23,11 @@ import {
   IdempotencyInterceptor,
   type IdempotencyRequestContext,
 } from '@app/idempotency';
-import { HTTP_ACCESS_LOG, HttpMetricsMiddleware } from '@app/observability';
+import { HttpMetricsMiddleware } from '@app/observability';
 import { BodyRejectionGuard, type JsonBodyReader, RequestValidationPipe } from '@app/problem';
 import type { CanActivate } from '@nestjs/common';
 import { inSpan, setHttpRoute } from '@app/tracing';
 import type { NextFunction, Request, Response as ExpressResponse } from 'express';
-import { PARAMS_PROVIDER_TOKEN, type Params, PinoLogger } from 'nestjs-pino';
-import type { HttpLogger } from 'pino-http';
 import { Registry } from 'prom-client';
 import { defer, from, isObservable, lastValueFrom, type Observable } from 'rxjs';
 import { ApiKeyGuard } from '../auth/api-key.guard';
@@ -137,7 +134,8 @@ export class GatewayFastPath implements OnApplicationBootstrap {
   private readonly filter = new OpenAiErrorFilter();
   private readonly metrics: HttpMetricsMiddleware;
   private readonly calls: GatewayCallsMiddleware;
-  private readonly pino: PinoLogger;
+  /** nestjs-pino's two middleware as Nest made them: pino-http's access log, then the logger's request context. */
+  private requestLogging?: readonly [NestMiddlewareUse, NestMiddlewareUse];
   private app?: object;
   private bodies?: JsonBodyReader;
   // Set once Nest has made them (onApplicationBootstrap), before the first request.
@@ -150,15 +148,11 @@ export class GatewayFastPath implements OnApplicationBootstrap {
     private readonly moduleRef: ModuleRef,
     private readonly adapterHost: HttpAdapterHost,
     private readonly appConfig: ApplicationConfig,
-    @Inject(HTTP_ACCESS_LOG) private readonly accessLog: HttpLogger,
-    @Inject(PARAMS_PROVIDER_TOKEN) loggerParams: Params,
     registry: Registry,
     gatewayMetrics: GatewayMetrics,
   ) {
     this.metrics = new HttpMetricsMiddleware(registry);
     this.calls = new GatewayCallsMiddleware(gatewayMetrics);
-    // The logger's request context, as nestjs-pino's middleware makes it (PinoLogger itself is transient).
-    this.pino = new PinoLogger(loggerParams);
   }
 
   /**
@@ -250,7 +244,7 @@ export class GatewayFastPath implements OnApplicationBootstrap {
     const container = (this.app as { middlewareContainer?: NestMiddlewareContainer } | undefined)?.middlewareContainer;
     if (typeof container?.getConfigurations !== 'function') return [...found, "the app's Nest middleware is unknown"];
     let pino = 0;
-    for (const configurations of container.getConfigurations().values()) {
+    for (const [moduleKey, configurations] of container.getConfigurations()) {
       for (const { middleware, forRoutes } of configurations) {
         const routes = forRoutes
           .map((r) =>
@@ -261,8 +255,11 @@ export class GatewayFastPath implements OnApplicationBootstrap {
           .sort();
         if (!middleware.some((type) => NEST_MIDDLEWARE.has(type))) {
           // nestjs-pino's: its middleware and its context's, for every route, as LoggerModule configures them.
-          if (middleware.length === NESTJS_PINO_MIDDLEWARE && routes.join() === NESTJS_PINO_ROUTES) pino++;
-          else found.push(`Nest middleware ${middleware.map((m) => (m as { name?: string }).name).join(', ')}`);
+          if (middleware.length === NESTJS_PINO_MIDDLEWARE && routes.join() === NESTJS_PINO_ROUTES) {
+            pino++;
+            this.requestLogging ??= nestjsPinoMiddleware(container, moduleKey, middleware);
+            if (!this.requestLogging) found.push("nestjs-pino's middleware instances are unknown");
+          } else found.push(`Nest middleware ${middleware.map((m) => (m as { name?: string }).name).join(', ')}`);
           continue;
         }
         if (middleware.length !== 1) found.push('Nest middleware applied beside ours');
@@ -288,8 +285,16 @@ export class GatewayFastPath implements OnApplicationBootstrap {
   private async serve(route: FastRoute, req: Request, res: ExpressResponse): Promise<void> {
     // Express's order: the body parsers are mounted before Nest's middleware.
     await this.bodies!.read(req, res, route.path);
-    this.accessLog(req, res);
-    await this.pino.runInContext(() => this.run(route, req, res), { bindings: { req } });
+    // Nest's next middleware: nestjs-pino's pair, which call on at once, the rest of the request in the context.
+    const [accessLog, context] = this.requestLogging!;
+    let served: Promise<void> | undefined;
+    accessLog(req, res, () =>
+      context(req, res, () => {
+        served = this.run(route, req, res);
+      }),
+    );
+    if (served === undefined) throw new Error("nestjs-pino's middleware did not call on");
+    await served;
   }
 
   private async run(route: FastRoute, req: Request, res: ExpressResponse): Promise<void> {
@@ -308,8 +313,12 @@ export class GatewayFastPath implements OnApplicationBootstrap {
   private async handle(route: FastRoute, req: Request, res: ExpressResponse): Promise<void> {
     const context = new ExecutionContextHost([req, res, noop], route.controller, route.handler);
     try {
-      for (const guard of this.guards)
-        if (!(await allowed(guard.canActivate(context)))) throw new ForbiddenException(FORBIDDEN_MESSAGE);
+      for (const guard of this.guards) {
+        const answer = guard.canActivate(context);
+        // A guard's boolean is its answer; Nest awaits it all the same, which changes nothing but the CPU it takes.
+        if (!(typeof answer === 'boolean' ? answer : await allowed(answer)))
+          throw new ForbiddenException(FORBIDDEN_MESSAGE);
+      }
       res.status(OK);
       const handle = () => defer(() => from(this.invoke(route, req, res)));
       // An interceptor that emits nothing is an EmptyError here, as in Nest: the filter's to answer.
@@ -392,7 +401,25 @@ interface RouterLayer {
   };
 }
 
+type NestMiddlewareUse = (req: Request, res: ExpressResponse, next: () => void) => void;
+
+/** The `use` of each of nestjs-pino's middleware as Nest instantiated them for `moduleKey`, or undefined. */
+function nestjsPinoMiddleware(
+  container: NestMiddlewareContainer,
+  moduleKey: string,
+  middleware: readonly unknown[],
+): readonly [NestMiddlewareUse, NestMiddlewareUse] | undefined {
+  const instances = middleware.map(
+    (type) =>
+      container.getMiddlewareCollection?.(moduleKey)?.get(type)?.instance as { use?: NestMiddlewareUse } | undefined,
+  );
+  const uses = instances.map((instance) => instance?.use?.bind(instance));
+  const [accessLog, context] = uses;
+  return uses.length === 2 && accessLog && context ? [accessLog, context] : undefined;
+}
+
 interface NestMiddlewareContainer {
+  getMiddlewareCollection?(moduleKey: string): Map<unknown, { readonly instance?: unknown }> | undefined;
   getConfigurations(): Map<
     string,
     Set<{
