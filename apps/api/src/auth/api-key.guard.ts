@@ -52,6 +52,8 @@ export type Authentication = { readonly tenant: string } | { readonly refused: s
 export class ApiKeyGuard implements CanActivate {
   private readonly keys: readonly { digest: Buffer; tenant: string | undefined }[];
   private readonly tenants: ReadonlySet<string>;
+  /** Whether a route takes the internal key, by controller class and handler. */
+  private readonly internalKeyRoutes = new WeakMap<object, WeakMap<object, boolean>>();
   /** What each request's key matched, while the request lives. */
   private readonly matched = new WeakMap<
     IncomingMessage,
@@ -77,12 +79,25 @@ export class ApiKeyGuard implements CanActivate {
 
   canActivate(context: ExecutionContext): boolean {
     const req = context.switchToHttp().getRequest<Request>();
-    const internalKey =
-      this.reflector.getAllAndOverride(AcceptsInternalKey, [context.getHandler(), context.getClass()]) === true;
+    const internalKey = this.acceptsInternalKey(context.getClass(), context.getHandler());
     const auth = this.authenticate(req, { internalKey });
     if ('refused' in auth) throw unauthorized(auth.refused);
     setPrincipal(req, { tenant: auth.tenant });
     return true;
+  }
+
+  /** @AcceptsInternalKey() of the handler or its class: read from the metadata once per class and handler. */
+  private acceptsInternalKey(controller: object, handler: object): boolean {
+    let byHandler = this.internalKeyRoutes.get(controller);
+    if (!byHandler) this.internalKeyRoutes.set(controller, (byHandler = new WeakMap()));
+    let accepts = byHandler.get(handler);
+    if (accepts === undefined) {
+      accepts =
+        this.reflector.getAllAndOverride(AcceptsInternalKey, [handler as () => void, controller as () => void]) ===
+        true;
+      byHandler.set(handler, accepts);
+    }
+    return accepts;
   }
 
   /**
