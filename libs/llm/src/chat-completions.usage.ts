@@ -26,6 +26,11 @@ export function usageOf(eventOrJsonBody: string): TokenUsage | undefined {
   } catch {
     return undefined;
   }
+  return usageIn(parsed);
+}
+
+/** usageOf, for a chat completion or a response (or a stream's event) already parsed. */
+export function usageIn(parsed: unknown): TokenUsage | undefined {
   // Chat completions: `usage` with prompt/completion tokens. Responses: `usage` with input/output tokens, on the
   // response object, or on the `response` of a stream's terminal event.
   const container = parsed as { usage?: unknown; response?: { usage?: unknown } | null } | null;

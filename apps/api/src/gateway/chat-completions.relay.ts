@@ -17,6 +17,7 @@ import {
   UpstreamTimeoutError,
   UpstreamUnreachableError,
   isDoneEvent,
+  usageIn,
   usageOf,
   type TokenUsage,
   type UpstreamResponse,
@@ -214,6 +215,16 @@ function looksLikeJsonObject(contentType: string | undefined, body: Buffer): boo
 
 function isJsonSpace(byte: number): boolean {
   return byte === 0x20 || byte === 0x0a || byte === 0x0d || byte === 0x09;
+}
+
+/** A whole answer that looks like a JSON object, parsed (as UTF-8); undefined if it does not parse as one. */
+function parsedObject(body: Buffer): object | undefined {
+  try {
+    const parsed: unknown = JSON.parse(body.toString('utf8'));
+    return typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed) ? parsed : undefined;
+  } catch {
+    return undefined;
+  }
 }
 
 /** A response object's `id`, from the first bytes of one too large to parse whole: its first `"id"` member. */
@@ -598,9 +609,11 @@ export class ChatCompletionsRelay {
         upstreamHeader(call),
       );
     }
-    const responseId = api.responseIdOf?.(bytes);
+    // Parsed once, for what the gateway reads of it; one that does not parse (a raw NUL) is relayed all the same.
+    const answer = parsedObject(bytes);
+    const responseId = answer === undefined ? undefined : api.responseIdOf?.(answer);
     if (responseId !== undefined) await this.rememberResponse(responseId, call);
-    this.countUsage(call, usageOf(bytes.toString('utf8')));
+    this.countUsage(call, usageIn(answer));
     end();
     call.answered = true;
     this.metrics.call(keyed ? 'new' : 'forwarded');

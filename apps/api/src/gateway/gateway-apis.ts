@@ -22,8 +22,8 @@ export interface GatewayApi {
   readonly path: UpstreamPath;
   /** Reads one event of a stream (its exact text). */
   readonly readEvent: (event: string) => StreamEventRead;
-  /** The response id of a whole answer, for an API whose answers have one to look up later (Responses). */
-  readonly responseIdOf?: (body: Buffer) => string | undefined;
+  /** The response id of a whole answer (parsed), for an API whose answers have one to look up later (Responses). */
+  readonly responseIdOf?: (answer: object) => string | undefined;
   /** What a stream that ended without its end lacked, for the error its callers get. */
   readonly unfinished: string;
 }
@@ -58,13 +58,9 @@ export const CHAT_COMPLETIONS_API: GatewayApi = {
 export const RESPONSES_API: GatewayApi = {
   path: 'responses',
   readEvent: responsesEventOf,
-  responseIdOf: (body) => {
-    try {
-      const id = (JSON.parse(body.toString('utf8')) as { id?: unknown } | null)?.id;
-      return typeof id === 'string' ? id : undefined;
-    } catch {
-      return undefined;
-    }
+  responseIdOf: (answer) => {
+    const id = (answer as { id?: unknown }).id;
+    return typeof id === 'string' ? id : undefined;
   },
   unfinished: 'response.completed or response.incomplete',
 };
