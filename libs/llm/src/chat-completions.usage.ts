@@ -17,7 +17,7 @@ const HAS_USAGE = /"usage"\s*:\s*\{/;
  * Undefined when there are none, or they are not non-negative integers.
  */
 export function usageOf(eventOrJsonBody: string): TokenUsage | undefined {
-  if (!HAS_USAGE.test(eventOrJsonBody)) return undefined;
+  if (!mayHoldUsage(eventOrJsonBody)) return undefined;
   const json = /^\s*\{/.test(eventOrJsonBody) ? eventOrJsonBody : sseDataOf(eventOrJsonBody);
   if (json === undefined) return undefined;
   let parsed: unknown;
@@ -27,6 +27,11 @@ export function usageOf(eventOrJsonBody: string): TokenUsage | undefined {
     return undefined;
   }
   return usageIn(parsed);
+}
+
+/** Whether the text has `"usage":{` in it: without it, usageOf is undefined and nothing needs parsing. */
+export function mayHoldUsage(text: string): boolean {
+  return HAS_USAGE.test(text);
 }
 
 /** usageOf, for a chat completion or a response (or a stream's event) already parsed. */

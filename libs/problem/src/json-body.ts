@@ -142,7 +142,7 @@ const DIGITS = /^\d{1,15}$/;
  * to come. Anything else (a gzip body, a charset to refuse, an empty body,
  * another type, a request already over) goes to body-parser itself.
  */
-function plainJsonLength(req: IncomingMessage): number | undefined {
+export function plainJsonLength(req: IncomingMessage): number | undefined {
   const { headers } = req;
   if (headers['content-encoding'] !== undefined || headers['transfer-encoding'] !== undefined) return undefined;
   const type = headers['content-type'];
@@ -152,11 +152,16 @@ function plainJsonLength(req: IncomingMessage): number | undefined {
   // on-finished's test, as body-parser makes it: a body already read (or a socket already shut) is not read again.
   if (!req.socket?.readable || (req.complete && !req.readable) || (req as { upgrade?: boolean }).upgrade)
     return undefined;
+  // raw-body's own refusal of a stream it cannot read (a 500) is body-parser's to give.
+  if (!req.readable || req.destroyed) return undefined;
   const length = Number(declared);
   return length > 0 ? length : undefined;
 }
 
-/** The errors body-parser gives a body it reads the plain way (their `type` is what bodyParserErrorHandler reads). */
+/**
+ * The errors body-parser gives a body it reads the plain way: the same `type` and status, which are all
+ * bodyParserErrorHandler reads (their messages and other properties are not body-parser's).
+ */
 const bodyError = (type: string, status: number, message: string): Error =>
   Object.assign(new Error(message), { type, status, statusCode: status, expose: true });
 
@@ -181,6 +186,7 @@ function readPlainJson(
     req.off('end', onEnd);
     req.off('error', onError);
     req.off('aborted', onAborted);
+    req.off('close', onAborted);
   };
   const onData = (chunk: Buffer): void => {
     received += chunk.length;
@@ -227,6 +233,8 @@ function readPlainJson(
   req.on('end', onEnd);
   req.on('error', onError);
   req.on('aborted', onAborted);
+  // Closed before its end without either of those (destroyed here): raw-body would wait for ever; this refuses it.
+  req.on('close', onAborted);
 }
 
 const hasByteOrderMark = (buf: Buffer): boolean =>

@@ -17,6 +17,7 @@ import {
   UpstreamTimeoutError,
   UpstreamUnreachableError,
   isDoneEvent,
+  mayHoldUsage,
   usageIn,
   usageOf,
   type TokenUsage,
@@ -217,10 +218,10 @@ function isJsonSpace(byte: number): boolean {
   return byte === 0x20 || byte === 0x0a || byte === 0x0d || byte === 0x09;
 }
 
-/** A whole answer that looks like a JSON object, parsed (as UTF-8); undefined if it does not parse as one. */
-function parsedObject(body: Buffer): object | undefined {
+/** A whole answer that looks like a JSON object, parsed; undefined if it does not parse as one. */
+function parsedObject(text: string): object | undefined {
   try {
-    const parsed: unknown = JSON.parse(body.toString('utf8'));
+    const parsed: unknown = JSON.parse(text);
     return typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed) ? parsed : undefined;
   } catch {
     return undefined;
@@ -609,8 +610,10 @@ export class ChatCompletionsRelay {
         upstreamHeader(call),
       );
     }
-    // Parsed once, for what the gateway reads of it; one that does not parse (a raw NUL) is relayed all the same.
-    const answer = parsedObject(bytes);
+    // Parsed once, for what the gateway reads of it (and only if there is something to read); one that does not
+    // parse (a raw NUL) is relayed all the same.
+    const text = bytes.toString('utf8');
+    const answer = api.responseIdOf !== undefined || mayHoldUsage(text) ? parsedObject(text) : undefined;
     const responseId = answer === undefined ? undefined : api.responseIdOf?.(answer);
     if (responseId !== undefined) await this.rememberResponse(responseId, call);
     this.countUsage(call, usageIn(answer));

@@ -288,12 +288,15 @@ export class GatewayFastPath implements OnApplicationBootstrap {
     // Nest's next middleware: nestjs-pino's pair, which call on at once, the rest of the request in the context.
     const [accessLog, context] = this.requestLogging!;
     let served: Promise<void> | undefined;
+    let late = false;
     accessLog(req, res, () =>
       context(req, res, () => {
-        served = this.run(route, req, res);
+        // A call on after the 500 below would run the handler for an answered request.
+        if (!late) served = this.run(route, req, res);
       }),
     );
-    if (served === undefined) throw new Error("nestjs-pino's middleware did not call on");
+    late = true;
+    if (served === undefined) throw new Error("nestjs-pino's middleware did not call on at once");
     await served;
   }
 
@@ -409,17 +412,23 @@ function nestjsPinoMiddleware(
   moduleKey: string,
   middleware: readonly unknown[],
 ): readonly [NestMiddlewareUse, NestMiddlewareUse] | undefined {
-  const instances = middleware.map(
-    (type) =>
-      container.getMiddlewareCollection?.(moduleKey)?.get(type)?.instance as { use?: NestMiddlewareUse } | undefined,
-  );
+  // As Nest binds them: one instance for every request (not request-scoped or transient).
+  const instances = middleware.map((type) => {
+    const wrapper = container.getMiddlewareCollection?.(moduleKey)?.get(type);
+    const shared = wrapper?.isDependencyTreeStatic?.() === true && wrapper.isTransient !== true;
+    return shared ? (wrapper.instance as { use?: NestMiddlewareUse } | undefined) : undefined;
+  });
   const uses = instances.map((instance) => instance?.use?.bind(instance));
   const [accessLog, context] = uses;
   return uses.length === 2 && accessLog && context ? [accessLog, context] : undefined;
 }
 
 interface NestMiddlewareContainer {
-  getMiddlewareCollection?(moduleKey: string): Map<unknown, { readonly instance?: unknown }> | undefined;
+  getMiddlewareCollection?(
+    moduleKey: string,
+  ):
+    | Map<unknown, { readonly instance?: unknown; readonly isTransient?: boolean; isDependencyTreeStatic?(): boolean }>
+    | undefined;
   getConfigurations(): Map<
     string,
     Set<{
