@@ -99,7 +99,7 @@ describe('useJsonBody: the reader', () => {
   });
 
   it('leaves every other body to body-parser, with the same result', async () => {
-    for (const headers of [
+    for (const headers of <Record<string, string>[]>[
       { 'content-type': 'application/json; charset="utf-8"' },
       { 'content-type': 'application/vnd.api+json' },
       { 'content-encoding': 'identity' },
