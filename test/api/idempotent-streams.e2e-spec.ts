@@ -163,6 +163,46 @@ describe('@Idempotent() on a route that returns a StreamedAnswer', () => {
     expect(frames.runs).toBe(runs + 1);
   });
 
+  it('writes the frames that come with the end in the completion itself: one write, not an append and then it', async () => {
+    const log = api.app.get<IdempotencyStore>(IdempotencyStore).frames!;
+    const k = key();
+    const appended: string[][] = [];
+    const completedWith: string[][] = [];
+    const text = (frames: readonly (Uint8Array | string)[] | undefined) =>
+      (frames ?? []).map((f) => Buffer.from(f).toString('utf8'));
+    const { append, complete } = log;
+    log.append = (...args) => {
+      if (args[0].endsWith(k)) appended.push(text(args[2]));
+      return append.apply(log, args);
+    };
+    log.complete = (...args) => {
+      if (args[0].endsWith(k)) completedWith.push(text(args[4]));
+      return complete.apply(log, args);
+    };
+    try {
+      frames.hold();
+      const runs = frames.runs;
+      const first = post({ count: 6, holdAt: 3 }, k).then((r) => r.text());
+      // Frames 0-2 come, then the handler holds: they are appended, for whoever attaches meanwhile.
+      await eventually(() => (appended.flat().length === 3 ? true : undefined));
+      // Frames 3-5 and the end come in one turn: they go with the completion.
+      frames.go();
+      const all = lines(6, runs + 1).split(/(?<=\n)/);
+      expect(await first).toBe(all.join(''));
+      expect({ appended: appended.flat(), completedWith }).toEqual({
+        appended: all.slice(0, 3),
+        completedWith: [all.slice(3)],
+      });
+      const again = await post({ count: 6, holdAt: 3 }, k);
+      expect(again.headers.get('idempotent-replayed')).toBe('true');
+      expect(await again.text()).toBe(all.join(''));
+      expect(frames.runs).toBe(runs + 1);
+    } finally {
+      log.append = append;
+      log.complete = complete;
+    }
+  });
+
   it('cuts the stream of a broken answer (no error format of its own), stores nothing and frees the key', async () => {
     const k = key();
     const released = await metricValue(api.server, 'idempotency_requests_total', { outcome: 'released' });

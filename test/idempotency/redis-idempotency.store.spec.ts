@@ -68,12 +68,19 @@ describe('RedisIdempotencyStore on Redis', () => {
     await store.claim(key, 'tok', 'fp', 30_000);
     await store.frames.begin(key, 'tok', { status: 200, headers: {} });
     await store.frames.append(key, 'tok', [Buffer.from('data: 1\n\n')]);
-    await expect(store.frames.complete(key, 'tok', 'fp', 60_000)).resolves.toBe(true);
+    // With its last frames: sent again, it appends them no second time.
+    const last = [Buffer.from('data: 2\n\n'), Buffer.from('data: [DONE]\n\n')];
+    await expect(store.frames.complete(key, 'tok', 'fp', 60_000, last)).resolves.toBe(true);
     const stored = await redis.hgetall(`idem:${key}`);
-    await expect(store.frames.complete(key, 'tok', 'fp', 60_000)).resolves.toBe(true);
+    await expect(store.frames.complete(key, 'tok', 'fp', 60_000, last)).resolves.toBe(true);
     expect(await redis.hgetall(`idem:${key}`)).toEqual(stored);
     const entries = await redis.xrange(stored.frames, '-', '+');
     expect(entries.filter(([, fields]) => fields[0] === 'e')).toHaveLength(1);
+    expect(entries.filter(([, fields]) => fields[0] === 'd').map(([, fields]) => fields[1])).toEqual([
+      'data: 1\n\n',
+      'data: 2\n\n',
+      'data: [DONE]\n\n',
+    ]);
     await expect(store.frames.complete(key, 'other', 'fp', 60_000)).resolves.toBe(false);
     await store.close();
   });

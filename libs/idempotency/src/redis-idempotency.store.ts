@@ -149,6 +149,7 @@ const COMPLETE_FRAMES = new RedisScript(
   'idempotency-frames-complete',
   `${alreadyCompleted(['fp', 'frames'], ['ARGV[2]', 'KEYS[2]'])}
 if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+for i = 4, #ARGV do redis.call('XADD', KEYS[2], '*', 'd', ARGV[i]) end
 local head = cjson.decode(redis.call('HGET', KEYS[1], 'head') or '{}')
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'state', 'completed', 'fp', ARGV[2], 'status', head.status or 200,
@@ -448,13 +449,19 @@ export class RedisFrameLog implements IdempotencyFrameLog {
     return (await APPEND_FRAMES.run<number>(this.redis, [r, this.framesKey(r, token)], [token, ...data])) === 1;
   }
 
-  async complete(key: string, token: string, fingerprint: string, resultTtlMs: number): Promise<boolean> {
+  async complete(
+    key: string,
+    token: string,
+    fingerprint: string,
+    resultTtlMs: number,
+    frames: readonly (Uint8Array | string)[] = [],
+  ): Promise<boolean> {
     const r = this.recordKey(key);
     const ok = await stored(
       COMPLETE_FRAMES.runDurably<number>(
         this.redis,
         [r, this.framesKey(r, token)],
-        [token, fingerprint, resultTtlMs],
+        [token, fingerprint, resultTtlMs, ...frames.map(bytesOf)],
         this.durability,
       ),
       this.logger,

@@ -10,11 +10,15 @@ import { pickHeaders } from './settle-decision';
 import { FrameChannel, framesAsBytes, framesResponse, onceClosed, type StreamedAnswer } from './streamed-answer';
 
 /**
- * A streamed answer: each frame goes to the caller and to the store as it
- * comes (appends batched, one in flight at a time, so the store never
- * holds the answer back), and the record is complete, or freed, before the
- * caller's stream ends. The frames are read here, not by the caller: one
- * who goes away stops nothing, and the answer is stored for its retry.
+ * A streamed answer: each frame goes to the caller at once and to the store
+ * soon after (appends batched by event-loop turn, one in flight at a time,
+ * so the store never holds the answer back), and the record is complete, or
+ * freed, before the caller's stream ends. The frames that came after the
+ * last append are written with the completion, in the same round trip: the
+ * end of a keyed stream waits for that one write (and for an append still
+ * in flight), not for an append and then the completion. The frames are
+ * read here, not by the caller: one who goes away stops nothing, and the
+ * answer is stored for its retry.
  */
 export class StreamRecorder {
   private readonly logger = new Logger('IdempotencyInterceptor');
@@ -47,6 +51,9 @@ export class StreamRecorder {
     let settled = false;
     let pending: Buffer[] = [];
     let inFlight: Promise<void> | undefined;
+    let flushQueued = false;
+    // The frames have ended: no batch starts any more, what is pending goes with the completion (or nowhere).
+    let closing = false;
     let began: Promise<boolean> | undefined;
     let beginFailed = false;
     let releasing: Promise<void> | undefined;
@@ -66,7 +73,7 @@ export class StreamRecorder {
       return releasing ?? Promise.resolve();
     };
     const flush = (): void => {
-      if (!storing || inFlight || pending.length === 0 || !log) return;
+      if (closing || !storing || inFlight || pending.length === 0 || !log) return;
       const batch = pending;
       pending = [];
       inFlight = (async () => {
@@ -85,6 +92,16 @@ export class StreamRecorder {
           flush();
         }
       })();
+    };
+    // After this turn's frames: the frames of one chunk go in one append, and a stream's last frame, whose end comes
+    // in the same turn, is left to the completion.
+    const flushSoon = (): void => {
+      if (flushQueued) return;
+      flushQueued = true;
+      setImmediate(() => {
+        flushQueued = false;
+        flush();
+      });
     };
     const drained = async (): Promise<void> => {
       while (inFlight) await inFlight;
@@ -129,7 +146,7 @@ export class StreamRecorder {
               void stopStoring(`a streamed answer exceeds ${settings.maxStoredBodyBytes} bytes`);
             } else {
               pending.push(frame);
-              flush();
+              flushSoon();
             }
           }
           await channel.push(frame);
@@ -139,13 +156,20 @@ export class StreamRecorder {
       } catch (err) {
         broken = err ?? new Error('the stream broke');
       }
+      // Whole: what is pending goes with the completion. Broken: what came before the break still reaches followers,
+      // ahead of the end that frees the key.
+      if (broken === undefined) closing = true;
+      else flush();
       lease.stop();
       await drained();
+      closing = true;
       await releasing;
       if (broken === undefined && storing && log && (await began)) {
         try {
           settled = true;
-          const ours = await log.complete(ctx.operation, attempt.token, ctx.fingerprint, settings.resultTtlMs);
+          const last = pending;
+          pending = [];
+          const ours = await log.complete(ctx.operation, attempt.token, ctx.fingerprint, settings.resultTtlMs, last);
           if (!ours) lease.refused('finalise refused');
         } catch (err) {
           this.metrics.count('store_unavailable');

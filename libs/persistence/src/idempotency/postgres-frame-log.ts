@@ -29,13 +29,20 @@ export class PostgresFrameLog implements IdempotencyFrameLog {
 
   async append(key: string, token: string, frames: readonly (Uint8Array | string)[]): Promise<boolean> {
     if (frames.length === 0) return true;
-    const stored = frames.map((frame) => textBody(frame));
-    const params = [key, token, stored.map((f) => f.text), stored.map((f) => f.bytes)];
-    return (await this.query(IdempotencySql.append, params)).length === 1;
+    const [texts, bytes] = columnsOf(frames);
+    return (await this.query(IdempotencySql.append, [key, token, texts, bytes])).length === 1;
   }
 
-  async complete(key: string, token: string, fingerprint: string, resultTtlMs: number): Promise<boolean> {
-    return (await this.query(IdempotencySql.completeFrames, [key, token, fingerprint, resultTtlMs])).length === 1;
+  async complete(
+    key: string,
+    token: string,
+    fingerprint: string,
+    resultTtlMs: number,
+    frames: readonly (Uint8Array | string)[] = [],
+  ): Promise<boolean> {
+    const [texts, bytes] = columnsOf(frames);
+    const params = [key, token, fingerprint, resultTtlMs, texts, bytes];
+    return (await this.query(IdempotencySql.completeFrames, params)).length === 1;
   }
 
   /*
@@ -83,4 +90,10 @@ export class PostgresFrameLog implements IdempotencyFrameLog {
       news.unsubscribe();
     }
   }
+}
+
+/** Frames as the statements take them: each as text (UTF-8 without NUL) or as bytes, null in the other column. */
+function columnsOf(frames: readonly (Uint8Array | string)[]): [(string | null)[], (Buffer | null)[]] {
+  const stored = frames.map((frame) => textBody(frame));
+  return [stored.map((f) => f.text), stored.map((f) => f.bytes)];
 }

@@ -216,14 +216,22 @@ WITH taken AS (
 )
 SELECT pg_notify('${IDEMPOTENCY_FRAMES_CHANNEL}', attempt::text) FROM taken`,
 
-  /** A streamed answer completes: the record names its log. $1 key, $2 token, $3 fingerprint, $4 result TTL in ms. */
+  /**
+   * A streamed answer completes, its last frames appended with the end: the record names its log. $1 key, $2 token,
+   * $3 fingerprint, $4 result TTL in ms, $5 and $6 the last frames as `append` takes them (empty arrays for none).
+   */
   completeFrames: `
 WITH done AS (
   UPDATE idempotency_keys SET state = 'completed', token = NULL, fingerprint = $3,
     status = COALESCE((head->>'status')::integer, 200), headers = COALESCE(head->'headers', '{}'::jsonb), body = '', body_bytes = NULL,
-    streamed = true, locked_until = NULL, expires_at = now() + $4::float8 * interval '1 millisecond', next_seq = next_seq + 1
+    streamed = true, locked_until = NULL, expires_at = now() + $4::float8 * interval '1 millisecond',
+    next_seq = next_seq + cardinality($5::text[]) + 1
   WHERE ${OURS}
-  RETURNING attempt, next_seq - 1 AS seq, expires_at
+  RETURNING attempt, next_seq - cardinality($5::text[]) - 1 AS first, next_seq - 1 AS seq, expires_at
+), appended AS (
+  INSERT INTO idempotency_frames (attempt, seq, kind, data, data_bytes)
+  SELECT done.attempt, done.first + f.i - 1, 'frame', f.data, f.bytes
+  FROM done, unnest($5::text[], $6::bytea[]) WITH ORDINALITY AS f(data, bytes, i)
 ), logged AS (
   INSERT INTO idempotency_frames (attempt, seq, kind, data, expires_at)
   SELECT attempt, 0, 'open', NULL, expires_at FROM done
