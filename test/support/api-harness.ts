@@ -1,6 +1,7 @@
 import type { DynamicModule, ModuleMetadata, Type } from '@nestjs/common';
 import { ExpressAdapter, type NestExpressApplication } from '@nestjs/platform-express';
 import { Test, type TestingModuleBuilder } from '@nestjs/testing';
+import { useExpressPrototypes } from '@app/http';
 import { DirectAnswerExpressAdapter } from '@app/idempotency';
 import { REDIS_CLIENT, type RedisClient } from '@app/redis';
 import type { Redis } from 'ioredis';
@@ -56,7 +57,9 @@ export async function startApi(options: ApiHarnessOptions = {}): Promise<ApiHarn
   const moduleRef = await builder.compile();
   // The adapter main.ts gives the api: replays are written straight to the response.
   const adapter = options.nestAdapter ? new ExpressAdapter() : new DirectAnswerExpressAdapter();
+  // As createHttpApp makes main.ts's app: these options, the server making requests with Express's prototypes.
   const app = moduleRef.createNestApplication<NestExpressApplication>(adapter, { bodyParser: false, bufferLogs: true });
+  if (!useExpressPrototypes(app)) throw new Error("the api's server could not make requests with Express's prototypes");
   configureApiApp(app);
   await app.init();
   return {

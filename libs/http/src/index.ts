@@ -1,4 +1,5 @@
 export * from './create-http-app';
+export * from './express-prototypes';
 export * from './http-server.settings';
 export * from './http-server';
 export * from './process-warnings';
