@@ -11,7 +11,7 @@ const MIN_LENGTH = 16;
 const MAX_LENGTH = 128;
 
 /**
- * The key from the Idempotency-Key header values (Node's `headersDistinct`),
+ * The key from the Idempotency-Key header's values, each line as sent,
  * or undefined when there is none. Accepts a bare token and the Structured
  * Field string form of the IETF draft (`"..."`, with `\"` and `\\` escapes),
  * both normalised to the same value. `header` names it in the messages (an

@@ -1,7 +1,7 @@
 import { CallHandler, ExecutionContext, Inject, Injectable, Logger, NestInterceptor } from '@nestjs/common';
 import { HttpAdapterHost, ModuleRef, Reflector } from '@nestjs/core';
 import { isRejectedByPipes } from '@nestjs/core/internal';
-import { rawBodyOf } from '@app/problem';
+import { headerValues, rawBodyOf } from '@app/problem';
 import type { Request, Response as ExpressResponse } from 'express';
 import { createHash, randomUUID } from 'node:crypto';
 import { from, lastValueFrom, map, Observable, of } from 'rxjs';
@@ -112,9 +112,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
     let key: string | undefined;
     let runScope: string | undefined;
     try {
-      key = parseIdempotencyKey(req.headersDistinct[IDEMPOTENCY_KEY_HEADER]);
+      key = parseIdempotencyKey(headerValues(req, IDEMPOTENCY_KEY_HEADER));
       if (settings.acceptsRunScope) {
-        runScope = parseIdempotencyKey(req.headersDistinct[IDEMPOTENCY_SCOPE_HEADER], 'Idempotency-Scope');
+        runScope = parseIdempotencyKey(headerValues(req, IDEMPOTENCY_SCOPE_HEADER), 'Idempotency-Scope');
         if (runScope !== undefined && key !== undefined)
           throw new IdempotencyKeyInvalidException(
             'Send Idempotency-Key or Idempotency-Scope, not both: a scope names a run, a key one operation.',

@@ -9,3 +9,4 @@ export * from './body-rejection';
 export * from './json-body';
 export * from './api-problem-response';
 export * from './storable-text.validator';
+export * from './request-headers';

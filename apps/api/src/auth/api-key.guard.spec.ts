@@ -12,12 +12,12 @@ const guard = new ApiKeyGuard(
   INTERNAL,
 );
 
-/** A request as Node hands it over: repeated headers as several values. */
+/** A request as Node hands it over: its headers as sent, a repeated one as several lines, names in any case. */
 function request(headers: Readonly<Record<string, string | readonly string[]>>): IncomingMessage {
-  const distinct = Object.fromEntries(
-    Object.entries(headers).map(([name, value]) => [name.toLowerCase(), typeof value === 'string' ? [value] : value]),
+  const rawHeaders = Object.entries(headers).flatMap(([name, value]) =>
+    (typeof value === 'string' ? [value] : value).flatMap((v) => [name, v]),
   );
-  return { headersDistinct: distinct } as unknown as IncomingMessage;
+  return { rawHeaders } as unknown as IncomingMessage;
 }
 
 const bearer = (key: string) => `Bearer ${key}`;

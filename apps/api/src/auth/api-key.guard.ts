@@ -1,6 +1,6 @@
 import { CanActivate, ExecutionContext, HttpStatus, Inject, Injectable, Optional } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
-import { ProblemException, ProblemTypes } from '@app/problem';
+import { headerValues, ProblemException, ProblemTypes } from '@app/problem';
 import type { Request } from 'express';
 import { hash, timingSafeEqual } from 'node:crypto';
 import type { IncomingMessage } from 'node:http';
@@ -21,6 +21,14 @@ export const X_TENANT = 'x-tenant';
  * that (a refund or a run started for any tenant would be its misuse).
  */
 export const AcceptsInternalKey = Reflector.createDecorator<void, true>({ transform: () => true });
+
+/** What a request's key matched, and by which guard, kept on the request while it lives (ApiKeyGuard.matchOnce). */
+const MATCHED = Symbol('api-key:matched');
+interface Matched {
+  readonly guard: object;
+  readonly presented: string;
+  readonly match: { tenant: string | undefined } | undefined;
+}
 
 // One-shot hash(): half the CPU of createHash().update().digest() for a key's few bytes.
 const digest = (value: string): Buffer => hash('sha256', value, 'buffer');
@@ -54,11 +62,6 @@ export class ApiKeyGuard implements CanActivate {
   private readonly tenants: ReadonlySet<string>;
   /** Whether a route takes the internal key, by controller class and handler. */
   private readonly internalKeyRoutes = new WeakMap<object, WeakMap<object, boolean>>();
-  /** What each request's key matched, while the request lives. */
-  private readonly matched = new WeakMap<
-    IncomingMessage,
-    { presented: string; match: { tenant: string | undefined } | undefined }
-  >();
 
   constructor(
     private readonly reflector: Reflector,
@@ -114,7 +117,7 @@ export class ApiKeyGuard implements CanActivate {
     const presented = bearerToken(req);
     if (presented === undefined) return { refused: 'Send one Authorization: Bearer <api key> header.' };
     const match = this.matchOnce(req, presented);
-    const claimed = req.headersDistinct[X_TENANT];
+    const claimed = headerValues(req, X_TENANT);
     if (match === undefined) return { refused: 'The API key is not valid.' };
     if (match.tenant !== undefined) {
       return claimed === undefined
@@ -134,10 +137,13 @@ export class ApiKeyGuard implements CanActivate {
    * applies) and again by the guard, and the key's digest and comparisons are most of what either costs.
    */
   private matchOnce(req: IncomingMessage, presented: string): { tenant: string | undefined } | undefined {
-    const known = this.matched.get(req);
-    if (known !== undefined && known.presented === presented) return known.match;
+    const request = req as IncomingMessage & { [MATCHED]?: Matched };
+    const known = request[MATCHED];
+    // This guard's own: another guard instance (another key set, a test's) matches for itself.
+    if (known !== undefined && known.guard === this && known.presented === presented) return known.match;
     const match = this.match(presented);
-    this.matched.set(req, { presented, match });
+    // On the request, not in a WeakMap keyed by it: a WeakMap entry a request costs more than the lookup saves.
+    request[MATCHED] = { guard: this, presented, match };
     return match;
   }
 
@@ -158,8 +164,8 @@ export class ApiKeyGuard implements CanActivate {
  * the first of several in `req.headers`, while a proxy in front may have read
  * another, so two are refused rather than one of them believed.
  */
-export function bearerToken(req: IncomingMessage): string | undefined {
-  const values = req.headersDistinct.authorization;
+export function bearerToken(req: Pick<IncomingMessage, 'rawHeaders'>): string | undefined {
+  const values = headerValues(req, 'authorization');
   if (values?.length !== 1) return undefined;
   const match = /^Bearer[ ]+(\S+)\s*$/i.exec(values[0]);
   return match?.[1];
