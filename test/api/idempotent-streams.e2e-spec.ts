@@ -170,14 +170,15 @@ describe('@Idempotent() on a route that returns a StreamedAnswer', () => {
     const completedWith: string[][] = [];
     const text = (frames: readonly (Uint8Array | string)[] | undefined) =>
       (frames ?? []).map((f) => Buffer.from(f).toString('utf8'));
-    const { append, complete } = log;
+    const { append, completeWith } = log;
+    if (!completeWith) throw new Error('the api store completes with frames');
     log.append = (...args) => {
       if (args[0].endsWith(k)) appended.push(text(args[2]));
       return append.apply(log, args);
     };
-    log.complete = (...args) => {
+    log.completeWith = (...args) => {
       if (args[0].endsWith(k)) completedWith.push(text(args[4]));
-      return complete.apply(log, args);
+      return completeWith.apply(log, args);
     };
     try {
       frames.hold();
@@ -199,8 +200,30 @@ describe('@Idempotent() on a route that returns a StreamedAnswer', () => {
       expect(frames.runs).toBe(runs + 1);
     } finally {
       log.append = append;
-      log.complete = complete;
+      log.completeWith = completeWith;
     }
+  });
+
+  it('appends what came before a break for a duplicate attached to the stream, before the key is freed', async () => {
+    const k = key();
+    frames.hold();
+    const runs = frames.runs;
+    // Frames 0-2, then held; on go, frame 3 and the break come in one turn.
+    const first = post({ count: 6, holdAt: 3, breakAt: 4 }, k);
+    const entries = async () => {
+      const token = await redis.hget(record(k), 'token');
+      return token === null ? 0 : redis.xlen(`{${record(k)}}:f:${token}`);
+    };
+    // The head and frames 0-2 are in the log: a duplicate now attaches to the running stream.
+    await eventually(async () => ((await entries()) >= 4 ? true : undefined));
+    const attached = await post({ count: 6, holdAt: 3, breakAt: 4 }, k);
+    expect(attached.headers.get('idempotent-replayed')).toBe('true');
+    frames.go();
+    await expect((await first).text()).rejects.toThrow();
+    // Frame 3 was still to be appended when the stream broke: it reaches the attached caller all the same.
+    expect(await attached.text()).toBe(lines(4, runs + 1));
+    expect(frames.runs).toBe(runs + 1);
+    await expect(redis.exists(record(k))).resolves.toBe(0);
   });
 
   it('cuts the stream of a broken answer (no error format of its own), stores nothing and frees the key', async () => {

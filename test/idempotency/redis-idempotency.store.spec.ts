@@ -70,9 +70,9 @@ describe('RedisIdempotencyStore on Redis', () => {
     await store.frames.append(key, 'tok', [Buffer.from('data: 1\n\n')]);
     // With its last frames: sent again, it appends them no second time.
     const last = [Buffer.from('data: 2\n\n'), Buffer.from('data: [DONE]\n\n')];
-    await expect(store.frames.complete(key, 'tok', 'fp', 60_000, last)).resolves.toBe(true);
+    await expect(store.frames.completeWith(key, 'tok', 'fp', 60_000, last)).resolves.toBe(true);
     const stored = await redis.hgetall(`idem:${key}`);
-    await expect(store.frames.complete(key, 'tok', 'fp', 60_000, last)).resolves.toBe(true);
+    await expect(store.frames.completeWith(key, 'tok', 'fp', 60_000, last)).resolves.toBe(true);
     expect(await redis.hgetall(`idem:${key}`)).toEqual(stored);
     const entries = await redis.xrange(stored.frames, '-', '+');
     expect(entries.filter(([, fields]) => fields[0] === 'e')).toHaveLength(1);

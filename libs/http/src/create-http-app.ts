@@ -1,4 +1,4 @@
-import type { DynamicModule, Type } from '@nestjs/common';
+import { type DynamicModule, Logger, type Type } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import type { ExpressAdapter, NestExpressApplication } from '@nestjs/platform-express';
 import { useExpressPrototypes } from './express-prototypes';
@@ -20,6 +20,9 @@ export async function createHttpApp(
   const app = await (adapter
     ? NestFactory.create<NestExpressApplication>(root, adapter, options)
     : NestFactory.create<NestExpressApplication>(root, options));
-  useExpressPrototypes(app);
+  if (!useExpressPrototypes(app))
+    new Logger('HttpServer').warn(
+      "The server makes requests with Node's own classes: Express changes their prototypes on every request",
+    );
   return app;
 }

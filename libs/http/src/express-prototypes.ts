@@ -7,9 +7,11 @@ import { IncomingMessage, type Server, ServerResponse } from 'node:http';
  * options do: Express's `app.handle` then finds them in place instead of
  * changing two objects' prototypes on every request, which V8 pays for with a
  * new hidden class each time (about 2% of a gateway replay's CPU, 1% of a
- * keyed call's, by profile). Everything Express adds stays (the objects are
- * still Node's, with Express's methods above Node's), and no request sees a
- * difference.
+ * keyed call's, by profile). The objects are still Node's, with Express's
+ * methods above Node's, as Express would make them a moment later; what
+ * sees them before Express does (a server `request` listener of its own, an
+ * `upgrade` handler) sees Express's prototype already, whose getters
+ * (`req.query`, `req.path`) take no assignment.
  *
  * Nest creates the server without those options, so they are set where Node
  * keeps them. A server that is not Node's own as Nest made it (other classes
@@ -39,7 +41,11 @@ function isPrototypeAbove(prototype: unknown, type: { readonly prototype: object
   );
 }
 
-/** A constructor that builds what `type` builds, its objects of `prototype`. */
+/**
+ * A constructor that builds what `type` builds, its objects of `prototype`. Called with `new` by Node, it returns
+ * the object Reflect.construct made (the receiver `new` made is dropped): Node's constructors are plain functions
+ * today, but calling one on a receiver would break the day one is a class.
+ */
 function madeWith(type: new (...args: never[]) => object, prototype: object): new (...args: unknown[]) => object {
   function Made(...args: unknown[]): object {
     return Reflect.construct(type, args, Made) as object;

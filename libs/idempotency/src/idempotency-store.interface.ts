@@ -88,19 +88,24 @@ export interface IdempotencyFrameLog {
    */
   append(key: string, token: string, frames: readonly (Uint8Array | string)[]): Promise<boolean>;
   /**
-   * Our streamed answer is whole: its last `frames` (none when absent) are
-   * appended and the record becomes completed (its frames kept
-   * `resultTtlMs`) in one atomic write, so the end of a stream waits for one
-   * round trip rather than an append's and then this one's. Its followers
-   * see those frames, then `end: completed`. False if the lock is no longer
-   * ours: nothing is appended then.
+   * Our streamed answer is whole: the record becomes completed (its frames
+   * kept `resultTtlMs`), and its followers see `end: completed`. False if the
+   * lock is no longer ours.
    */
-  complete(
+  complete(key: string, token: string, fingerprint: string, resultTtlMs: number): Promise<boolean>;
+  /**
+   * `append(frames)` and `complete()` in one atomic write: the end of a
+   * stream then waits for one round trip, not an append's and then the
+   * completion's. Its followers see those frames, then `end: completed`.
+   * False if the lock is no longer ours: nothing is appended then. Optional:
+   * without it, the last frames are appended, then the record completed.
+   */
+  completeWith?(
     key: string,
     token: string,
     fingerprint: string,
     resultTtlMs: number,
-    frames?: readonly (Uint8Array | string)[],
+    frames: readonly (Uint8Array | string)[],
   ): Promise<boolean>;
   /**
    * Every event of the frames at `ref` from the first, then the live ones as

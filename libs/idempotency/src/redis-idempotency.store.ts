@@ -449,12 +449,16 @@ export class RedisFrameLog implements IdempotencyFrameLog {
     return (await APPEND_FRAMES.run<number>(this.redis, [r, this.framesKey(r, token)], [token, ...data])) === 1;
   }
 
-  async complete(
+  complete(key: string, token: string, fingerprint: string, resultTtlMs: number): Promise<boolean> {
+    return this.completeWith(key, token, fingerprint, resultTtlMs, []);
+  }
+
+  async completeWith(
     key: string,
     token: string,
     fingerprint: string,
     resultTtlMs: number,
-    frames: readonly (Uint8Array | string)[] = [],
+    frames: readonly (Uint8Array | string)[],
   ): Promise<boolean> {
     const r = this.recordKey(key);
     const ok = await stored(

@@ -8,6 +8,8 @@ import { brokenEnd } from './replays';
 import type { HandlerDurations } from './retry-after';
 import { pickHeaders } from './settle-decision';
 import { FrameChannel, framesAsBytes, framesResponse, onceClosed, type StreamedAnswer } from './streamed-answer';
+import { type FrameBatchEvent, frameBatchStep, noFrameBatches } from './frame-batches';
+import type { IdempotencyFrameLog } from './idempotency-store.interface';
 
 /**
  * A streamed answer: each frame goes to the caller at once and to the store
@@ -49,11 +51,9 @@ export class StreamRecorder {
     const { storable } = answer;
     let storing = storable && settings.storesStatus(answer.status) && log !== undefined;
     let settled = false;
-    let pending: Buffer[] = [];
+    // The frames' way to the store (frame-batches.ts); the append in flight, awaited before the completion.
+    let batches = noFrameBatches();
     let inFlight: Promise<void> | undefined;
-    let flushQueued = false;
-    // The frames have ended: no batch starts any more, what is pending goes with the completion (or nowhere).
-    let closing = false;
     let began: Promise<boolean> | undefined;
     let beginFailed = false;
     let releasing: Promise<void> | undefined;
@@ -61,6 +61,7 @@ export class StreamRecorder {
 
     const stopStoring = (why: string | undefined): Promise<void> => {
       storing = false;
+      step({ kind: 'close' });
       lease.stop();
       if (why) {
         this.logger.warn(`idempotency: ${why}; not stored, key ${attempt.keyHash} released`);
@@ -72,36 +73,32 @@ export class StreamRecorder {
       }
       return releasing ?? Promise.resolve();
     };
-    const flush = (): void => {
-      if (closing || !storing || inFlight || pending.length === 0 || !log) return;
-      const batch = pending;
-      pending = [];
-      inFlight = (async () => {
-        try {
-          if (!(await began) || !(await log.append(ctx.operation, attempt.token, batch))) {
-            // Refused: the lock is not ours any more, unless we stopped storing ourselves meanwhile.
-            if (storing && !beginFailed) lease.refused('append refused');
-            storing = false;
-          }
-        } catch (err) {
-          this.metrics.count('store_unavailable');
-          this.logger.error(`idempotency: could not store the frames (key ${attempt.keyHash}): ${errorText(err)}`);
-          await stopStoring(undefined);
-        } finally {
-          inFlight = undefined;
-          flush();
+    const append = async (frames: readonly Buffer[]): Promise<void> => {
+      try {
+        if (!log || !(await began) || !(await log.append(ctx.operation, attempt.token, frames))) {
+          // Refused: the lock is not ours any more, unless we stopped storing ourselves meanwhile.
+          if (storing && !beginFailed) lease.refused('append refused');
+          storing = false;
+          step({ kind: 'close' });
         }
-      })();
+      } catch (err) {
+        this.metrics.count('store_unavailable');
+        this.logger.error(`idempotency: could not store the frames (key ${attempt.keyHash}): ${errorText(err)}`);
+        await stopStoring(undefined);
+      }
     };
-    // After this turn's frames: the frames of one chunk go in one append, and a stream's last frame, whose end comes
-    // in the same turn, is left to the completion.
-    const flushSoon = (): void => {
-      if (flushQueued) return;
-      flushQueued = true;
-      setImmediate(() => {
-        flushQueued = false;
-        flush();
-      });
+    // The I/O of the batches' steps: a turn's end awaited, an append run (and its end stepped on).
+    const step = (event: FrameBatchEvent): void => {
+      const next = frameBatchStep(batches, event);
+      batches = next.state;
+      for (const effect of next.effects) {
+        if (effect.kind === 'await-turn') setImmediate(() => step({ kind: 'turn-ended' }));
+        else
+          inFlight = append(effect.frames).finally(() => {
+            inFlight = undefined;
+            step({ kind: 'appended' });
+          });
+      }
     };
     const drained = async (): Promise<void> => {
       while (inFlight) await inFlight;
@@ -144,10 +141,7 @@ export class StreamRecorder {
             size += frame.length;
             if (size > settings.maxStoredBodyBytes) {
               void stopStoring(`a streamed answer exceeds ${settings.maxStoredBodyBytes} bytes`);
-            } else {
-              pending.push(frame);
-              flushSoon();
-            }
+            } else step({ kind: 'frame', frame });
           }
           await channel.push(frame);
           // Nothing is stored for a retry: a caller that went away leaves nobody to read it for.
@@ -158,18 +152,22 @@ export class StreamRecorder {
       }
       // Whole: what is pending goes with the completion. Broken: what came before the break still reaches followers,
       // ahead of the end that frees the key.
-      if (broken === undefined) closing = true;
-      else flush();
+      step({ kind: broken === undefined ? 'close' : 'flush' });
       lease.stop();
       await drained();
-      closing = true;
+      step({ kind: 'close' });
       await releasing;
       if (broken === undefined && storing && log && (await began)) {
         try {
           settled = true;
-          const last = pending;
-          pending = [];
-          const ours = await log.complete(ctx.operation, attempt.token, ctx.fingerprint, settings.resultTtlMs, last);
+          const ours = await completeWith(
+            log,
+            ctx.operation,
+            attempt.token,
+            ctx.fingerprint,
+            settings.resultTtlMs,
+            batches.pending,
+          );
           if (!ours) lease.refused('finalise refused');
         } catch (err) {
           this.metrics.count('store_unavailable');
@@ -195,4 +193,18 @@ export class StreamRecorder {
     void pump();
     return framesResponse(answer.status, new Headers(answer.headers), channel, () => channel.detach());
   }
+}
+
+/** The last frames and the completion: in one write where the store can (completeWith), else an append and then it. */
+async function completeWith(
+  log: IdempotencyFrameLog,
+  key: string,
+  token: string,
+  fingerprint: string,
+  resultTtlMs: number,
+  frames: readonly Buffer[],
+): Promise<boolean> {
+  if (log.completeWith) return log.completeWith(key, token, fingerprint, resultTtlMs, frames);
+  if (frames.length > 0 && !(await log.append(key, token, frames))) return false;
+  return log.complete(key, token, fingerprint, resultTtlMs);
 }

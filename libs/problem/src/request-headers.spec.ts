@@ -39,6 +39,7 @@ describe('headerValues', () => {
     }
     expect(headerValues(req, 'authorization')).toEqual(['Bearer a', 'Bearer b']);
     expect(headerValues(req, 'x-tenant')).toEqual(['one', 'two']);
+    expect(headerValues(req, 'X-Tenant')).toEqual(['one', 'two']);
   });
 
   it('gives undefined for a header the request does not have', async () => {

@@ -123,6 +123,15 @@ describe('ApiKeyGuard.authenticate', () => {
     });
   });
 
+  it("matches a request's key once per guard: another guard, with other keys, decides for itself", () => {
+    const plain = new ApiKeyGuard(new Reflector(), [{ tenant: 'acme', key: 'acme-key-0123456789' }]);
+    const req = request({ authorization: bearer(INTERNAL), 'x-tenant': 'acme' });
+    // The same request object through both: the first guard's match (its internal key) is not the second's.
+    expect(guard.authenticate(req, { internalKey: true })).toEqual({ tenant: 'acme' });
+    expect(plain.authenticate(req, { internalKey: true })).toEqual({ refused: 'The API key is not valid.' });
+    expect(guard.authenticate(req, { internalKey: true })).toEqual({ tenant: 'acme' });
+  });
+
   it('refuses to be built with an internal key that is also a tenant key (the config stops that first)', () => {
     expect(
       () =>

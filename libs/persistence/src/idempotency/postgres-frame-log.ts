@@ -33,12 +33,16 @@ export class PostgresFrameLog implements IdempotencyFrameLog {
     return (await this.query(IdempotencySql.append, [key, token, texts, bytes])).length === 1;
   }
 
-  async complete(
+  complete(key: string, token: string, fingerprint: string, resultTtlMs: number): Promise<boolean> {
+    return this.completeWith(key, token, fingerprint, resultTtlMs, []);
+  }
+
+  async completeWith(
     key: string,
     token: string,
     fingerprint: string,
     resultTtlMs: number,
-    frames: readonly (Uint8Array | string)[] = [],
+    frames: readonly (Uint8Array | string)[],
   ): Promise<boolean> {
     const [texts, bytes] = columnsOf(frames);
     const params = [key, token, fingerprint, resultTtlMs, texts, bytes];
