@@ -15,6 +15,7 @@ export { PROBLEM_TYPE_PREFIX, ProblemTypes } from '../../../problem/src/problem-
 export { toProblem, type RenderedProblem } from '../../../problem/src/to-problem';
 export { ApiProblemResponse } from '../../../problem/src/api-problem-response';
 export { ProblemDetailsFilter } from '../../../problem/src/problem-details.filter';
+export { headerValues } from '../../../problem/src/request-headers';
 
 /**
  * The monorepo's apps parse JSON with useJsonBody, which keeps the bytes as
