@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { z } from 'zod';
 import { responseBody, responseEvents } from '@app/llm';
 import { TENANT_A } from '../support/api-harness';
-import type { ModelReply, SeenRequest } from '../support/fake-openai-server';
+import { completionEvents, type ModelReply, type SeenRequest } from '../support/fake-openai-server';
 import { type GatewayHarness, startGateway } from '../support/gateway-harness';
 
 /** The Responses API input items of a request (its `input` when that is an array). */
@@ -43,8 +43,9 @@ function functionCallReply(name: string, args: object, callId: string): ModelRep
  * custom base URL works, against a local fake provider that speaks chat
  * completions and responses: the Vercel AI SDK (`openai()` on the Responses
  * API, `openai.chat()`), LangChain's ChatOpenAI (both APIs) and the OpenAI
- * Agents SDK (both APIs). For each: the answer, and a retry with the same key
- * (or a re-run under the same Idempotency-Scope) making no second upstream call.
+ * Agents SDK (both APIs). For each: the answer, a retry with the same key (or
+ * a re-run under the same Idempotency-Scope) making no second upstream call,
+ * and a stream and its replay, from one upstream call.
  */
 describe('the gateway with the clients people hold', () => {
   let gateway: GatewayHarness;
@@ -100,6 +101,21 @@ describe('the gateway with the clients people hold', () => {
       expect(await streamed()).toBe('Streamed through the gateway.');
       expect(await streamed()).toBe('Streamed through the gateway.');
       expect(upstream('ai sdk stream')).toHaveLength(1);
+    });
+
+    it('openai.chat(): streamText on chat completions, then its replay, from one upstream call', async () => {
+      const text = 'ai sdk chat stream';
+      gateway.replies.set(text, { kind: 'stream', events: completionEvents('Streamed over chat completions.') });
+      const headers = { 'Idempotency-Key': `ai-${randomUUID()}` };
+      const streamed = async () => {
+        const result = streamText({ model: provider().chat('gpt-test'), prompt: text, headers, maxRetries: 0 });
+        let out = '';
+        for await (const part of result.textStream) out += part;
+        return { text: out, replayed: (await result.response).headers?.['idempotent-replayed'] };
+      };
+      expect(await streamed()).toEqual({ text: 'Streamed over chat completions.', replayed: undefined });
+      expect(await streamed()).toEqual({ text: 'Streamed over chat completions.', replayed: 'true' });
+      expect(upstream(text).map((r) => r.api)).toEqual(['chat/completions']);
     });
 
     it('a tool loop under one Idempotency-Scope, run twice: the second run makes no upstream call', async () => {
@@ -163,21 +179,38 @@ describe('the gateway with the clients people hold', () => {
       expect(upstream(text).map((r) => r.api)).toEqual([api]);
     });
 
+    // LangChain's stream() does not pass a call's `options.headers` on, on either API (its invoke() does): a
+    // stream's key goes in the client's defaultHeaders, one client per key (docs/clients.md).
+    const keyedClient = (useResponsesApi: boolean) =>
+      new ChatOpenAI({
+        model: 'gpt-test',
+        apiKey: TENANT_A.key,
+        maxRetries: 0,
+        useResponsesApi,
+        configuration: { baseURL: baseURL(), defaultHeaders: { 'Idempotency-Key': `lc-${randomUUID()}` } },
+      });
+
+    it('stream on chat completions, the key in the client’s default headers, and its replay', async () => {
+      const text = 'langchain chat stream';
+      gateway.replies.set(text, { kind: 'stream', events: completionEvents('Chunks for LangChain over chat.') });
+      const keyed = keyedClient(false);
+      const streamed = async () => {
+        let out = '';
+        for await (const chunk of await keyed.stream(text)) out += chunk.text;
+        return out;
+      };
+      expect(await streamed()).toBe('Chunks for LangChain over chat.');
+      expect(await streamed()).toBe('Chunks for LangChain over chat.');
+      expect(upstream(text).map((r) => r.api)).toEqual(['chat/completions']);
+    });
+
     it('stream on the Responses API, the key in the client’s default headers, and its replay', async () => {
       const text = 'langchain stream';
       gateway.replies.set(text, {
         kind: 'stream',
         events: responseEvents({ pieces: ['Chunks', ' for', ' LangChain.'], inputTokens: 3, model: 'gpt-test' }),
       });
-      // LangChain's stream() on the Responses API does not pass a call's `options.headers` on (its invoke() does):
-      // a stream's key goes in the client's defaultHeaders, one client per key (docs/clients.md).
-      const keyed = new ChatOpenAI({
-        model: 'gpt-test',
-        apiKey: TENANT_A.key,
-        maxRetries: 0,
-        useResponsesApi: true,
-        configuration: { baseURL: baseURL(), defaultHeaders: { 'Idempotency-Key': `lc-${randomUUID()}` } },
-      });
+      const keyed = keyedClient(true);
       const streamed = async () => {
         let out = '';
         for await (const chunk of await keyed.stream(text)) out += chunk.text;
@@ -212,6 +245,42 @@ describe('the gateway with the clients people hold', () => {
       const again = await run(agent, text);
       expect(first.finalOutput).toBe(`Echo: ${text}`);
       expect(again.finalOutput).toBe(first.finalOutput);
+      expect(upstream(text).map((r) => r.api)).toEqual([api]);
+    });
+
+    it.each([
+      ['responses', 'responses'],
+      ['chat_completions', 'chat/completions'],
+    ] as const)('a streamed run() on %s under one Idempotency-Scope, twice: one upstream call', async (mode, api) => {
+      const text = `agents sdk stream ${mode}`;
+      const answer = ['Streamed', ' for', ' the', ' agent.'];
+      gateway.replies.set(text, {
+        kind: 'stream',
+        events:
+          mode === 'responses'
+            ? responseEvents({ pieces: answer, inputTokens: 3, model: 'gpt-test' })
+            : completionEvents(answer.join(''), { usage: true }),
+      });
+      setOpenAIAPI(mode);
+      setDefaultOpenAIClient(
+        new OpenAI({
+          apiKey: TENANT_A.key,
+          baseURL: baseURL(),
+          maxRetries: 0,
+          defaultHeaders: { 'Idempotency-Scope': `agents-${randomUUID()}` },
+        }),
+      );
+      const agent = new Agent({ name: 'support', instructions: 'Answer briefly.', model: 'gpt-test' });
+      const streamed = async () => {
+        const result = await run(agent, text, { stream: true });
+        let out = '';
+        for await (const delta of result.toTextStream()) out += delta;
+        await result.completed;
+        return { text: out, finalOutput: result.finalOutput };
+      };
+      const whole = { text: answer.join(''), finalOutput: answer.join('') };
+      expect(await streamed()).toEqual(whole);
+      expect(await streamed()).toEqual(whole);
       expect(upstream(text).map((r) => r.api)).toEqual([api]);
     });
   });
