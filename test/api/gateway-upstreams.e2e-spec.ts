@@ -2,6 +2,7 @@ import OpenAI from 'openai';
 import { randomUUID } from 'node:crypto';
 import { createServer } from 'node:net';
 import type { AddressInfo } from 'node:net';
+import { responseEvents } from '@app/llm';
 import { bearer, type ApiHarness, startApi, TENANT_A } from '../support/api-harness';
 import { completionEvents, FakeOpenAiServer, type ModelReply } from '../support/fake-openai-server';
 import { freshRedis } from '../support/infra';
@@ -43,8 +44,9 @@ describe.each(['redis', 'postgres'] as const)('the gateway with several upstream
   let apiUrl: string;
   const key = () => `up-${randomUUID()}`;
   const chat = (model: string, text: string) => ({ model, messages: [{ role: 'user', content: text }] });
-  const fellBack = (upstream: string) =>
-    metricValue(api.server, 'gateway_upstream_calls_total', { upstream, outcome: 'fell_back' });
+  const upstreamCalls = (upstream: string, outcome: string) =>
+    metricValue(api.server, 'gateway_upstream_calls_total', { upstream, outcome });
+  const fellBack = (upstream: string) => upstreamCalls(upstream, 'fell_back');
 
   function post(body: object, headers: Record<string, string> = {}, path = 'chat/completions') {
     return fetch(`${apiUrl}/v1/${path}`, {
@@ -89,6 +91,7 @@ describe.each(['redis', 'postgres'] as const)('the gateway with several upstream
   describe('routing by model', () => {
     it('sends a model to the first upstream that lists it, with its own key, and names it on the answer and the replay', async () => {
       const k = key();
+      const answered = await upstreamCalls('primary', 'answered');
       const first = await post(chat('gpt-test', 'route gpt'), { 'idempotency-key': k });
       expect(await first.json()).toMatchObject({ choices: [{ message: { content: 'primary: route gpt' } }] });
       expect(first.headers.get('x-gateway-upstream')).toBe('primary');
@@ -96,6 +99,8 @@ describe.each(['redis', 'postgres'] as const)('the gateway with several upstream
       const replay = await post(chat('gpt-test', 'route gpt'), { 'idempotency-key': k });
       expect(replay.headers.get('idempotent-replayed')).toBe('true');
       expect(replay.headers.get('x-gateway-upstream')).toBe('primary');
+      // The replay made no upstream call: one answered call counted.
+      expect((await upstreamCalls('primary', 'answered')) - answered).toBe(1);
       const other = await new OpenAI({ apiKey: TENANT_A.key, baseURL: `${apiUrl}/v1`, maxRetries: 0 }).responses
         .create({ model: 'claude-test', input: 'route claude' })
         .withResponse();
@@ -171,6 +176,63 @@ describe.each(['redis', 'postgres'] as const)('the gateway with several upstream
       await expect(fellBack('refusing')).resolves.toBeGreaterThan(0);
     });
 
+    it('on /v1/responses too: a 503 falls back with the same upstream key; the replay and the response’s own routes name the upstream that made it', async () => {
+      const text = 'responses fall back';
+      primary.replies.set(text, { kind: 'error', status: 503 });
+      const k = key();
+      const res = await post({ model: 'gpt-test', input: text }, { 'idempotency-key': k }, 'responses');
+      expect(res.status).toBe(200);
+      expect(res.headers.get('x-gateway-upstream')).toBe('secondary');
+      const made = (await res.json()) as { id: string; output: { content: { text: string }[] }[] };
+      expect(made.output[0].content[0].text).toBe(`secondary: ${text}`);
+      const [a] = primary.calls(text);
+      const [b] = secondary.calls(text);
+      expect(b.headers['idempotency-key']).toBe(a.headers['idempotency-key']);
+      const replay = await post({ model: 'gpt-test', input: text }, { 'idempotency-key': k }, 'responses');
+      expect(replay.headers.get('idempotent-replayed')).toBe('true');
+      expect(replay.headers.get('x-gateway-upstream')).toBe('secondary');
+      const cancel = await fetch(`${apiUrl}/v1/responses/${made.id}/cancel`, {
+        method: 'POST',
+        headers: { authorization: bearer(TENANT_A) },
+      });
+      expect(cancel.headers.get('x-gateway-upstream')).toBe('secondary');
+      expect(secondary.server.responseRouteCalls).toContain(`POST responses/${made.id}/cancel`);
+      expect(primary.calls(text)).toHaveLength(1);
+      expect(secondary.calls(text)).toHaveLength(1);
+    });
+
+    it('a 429 before a stream’s first byte falls back; the stream, its replay and a duplicate attached to it name the upstream', async () => {
+      const text = 'responses stream falls back';
+      primary.replies.set(text, { kind: 'error', status: 429, headers: { 'retry-after': '1' } });
+      let release!: () => void;
+      const released = new Promise<void>((r) => (release = r));
+      const events = responseEvents({ pieces: ['Made', ' by', ' secondary.'], inputTokens: 3, model: 'gpt-test' });
+      // Held after its first event until a duplicate has attached to it.
+      secondary.replies.set(text, { kind: 'stream', events, gate: (i) => (i === 1 ? released : Promise.resolve()) });
+      const k = key();
+      const body = { model: 'gpt-test', input: text, stream: true };
+      const first = await post(body, { 'idempotency-key': k }, 'responses');
+      expect(first.headers.get('x-gateway-upstream')).toBe('secondary');
+      const reader = first.body!.getReader();
+      const firstText = (async () => {
+        const chunks: Uint8Array[] = [];
+        for (let r = await reader.read(); !r.done; r = await reader.read()) chunks.push(r.value);
+        return Buffer.concat(chunks).toString('utf8');
+      })();
+      const attached = await post(body, { 'idempotency-key': k }, 'responses');
+      expect(attached.headers.get('idempotent-replayed')).toBe('true');
+      expect(attached.headers.get('x-gateway-upstream')).toBe('secondary');
+      release();
+      const whole = events.join('');
+      expect(await firstText).toBe(whole);
+      expect(await attached.text()).toBe(whole);
+      const replay = await post(body, { 'idempotency-key': k }, 'responses');
+      expect(replay.headers.get('x-gateway-upstream')).toBe('secondary');
+      expect(await replay.text()).toBe(whole);
+      expect(primary.calls(text)).toHaveLength(1);
+      expect(secondary.calls(text)).toHaveLength(1);
+    });
+
     it('the last upstream’s failure is passed through as it is', async () => {
       const text = 'both overloaded';
       primary.replies.set(text, { kind: 'error', status: 503 });
@@ -186,19 +248,22 @@ describe.each(['redis', 'postgres'] as const)('the gateway with several upstream
     it('a 400 is the request’s fault: passed through, no fallback', async () => {
       const text = 'a bad request';
       primary.replies.set(text, { kind: 'error', status: 400 });
+      const before = await upstreamCalls('primary', 'error_status');
       const res = await post(chat('gpt-test', text), { 'idempotency-key': key() });
       expect(res.status).toBe(400);
       expect(res.headers.get('x-gateway-upstream')).toBe('primary');
       expect(secondary.calls(text)).toHaveLength(0);
+      expect((await upstreamCalls('primary', 'error_status')) - before).toBe(1);
     });
   });
 
   describe('an unknown outcome: no fallback, and the retry stays on the same upstream with the same key', () => {
-    const unknownOutcomes: [string, ModelReply, number][] = [
-      ['a timeout', { kind: 'hang' }, 504],
-      ['a connection lost after the request was sent', { kind: 'reset' }, 502],
+    const unknownOutcomes: [string, ModelReply, number, string][] = [
+      ['a timeout', { kind: 'hang' }, 504, 'timeout'],
+      ['a connection lost after the request was sent', { kind: 'reset' }, 502, 'unreachable'],
     ];
-    it.each(unknownOutcomes)('%s', async (_, failure, status) => {
+    it.each(unknownOutcomes)('%s', async (_, failure, status, outcome) => {
+      const counted = await upstreamCalls('primary', outcome);
       const text = `unknown outcome: ${status}`;
       let n = 0;
       // First the unknown outcome; then an overload, which would fall back for a new call but not for this one.
@@ -209,6 +274,7 @@ describe.each(['redis', 'postgres'] as const)('the gateway with several upstream
       const first = await post(chat('gpt-test', text), { 'idempotency-key': k });
       expect(first.status).toBe(status);
       expect(first.headers.get('x-gateway-upstream')).toBe('primary');
+      expect((await upstreamCalls('primary', outcome)) - counted).toBe(1);
       const retry = await post(chat('gpt-test', text), { 'idempotency-key': k });
       expect(retry.status).toBe(503);
       expect(retry.headers.get('x-gateway-upstream')).toBe('primary');
@@ -227,14 +293,32 @@ describe.each(['redis', 'postgres'] as const)('the gateway with several upstream
       expect(secondary.calls('keyless hang')).toHaveLength(0);
     });
 
-    it('a stream cut after its first events: the error event, no fallback', async () => {
+    it('a stream cut after its first events: the error event, no fallback; its retry stays on that upstream with the same key', async () => {
       const text = 'cut stream';
-      primary.replies.set(text, { kind: 'stream', events: completionEvents('never finished here'), breakAfter: 2 });
-      const res = await post({ ...chat('gpt-test', text), stream: true }, { 'idempotency-key': key() });
+      let n = 0;
+      // Cut; then an overload, which would fall back for a new call but not for this one; then whole.
+      primary.replies.set(text, () =>
+        ++n === 1
+          ? { kind: 'stream', events: completionEvents('never finished here'), breakAfter: 2 }
+          : n === 2
+            ? { kind: 'error', status: 503 }
+            : { kind: 'stream', events: completionEvents('finished on the third call') },
+      );
+      const k = key();
+      const body = { ...chat('gpt-test', text), stream: true };
+      const res = await post(body, { 'idempotency-key': k });
       expect(res.status).toBe(200);
       expect(res.headers.get('x-gateway-upstream')).toBe('primary');
       expect(await res.text()).toMatch(/stream_broken/);
+      const retry = await post(body, { 'idempotency-key': k });
+      expect(retry.status).toBe(503);
+      expect(retry.headers.get('x-gateway-upstream')).toBe('primary');
+      const third = await post(body, { 'idempotency-key': k });
+      expect(await third.text()).toBe(completionEvents('finished on the third call').join(''));
       expect(secondary.calls(text)).toHaveLength(0);
+      const keys = primary.calls(text).map((r) => r.headers['idempotency-key']);
+      expect(keys).toHaveLength(3);
+      expect(new Set(keys).size).toBe(1);
     });
   });
 });
