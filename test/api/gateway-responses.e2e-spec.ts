@@ -683,6 +683,8 @@ describe('the gateway: POST /v1/responses', () => {
         { model: 'gpt-test', input: 'hi', previous_response_id: 5 },
         'previous_response_id',
       ],
+      // A conversation lives in the provider account every tenant shares, with no owner the gateway knows.
+      ['a conversation', { model: 'gpt-test', input: 'hi', conversation: 'conv_123' }, 'conversation'],
     ])('%s: 400 in the envelope, x-should-retry false, nothing upstream or stored', async (_, body, param) => {
       const k = key();
       const calls = provider.calls;
