@@ -29,7 +29,15 @@ describe.each([
         await redis.pexpire(`gateway:${kind}:${id}`, 1);
         while ((await redis.exists(`gateway:${kind}:${id}`)) === 1) await redis.ping();
       };
-      return { records, ttlOf, expire, close: async () => void redis.disconnect() };
+      return {
+        records,
+        ttlOf,
+        expire,
+        close: (): Promise<void> => {
+          redis.disconnect();
+          return Promise.resolve();
+        },
+      };
     },
   },
   {
@@ -51,7 +59,7 @@ describe.each([
         const [name, column] = table[kind];
         await ds.query(`UPDATE ${name} SET expires_at = now() - interval '1 second' WHERE ${column} = $1`, [id]);
       };
-      return { records, ttlOf, expire, close: () => ds.destroy() };
+      return { records, ttlOf, expire, close: (): Promise<void> => ds.destroy() };
     },
   },
 ])('the gateway’s records on $store', ({ open }) => {
