@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs';
 import { request } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -47,6 +47,11 @@ export interface GatewayPeerRow {
   readonly cpuMicrosPerRequest: number;
   /** Requests per second over Portkey's, the median of the rounds' ratios. */
   readonly overPortkey: number | undefined;
+  /** The lowest and highest of those rounds' ratios. */
+  readonly overPortkeyMin: number | undefined;
+  readonly overPortkeyMax: number | undefined;
+  /** Portkey's CPU per request over this side's, the median of the rounds' ratios (the steadier measure). */
+  readonly cpuOverPortkey: number | undefined;
 }
 
 export interface GatewayPeerStreamRow {
@@ -275,9 +280,13 @@ export async function benchGatewaySideBySide(
       }
     }
     const portkeyRounds = results.get(sides[1].name)!;
+    const perRequest = (x: { load: LoadResult; cpuMicros: number }): number => x.cpuMicros / x.load.requests;
     const calls = sides.map((side): GatewayPeerRow => {
       const rs = results.get(side.name)!;
       const perSecond = rs.map((x) => x.load.perSecond);
+      const peer = side === sides[1] || side === sides[0];
+      const rateRatios = rs.map((x, i) => x.load.perSecond / portkeyRounds[i].load.perSecond);
+      const cpuRatios = rs.map((x, i) => perRequest(portkeyRounds[i]) / perRequest(x));
       return {
         side: side.name,
         rounds: rs.length,
@@ -285,11 +294,11 @@ export async function benchGatewaySideBySide(
         perSecondMin: Math.round(Math.min(...perSecond)),
         perSecondMax: Math.round(Math.max(...perSecond)),
         p99Ms: +median(rs.map((x) => x.load.p99Ms)).toFixed(1),
-        cpuMicrosPerRequest: Math.round(median(rs.map((x) => x.cpuMicros / x.load.requests))),
-        overPortkey:
-          side === sides[1] || side === sides[0]
-            ? undefined
-            : +median(rs.map((x, i) => x.load.perSecond / portkeyRounds[i].load.perSecond)).toFixed(2),
+        cpuMicrosPerRequest: Math.round(median(rs.map(perRequest))),
+        overPortkey: peer ? undefined : +median(rateRatios).toFixed(2),
+        overPortkeyMin: peer ? undefined : +Math.min(...rateRatios).toFixed(2),
+        overPortkeyMax: peer ? undefined : +Math.max(...rateRatios).toFixed(2),
+        cpuOverPortkey: peer ? undefined : +median(cpuRatios).toFixed(2),
       };
     });
 
@@ -342,8 +351,10 @@ export function printGatewaySideBySide(result: GatewaySideBySideResult): void {
       'req/s': r.perSecond,
       'req/s min-max': `${r.perSecondMin}-${r.perSecondMax}`,
       '/ Portkey': r.overPortkey ?? '',
+      '/ Portkey min-max': r.overPortkey === undefined ? '' : `${r.overPortkeyMin}-${r.overPortkeyMax}`,
       'p99 ms': r.p99Ms,
       'CPU µs/req': r.cpuMicrosPerRequest,
+      'CPU: Portkey / side': r.cpuOverPortkey ?? '',
     })),
   );
   console.log(
@@ -383,7 +394,10 @@ export async function benchGatewayProfile(
 ): Promise<GatewayProfileResult> {
   const built = buildServers();
   const redis = new Redis(redisUrl, { maxRetriesPerRequest: 1 });
-  const dir = mkdtempSync(join(tmpdir(), 'llmwf-gateway-profile-'));
+  // BENCH_CPU_PROF=<dir>: the profiles stay there (side-<n>.cpuprofile, in the sides' order) for a closer look.
+  const kept = process.env.BENCH_CPU_PROF;
+  if (kept) mkdirSync(kept, { recursive: true });
+  const dir = kept ?? mkdtempSync(join(tmpdir(), 'llmwf-gateway-profile-'));
   let gen: LoadGenerator | undefined;
   let model: SpawnedServer | undefined;
   const runId = randomUUID();
@@ -447,7 +461,7 @@ export async function benchGatewayProfile(
     await model?.stop();
     await redis.flushdb().catch(() => undefined);
     redis.disconnect();
-    rmSync(dir, { recursive: true, force: true });
+    if (!kept) rmSync(dir, { recursive: true, force: true });
   }
   return { sides: sides.map((s) => s.name), requests, components: columns };
 }
