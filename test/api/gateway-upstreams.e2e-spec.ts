@@ -211,18 +211,24 @@ describe.each(['redis', 'postgres'] as const)('the gateway with several upstream
       secondary.replies.set(text, { kind: 'stream', events, gate: (i) => (i === 1 ? released : Promise.resolve()) });
       const k = key();
       const body = { model: 'gpt-test', input: text, stream: true };
-      const first = await post(body, { 'idempotency-key': k }, 'responses');
-      expect(first.headers.get('x-gateway-upstream')).toBe('secondary');
-      const reader = first.body!.getReader();
-      const firstText = (async () => {
-        const chunks: Uint8Array[] = [];
-        for (let r = await reader.read(); !r.done; r = await reader.read()) chunks.push(r.value);
-        return Buffer.concat(chunks).toString('utf8');
-      })();
-      const attached = await post(body, { 'idempotency-key': k }, 'responses');
-      expect(attached.headers.get('idempotent-replayed')).toBe('true');
-      expect(attached.headers.get('x-gateway-upstream')).toBe('secondary');
-      release();
+      let attached: Response;
+      let firstText: Promise<string>;
+      try {
+        const first = await post(body, { 'idempotency-key': k }, 'responses');
+        expect(first.headers.get('x-gateway-upstream')).toBe('secondary');
+        const reader = first.body!.getReader();
+        firstText = (async () => {
+          const chunks: Uint8Array[] = [];
+          for (let r = await reader.read(); !r.done; r = await reader.read()) chunks.push(r.value);
+          return Buffer.concat(chunks).toString('utf8');
+        })();
+        attached = await post(body, { 'idempotency-key': k }, 'responses');
+        expect(attached.headers.get('idempotent-replayed')).toBe('true');
+        expect(attached.headers.get('x-gateway-upstream')).toBe('secondary');
+      } finally {
+        // Never left held (GATEWAY_TIMEOUT_S would cut it), whatever failed above.
+        release();
+      }
       const whole = events.join('');
       expect(await firstText).toBe(whole);
       expect(await attached.text()).toBe(whole);
