@@ -24,7 +24,9 @@ import { startFakeModel } from './worker-side-by-side.bench';
  * Nest or Express), a yardstick for a leaner path, not a peer. Non-stream POST /v1/chat/completions under autocannon
  * (load.ts: wrk, or autocannon without it; 32 connections), rounds in rotated order, medians: requests per
  * second, p99, and the CPU µs per request of the process in front (for
- * "direct", the fake model's own). Streams (16 chunks, 2 ms apart) one at a
+ * "direct", the fake model's own) and of Redis when it runs here; each ratio
+ * to Portkey per round (by rate, and by CPU with Redis's), their median and
+ * range. Streams (16 chunks, 2 ms apart) one at a
  * time from this process: time to the first and to the last byte, each
  * side's median over the direct call's.
  */
@@ -45,12 +47,17 @@ export interface GatewayPeerRow {
   readonly perSecondMax: number;
   readonly p99Ms: number;
   readonly cpuMicrosPerRequest: number;
+  /** Redis's own CPU a request over the side's rounds (its keys' scripts), when Redis runs on this machine. */
+  readonly redisCpuMicrosPerRequest: number | undefined;
   /** Requests per second over Portkey's, the median of the rounds' ratios. */
   readonly overPortkey: number | undefined;
   /** The lowest and highest of those rounds' ratios. */
   readonly overPortkeyMin: number | undefined;
   readonly overPortkeyMax: number | undefined;
-  /** Portkey's CPU per request over this side's, the median of the rounds' ratios (the steadier measure). */
+  /**
+   * Portkey's CPU per request over this side's, Redis's included (Portkey, its cache off, uses none): the median of
+   * the rounds' ratios, the steadier measure.
+   */
   readonly cpuOverPortkey: number | undefined;
 }
 
@@ -269,24 +276,31 @@ export async function benchGatewaySideBySide(
       await side.prime?.();
       await run(side, 3);
     }
-    const results = new Map<string, { load: LoadResult; cpuMicros: number }[]>(sides.map((s) => [s.name, []]));
+    // Redis's process, when it runs here: a keyed call's scripts cost CPU there too, which a fair comparison counts.
+    const redisPid = Number(/process_id:(\d+)/.exec(await redis.info('server'))?.[1]);
+    const redisHere = Number.isInteger(redisPid) && existsSync(`/proc/${redisPid}/stat`);
+    type Round = { load: LoadResult; cpuMicros: number; redisMicros: number | undefined };
+    const results = new Map<string, Round[]>(sides.map((s) => [s.name, []]));
     for (let r = 0; r < rounds; r++) {
       for (const side of orderOf(sides, r)) {
         await redis.flushdb();
         await side.prime?.();
         const m = meter(side.pid());
+        const r = redisHere ? meter(redisPid) : undefined;
         const result = await run(side, seconds);
-        results.get(side.name)!.push({ load: result, cpuMicros: m.stop().cpuMicros });
+        results.get(side.name)!.push({ load: result, cpuMicros: m.stop().cpuMicros, redisMicros: r?.stop().cpuMicros });
       }
     }
     const portkeyRounds = results.get(sides[1].name)!;
-    const perRequest = (x: { load: LoadResult; cpuMicros: number }): number => x.cpuMicros / x.load.requests;
+    const perRequest = (x: Round): number => x.cpuMicros / x.load.requests;
+    const redisPerRequest = (x: Round): number => (x.redisMicros ?? 0) / x.load.requests;
+    const withRedis = (x: Round): number => perRequest(x) + redisPerRequest(x);
     const calls = sides.map((side): GatewayPeerRow => {
       const rs = results.get(side.name)!;
       const perSecond = rs.map((x) => x.load.perSecond);
       const peer = side === sides[1] || side === sides[0];
       const rateRatios = rs.map((x, i) => x.load.perSecond / portkeyRounds[i].load.perSecond);
-      const cpuRatios = rs.map((x, i) => perRequest(portkeyRounds[i]) / perRequest(x));
+      const cpuRatios = rs.map((x, i) => withRedis(portkeyRounds[i]) / withRedis(x));
       return {
         side: side.name,
         rounds: rs.length,
@@ -295,6 +309,7 @@ export async function benchGatewaySideBySide(
         perSecondMax: Math.round(Math.max(...perSecond)),
         p99Ms: +median(rs.map((x) => x.load.p99Ms)).toFixed(1),
         cpuMicrosPerRequest: Math.round(median(rs.map(perRequest))),
+        redisCpuMicrosPerRequest: redisHere ? Math.round(median(rs.map(redisPerRequest))) : undefined,
         overPortkey: peer ? undefined : +median(rateRatios).toFixed(2),
         overPortkeyMin: peer ? undefined : +Math.min(...rateRatios).toFixed(2),
         overPortkeyMax: peer ? undefined : +Math.max(...rateRatios).toFixed(2),
@@ -354,7 +369,8 @@ export function printGatewaySideBySide(result: GatewaySideBySideResult): void {
       '/ Portkey min-max': r.overPortkey === undefined ? '' : `${r.overPortkeyMin}-${r.overPortkeyMax}`,
       'p99 ms': r.p99Ms,
       'CPU µs/req': r.cpuMicrosPerRequest,
-      'CPU: Portkey / side': r.cpuOverPortkey ?? '',
+      'Redis CPU µs/req': r.redisCpuMicrosPerRequest ?? '',
+      'CPU with Redis: Portkey / side': r.cpuOverPortkey ?? '',
     })),
   );
   console.log(
@@ -421,6 +437,8 @@ export async function benchGatewayProfile(
     for (const [i, side] of sides.entries()) {
       await redis.flushdb();
       const out = join(dir, `side-${i}.cpuprofile`);
+      // A kept directory may hold an earlier run's: never read that one in place of this run's.
+      rmSync(out, { force: true });
       const port = await freePort();
       const floor = side.script.endsWith('gateway-floor.ts');
       const server = await spawnServer({
