@@ -225,12 +225,8 @@ describe('the gateway with the clients people hold', () => {
   describe('the OpenAI Agents SDK (@openai/agents)', () => {
     beforeAll(() => setTracingDisabled(true));
     afterEach(() => setOpenAIAPI('responses'));
-
-    it.each([
-      ['responses', 'responses'],
-      ['chat_completions', 'chat/completions'],
-    ] as const)('run() on %s under one Idempotency-Scope, twice: one upstream call', async (mode, api) => {
-      const text = `agents sdk ${mode}`;
+    /** An agent on `mode`, its calls through a client of its own whose every request carries one run's scope. */
+    const agentOnRun = (mode: 'responses' | 'chat_completions') => {
       setOpenAIAPI(mode);
       setDefaultOpenAIClient(
         new OpenAI({
@@ -240,7 +236,15 @@ describe('the gateway with the clients people hold', () => {
           defaultHeaders: { 'Idempotency-Scope': `agents-${randomUUID()}` },
         }),
       );
-      const agent = new Agent({ name: 'support', instructions: 'Answer briefly.', model: 'gpt-test' });
+      return new Agent({ name: 'support', instructions: 'Answer briefly.', model: 'gpt-test' });
+    };
+
+    it.each([
+      ['responses', 'responses'],
+      ['chat_completions', 'chat/completions'],
+    ] as const)('run() on %s under one Idempotency-Scope, twice: one upstream call', async (mode, api) => {
+      const text = `agents sdk ${mode}`;
+      const agent = agentOnRun(mode);
       const first = await run(agent, text);
       const again = await run(agent, text);
       expect(first.finalOutput).toBe(`Echo: ${text}`);
@@ -261,16 +265,7 @@ describe('the gateway with the clients people hold', () => {
             ? responseEvents({ pieces: answer, inputTokens: 3, model: 'gpt-test' })
             : completionEvents(answer.join(''), { usage: true }),
       });
-      setOpenAIAPI(mode);
-      setDefaultOpenAIClient(
-        new OpenAI({
-          apiKey: TENANT_A.key,
-          baseURL: baseURL(),
-          maxRetries: 0,
-          defaultHeaders: { 'Idempotency-Scope': `agents-${randomUUID()}` },
-        }),
-      );
-      const agent = new Agent({ name: 'support', instructions: 'Answer briefly.', model: 'gpt-test' });
+      const agent = agentOnRun(mode);
       const streamed = async () => {
         const result = await run(agent, text, { stream: true });
         let out = '';
