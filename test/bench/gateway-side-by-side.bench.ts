@@ -286,9 +286,11 @@ export async function benchGatewaySideBySide(
         await redis.flushdb();
         await side.prime?.();
         const m = meter(side.pid());
-        const r = redisHere ? meter(redisPid) : undefined;
+        const redisMeter = redisHere ? meter(redisPid) : undefined;
         const result = await run(side, seconds);
-        results.get(side.name)!.push({ load: result, cpuMicros: m.stop().cpuMicros, redisMicros: r?.stop().cpuMicros });
+        results
+          .get(side.name)!
+          .push({ load: result, cpuMicros: m.stop().cpuMicros, redisMicros: redisMeter?.stop().cpuMicros });
       }
     }
     const portkeyRounds = results.get(sides[1].name)!;
