@@ -21,7 +21,8 @@ import { startFakeModel } from './worker-side-by-side.bench';
  * with its tenant under a TENANT_TOKEN_LIMITS limit the load never reaches: the
  * limiter's own cost), and replaying one key; beside them the floor, our parts
  * alone (servers/gateway-floor.ts: store, transport, fingerprint, log line, no
- * Nest or Express), a yardstick for a leaner path, not a peer. Non-stream POST /v1/chat/completions under autocannon
+ * Nest or Express), a yardstick for a leaner path, not a peer, and the same
+ * with the features' per-call work (FLOOR_FEATURES). Non-stream POST /v1/chat/completions under autocannon
  * (load.ts: wrk, or autocannon without it; 32 connections), rounds in rotated order, medians: requests per
  * second, p99, and the CPU µs per request of the process in front (for
  * "direct", the fake model's own) and of Redis when it runs here; each ratio
@@ -184,25 +185,32 @@ export async function benchGatewaySideBySide(
       return server;
     };
     const ours = await startOurs('ours', {});
-    // Our parts without Nest or Express (servers/gateway-floor.ts): how far a leaner path could go, not a product.
-    const floorPort = await freePort();
-    const floor = await spawnServer({
-      name: 'floor',
-      script: built.jsOf('test/bench/servers/gateway-floor.ts'),
-      nodeArgs: built.nodeArgs,
-      env: {
-        ...built.env,
-        NODE_ENV: 'production',
-        PORT: String(floorPort),
-        REDIS_URL: redisUrl,
-        API_KEYS: `bench:${KEY}`,
-        OPENAI_API_KEY: 'sk-bench',
-        OPENAI_BASE_URL: model.url!,
-      },
-      ready: /gateway floor listening on (\d+)/,
-      stdout: 'ignore',
-    });
-    servers.push(floor);
+    // Our parts without Nest or Express (servers/gateway-floor.ts): how far a leaner path could go, not a product;
+    // with FLOOR_FEATURES, also the per-call work of the features the floor leaves out.
+    const startFloor = async (name: string, extra: Record<string, string>) => {
+      const port = await freePort();
+      const server = await spawnServer({
+        name,
+        script: built.jsOf('test/bench/servers/gateway-floor.ts'),
+        nodeArgs: built.nodeArgs,
+        env: {
+          ...built.env,
+          NODE_ENV: 'production',
+          PORT: String(port),
+          REDIS_URL: redisUrl,
+          API_KEYS: `bench:${KEY}`,
+          OPENAI_API_KEY: 'sk-bench',
+          OPENAI_BASE_URL: model.url!,
+          ...extra,
+        },
+        ready: /gateway floor listening on (\d+)/,
+        stdout: 'ignore',
+      });
+      servers.push(server);
+      return server;
+    };
+    const floor = await startFloor('floor', {});
+    const featuredFloor = await startFloor('floor with the features', { FLOOR_FEATURES: '1' });
     // The same, its tenant under a token limit none of the load reaches (issue 23): the limiter's own cost.
     const limited = await startOurs('ours, limited', { TENANT_TOKEN_LIMITS: 'bench=1000000000000/1d' });
     load = await startLoadGenerator();
@@ -257,6 +265,7 @@ export async function benchGatewaySideBySide(
       keyless('floor (our parts, no Nest or Express), no key', floor),
       freshKeys('floor, a fresh key each', floor, `gw-floor-${runId}`),
       replaying('floor, replay', floor, `gw-floor-replay-${runId}`),
+      freshKeys('floor with the features, a fresh key each', featuredFloor, `gw-featured-${runId}`),
     ];
     const gen = load;
     const run = (side: Side, durationSeconds: number): Promise<LoadResult> => {
