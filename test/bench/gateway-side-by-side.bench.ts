@@ -22,7 +22,8 @@ import { startFakeModel } from './worker-side-by-side.bench';
  * limiter's own cost), and replaying one key; beside them the floor, our parts
  * alone (servers/gateway-floor.ts: store, transport, fingerprint, log line, no
  * Nest or Express), a yardstick for a leaner path, not a peer, and the same
- * with the features' per-call work (FLOOR_FEATURES). Non-stream POST /v1/chat/completions under autocannon
+ * with the features' per-call work (FLOOR_FEATURES), and with BENCH_FLOOR_IN_OURS=1 that one again inside
+ * an idle process of ours. Non-stream POST /v1/chat/completions under autocannon
  * (load.ts: wrk, or autocannon without it; 32 connections), rounds in rotated order, medians: requests per
  * second, p99, and the CPU µs per request of the process in front (for
  * "direct", the fake model's own) and of Redis when it runs here; each ratio
@@ -211,6 +212,29 @@ export async function benchGatewaySideBySide(
     };
     const floor = await startFloor('floor', {});
     const featuredFloor = await startFloor('floor with the features', { FLOOR_FEATURES: '1' });
+    // BENCH_FLOOR_IN_OURS=1: the same floor inside a process of ours that serves nothing meanwhile
+    // (servers/ours-with-floor.ts): its cost where ours' code and heap are loaded.
+    let floorInOurs: { readonly server: SpawnedServer; readonly url: string } | undefined;
+    if (process.env.BENCH_FLOOR_IN_OURS === '1') {
+      const [port, floorPort] = [await freePort(), await freePort()];
+      const server = await spawnServer({
+        name: 'ours with the floor',
+        script: built.jsOf('test/bench/servers/ours-with-floor.ts'),
+        nodeArgs: built.nodeArgs,
+        env: {
+          ...built.env,
+          ...gatewayEnv(port, redisUrl, databaseUrl, model.url!),
+          FLOOR_PORT: String(floorPort),
+          FLOOR_FEATURES: '1',
+        },
+        // The floor listens once its Redis client is connected, before the api's start is over; a floor not
+        // listening yet would fail the warm-up loudly rather than give a number.
+        ready: { url: `http://127.0.0.1:${port}/metrics` },
+        stdout: 'ignore',
+      });
+      servers.push(server);
+      floorInOurs = { server, url: `http://127.0.0.1:${floorPort}/v1/chat/completions` };
+    }
     // The same, its tenant under a token limit none of the load reaches (issue 23): the limiter's own cost.
     const limited = await startOurs('ours, limited', { TENANT_TOKEN_LIMITS: 'bench=1000000000000/1d' });
     load = await startLoadGenerator();
@@ -266,6 +290,18 @@ export async function benchGatewaySideBySide(
       freshKeys('floor, a fresh key each', floor, `gw-floor-${runId}`),
       replaying('floor, replay', floor, `gw-floor-replay-${runId}`),
       freshKeys('floor with the features, a fresh key each', featuredFloor, `gw-featured-${runId}`),
+      ...(floorInOurs === undefined
+        ? []
+        : [
+            {
+              ...freshKeys(
+                'floor with the features, inside an idle process of ours',
+                floorInOurs.server,
+                `gw-fio-${runId}`,
+              ),
+              url: () => floorInOurs.url,
+            },
+          ]),
     ];
     const gen = load;
     const run = (side: Side, durationSeconds: number): Promise<LoadResult> => {

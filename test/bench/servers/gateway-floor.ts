@@ -185,8 +185,10 @@ const server = createServer({ keepAlive: true }, (req, res) => {
   });
 });
 
+// FLOOR_PORT: its port when it shares a process with ours (servers/ours-with-floor.ts), whose PORT is the api's.
+const port = process.env.FLOOR_PORT ?? process.env.PORT;
 void redis.connect().then(() =>
-  server.listen(Number(process.env.PORT), '127.0.0.1', () => {
-    process.stderr.write(`gateway floor listening on ${process.env.PORT}\n`);
+  server.listen(Number(port), '127.0.0.1', () => {
+    process.stderr.write(`gateway floor listening on ${port}\n`);
   }),
 );
