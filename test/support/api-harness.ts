@@ -61,7 +61,13 @@ export async function startApi(options: ApiHarnessOptions = {}): Promise<ApiHarn
   const app = moduleRef.createNestApplication<NestExpressApplication>(adapter, { bodyParser: false, bufferLogs: true });
   if (!useExpressPrototypes(app)) throw new Error("the api's server could not make requests with Express's prototypes");
   configureApiApp(app);
-  await app.init();
+  try {
+    await app.init();
+  } catch (err) {
+    // A start the app refuses (a test of exactly that) leaves no Redis or PostgreSQL connection open behind it.
+    await app.close().catch(() => undefined);
+    throw err;
+  }
   return {
     app,
     server: app.getHttpServer(),
