@@ -1,6 +1,8 @@
 import type { Redis } from 'ioredis';
 import OpenAI, { APIError } from 'openai';
 import { randomUUID } from 'node:crypto';
+import { subscribe, unsubscribe } from 'node:diagnostics_channel';
+import type { ClientRequest, IncomingMessage, ServerResponse } from 'node:http';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { AddressInfo } from 'node:net';
 import { legacyFingerprint, RedisIdempotencyStore } from '@app/idempotency';
@@ -9,7 +11,8 @@ import { bearer, type ApiHarness, startApi, TENANT_A, TENANT_B } from '../suppor
 import { type AppProcess, startAppProcess } from '../support/app-process';
 import { completionEvents, FakeOpenAiServer } from '../support/fake-openai-server';
 import { type GatewayHarness, type GatewayReply, startGateway } from '../support/gateway-harness';
-import { eventually, freePort, sleep, testDatabaseUrl, testRedisUrl } from '../support/infra';
+import { recordedFrames } from '../support/frame-log';
+import { eventually, freePort, testDatabaseUrl, testRedisUrl } from '../support/infra';
 
 /** Polls until `condition` holds. */
 const until = (condition: () => boolean, what = 'the condition') =>
@@ -47,6 +50,49 @@ describe('the gateway: POST /v1/chat/completions', () => {
       signal,
       headers: { authorization: bearer(tenant), 'content-type': 'application/json', ...headers },
       body: typeof body === 'string' ? body : JSON.stringify(body),
+    });
+  }
+
+  /** Until the running call of key `k` has its head and `events` in its record, no more: attachable mid-stream. */
+  const recorded = (k: string, events: readonly string[]) =>
+    eventually(
+      async () =>
+        (await recordedFrames(redis, `idem:${TENANT_A.tenant}:POST:/v1/chat/completions:${k}`)) === events.join('')
+          ? true
+          : undefined,
+      5000,
+      `the head and the first ${events.length} events in the record`,
+    );
+  /**
+   * Resolves once the api (it runs in this process) has closed its response to the request carrying Idempotency-Key
+   * `k`: answered, or its caller's disconnect seen. Call it before the request is sent.
+   */
+  function closedAtTheApi(k: string): Promise<void> {
+    return new Promise((resolve) => {
+      const onRequest = (req: IncomingMessage, res: ServerResponse): void => {
+        if (req.headers['idempotency-key'] !== k) return;
+        api.server.off('request', onRequest);
+        res.once('close', () => resolve());
+      };
+      api.server.on('request', onRequest);
+    });
+  }
+  /**
+   * Resolves once the api's next call to the provider is over on the api's side: the provider's body read to its
+   * end and the socket back in the pool, or the socket closed. node:http's diagnostics channel shows the api's
+   * requests (it runs in this process); the request's 'close' comes in the same tick as, just before, the socket's
+   * 'free', so the pool has it by the time this resolves. Call it before the call is made.
+   */
+  function nextProviderCallOver(): Promise<void> {
+    const host = new URL(provider.baseUrl).host;
+    return new Promise((resolve) => {
+      const onStart = (message: unknown): void => {
+        const { request } = message as { request: ClientRequest };
+        if (request.getHeader('host') !== host) return;
+        unsubscribe('http.client.request.start', onStart);
+        request.once('close', () => resolve());
+      };
+      subscribe('http.client.request.start', onStart);
     });
   }
 
@@ -228,15 +274,18 @@ describe('the gateway: POST /v1/chat/completions', () => {
     it('keeps the provider’s connection for the next call after a stream ends', async () => {
       replies.set('one connection', { kind: 'stream', events: completionEvents('reuse the socket'), endAfterMs: 50 });
       for (let i = 0; i < 3; i++) {
+        const over = nextProviderCallOver();
         expect(await (await post(streamOf('one connection'), { 'idempotency-key': key() })).text()).toMatch(
           /\[DONE\]\n\n$/,
         );
-        await sleep(150); // the provider ends its body 50 ms after [DONE]
+        // The provider ends its body 50 ms after [DONE]: the next call goes once the api has read that end.
+        await over;
       }
       // Without a key too: the caller leaving once its answer is whole ends nothing upstream.
       for (let i = 0; i < 2; i++) {
+        const over = nextProviderCallOver();
         expect(await (await post(streamOf('one connection'), {})).text()).toMatch(/\[DONE\]\n\n$/);
-        await sleep(150);
+        await over;
       }
       const seen = provider.requests.filter((r) => r.userText === 'one connection');
       expect(seen).toHaveLength(5);
@@ -312,7 +361,7 @@ describe('the gateway: POST /v1/chat/completions', () => {
         text: await r.text(),
       }));
       await until(() => provider.requests.some((r) => r.userText === 'attach me'));
-      await sleep(100);
+      await recorded(k, events.slice(0, 3));
       // Its head came while the call is held: it is attached to the running call, not a replay of a finished one.
       const duplicate = await post(streamOf('attach me'), { 'idempotency-key': k }).then((r) => ({
         headers: r.headers,
@@ -333,6 +382,7 @@ describe('the gateway: POST /v1/chat/completions', () => {
       const held = new Promise<void>((r) => (release = r));
       replies.set('abort me', { kind: 'stream', events, gate: (i) => (i === 2 ? held : Promise.resolve()) });
       const controller = new AbortController();
+      const callerGone = closedAtTheApi(k);
       const stream = await sdk().chat.completions.create(streamOf('abort me'), {
         headers: { 'Idempotency-Key': k },
         signal: controller.signal,
@@ -344,7 +394,8 @@ describe('the gateway: POST /v1/chat/completions', () => {
           break;
         }
       }
-      await sleep(100);
+      // The api has seen the caller leave before the provider goes on.
+      await callerGone;
       release();
       const seen = provider.requests.find((r) => r.userText === 'abort me');
       // The retry may arrive while the call still runs: it is attached, and gets the same events.
@@ -364,6 +415,7 @@ describe('the gateway: POST /v1/chat/completions', () => {
       const controller = new AbortController();
       const abandoned = post(streamOf('left early'), { 'idempotency-key': k }).catch(() => undefined);
       void abandoned;
+      const gone = closedAtTheApi(`${k}-2`);
       const leaving = fetch(`${apiUrl}/v1/chat/completions`, {
         method: 'POST',
         signal: controller.signal,
@@ -373,7 +425,8 @@ describe('the gateway: POST /v1/chat/completions', () => {
       await until(() => provider.requests.filter((r) => r.userText === 'left early').length === 2);
       controller.abort();
       await leaving;
-      await sleep(200);
+      // The api has seen the caller leave before the provider sends its first event.
+      await gone;
       release();
       await abandoned;
       const retry = await post(streamOf('left early'), { 'idempotency-key': `${k}-2` });
@@ -423,7 +476,7 @@ describe('the gateway: POST /v1/chat/completions', () => {
       });
       const first = post(streamOf('attached break'), { 'idempotency-key': k }).then((r) => r.text());
       await until(() => provider.requests.some((r) => r.userText === 'attached break'));
-      await sleep(100);
+      await recorded(k, events.slice(0, 3));
       // Its head came while the call is held: it is attached to the running call.
       const attached = await post(streamOf('attached break'), { 'idempotency-key': k });
       expect(attached.headers.get('idempotent-replayed')).toBe('true');
@@ -728,7 +781,7 @@ describe('the gateway: POST /v1/chat/completions', () => {
       replies.set('other pod', { kind: 'stream', events, gate: (i) => (i === 2 ? held : Promise.resolve()) });
       const first = post(streamOf('other pod'), { 'idempotency-key': k }).then((r) => r.text());
       await until(() => provider.requests.some((r) => r.userText === 'other pod'));
-      await sleep(100);
+      await recorded(k, events.slice(0, 2));
       const stream = await sdk(TENANT_A, other.url).chat.completions.create(streamOf('other pod'), {
         headers: { 'Idempotency-Key': k },
       });
@@ -736,7 +789,8 @@ describe('the gateway: POST /v1/chat/completions', () => {
       const reading = (async () => {
         for await (const chunk of stream) chunks.push(JSON.stringify(chunk));
       })();
-      await sleep(200);
+      // The events so far reach the attached caller before the live ones are let go.
+      await until(() => chunks.length === 2, 'the two events recorded before the hold, read on the other process');
       release();
       await reading;
       expect(await first).toBe(events.join(''));

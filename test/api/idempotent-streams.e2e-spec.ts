@@ -7,7 +7,8 @@ import { randomUUID } from 'node:crypto';
 import type { AddressInfo } from 'node:net';
 import { ApiKeyGuard } from '../../apps/api/src/auth/api-key.guard';
 import { type ApiHarness, bearer, startApi, TENANT_A } from '../support/api-harness';
-import { eventually, freshRedis, sleep } from '../support/infra';
+import { recordedFrames } from '../support/frame-log';
+import { eventually, freshRedis } from '../support/infra';
 import { metricValue } from '../support/metrics';
 
 /** Counts runs and lets a test hold a stream at a frame until it says go. */
@@ -150,7 +151,13 @@ describe('@Idempotent() on a route that returns a StreamedAnswer', () => {
     const runs = frames.runs;
     const first = post({ count: 6, holdAt: 3 }, k).then((r) => r.text());
     await eventually(() => (frames.runs === runs + 1 ? true : undefined));
-    await sleep(100);
+    // Frames 0-2 came before the hold: once they and the head are in the record, the duplicate attaches mid-stream.
+    const before = lines(3, runs + 1);
+    await eventually(
+      async () => ((await recordedFrames(redis, record(k))) === before ? true : undefined),
+      5000,
+      'frames 0-2 recorded',
+    );
     // Its head came while the first is held: it is attached to the running stream, not a replay of a finished one.
     const duplicate = await post({ count: 6, holdAt: 3 }, k);
     frames.go();
