@@ -29,7 +29,7 @@ import { randomUUID } from 'node:crypto';
 import request from 'supertest';
 import { ApiKeyGuard } from '../../apps/api/src/auth/api-key.guard';
 import { ApiHarness, bearer, startApi, TENANT_A } from '../support/api-harness';
-import { eventually, freePort, freshRedis, sleep, startRedisServer } from '../support/infra';
+import { eventually, freePort, freshRedis, startRedisServer } from '../support/infra';
 import { metricSample, metricValue } from '../support/metrics';
 
 /** Counts handler runs per route and lets a test hold a run until it says go. */
@@ -58,11 +58,25 @@ class Probe {
   }
 }
 
-class SleepDto {
+class MsDto {
   @IsInt()
   @Min(0)
   @Max(5000)
   ms!: number;
+}
+
+/**
+ * performance.now() as the interceptor reads it to time a handler's run, moved on by the test: a run held while the
+ * clock is advanced takes that long, without the time passing. Only ever forward; restore() ends it.
+ */
+function advancingClock(): { advance(ms: number): void; restore(): void } {
+  let offset = 0;
+  const real = performance.now.bind(performance);
+  const spy = jest.spyOn(performance, 'now').mockImplementation(() => real() + offset);
+  return {
+    advance: (ms) => void (offset += ms),
+    restore: () => spy.mockRestore(),
+  };
 }
 
 @Controller('test/ops')
@@ -110,20 +124,18 @@ class OpsController {
     return { id: run };
   }
 
-  @Post('slow')
-  @Idempotent({ lockTtlMs: 300 })
-  async slow(@Body() body: SleepDto): Promise<{ run: number }> {
-    const run = this.probe.run('slow');
-    await sleep(body.ms);
-    return { run };
+  @Post('validated')
+  @Idempotent()
+  validated(@Body() body: MsDto): { run: number; ms: number } {
+    return { run: this.probe.run('validated'), ms: body.ms };
   }
 
-  /** The module's lock TTL (IDEMPOTENCY_LOCK_TTL_S), renewed while it runs. */
+  /** The module's lock TTL (IDEMPOTENCY_LOCK_TTL_S), renewed while it runs; each run holds until the test says go. */
   @Post('takes')
   @Idempotent()
-  async takes(@Body() body: SleepDto): Promise<{ run: number }> {
+  async takes(): Promise<{ run: number }> {
     const run = this.probe.run('takes');
-    await sleep(body.ms);
+    await this.probe.hold();
     return { run };
   }
 
@@ -260,7 +272,8 @@ describe('IdempotencyInterceptor on any controller', () => {
     if (key) req.set('Idempotency-Key', key);
     return req.send(body);
   };
-  const record = (path: string, key: string) => redis.hgetall(`idem:${TENANT_A.tenant}:POST:${path}:${key}`);
+  const recordKey = (path: string, key: string) => `idem:${TENANT_A.tenant}:POST:${path}:${key}`;
+  const record = (path: string, key: string) => redis.hgetall(recordKey(path, key));
 
   it('a handler that throws: 500, the key is released, and the retry runs', async () => {
     const key = newKey();
@@ -448,13 +461,23 @@ describe('IdempotencyInterceptor on any controller', () => {
   it('renews the lock of a handler that runs over twice its lock TTL: duplicates meanwhile get 409', async () => {
     const key = newKey();
     // Lock TTL 600 ms, renewed every 200 ms; the handler runs until the test lets it go, after the duplicates.
-    // Unrenewed, the lock would be gone at 600 ms and the duplicates below (at 700 ms and 1.3 s) would run it again.
-    // Renewed, only a stall of some 400 ms between two renewals could let one in.
+    // Each duplicate below comes once the lock, as it stood before, would have expired unrenewed: Redis itself expires
+    // a twin key given the lock's remaining time. Unrenewed, the lock would be gone by then and the duplicate would run
+    // the handler again. Renewed, only a stall of some 400 ms between two renewals could let one in.
     const slow = post('/test/ops/renewed', key).then((r) => r);
     await eventually(() => (probe.count('renewed') === 1 ? true : undefined));
+    const lock = recordKey('/test/ops/renewed', key);
+    const twin = `twin:${lock}`;
     const during: number[] = [];
-    for (const wait of [700, 600]) {
-      await sleep(wait);
+    for (let i = 0; i < 2; i++) {
+      const left = await redis.pttl(lock);
+      expect(left).toBeGreaterThan(0);
+      await redis.set(twin, '1', 'PX', left);
+      await eventually(
+        async () => ((await redis.exists(twin)) === 0 ? true : undefined),
+        5000,
+        'the lock as it stood to expire, had it not been renewed',
+      );
       const dup = await post('/test/ops/renewed', key);
       during.push(dup.status);
       expect(dup.body.type).toBe(IdempotencyProblemTypes.inProgress);
@@ -470,24 +493,35 @@ describe('IdempotencyInterceptor on any controller', () => {
   });
 
   it("a 409's Retry-After is when the running request is likely done (the route's recent runs), and a retry then gets the answer", async () => {
-    // One run teaches the route how long it takes: 2.5 s.
-    await post('/test/ops/takes', newKey(), { ms: 2500 }).expect(201);
-    const key = newKey();
-    const first = post('/test/ops/takes', key, { ms: 2500 }).then((r) => r);
-    await eventually(() => (probe.count('takes') === 2 ? true : undefined));
-    const dup = await post('/test/ops/takes', key, { ms: 2500 }).expect(409);
-    // 2.5 s less the few hundred ms it has run: 3 s, or 2 s on a slow machine;
-    // not 1 s (nothing known) and not the lock TTL (10 s, when the key would free).
-    const retryAfter = Number(dup.headers['retry-after']);
-    expect([2, 3]).toContain(retryAfter);
-    expect(dup.body.detail).toBe(`Retry after ${retryAfter} s to get its answer.`);
-    await sleep(retryAfter * 1000);
-    const retry = await post('/test/ops/takes', key, { ms: 2500 }).expect(201);
-    expect(retry.headers['idempotent-replayed']).toBe('true');
-    expect(retry.body).toEqual({ run: 2 });
-    expect((await first).body).toEqual({ run: 2 });
-    expect(probe.count('takes')).toBe(2);
-  }, 15_000);
+    const clock = advancingClock();
+    try {
+      // One run teaches the route how long it takes: 2.5 s on the clock the interceptor times runs with, moved on
+      // while the run is held.
+      const teacher = post('/test/ops/takes', newKey()).then((r) => r);
+      await eventually(() => (probe.count('takes') === 1 ? true : undefined));
+      clock.advance(2500);
+      probe.releaseAll();
+      expect((await teacher).status).toBe(201);
+      const key = newKey();
+      const first = post('/test/ops/takes', key).then((r) => r);
+      await eventually(() => (probe.count('takes') === 2 ? true : undefined));
+      const dup = await post('/test/ops/takes', key).expect(409);
+      // 2.5 s less the few ms it has run (by Redis's clock): 3 s, or 2 s on a slow machine;
+      // not 1 s (nothing known) and not the lock TTL (10 s, when the key would free).
+      const retryAfter = Number(dup.headers['retry-after']);
+      expect([2, 3]).toContain(retryAfter);
+      expect(dup.body.detail).toBe(`Retry after ${retryAfter} s to get its answer.`);
+      // The running request finishes; the retry then gets its answer.
+      probe.releaseAll();
+      expect((await first).body).toEqual({ run: 2 });
+      const retry = await post('/test/ops/takes', key).expect(201);
+      expect(retry.headers['idempotent-replayed']).toBe('true');
+      expect(retry.body).toEqual({ run: 2 });
+      expect(probe.count('takes')).toBe(2);
+    } finally {
+      clock.restore();
+    }
+  });
 
   it('lock lost: a second request takes over, the first one cannot overwrite its record, and it is counted', async () => {
     const key = newKey();
@@ -511,12 +545,12 @@ describe('IdempotencyInterceptor on any controller', () => {
 
   it('a pipe that rejects the body leaves nothing stored: the corrected retry runs', async () => {
     const key = newKey();
-    const bad = await post('/test/ops/slow', key, { ms: 'soon' }).expect(400);
+    const bad = await post('/test/ops/validated', key, { ms: 'soon' }).expect(400);
     expect(bad.body.errors[0].field).toBe('ms');
-    expect(await record('/test/ops/slow', key)).toEqual({});
-    expect(probe.count('slow')).toBe(0);
-    await post('/test/ops/slow', key, { ms: 0 }).expect(201);
-    expect(probe.count('slow')).toBe(1);
+    expect(await record('/test/ops/validated', key)).toEqual({});
+    expect(probe.count('validated')).toBe(0);
+    await post('/test/ops/validated', key, { ms: 0 }).expect(201);
+    expect(probe.count('validated')).toBe(1);
   });
 
   it('an answer over the size cap is sent but not stored; the key is released', async () => {
@@ -547,7 +581,16 @@ describe('IdempotencyInterceptor on any controller', () => {
     const replay = await post('/test/optional', key).expect(201);
     expect(replay.headers['idempotent-replayed']).toBe('true');
     expect(probe.count('optional')).toBe(3);
-    await sleep(1100);
+    // Stored for the class's 1 s, not the module's default; once Redis has expired it, the key runs again.
+    const stored = recordKey('/test/optional', key);
+    const ttl = await redis.pttl(stored);
+    expect(ttl).toBeGreaterThan(0);
+    expect(ttl).toBeLessThanOrEqual(1000);
+    await eventually(
+      async () => ((await redis.exists(stored)) === 0 ? true : undefined),
+      5000,
+      'the stored answer to expire',
+    );
     await post('/test/optional', key).expect(201);
     expect(probe.count('optional')).toBe(4);
   });
@@ -657,7 +700,16 @@ describe('crash between XADD and finalise', () => {
       expect(await lost).toMatchObject({ message: expect.stringMatching(/Timeout/) });
       expect(await redis.xlen(JOBS_STREAM)).toBe(1);
 
-      await sleep(1100); // the lock A took, never renewed, is gone
+      // The lock A took (1 s), never renewed, expires in Redis.
+      const lock = `idem:${TENANT_A.tenant}:POST:/v1/summaries:${key}`;
+      const left = await redis.pttl(lock);
+      expect(left).toBeGreaterThan(0);
+      expect(left).toBeLessThanOrEqual(1000);
+      await eventually(
+        async () => ((await redis.exists(lock)) === 0 ? true : undefined),
+        5000,
+        'the lock A took to expire',
+      );
       const retry = await request(survivor.server)
         .post('/v1/summaries')
         .set('Authorization', bearer(TENANT_A))

@@ -10,15 +10,7 @@ import type { DataSource } from 'typeorm';
 import { bearer, type ApiHarness, startApi, TENANT_A, TENANT_B } from '../support/api-harness';
 import { type AppProcess, startAppProcess } from '../support/app-process';
 import { completionEvents, FakeOpenAiServer, type ModelReply } from '../support/fake-openai-server';
-import {
-  eventually,
-  freePort,
-  freshRedis,
-  sleep,
-  testDatabaseUrl,
-  testDataSource,
-  testRedisUrl,
-} from '../support/infra';
+import { eventually, freePort, freshRedis, testDatabaseUrl, testDataSource, testRedisUrl } from '../support/infra';
 
 /**
  * The api with IDEMPOTENCY_STORE=postgres: the summaries and gateway routes
@@ -38,6 +30,22 @@ describe('the api on the PostgreSQL idempotency store', () => {
   const rowOf = async (key: string) => (await ds.query(`SELECT * FROM idempotency_keys WHERE key = $1`, [key]))[0];
   const until = (condition: () => boolean, what: string) =>
     eventually(() => (condition() ? true : undefined), 5000, what);
+  /** The frames of `key`'s running attempt stored so far, joined: what a duplicate attaching now can read. */
+  const framesStored = async (key: string): Promise<string> => {
+    const rows = await ds.query<{ data: string }[]>(
+      `SELECT f.data FROM idempotency_frames f JOIN idempotency_keys k ON k.attempt = f.attempt
+        WHERE k.key = $1 AND f.kind = 'frame' ORDER BY f.seq`,
+      [key],
+    );
+    return rows.map((r) => r.data).join('');
+  };
+  /** Until the frames the upstream sent before its gate (`sent`) are all in `key`'s log: the stream is under way. */
+  const streamUnderWay = (key: string, sent: readonly string[]) =>
+    eventually(
+      async () => ((await framesStored(key)) === sent.join('') ? true : undefined),
+      5000,
+      'the frames sent so far to be stored',
+    );
   const streamOf = (text: string) => ({
     model: 'gpt-test',
     messages: [{ role: 'user' as const, content: text }],
@@ -179,7 +187,7 @@ describe('the api on the PostgreSQL idempotency store', () => {
     replies.set('pg attach', { kind: 'stream', events, gate: (i) => (i === 3 ? held : Promise.resolve()) });
     const first = chat(streamOf('pg attach'), key);
     await until(() => provider.requests.some((r) => r.userText === 'pg attach'), 'the upstream call');
-    await sleep(100);
+    await streamUnderWay(`${TENANT_A.tenant}:POST:/v1/chat/completions:${key}`, events.slice(0, 3));
     const duplicate = chat(streamOf('pg attach'), key);
     // The duplicate follows the running call: it registers on its row (watched) while the call still runs, held.
     await eventually(
@@ -224,7 +232,7 @@ describe('the api on the PostgreSQL idempotency store', () => {
       replies.set('pg other pod', { kind: 'stream', events, gate: (i) => (i === 2 ? held : Promise.resolve()) });
       const first = chat(streamOf('pg other pod'), key);
       await until(() => provider.requests.some((r) => r.userText === 'pg other pod'), 'the upstream call');
-      await sleep(100);
+      await streamUnderWay(`${TENANT_A.tenant}:POST:/v1/chat/completions:${key}`, events.slice(0, 2));
       const stream = await new OpenAI({
         apiKey: TENANT_A.key,
         baseURL: `${other.url}/v1`,
@@ -234,7 +242,12 @@ describe('the api on the PostgreSQL idempotency store', () => {
       const reading = (async () => {
         for await (const chunk of stream) chunks.push(JSON.stringify(chunk));
       })();
-      await sleep(200);
+      // The other pod follows the running call: the frames sent before the gate reach its caller while it is held.
+      await until(() => chunks.length === 2, 'the duplicate to read the frames sent so far');
+      expect(await rowOf(`${TENANT_A.tenant}:POST:/v1/chat/completions:${key}`)).toMatchObject({
+        state: 'running',
+        watched: true,
+      });
       release();
       await reading;
       expect((await first).text).toBe(events.join(''));

@@ -9,7 +9,7 @@ import { RefundProblemTypes, refundIdFor } from '../../apps/api/src/refunds/refu
 import { createIssueRefundTool } from '../../libs/client/examples/issue-refund.tool';
 import { type ApiHarness, bearer, startApi, TENANT_A, TENANT_B } from '../support/api-harness';
 import { FakePaymentsServer, type FakePayout } from '../support/fake-payments-server';
-import { eventually, sleep } from '../support/infra';
+import { eventually } from '../support/infra';
 import { metricValue } from '../support/metrics';
 import {
   ageAttempt,
@@ -178,6 +178,19 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
   };
   /** The resend window of `key`'s refund is over (its last send moved an hour back). */
   const windowOver = (key: string) => ageAttempt(db, refundIdOf(key));
+  /**
+   * What is left of the resend window of `key`'s refund (2 × PAYMENTS_TIMEOUT_S from its last send), in ms by
+   * PostgreSQL's clock, as the api reckons it: 0 once a send would be let through.
+   */
+  const windowLeftMs = async (key: string): Promise<number> => {
+    const [row] = await db.query<{ left_ms: number }[]>(
+      `SELECT GREATEST(0, ceil(extract(epoch FROM last_sent_at + interval '2 seconds' - now()) * 1000))::float8 AS left_ms
+         FROM refund_attempts WHERE refund_id = $1`,
+      [refundIdOf(key)],
+    );
+    if (!row) throw new Error(`no send mark for ${refundIdOf(key)}`);
+    return row.left_ms;
+  };
   /**
    * `res` is the 503 of a request inside the resend window: outcome-unknown, Retry-After at least 1 and at most
    * 2 × PAYMENTS_TIMEOUT_S.
@@ -411,8 +424,14 @@ describe('POST /v1/refunds against a payment provider over HTTP (FakePaymentsSer
       const mark = await oneMarkFor(key, body);
       expect(mark.sends).toBe(1);
 
-      // The real wait, once in the suite: Retry-After is what is left of the window, rounded up.
-      await sleep(retryAfter * 1000 + 50);
+      // Retry-After covers what is left of the window (rounded up); the real wait, once in the suite, is for the
+      // window itself to end in the database, not for a time.
+      expect(await windowLeftMs(key)).toBeLessThanOrEqual(retryAfter * 1000);
+      await eventually(
+        async () => ((await windowLeftMs(key)) === 0 ? true : undefined),
+        5000,
+        'the resend window to end',
+      );
       const retry = await post(key, body);
       await expectPaidOnce(retry, key, body);
       expect(fake.payoutRequests()).toHaveLength(2);
