@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { Pool } from 'pg';
 import type { DataSource, QueryRunner } from 'typeorm';
 import { IdempotencyBytes1764892800000 } from '@app/persistence/migrations/1764892800000-idempotency-bytes';
-import { eventually, freePort, sleep, testDatabaseUrl, testDataSource } from '../support/infra';
+import { eventually, freePort, testDatabaseUrl, testDataSource } from '../support/infra';
 
 const newPool = (max = 10) =>
   new Pool({ connectionString: testDatabaseUrl(), max, application_name: 'idempotency-test' });
@@ -29,6 +29,16 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
   const key = () => `tenant-a:POST:/v1/things:${randomUUID()}`;
   const rowOf = async (k: string) => (await ds.query(`SELECT * FROM idempotency_keys WHERE key = $1`, [k]))[0];
   const count = async (sql: string, params: unknown[] = []) => Number((await ds.query(sql, params))[0].n);
+  /** Waits until the lock of `k`'s row has run out on the database clock (`locked_until < now()`). */
+  const lockExpired = (k: string) =>
+    eventually(
+      async () =>
+        (await count(`SELECT count(*) AS n FROM idempotency_keys WHERE key = $1 AND locked_until < now()`, [k])) === 1
+          ? true
+          : undefined,
+      5000,
+      `the lock of ${k} to run out`,
+    );
 
   beforeAll(async () => {
     ds = await testDataSource();
@@ -253,7 +263,7 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
     const k = key();
     await store.claim(k, 'old', 'fp', 100);
     const before = await rowOf(k);
-    await sleep(200);
+    await lockExpired(k);
     const results = await Promise.all(Array.from({ length: 20 }, (_, i) => store.claim(k, `new-${i}`, 'fp', 10_000)));
     expect(results.filter((r) => r.outcome === 'claimed')).toHaveLength(1);
     expect(results.filter((r) => r.outcome === 'in-progress')).toHaveLength(19);
@@ -273,7 +283,7 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
   it('does not let a claim with another body take over a dead request: it sees the running record and its fingerprint until the row expires', async () => {
     const k = key();
     await store.claim(k, 'old', 'fp', 100);
-    await sleep(200);
+    await lockExpired(k);
     // Whatever the dead request did is this key's: another body must not run under it.
     await expect(store.claim(k, 'other', 'fp2', 10_000)).resolves.toMatchObject({
       outcome: 'in-progress',
@@ -346,7 +356,7 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
       // know it takes over), as a live lock does.
       await store.claim('sweep:dead', 'd', 'fp', 50);
       await store.claim('sweep:alive', 'a', 'fp', 60_000);
-      await sleep(100);
+      await lockExpired('sweep:dead');
       expect((await store.sweepExpired(500)).keys).toBe(500);
       expect((await store.sweepExpired(500)).keys).toBe(500);
       expect((await store.sweepExpired(500)).keys).toBe(200);
@@ -384,7 +394,6 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
       await store.claim('sweep:done', 't', 'fp', 10_000);
       await store.frames.begin('sweep:done', 't', head);
       await store.frames.complete('sweep:done', 't', 'fp', 60_000);
-      await sleep(100);
       // The dead holder's log goes with its lock; its row stays (a day) for the next request to know.
       expect(await store.sweepExpired(500)).toEqual({ keys: 0, frameLogs: 1 });
       expect(await count(`SELECT count(*) AS n FROM idempotency_frames`)).toBe(6); // freed and done: open, head, end each
@@ -461,7 +470,16 @@ describe('PostgresIdempotencyStore on PostgreSQL', () => {
         );
         await sweeper.close();
         await ds.query(`UPDATE idempotency_keys SET expires_at = now() - interval '1 second'`);
-        await sleep(200);
+        // The moment has passed once another sweeper on the same interval, started now, has swept three times (its
+        // sweeps counted, not run): a timer close() left running, due before its, would have fired in between.
+        const clock = new PostgresIdempotencyStore(pool, { sweepIntervalMs: 50, sweepBatch: 100 });
+        const ticks = jest.spyOn(clock, 'sweepExpired').mockResolvedValue({ keys: 0, frameLogs: 0 });
+        try {
+          clock.startSweeping();
+          await eventually(() => (ticks.mock.calls.length >= 3 ? true : undefined), 5000, "the later sweeper's sweeps");
+        } finally {
+          await clock.close();
+        }
         expect(await count(`SELECT count(*) AS n FROM idempotency_keys`)).toBe(5);
       } finally {
         await sweeper.close();

@@ -1,7 +1,7 @@
 import type { LoggerService } from '@nestjs/common';
 import { Redis } from 'ioredis';
 import { LeaseManager } from '../../libs/workflows/src/consumer/lease-manager';
-import { eventually, freshRedis, sleep } from '../support/infra';
+import { eventually, freshRedis } from '../support/infra';
 
 const options = { stream: 'lease-test:jobs', group: 'workers', consumer: 'me', refreshIntervalMs: 20 };
 
@@ -21,6 +21,18 @@ async function idleOf(redis: Redis): Promise<Map<string, number>> {
   return new Map(pending.map(([id, , idle]) => [id, idle]));
 }
 
+/** Waits until every pending entry has been idle at least `ms` (XPENDING's idle times); their idle times then. */
+function agedPast(redis: Redis, ms: number): Promise<Map<string, number>> {
+  return eventually(
+    async () => {
+      const idle = await idleOf(redis);
+      return [...idle.values()].every((n) => n >= ms) ? idle : undefined;
+    },
+    5000,
+    `the entries idle ${ms} ms`,
+  );
+}
+
 describe('LeaseManager against Redis', () => {
   let redis: Redis;
   let ids: string[];
@@ -35,12 +47,12 @@ describe('LeaseManager against Redis', () => {
 
   it('resets the idle time of the entries it holds, and only theirs', async () => {
     const leases = new LeaseManager(redis, options, () => [ids[0]], logger());
-    await sleep(200);
+    const aged = await agedPast(redis, 100);
     await leases.refresh();
     const idle = await idleOf(redis);
-    // The held entry was just claimed again; the other has aged since it was read.
+    // The held entry was just claimed again; the other has aged since it was read, the refresh did not touch it.
     expect(idle.get(ids[0])!).toBeLessThan(idle.get(ids[1])!);
-    expect(idle.get(ids[1])!).toBeGreaterThanOrEqual(200);
+    expect(idle.get(ids[1])!).toBeGreaterThanOrEqual(aged.get(ids[1])!);
   });
 
   it('asks nothing of Redis when nothing is held', async () => {
@@ -65,7 +77,7 @@ describe('LeaseManager against Redis', () => {
     expect(log.warnings[0]).toMatch(/^could not refresh in-flight entries: /);
     down.disconnect();
 
-    await sleep(100);
+    await agedPast(redis, 100);
     await new LeaseManager(redis, options, () => [ids[0]], log).refresh();
     const idle = await idleOf(redis);
     expect(idle.get(ids[0])!).toBeLessThan(idle.get(ids[1])!);
@@ -88,7 +100,24 @@ describe('LeaseManager against Redis', () => {
     await eventually(() => (refreshes >= 3 ? true : undefined), 5000, 'three refreshes');
     leases.stop();
     const seen = refreshes;
-    await sleep(100);
+    // The moment has passed once another manager on the same interval, started after stop(), has refreshed three
+    // times: a timer stop() left running, due before it, would have fired in between.
+    let later = 0;
+    const clock = new LeaseManager(
+      redis,
+      options,
+      () => {
+        later++;
+        return [];
+      },
+      logger(),
+    );
+    clock.start();
+    try {
+      await eventually(() => (later >= 3 ? true : undefined), 5000, "the later manager's three refreshes");
+    } finally {
+      clock.stop();
+    }
     expect(refreshes).toBe(seen);
   });
 });

@@ -3,7 +3,7 @@ import type { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import type { DataSource } from 'typeorm';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
-import { eventually, freshRedis, sleep, testDataSource, truncateAll } from '../support/infra';
+import { eventually, freshRedis, testDataSource, truncateAll } from '../support/infra';
 import { startWorker, type WorkerHarness } from '../support/worker-harness';
 
 /*
@@ -47,6 +47,27 @@ describe('partitions that outnumber the slots all get read', () => {
         return { jobId, tenant: 'tenant-a', payload: { text: 'Read me, whichever partition.', notify: 'a@b.c' } };
     }
   };
+  /**
+   * Waits until every partition's loop, of each queue, is blocked in its read (CLIENT LIST: its blocking connection
+   * in XREADGROUP, flag b): the loops have settled with the stream idle.
+   */
+  const settled = () =>
+    eventually(
+      async () => {
+        const clients = ((await redis.client('LIST')) as string)
+          .split('\n')
+          .filter(Boolean)
+          .map((line) => Object.fromEntries(line.split(' ').map((kv) => kv.split('=', 2))) as Record<string, string>);
+        const loops = clients.filter(
+          (c) => c.name?.startsWith(`${worker.consumer.consumerName}:`) && c.name.includes(':blocking:'),
+        );
+        // Two queues (summaries, workflows), each with PARTITIONS loops.
+        const blocked = loops.filter((c) => c.cmd === 'xreadgroup' && c.flags.includes('b'));
+        return loops.length === 2 * PARTITIONS && blocked.length === loops.length ? true : undefined;
+      },
+      15_000,
+      'every loop blocked in its read',
+    );
   const done = async (jobId: string) =>
     Number((await db.query('SELECT count(*) AS n FROM summaries WHERE job_id = $1', [jobId]))[0].n) === 1;
 
@@ -54,7 +75,7 @@ describe('partitions that outnumber the slots all get read', () => {
     const queue = new SummaryJobQueue(redis, streams);
     for (const partition of [3, 2, 1, 0, 2, 3]) {
       // Idle long enough for the loops to have settled into their blocking reads.
-      await sleep(2500);
+      await settled();
       const job = jobIn(partition);
       await queue.enqueue(job);
       await eventually(

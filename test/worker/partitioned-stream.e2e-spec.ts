@@ -8,7 +8,7 @@ import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import { type ApiHarness, bearer, startApi, TENANT_A } from '../support/api-harness';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
-import { eventually, sleep, testDatabaseUrl, testDataSource, truncateAll } from '../support/infra';
+import { eventually, testDatabaseUrl, testDataSource, truncateAll } from '../support/infra';
 import { metricValue } from '../support/metrics';
 import { describeOnEachRedis, mastersOf } from '../support/redis-backend';
 import { startWorker, type WorkerHarness } from '../support/worker-harness';
@@ -165,7 +165,19 @@ describeOnEachRedis('the partitioned job stream (JOB_STREAM_PARTITIONS=3)', (bac
     await redis.xgroup('CREATE', p2.jobs, CONSUMER_GROUP, '0', 'MKSTREAM');
     // Delivered to a consumer that then dies: pending, never acknowledged.
     await redis.xreadgroup('GROUP', CONSUMER_GROUP, 'dead-consumer', 'COUNT', 10, 'STREAMS', p2.jobs, '>');
-    await sleep(150);
+    // Idle past CLAIM_IDLE_MS, by XPENDING's own idle time: claimable.
+    await eventually(
+      async () => {
+        const [[, , idle]] = (await redis.xpending(p2.jobs, CONSUMER_GROUP, '-', '+', 10)) as [
+          string,
+          string,
+          number,
+        ][];
+        return Number(idle) > 100 ? true : undefined;
+      },
+      5000,
+      'the entry idle past CLAIM_IDLE_MS',
+    );
     expect(await w.consumer.runOnce()).toEqual([expect.objectContaining({ deliveries: 2, outcome: 'done' })]);
     expect(await db.query('SELECT job_id FROM summaries')).toEqual([{ job_id: jobId }]);
     expect(await count('outbox')).toBe(1);

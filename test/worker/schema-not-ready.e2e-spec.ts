@@ -1,12 +1,19 @@
 import { dataSourceOptions } from '@app/persistence';
-import { DEAD_LETTER_STREAM, jobIdFor, jobRecordKey, SummaryJobQueue } from '@app/summary-queue';
+import {
+  CONSUMER_GROUP,
+  DEAD_LETTER_STREAM,
+  jobIdFor,
+  jobRecordKey,
+  JOBS_STREAM,
+  SummaryJobQueue,
+} from '@app/summary-queue';
 import type { Redis } from 'ioredis';
 import { randomUUID } from 'node:crypto';
 import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { isTransientDatabaseError } from '@app/workflows';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
-import { BASE_DATABASE_URL, freshRedis, sleep, testDatabaseName, testDataSource } from '../support/infra';
+import { BASE_DATABASE_URL, eventually, freshRedis, testDatabaseName, testDataSource } from '../support/infra';
 import { startWorker } from '../support/worker-harness';
 
 /**
@@ -54,7 +61,19 @@ describe('a worker whose database is not migrated yet', () => {
       // The migration Job finishes.
       await migrated.initialize();
       await migrated.runMigrations();
-      await sleep(250);
+      // The entry left pending is idle past CLAIM_IDLE_MS, by XPENDING's own idle time: claimable.
+      await eventually(
+        async () => {
+          const [[, , idle]] = (await redis.xpending(JOBS_STREAM, CONSUMER_GROUP, '-', '+', 10)) as [
+            string,
+            string,
+            number,
+          ][];
+          return Number(idle) > 200 ? true : undefined;
+        },
+        5000,
+        'the entry idle past CLAIM_IDLE_MS',
+      );
       expect(await w.consumer.runOnce()).toEqual([{ id, deliveries: 2, outcome: 'done' }]);
       expect(await migrated.query('SELECT job_id FROM summaries')).toEqual([{ job_id: jobId }]);
     } finally {

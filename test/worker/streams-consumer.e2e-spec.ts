@@ -21,7 +21,6 @@ import {
   freePort,
   freshRedis,
   type RedisServer,
-  sleep,
   startRedisServer,
   testDataSource,
   truncateAll,
@@ -76,6 +75,29 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
    */
   const idleFor = (consumer: string, ids: readonly string[], ms: number) =>
     redis.call('XCLAIM', JOBS_STREAM, CONSUMER_GROUP, consumer, 0, ...ids, 'IDLE', ms, 'JUSTID');
+  /**
+   * Waits until every entry pending in the group (on `client`'s server) has been idle longer than `ms`, by XPENDING's
+   * own idle times: claimable by a consumer whose CLAIM_IDLE_MS is `ms`. With nothing pending, at once.
+   */
+  const idlePast = (ms: number, client = redis) =>
+    eventually(
+      async () => {
+        const entries = (await client.xpending(JOBS_STREAM, CONSUMER_GROUP, '-', '+', 100)) as [
+          string,
+          string,
+          number,
+          number,
+        ][];
+        return entries.every(([, , idle]) => Number(idle) > ms) ? true : undefined;
+      },
+      5000,
+      `the pending entries idle past ${ms} ms`,
+    );
+  /** Redis's clock, in ms: the one XAUTOCLAIM measures idle times on. */
+  const redisNow = async () => {
+    const [s, us] = await redis.time();
+    return Number(s) * 1000 + Number(us) / 1000;
+  };
   const consumerNames = async () =>
     ((await redis.xinfo('CONSUMERS', JOBS_STREAM, CONSUMER_GROUP)) as string[][]).map((c) => fieldsOf(c).name).sort();
 
@@ -273,7 +295,7 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
       stopRetrying: new AbortController().signal,
       signal: new AbortController().signal,
     });
-    await sleep(250); // past CLAIM_IDLE_MS
+    await idlePast(200); // past CLAIM_IDLE_MS
     const reclaimed = b.consumer.runOnce();
     const [first, [second]] = await Promise.all([slow, reclaimed]);
     expect([first, second.outcome].sort()).toEqual(['done', 'duplicate']);
@@ -318,17 +340,25 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
     const id = await queue.enqueue(newJob());
     const running = a.consumer.runOnce();
     await eventually(() => (model.calls === 1 ? true : undefined), 5000, 'the model call');
+    // A's delivery came before its model call: B looks until Redis's clock (XAUTOCLAIM's) is three CLAIM_IDLE_MS
+    // past it, so an entry A did not refresh would have been claimable at B's later looks.
+    const since = await redisNow();
     const stolen: unknown[] = [];
     const counted: number[] = [];
-    for (let t = 0; t < 10; t++) {
-      await sleep(150);
-      stolen.push(...(await b.consumer.runOnce()));
-      for (const [pendingId, , deliveries] of await pendingEntries()) if (pendingId === id) counted.push(deliveries);
-    }
+    await eventually(
+      async () => {
+        stolen.push(...(await b.consumer.runOnce()));
+        for (const [pendingId, , deliveries] of await pendingEntries()) if (pendingId === id) counted.push(deliveries);
+        return (await redisNow()) - since > 1500 ? true : undefined;
+      },
+      20_000,
+      'B looking for three CLAIM_IDLE_MS',
+    );
     answer.resolve();
     expect(stolen).toEqual([]);
     // Pending for A at every look; refreshes (XCLAIM ... JUSTID) reset the idle time without counting a delivery.
-    expect(counted).toEqual(Array(10).fill(1));
+    expect(counted.length).toBeGreaterThan(0);
+    expect(counted).toEqual(Array(counted.length).fill(1));
     expect(await running).toEqual([expect.objectContaining({ deliveries: 1, outcome: 'done' })]);
     expect(model.calls).toBe(1);
     expect(await count('outbox')).toBe(1);
@@ -341,7 +371,7 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
     const sourceId = await queue.enqueue(job);
     const outcomes: [number, string][] = [];
     for (let i = 0; i < 4; i++) {
-      if (i > 0) await sleep(250);
+      if (i > 0) await idlePast(200); // the failed delivery's entry is claimable again
       outcomes.push(...(await w.consumer.runOnce()).map((r): [number, string] => [r.deliveries, r.outcome]));
     }
     expect(outcomes).toEqual([
@@ -467,7 +497,7 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
     await createGroup();
     const [entry] = await readAs('gone-consumer');
     await redis.xdel(JOBS_STREAM, entry.id);
-    await sleep(250);
+    await idlePast(200); // its id, still in the group, is claimable
     expect(await w.consumer.runOnce()).toEqual([]);
     const [[, fields]] = await redis.xrange(DEAD_LETTER_STREAM, '-', '+');
     expect(fieldsOf(fields)).toEqual({ reason: 'deleted_from_stream', source_id: entry.id });
@@ -483,7 +513,7 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
     await redis.xdel(JOBS_STREAM, goneId);
     // The dead-letter key cannot take an entry for now (a key of another type).
     await redis.set(DEAD_LETTER_STREAM, 'not a stream');
-    await sleep(250);
+    await idlePast(200); // both ids claimable
     await expect(w.consumer.runOnce()).rejects.toThrow(/WRONGTYPE/);
     // Nothing was claimed: the deleted id is still in the group, the other entry not counted again.
     expect(await pendingEntries()).toEqual([
@@ -517,7 +547,7 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
     const id = await queue.enqueue(newJob());
     const running = w.consumer.runOnce();
     await eventually(() => (model.calls === 1 ? true : undefined), 5000, 'the model call');
-    await sleep(300); // the entry is now idle past CLAIM_IDLE_MS, and claimable
+    await idlePast(200); // the entry is now idle past CLAIM_IDLE_MS, and claimable
     expect(await w.consumer.runOnce()).toEqual([]);
     expect(w.consumer.inFlightCount).toBe(1);
     answer.resolve();
@@ -621,7 +651,7 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
       expect(await pendingEntries(admin)).toEqual([[id, w.consumer.consumerName, 1]]);
 
       await admin.call('ACL', 'SETUSER', 'default', '+@all');
-      await sleep(250);
+      await idlePast(200, admin); // the finished job's entry is claimable
       expect(await w.consumer.runOnce()).toEqual([{ id, deliveries: 2, outcome: 'duplicate' }]);
       expect(model.calls).toBe(1);
       expect(await count('summaries')).toBe(1);

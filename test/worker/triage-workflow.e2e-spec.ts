@@ -16,15 +16,7 @@ import type { DataSource } from 'typeorm';
 import { loadWorkerConfig } from '../../apps/worker/src/worker.config';
 import { WorkerModule } from '../../apps/worker/src/worker.module';
 import { FakeOpenAiServer, type ModelReply } from '../support/fake-openai-server';
-import {
-  eventually,
-  freshRedis,
-  sleep,
-  testDatabaseUrl,
-  testDataSource,
-  testRedisUrl,
-  truncateAll,
-} from '../support/infra';
+import { eventually, freshRedis, testDatabaseUrl, testDataSource, testRedisUrl, truncateAll } from '../support/infra';
 import { drain, startTriageRun, TRIAGE_TEXT, WORKFLOWS, WORKFLOWS_GROUP, workerPool } from '../support/triage-runs';
 
 /*
@@ -48,6 +40,19 @@ describe('the triage workflow on the engine', () => {
   const rows = (sql: string, params: unknown[] = []) => db.query(sql, params);
   const count = async (sql: string, params: unknown[] = []) => Number((await rows(sql, params))[0].n);
   const pending = async () => Number(((await redis.xpending(P.jobs, GROUP)) as [number])[0]);
+  /**
+   * Waits until every entry pending in the group has been idle longer than `ms` (XPENDING's own idle times):
+   * claimable by a consumer whose CLAIM_IDLE_MS is `ms`. With nothing pending, at once.
+   */
+  const idlePast = (ms: number) =>
+    eventually(
+      async () => {
+        const entries = (await redis.xpending(P.jobs, GROUP, '-', '+', 100)) as [string, string, number, number][];
+        return entries.every(([, , idle]) => Number(idle) > ms) ? true : undefined;
+      },
+      5000,
+      `the pending entries idle past ${ms} ms`,
+    );
   const deadLetters = async () => (await redis.xrange(P.dead, '-', '+')).map(([, flat]) => entryFieldMap(flat));
   /** The model answers the classification with `category` (untrimmed) and the draft with a reply. */
   const answering =
@@ -152,7 +157,7 @@ describe('the triage workflow on the engine', () => {
     expect(await rows(`SELECT step, status FROM workflow_steps`)).toEqual([{ step: 'classify', status: 'done' }]);
     expect(await pending()).toBe(1);
 
-    await sleep(250); // the dead worker's entry is now idle past CLAIM_IDLE_MS
+    await idlePast(200); // the dead worker's entry is now idle past CLAIM_IDLE_MS
     const reclaimed = await w.consumer.runOnce();
     expect(reclaimed).toEqual([{ id, deliveries: 2, outcome: 'duplicate' }]);
     expect(model.calls).toBe(1); // the committed step was not run again
@@ -262,7 +267,8 @@ describe('the triage workflow on the engine', () => {
     await redis.xadd(P.jobs, '*', 'job_id', notJson, 'tenant', 'tenant-a', 'payload', '{', 'workflow', 'triage');
 
     expect(await drain(w)).toEqual(Array(5).fill('dead_lettered'));
-    await sleep(150); // past CLAIM_IDLE_MS: nothing was left pending to come back
+    // Anything left pending is claimable once idle past CLAIM_IDLE_MS (nothing pending: at once); none may come back.
+    await idlePast(100);
     expect(await drain(w)).toEqual([]);
     expect(model.calls).toBe(0);
     const dead = await deadLetters();

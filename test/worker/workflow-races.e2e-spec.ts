@@ -1,4 +1,5 @@
 import { Injectable, Module } from '@nestjs/common';
+import { HealthChecksRegistry } from '@app/health';
 import { jobIdFor } from '@app/summary-queue';
 import {
   HandBackError,
@@ -18,7 +19,7 @@ import { randomUUID } from 'node:crypto';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
-import { eventually, freshRedis, sleep, testDataSource, truncateAll } from '../support/infra';
+import { eventually, freshRedis, testDataSource, truncateAll } from '../support/infra';
 import { startWorker, type WorkerHarness } from '../support/worker-harness';
 
 /*
@@ -550,8 +551,16 @@ describe('the engine under races', () => {
       const [count] = (await redis.xpending(P1.jobs, 'workflows')) as [number];
       return Number(count) === 1 ? true : undefined;
     });
-    // The wait itself is what is tested: twice the silence a loop may keep.
-    await sleep(silenceMs * 2);
+    // The wait itself is what is tested: twice the silence a loop may keep. A loop registered now that never beats
+    // marks the moment on liveness's own clock: once it is stale, the waiting loops have waited that long.
+    const registry = w.app.get(HealthChecksRegistry);
+    registry.registerLoop('never-beats', silenceMs * 2);
+    await eventually(
+      () => (registry.staleLoops().some((l) => l.name === 'never-beats') ? true : undefined),
+      10_000,
+      'twice the silence',
+    );
+    registry.unregisterLoop('never-beats');
     const live = await request(w.app.getHttpServer()).get('/health/live');
     // Shutdown before partition 1's entry got a slot: it is handed back as if never delivered (its count as before
     // the read), for the next reclaim to take at once.
