@@ -6,7 +6,7 @@ import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import { bearer, startApi, TENANT_A, type ApiHarness } from '../support/api-harness';
 import { completionEvents, FakeOpenAiServer, type ModelReply } from '../support/fake-openai-server';
-import { eventually, sleep, testDataSource, truncateAll } from '../support/infra';
+import { eventually, testDataSource, truncateAll } from '../support/infra';
 import { startRedisCluster, type RedisCluster } from '../support/redis-cluster';
 import { startWorker, type WorkerHarness } from '../support/worker-harness';
 
@@ -180,12 +180,23 @@ describe('the api and the worker on a Redis Cluster', () => {
       messages: [{ role: 'user', content: userText }],
       stream: true,
     });
-    const chat = (payload: object, key: string) =>
-      fetch(`${apiUrl}/v1/chat/completions`, {
+    /** A call whose answer's head (`head`: fetch resolves once the headers came) and whole body can be awaited. */
+    const open = (payload: object, key: string) => {
+      const head = fetch(`${apiUrl}/v1/chat/completions`, {
         method: 'POST',
         headers: { authorization: bearer(TENANT_A), 'content-type': 'application/json', 'idempotency-key': key },
         body: JSON.stringify(payload),
-      }).then(async (r) => ({ status: r.status, headers: r.headers, text: await r.text() }));
+      });
+      const answer = head.then(async (r) => ({ status: r.status, headers: r.headers, text: await r.text() }));
+      return { head, answer };
+    };
+    const chat = (payload: object, key: string) => open(payload, key).answer;
+    /**
+     * Whether the running request with this key has started its answer: its record holds the head it streams under
+     * (written with the first frame of the frames followers read).
+     */
+    const streaming = async (key: string) =>
+      (await cluster.hget(`idem:${TENANT_A.tenant}:POST:/v1/chat/completions:${key}`, 'head')) !== null;
 
     it('attaches a second identical stream request to the running one: the same events, one upstream call', async () => {
       const userText = `attach on a cluster ${randomUUID()}`;
@@ -196,11 +207,13 @@ describe('the api and the worker on a Redis Cluster', () => {
       const key = newKey();
       const first = chat(streamOf(userText), key);
       await eventually(() => (model.requests.some((r) => r.userText === userText) ? true : undefined), 5000);
-      await sleep(100);
-      const attached = chat(streamOf(userText), key);
-      await sleep(300);
+      // The first answer has started (its frames are being recorded), held at the gate.
+      await eventually(async () => ((await streaming(key)) ? true : undefined), 5000, 'the first answer streaming');
+      const attached = open(streamOf(userText), key);
+      // The duplicate's answer has started while the first is still held: it was attached to the running one.
+      await attached.head;
       release();
-      const [a, b] = await Promise.all([first, attached]);
+      const [a, b] = await Promise.all([first, attached.answer]);
       expect(a.status).toBe(200);
       expect(a.text).toBe(events.join(''));
       expect(b.status).toBe(200);
@@ -229,11 +242,16 @@ describe('the api and the worker on a Redis Cluster', () => {
         () => (runs.every((r) => model.requests.some((q) => q.userText === r.userText)) ? true : undefined),
         5000,
       );
-      await sleep(100);
-      const attached = runs.map((r) => chat(streamOf(r.userText), r.key));
-      await sleep(300);
+      await eventually(
+        async () => ((await Promise.all(runs.map((r) => streaming(r.key)))).every(Boolean) ? true : undefined),
+        5000,
+        'every first answer streaming',
+      );
+      const attached = runs.map((r) => open(streamOf(r.userText), r.key));
+      // Every duplicate's answer has started while the firsts are still held: each was attached to a running one.
+      await Promise.all(attached.map((a) => a.head));
       for (const r of runs) r.release();
-      const all = await Promise.all([...firsts, ...attached]);
+      const all = await Promise.all([...firsts, ...attached.map((a) => a.answer)]);
       all.forEach((answer, i) => expect(answer.text).toBe(runs[i % runs.length].events.join('')));
       for (const r of runs) expect(model.requests.filter((q) => q.userText === r.userText)).toHaveLength(1);
     });

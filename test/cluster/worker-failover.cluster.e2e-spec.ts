@@ -7,7 +7,7 @@ import type { DataSource } from 'typeorm';
 import { WorkerMetrics } from '../../libs/workflows/src/worker.metrics';
 import { bearer, startApi, TENANT_A, type ApiHarness } from '../support/api-harness';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
-import { eventually, sleep, testDataSource, truncateAll } from '../support/infra';
+import { eventually, testDataSource, truncateAll } from '../support/infra';
 import { startRedisCluster, type FailoverResult, type RedisCluster } from '../support/redis-cluster';
 import { startWorker, type WorkerHarness } from '../support/worker-harness';
 
@@ -149,7 +149,11 @@ describe('the workers on a Redis Cluster through failovers of a partition’s ma
     return sent;
   }
 
-  /** `lanes` loops, each posting a new key as soon as its last answer came, until stopped. */
+  /**
+   * `lanes` loops, each posting a new key as soon as its last answer came, until stopped. After a refusal a lane
+   * first waits for an answer (or an error) from the job's partition on the test's own client, so that a Redis
+   * that fails at once does not turn the lanes into busy loops.
+   */
   function traffic(lanes = 4) {
     const sent: Sent[] = [];
     let running = true;
@@ -157,10 +161,12 @@ describe('the workers on a Redis Cluster through failovers of a partition’s ma
       while (running) {
         const s = await post(`worker-failover-${randomUUID()}`);
         sent.push(s);
-        if (s.status !== 202) await sleep(20);
+        if (s.status !== 202) await cluster.xlen(streams.partitions[s.partition].jobs).catch(() => undefined);
       }
     });
     return {
+      /** What the lanes sent so far, as it grows. */
+      sent,
       async stop(): Promise<Sent[]> {
         running = false;
         await Promise.all(loops);
@@ -254,18 +260,40 @@ describe('the workers on a Redis Cluster through failovers of a partition’s ma
   }
 
   /**
-   * Traffic from a second before the fault until two seconds after the cluster settled, then the drain; checks
-   * every effect of what was sent and returns the figures.
+   * Traffic from before the fault (once jobs are accepted and the workers are running them) until after the cluster
+   * settled (once jobs into the failed-over `partition` are accepted again), then the drain; checks every effect of
+   * what was sent and returns the figures.
    */
-  async function through(name: string, fault: () => Promise<FailoverResult>) {
+  async function through(name: string, partition: number, fault: () => Promise<FailoverResult>) {
     const figuresBefore = await workerFigures();
     const callsBefore = model.calls;
     const load = traffic();
-    await sleep(1000);
+    // The fault strikes while the workers consume: jobs accepted into the partition, and the model called.
+    await eventually(
+      () => {
+        const accepted = load.sent.filter((s) => s.status === 202);
+        return accepted.length >= 20 &&
+          accepted.some((s) => s.partition === partition) &&
+          model.calls - callsBefore >= 10
+          ? true
+          : undefined;
+      },
+      30_000,
+      'jobs accepted and being run before the fault',
+    );
     const faultAt = Date.now();
     const result = await fault();
     const settledAt = Date.now();
-    await sleep(2000);
+    // Traffic goes on until the new master has taken jobs: requests sent after the cluster settled, accepted into the
+    // failed-over partition.
+    await eventually(
+      () =>
+        load.sent.filter((s) => s.status === 202 && s.partition === partition && s.at >= settledAt).length >= 10
+          ? true
+          : undefined,
+      DRAIN_MS,
+      `jobs accepted into partition ${partition} after the cluster settled`,
+    );
     const sent = await load.stop();
     const drainMs = await drain();
 
@@ -334,32 +362,74 @@ describe('the workers on a Redis Cluster through failovers of a partition’s ma
   }
 
   /**
+   * Waits until every worker sits idle in its blocking read of `partition`: its blocking connection for the
+   * partition (CLIENT SETNAME `<consumer>:blocking:<partition>`) is blocked in XREADGROUP on the partition's master
+   * as it is now (CLIENT LIST there).
+   */
+  async function blockedOn(partition: number): Promise<void> {
+    const names = workers.map((w) => `${w.consumer.consumerName}:blocking:${partition}`);
+    let seen = '';
+    await eventually(
+      async () => {
+        const port = await masterOfPartition(partition);
+        const list = String(await redisCluster.command(port, 'CLIENT', 'LIST'));
+        const blocked = list
+          .split('\n')
+          .map(
+            (line) =>
+              new Map(
+                line
+                  .trim()
+                  .split(' ')
+                  .map((field) => [field.slice(0, field.indexOf('=')), field.slice(field.indexOf('=') + 1)]),
+              ),
+          )
+          .filter((c) => c.get('cmd') === 'xreadgroup' && (c.get('flags') ?? '').includes('b'))
+          .map((c) => c.get('name'));
+        seen = `on ${port}: ${blocked.join(', ') || 'none'}`;
+        return names.every((name) => blocked.includes(name)) && workers.every((w) => w.consumer.inFlightCount === 0)
+          ? true
+          : undefined;
+      },
+      DRAIN_MS,
+      `every worker blocked in XREADGROUP for partition ${partition} on its master`,
+    ).catch((err: Error) => {
+      throw new Error(`${err.message}; blocked in XREADGROUP when last seen ${seen}`);
+    });
+  }
+
+  /**
    * New jobs into `partition`, enqueued by the test's own producer (the one wire format, on the test's own cluster
-   * client, without WAIT) one at a time once the workers sit idle in their blocking reads: each must be done, which
-   * only blocking connections that found the partition's new master can do.
+   * client, without WAIT) one at a time, each once the workers sit idle in their blocking reads on the partition's
+   * master: each must be done, which only blocking connections that found the partition's new master can do.
    */
   async function probeWorkers(partition: number) {
     const queue = new SummaryJobQueue(cluster, streams);
-    await sleep(500);
     const jobIds: string[] = [];
+    let doneMs = 0;
     for (let i = 0; i < 10; i++) {
+      await blockedOn(partition);
       const key = await keyFor(partition);
       const jobId = jobIdOf(key);
       enqueuedDirectly.add(jobId.toLowerCase());
       await queue.enqueue({ jobId, tenant: TENANT_A.tenant, payload: { text: textOf(key), notify: 'p@example.com' } });
       jobIds.push(jobId);
-      await sleep(100);
+      doneMs = Math.max(doneMs, await done([jobId], `job ${i + 1} enqueued into partition ${partition} to be done`));
     }
-    const ms = await done(jobIds, `the jobs enqueued into partition ${partition} after the failover to be done`);
-    return { enqueued: jobIds.length, doneMs: ms };
+    await done(jobIds, `the jobs enqueued into partition ${partition} after the failover to be done`);
+    return { enqueued: jobIds.length, doneMs };
   }
 
-  /** New jobs into `partition` through the api, one at a time: their answers, and each written job done. */
+  /**
+   * New jobs into `partition` through the api, one at a time: their answers, and each written job done before the
+   * next is sent.
+   */
   async function probeApi(partition: number, avoidPort?: number) {
     const probes: Sent[] = [];
     for (let i = 0; i < 10; i++) {
-      probes.push(await post(await keyFor(partition, avoidPort)));
-      await sleep(100);
+      const probe = await post(await keyFor(partition, avoidPort));
+      probes.push(probe);
+      if (probe.status === 202) await done([probe.jobId], `probe ${i + 1} into partition ${partition} to be done`);
     }
     return probes;
   }
@@ -373,7 +443,7 @@ describe('the workers on a Redis Cluster through failovers of a partition’s ma
 
   it('a manual failover of partition 0’s master: every 202 has one summary and one notification, no effect twice', async () => {
     const from = await masterOfPartition(0);
-    const { result } = await through('manual failover, workers consuming', () => redisCluster.failover(from));
+    const { result } = await through('manual failover, workers consuming', 0, () => redisCluster.failover(from));
     expect(await masterOfPartition(0)).toBe(result.to);
     // The workers' blocking connections for partition 0 follow its new master: new entries there are done.
     const workersProbe = await probeWorkers(0);
@@ -397,7 +467,7 @@ describe('the workers on a Redis Cluster through failovers of a partition’s ma
   it('a killed master of another partition: every 202 has one summary and one notification, no effect twice', async () => {
     const victim = streams.partitions.find((p) => p.index !== 0)!.index;
     const from = await masterOfPartition(victim);
-    const { result } = await through('killed master, workers consuming', () => redisCluster.killMaster(from));
+    const { result } = await through('killed master, workers consuming', victim, () => redisCluster.killMaster(from));
     expect(await masterOfPartition(victim)).toBe(result.to);
     const workersProbe = await probeWorkers(victim);
     // The promoted replica has no replica of its own: with REDIS_DURABILITY=replica (the default) it still takes

@@ -12,12 +12,14 @@ import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import { ApiHarness, bearer, startApi, TENANT_A } from '../support/api-harness';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
-import { freePort, sleep, testDataSource, truncateAll } from '../support/infra';
+import { eventually, freePort, testDataSource, truncateAll } from '../support/infra';
 import { describeOnEachRedis } from '../support/redis-backend';
 import { startWorker, type WorkerHarness } from '../support/worker-harness';
 import { compileRelay, FakeProvider, type RelayHarness } from '../relay/relay-harness';
 
 const ADMIN = { key: 'admin-key-0123456789abcdefghij' };
+/** The workers' CLAIM_IDLE_MS in the crash test: how long an entry stays pending before another worker claims it. */
+const CLAIM_IDLE_MS = 300;
 
 /**
  * api → stream → worker → summary and outbox row → relay → webhook, with the failures in between, on one Redis and on
@@ -65,6 +67,38 @@ describeOnEachRedis('the whole chain', (backend) => {
     closers.push(() => r.close());
     return r;
   };
+  /** Until the only pending entry has been idle CLAIM_IDLE_MS by Redis's clock (XPENDING): a worker may claim it. */
+  const claimable = () =>
+    eventually(
+      async () => {
+        const pending = (await redis.xpending(JOBS_STREAM, CONSUMER_GROUP, '-', '+', 10)) as [
+          string,
+          string,
+          number,
+          number,
+        ][];
+        return pending.length === 1 && pending[0][2] >= CLAIM_IDLE_MS ? true : undefined;
+      },
+      5000,
+      `the pending entry idle for ${CLAIM_IDLE_MS} ms`,
+    );
+  /**
+   * Until the row with this dedupe key is due by time (PostgreSQL's clock, the one the claim judges by): its backoff
+   * over, no lease on it. Whether it is parked is not looked at.
+   */
+  const dueByTime = (key: string) =>
+    eventually(
+      async () => {
+        const [row] = await db.query<{ due: boolean }[]>(
+          `SELECT next_attempt_at <= now() AND (lease_until IS NULL OR lease_until < now()) AS due
+             FROM outbox WHERE dedupe_key = $1`,
+          [key],
+        );
+        return row?.due ? true : undefined;
+      },
+      5000,
+      `the outbox row ${key} due by time`,
+    );
   const submit = async () =>
     (
       await request(api.server)
@@ -76,8 +110,8 @@ describeOnEachRedis('the whole chain', (backend) => {
     ).body.job_id as string;
 
   it('crash between commit and XACK in the worker, then a relay pass: exactly one webhook delivery', async () => {
-    const a = await worker({ CLAIM_IDLE_MS: '300' });
-    const b = await worker({ CLAIM_IDLE_MS: '300' });
+    const a = await worker({ CLAIM_IDLE_MS: String(CLAIM_IDLE_MS) });
+    const b = await worker({ CLAIM_IDLE_MS: String(CLAIM_IDLE_MS) });
     const r = await relay();
     const jobId = await submit();
 
@@ -102,7 +136,7 @@ describeOnEachRedis('the whole chain', (backend) => {
 
     // The relay runs meanwhile, and again after worker B's redelivery.
     await expect(r.relay.runOnce()).resolves.toMatchObject({ claimed: 1, sent: 1 });
-    await sleep(350);
+    await claimable();
     expect(await b.consumer.runOnce()).toEqual([{ id, deliveries: 2, outcome: 'duplicate' }]);
     await expect(r.relay.runOnce()).resolves.toMatchObject({ claimed: 0 });
 
@@ -130,9 +164,11 @@ describeOnEachRedis('the whole chain', (backend) => {
 
     provider.answer = () => ({ status: 503 });
     await expect(r.relay.runOnce()).resolves.toMatchObject({ failed: 1 });
-    await sleep(20);
+    // Its backoff (1 ms) is over: the next pass tries it again, and parks it.
+    await dueByTime(key);
     await expect(r.relay.runOnce()).resolves.toMatchObject({ parked: 1 });
-    await sleep(20);
+    // Due by time, as it would be were it not parked: only being parked keeps the next pass from it.
+    await dueByTime(key);
     await expect(r.relay.runOnce()).resolves.toMatchObject({ claimed: 0 });
     expect(provider.deliveriesFor(key)).toHaveLength(2);
 

@@ -1,7 +1,7 @@
 import { NotificationSender, type OutboxMessage } from '../../apps/relay/src/outbox/notification-sender.interface';
 import { OutboxRelayRepository } from '../../apps/relay/src/outbox/outbox-relay.repository';
 import { WebhookSender } from '../../apps/relay/src/outbox/webhook.sender';
-import { sleep } from '../support/infra';
+import { eventually } from '../support/infra';
 import { compileRelay, insertOutboxRows, relayFixture, rowByKey, sample, type RelayHarness } from './relay-harness';
 
 /** A sender that runs `after` once the real webhook call has come back, before the relay records anything. */
@@ -146,7 +146,18 @@ describe('relay: a crash between sending and recording, and lease ownership', ()
     const repo = new OutboxRelayRepository();
     const [key] = await insertOutboxRows(ds, 1, 'late');
     const [a] = await repo.claim(ds.manager, 10, 50, 10, false);
-    await sleep(100);
+    // The lease runs out by PostgreSQL's clock, the one claims judge it by (moving it would change the fence value).
+    await eventually(
+      async () => {
+        const [row] = await ds.query<{ expired: boolean }[]>(
+          'SELECT lease_until < now() AS expired FROM outbox WHERE dedupe_key = $1',
+          [key],
+        );
+        return row.expired ? true : undefined;
+      },
+      5000,
+      'the lease to run out',
+    );
     await expect(repo.markSent(ds.manager, a.id, a.lease)).resolves.toBe(true);
     expect((await rowByKey(ds, key)).sent_at).toBeInstanceOf(Date);
   });

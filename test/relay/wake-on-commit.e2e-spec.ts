@@ -9,7 +9,7 @@ import {
   OUTBOX_RELAY_OPTIONS,
   type OutboxRelayOptions,
 } from '../../apps/relay/src/outbox/outbox-relay.module-definition';
-import { eventually, freePort, sleep, testDatabaseUrl, testDataSource, truncateAll } from '../support/infra';
+import { eventually, freePort, testDatabaseUrl, testDataSource, truncateAll } from '../support/infra';
 import { TcpProxy } from '../support/tcp-proxy';
 import { FakeProvider, insertOutboxRows, startRelay, type RelayHarness } from './relay-harness';
 
@@ -21,6 +21,21 @@ import { FakeProvider, insertOutboxRows, startRelay, type RelayHarness } from '.
  */
 const POLL_MS = '3600000';
 const WAKE_BOUND_MS = 20_000;
+
+/**
+ * Until the relay's loop sits in its hour-long idle wait, not woken: the passes at start-up (the first, and the one
+ * the LISTEN connection's onListening asks for) are over, and only a wake starts another. Read from OutboxRelay's
+ * own state (`idling`, private: the abort controller of the wait in progress), which nothing public shows.
+ */
+const idle = (harness: RelayHarness) =>
+  eventually(
+    () => {
+      const idling = (harness.relay as unknown as { idling?: AbortController }).idling;
+      return idling !== undefined && !idling.signal.aborted ? true : undefined;
+    },
+    5000,
+    'the relay loop idle',
+  );
 
 describe('relay: woken by the commit, LISTEN reconnects, health', () => {
   let ds: DataSource;
@@ -51,8 +66,8 @@ describe('relay: woken by the commit, LISTEN reconnects, health', () => {
     relay = await startRelay({ env: { NOTIFY_WEBHOOK_URL: provider.url, OUTBOX_POLL_MS: POLL_MS } });
     server = relay.app.getHttpServer() as Server;
     await eventually(() => (relay.listener.listening ? true : undefined), 5000, 'the LISTEN connection');
-    // The start-up pass found nothing; the loop now sleeps for an hour unless woken.
-    await sleep(300);
+    // The start-up passes found nothing; the loop now sleeps for an hour unless woken.
+    await idle(relay);
   });
   afterAll(async () => {
     await relay.close();
@@ -164,7 +179,7 @@ describe('relay: a LISTEN connection that hangs without closing', () => {
     });
     server = relay.app.getHttpServer() as Server;
     await eventually(() => (relay.listener.listening ? true : undefined), 5000, 'the LISTEN connection');
-    await sleep(300);
+    await idle(relay);
   });
   afterAll(async () => {
     await relay.close();
