@@ -66,7 +66,8 @@ describe('an api that dies holding a key', () => {
     // The client saw the connection drop, not an answer.
     expect(((await first) as Error).message).toBe('fetch failed');
     // The lock is a lease of the lock TTL, not 30 s.
-    expect(await redis.pttl(record)).toBeLessThanOrEqual(LOCK_TTL_MS);
+    const left = await redis.pttl(record);
+    expect(left).toBeLessThanOrEqual(LOCK_TTL_MS);
 
     // The client retries at once: 409, told to come back no later than the lock's expiry.
     const busy = await post(healthy, key);
@@ -75,6 +76,8 @@ describe('an api that dies holding a key', () => {
     expect(retryAfter).toBeGreaterThanOrEqual(1);
     expect(retryAfter * 1000).toBeLessThanOrEqual(Math.max(1000, (await redis.pttl(record)) + 1000));
     expect(retryAfter).toBeLessThanOrEqual(Math.ceil(LOCK_TTL_MS / 1000) + 1);
+    // Refusing the retry left the dead api's lease as it was: not renewed, so it ends when it was due to.
+    expect(await redis.pttl(record)).toBeLessThanOrEqual(left);
     // The lease ends: Redis expires the record the dead api never released (its TTL, at most the lock TTL, was
     // checked above), and nothing else frees the key. The retry then claims it and runs.
     await eventually(
