@@ -13,6 +13,7 @@ import type { DataSource } from 'typeorm';
 import { ApiHarness, bearer, startApi, TENANT_A } from '../support/api-harness';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
 import { eventually, freePort, testDataSource, truncateAll } from '../support/infra';
+import { pendingIdle } from '../support/pending-entries';
 import { describeOnEachRedis } from '../support/redis-backend';
 import { startWorker, type WorkerHarness } from '../support/worker-harness';
 import { compileRelay, FakeProvider, type RelayHarness } from '../relay/relay-harness';
@@ -71,13 +72,8 @@ describeOnEachRedis('the whole chain', (backend) => {
   const claimable = () =>
     eventually(
       async () => {
-        const pending = (await redis.xpending(JOBS_STREAM, CONSUMER_GROUP, '-', '+', 10)) as [
-          string,
-          string,
-          number,
-          number,
-        ][];
-        return pending.length === 1 && pending[0][2] >= CLAIM_IDLE_MS ? true : undefined;
+        const idle = [...(await pendingIdle(redis, JOBS_STREAM, CONSUMER_GROUP)).values()];
+        return idle.length === 1 && idle[0] >= CLAIM_IDLE_MS ? true : undefined;
       },
       5000,
       `the pending entry idle for ${CLAIM_IDLE_MS} ms`,

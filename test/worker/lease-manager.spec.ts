@@ -2,6 +2,7 @@ import type { LoggerService } from '@nestjs/common';
 import { Redis } from 'ioredis';
 import { LeaseManager } from '../../libs/workflows/src/consumer/lease-manager';
 import { eventually, freshRedis } from '../support/infra';
+import { idlePast, pendingIdle } from '../support/pending-entries';
 
 const options = { stream: 'lease-test:jobs', group: 'workers', consumer: 'me', refreshIntervalMs: 20 };
 
@@ -11,27 +12,9 @@ const logger = (): LoggerService & { warnings: string[] } => {
 };
 
 /** Each entry's idle ms in the group's pending list, by id. */
-async function idleOf(redis: Redis): Promise<Map<string, number>> {
-  const pending = (await redis.xpending(options.stream, options.group, '-', '+', 10)) as [
-    string,
-    string,
-    number,
-    number,
-  ][];
-  return new Map(pending.map(([id, , idle]) => [id, idle]));
-}
-
-/** Waits until every pending entry has been idle at least `ms` (XPENDING's idle times); their idle times then. */
-function agedPast(redis: Redis, ms: number): Promise<Map<string, number>> {
-  return eventually(
-    async () => {
-      const idle = await idleOf(redis);
-      return [...idle.values()].every((n) => n >= ms) ? idle : undefined;
-    },
-    5000,
-    `the entries idle ${ms} ms`,
-  );
-}
+const idleOf = (redis: Redis) => pendingIdle(redis, options.stream, options.group);
+/** Waits until every pending entry has been idle at least `ms`; their idle times then. */
+const agedPast = (redis: Redis, ms: number) => idlePast(redis, options.stream, options.group, ms);
 
 describe('LeaseManager against Redis', () => {
   let redis: Redis;

@@ -9,6 +9,7 @@ import type { DataSource } from 'typeorm';
 import { type ApiHarness, bearer, startApi, TENANT_A } from '../support/api-harness';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
 import { eventually, testDatabaseUrl, testDataSource, truncateAll } from '../support/infra';
+import { idlePast } from '../support/pending-entries';
 import { metricValue } from '../support/metrics';
 import { describeOnEachRedis, mastersOf } from '../support/redis-backend';
 import { startWorker, type WorkerHarness } from '../support/worker-harness';
@@ -166,18 +167,7 @@ describeOnEachRedis('the partitioned job stream (JOB_STREAM_PARTITIONS=3)', (bac
     // Delivered to a consumer that then dies: pending, never acknowledged.
     await redis.xreadgroup('GROUP', CONSUMER_GROUP, 'dead-consumer', 'COUNT', 10, 'STREAMS', p2.jobs, '>');
     // Idle past CLAIM_IDLE_MS, by XPENDING's own idle time: claimable.
-    await eventually(
-      async () => {
-        const [[, , idle]] = (await redis.xpending(p2.jobs, CONSUMER_GROUP, '-', '+', 10)) as [
-          string,
-          string,
-          number,
-        ][];
-        return Number(idle) > 100 ? true : undefined;
-      },
-      5000,
-      'the entry idle past CLAIM_IDLE_MS',
-    );
+    await idlePast(redis, p2.jobs, CONSUMER_GROUP, 100);
     expect(await w.consumer.runOnce()).toEqual([expect.objectContaining({ deliveries: 2, outcome: 'done' })]);
     expect(await db.query('SELECT job_id FROM summaries')).toEqual([{ job_id: jobId }]);
     expect(await count('outbox')).toBe(1);

@@ -13,7 +13,8 @@ import { Client } from 'pg';
 import { DataSource } from 'typeorm';
 import { isTransientDatabaseError } from '@app/workflows';
 import { FakeOpenAiServer } from '../support/fake-openai-server';
-import { BASE_DATABASE_URL, eventually, freshRedis, testDatabaseName, testDataSource } from '../support/infra';
+import { BASE_DATABASE_URL, freshRedis, testDatabaseName, testDataSource } from '../support/infra';
+import { idlePast } from '../support/pending-entries';
 import { startWorker } from '../support/worker-harness';
 
 /**
@@ -62,18 +63,7 @@ describe('a worker whose database is not migrated yet', () => {
       await migrated.initialize();
       await migrated.runMigrations();
       // The entry left pending is idle past CLAIM_IDLE_MS, by XPENDING's own idle time: claimable.
-      await eventually(
-        async () => {
-          const [[, , idle]] = (await redis.xpending(JOBS_STREAM, CONSUMER_GROUP, '-', '+', 10)) as [
-            string,
-            string,
-            number,
-          ][];
-          return Number(idle) > 200 ? true : undefined;
-        },
-        5000,
-        'the entry idle past CLAIM_IDLE_MS',
-      );
+      await idlePast(redis, JOBS_STREAM, CONSUMER_GROUP, 200);
       expect(await w.consumer.runOnce()).toEqual([{ id, deliveries: 2, outcome: 'done' }]);
       expect(await migrated.query('SELECT job_id FROM summaries')).toEqual([{ job_id: jobId }]);
     } finally {

@@ -25,6 +25,7 @@ import {
   testDataSource,
   truncateAll,
 } from '../support/infra';
+import { idlePast as idleAtLeast } from '../support/pending-entries';
 import { metricSample, metricValue } from '../support/metrics';
 import { startWorker, type WorkerHarness } from '../support/worker-harness';
 
@@ -75,24 +76,8 @@ describe('StreamsConsumer against real Redis and PostgreSQL', () => {
    */
   const idleFor = (consumer: string, ids: readonly string[], ms: number) =>
     redis.call('XCLAIM', JOBS_STREAM, CONSUMER_GROUP, consumer, 0, ...ids, 'IDLE', ms, 'JUSTID');
-  /**
-   * Waits until every entry pending in the group (on `client`'s server) has been idle longer than `ms`, by XPENDING's
-   * own idle times: claimable by a consumer whose CLAIM_IDLE_MS is `ms`. With nothing pending, at once.
-   */
-  const idlePast = (ms: number, client = redis) =>
-    eventually(
-      async () => {
-        const entries = (await client.xpending(JOBS_STREAM, CONSUMER_GROUP, '-', '+', 100)) as [
-          string,
-          string,
-          number,
-          number,
-        ][];
-        return entries.every(([, , idle]) => Number(idle) > ms) ? true : undefined;
-      },
-      5000,
-      `the pending entries idle past ${ms} ms`,
-    );
+  /** Until every entry pending in the group (on `client`'s server) is claimable by a CLAIM_IDLE_MS of `ms`. */
+  const idlePast = (ms: number, client: Redis = redis) => idleAtLeast(client, JOBS_STREAM, CONSUMER_GROUP, ms);
   /** Redis's clock, in ms: the one XAUTOCLAIM measures idle times on. */
   const redisNow = async () => {
     const [s, us] = await redis.time();

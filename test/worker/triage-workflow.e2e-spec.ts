@@ -17,6 +17,7 @@ import { loadWorkerConfig } from '../../apps/worker/src/worker.config';
 import { WorkerModule } from '../../apps/worker/src/worker.module';
 import { FakeOpenAiServer, type ModelReply } from '../support/fake-openai-server';
 import { eventually, freshRedis, testDatabaseUrl, testDataSource, testRedisUrl, truncateAll } from '../support/infra';
+import { idlePast as idleAtLeast } from '../support/pending-entries';
 import { drain, startTriageRun, TRIAGE_TEXT, WORKFLOWS, WORKFLOWS_GROUP, workerPool } from '../support/triage-runs';
 
 /*
@@ -40,19 +41,8 @@ describe('the triage workflow on the engine', () => {
   const rows = (sql: string, params: unknown[] = []) => db.query(sql, params);
   const count = async (sql: string, params: unknown[] = []) => Number((await rows(sql, params))[0].n);
   const pending = async () => Number(((await redis.xpending(P.jobs, GROUP)) as [number])[0]);
-  /**
-   * Waits until every entry pending in the group has been idle longer than `ms` (XPENDING's own idle times):
-   * claimable by a consumer whose CLAIM_IDLE_MS is `ms`. With nothing pending, at once.
-   */
-  const idlePast = (ms: number) =>
-    eventually(
-      async () => {
-        const entries = (await redis.xpending(P.jobs, GROUP, '-', '+', 100)) as [string, string, number, number][];
-        return entries.every(([, , idle]) => Number(idle) > ms) ? true : undefined;
-      },
-      5000,
-      `the pending entries idle past ${ms} ms`,
-    );
+  /** Until every entry pending in the group is claimable by a CLAIM_IDLE_MS of `ms`. */
+  const idlePast = (ms: number) => idleAtLeast(redis, P.jobs, GROUP, ms);
   const deadLetters = async () => (await redis.xrange(P.dead, '-', '+')).map(([, flat]) => entryFieldMap(flat));
   /** The model answers the classification with `category` (untrimmed) and the draft with a reply. */
   const answering =
